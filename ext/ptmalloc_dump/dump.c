@@ -1,0 +1,295 @@
+/* The dump sequence. Everything that may allocate (locating libc, opening files, reading mappings)
+ * happens before malloc_info() and mallinfo2() are captured; from there to the rename of the file
+ * nothing calls malloc, so the walk sees exactly the heap those counters describe. */
+#define _GNU_SOURCE
+#include "dump.h"
+
+#include <errno.h>
+#include <malloc.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#define PTMD_MALLOC_INFO_MAX (256u << 20)
+
+static int dump_busy;
+
+/* ---- walk lifecycle ----------------------------------------------------------------------- */
+
+int ptmd_walk_prepare(ptmd_walk *w, const ptmd_libc *lc, ptmd_err *err)
+{
+    const ptmd_layout *L = lc->layout;
+    long ps = sysconf(_SC_PAGESIZE);
+    w->lc = lc;
+    w->L = L;
+    w->page_size = ps > 0 ? (size_t)ps : 4096;
+    w->pagemap.fd = -1;
+    w->mem.mem_fd = -1;
+    if (ptmd_maps_load(&w->maps, err) != 0) return -1;
+    if (ptmd_memreader_open(&w->mem, err) != 0) return -1;
+    if (ptmd_pagemap_open(&w->pagemap, err) != 0) return -1;
+    w->heap_max = PTMD_DEFAULT_HEAP_MAX_SIZE;
+    if (lc->mp && ptmd_maps_readable(&w->maps, lc->mp, L->mp_size)) {
+        uint32_t n;
+        w->have_mp = 1;
+        w->sbrk_base = ptmd_rd64(lc->mp + L->mp_sbrk_base);
+        memcpy(&n, (const void *)(lc->mp + L->mp_n_mmaps), 4);
+        w->n_mmaps = n;
+        w->mmapped_mem = ptmd_rd64(lc->mp + L->mp_mmapped_mem);
+        if (L->mp_tcache_count != PTMD_NONE) w->tcache_count_max = ptmd_rd64(lc->mp + L->mp_tcache_count);
+        if (L->mp_tcache_bins != PTMD_NONE) w->tcache_bins = ptmd_rd64(lc->mp + L->mp_tcache_bins);
+        /* heap_max_size(): 4 huge pages when hugetlb arenas are configured (2.35+) */
+        if (L->mp_hp_pagesize != PTMD_NONE) {
+            uint64_t hp = ptmd_rd64(lc->mp + L->mp_hp_pagesize);
+            if (hp && (hp & (hp - 1)) == 0) w->heap_max = hp * 4;
+        }
+    }
+    if (lc->tcache_key && ptmd_maps_readable(&w->maps, lc->tcache_key, 8)) {
+        w->tcache_key = ptmd_rd64(lc->tcache_key);
+        w->have_tcache_key = 1;
+    }
+    /* the walk's buffers are mapped now, so the mmapped-chunk scan sees them and their growth is rare */
+    if (ptmd_buf_reserve(&w->chunks, 1u << 20) != 0 || ptmd_buf_reserve(&w->heaps, 1u << 16) != 0 ||
+        ptmd_buf_reserve(&w->arenas, 1u << 16) != 0 || ptmd_buf_reserve(&w->anomalies, 1u << 16) != 0 ||
+        ptmd_buf_reserve(&w->threads, 1u << 16) != 0 || ptmd_buf_reserve(&w->tcache_cands, 1u << 16) != 0 ||
+        ptmd_buf_reserve(&w->lists, 1u << 16) != 0)
+        return ptmd_fail_sys(err, errno, "walk buffers", "mmap");
+    return 0;
+}
+
+void ptmd_walk_release(ptmd_walk *w)
+{
+    ptmd_buf *bufs[] = { &w->arenas, &w->heaps, &w->chunks, &w->anomalies, &w->threads, &w->pages,
+                         &w->lists, &w->tcache_cands, &w->heap_order, &w->scan };
+    size_t i;
+    for (i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) ptmd_buf_release(bufs[i]);
+    ptmd_maps_release(&w->maps);
+    ptmd_memreader_close(&w->mem);
+    ptmd_pagemap_close(&w->pagemap);
+}
+
+int ptmd_walk_run(ptmd_walk *w, ptmd_err *err)
+{
+    if (ptmd_walk_arenas(w, err) != 0) return -1;
+    if (ptmd_walk_tcaches(w, err) != 0) return -1;
+    if (ptmd_walk_mmapped(w, err) != 0) return -1;
+    return 0;
+}
+
+/* ---- glibc's own view, captured right before the walk ------------------------------------- */
+
+static int capture_oracles(ptmd_dump_state *d, ptmd_err *err)
+{
+    size_t cap = 1u << 20;
+    for (;;) {
+        struct mallinfo2 mi;
+        long n;
+        void *buf = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        FILE *fp;
+        if (buf == MAP_FAILED) return ptmd_fail_sys(err, errno, "malloc_info", "mmap a buffer for");
+        fp = fmemopen(buf, cap, "w");
+        if (!fp) {
+            int e = errno;
+            munmap(buf, cap);
+            return ptmd_fail_sys(err, e, "malloc_info", "fmemopen for");
+        }
+        /* unbuffered: stdio would otherwise malloc a buffer on the first write */
+        setvbuf(fp, NULL, _IONBF, 0);
+        malloc_info(0, fp);
+        mi = mallinfo2();
+        n = ftell(fp);
+        if (n >= 0 && (size_t)n < cap - 1) {
+            d->malloc_info = buf;
+            d->malloc_info_len = (size_t)n;
+            d->malloc_info_cap = cap;
+            d->malloc_info_fp = fp;
+            d->mallinfo2.arena = mi.arena;
+            d->mallinfo2.ordblks = mi.ordblks;
+            d->mallinfo2.smblks = mi.smblks;
+            d->mallinfo2.hblks = mi.hblks;
+            d->mallinfo2.hblkhd = mi.hblkhd;
+            d->mallinfo2.usmblks = mi.usmblks;
+            d->mallinfo2.fsmblks = mi.fsmblks;
+            d->mallinfo2.uordblks = mi.uordblks;
+            d->mallinfo2.fordblks = mi.fordblks;
+            d->mallinfo2.keepcost = mi.keepcost;
+            return 0;
+        }
+        fclose(fp);
+        munmap(buf, cap);
+        if (cap >= PTMD_MALLOC_INFO_MAX) return ptmd_fail(err, PTMD_E_LIBC, "malloc_info() output exceeds %u bytes", PTMD_MALLOC_INFO_MAX);
+        cap *= 4;
+    }
+}
+
+/* ---- strings ------------------------------------------------------------------------------ */
+
+static int add_string(ptmd_buf *b, const char *k, const char *v)
+{
+    uint16_t kl = (uint16_t)strnlen(k, 1024);
+    uint32_t vl = (uint32_t)strnlen(v, 1u << 20);
+    return ptmd_buf_append(b, &kl, 2) || ptmd_buf_append(b, k, kl) || ptmd_buf_append(b, &vl, 4) ||
+           ptmd_buf_append(b, v, vl) ? -1 : 0;
+}
+
+static int collect_strings(ptmd_dump_state *d, const ptmd_libc *lc, const ptmd_dump_opts *o)
+{
+    char host[256] = "", hex[2 * sizeof(lc->build_id) + 1];
+    static const char *const src[] = { "?", "symtab", "build_id", "debuglink", "heuristic" };
+    const char *const *s;
+    gethostname(host, sizeof(host) - 1);
+    ptmd_hex(lc->build_id, lc->build_id_len, hex);
+    if (add_string(&d->strings, "glibc_version", lc->glibc_version) ||
+        add_string(&d->strings, "libc_path", lc->libc_path) ||
+        add_string(&d->strings, "libc_build_id", hex) ||
+        add_string(&d->strings, "symbol_file", lc->symbol_file) ||
+        add_string(&d->strings, "symbol_source", src[lc->symbol_source <= 4 ? lc->symbol_source : 0]) ||
+        add_string(&d->strings, "hostname", host))
+        return -1;
+    for (s = o->strings; s && s[0] && s[1]; s += 2)
+        if (add_string(&d->strings, s[0], s[1])) return -1;
+    return 0;
+}
+
+/* ---- the sequence ------------------------------------------------------------------------- */
+
+static void fill_meta(ptmd_dump_state *d, const ptmd_libc *lc, const struct timespec *now)
+{
+    ptmd_meta *m = &d->meta;
+    ptmd_walk *w = &d->w;
+    const ptmd_layout *L = lc->layout;
+    m->pid = (uint64_t)getpid();
+    m->ppid = (uint64_t)getppid();
+    m->time_sec = now->tv_sec;
+    m->time_nsec = (uint64_t)now->tv_nsec;
+    m->page_size = w->page_size;
+    m->main_arena = lc->main_arena;
+    m->mp_addr = lc->mp;
+    m->libc_base = lc->libc_base;
+    m->sbrk_base = w->sbrk_base;
+    m->heap_max_size = w->heap_max;
+    if (w->have_mp) {
+        m->mmap_threshold = ptmd_rd64(lc->mp + L->mp_mmap_threshold);
+        m->trim_threshold = ptmd_rd64(lc->mp + L->mp_trim_threshold);
+        m->top_pad = ptmd_rd64(lc->mp + L->mp_top_pad);
+        m->arena_max = ptmd_rd64(lc->mp + L->mp_arena_max);
+        m->arena_test = ptmd_rd64(lc->mp + L->mp_arena_test);
+        m->max_mmapped_mem = ptmd_rd64(lc->mp + L->mp_max_mmapped_mem);
+        if (L->mp_tcache_max_bytes != PTMD_NONE) m->tcache_max_bytes = ptmd_rd64(lc->mp + L->mp_tcache_max_bytes);
+    }
+    m->n_mmaps = w->n_mmaps;
+    m->mmapped_mem = w->mmapped_mem;
+    m->tcache_bins = w->tcache_bins;
+    m->tcache_count = w->tcache_count_max;
+    m->lock_wait_ns = w->lock_wait_ns;
+    m->symbol_source = (uint32_t)lc->symbol_source;
+    m->residency_source = w->pagemap.source;
+    m->glibc_major = (uint32_t)lc->major;
+    m->glibc_minor = (uint32_t)lc->minor;
+    m->flags = (L->safe_linking ? PTMD_MF_SAFE_LINKING : 0) | (L->tcache_bins ? PTMD_MF_TCACHE : 0) |
+               (w->have_tcache_key ? PTMD_MF_TCACHE_KEY : 0) | (w->have_mp ? PTMD_MF_MP : 0) |
+               (w->threads_complete ? PTMD_MF_THREADS_COMPLETE : 0);
+    m->thread_count = w->thread_count;
+}
+
+static void write_sections(ptmd_dump_state *d)
+{
+    ptmd_writer *wr = &d->writer;
+    ptmd_walk *w = &d->w;
+    ptmd_writer_section(wr, PTMD_SEC_META, 1, &d->meta, sizeof(d->meta));
+    ptmd_writer_section(wr, PTMD_SEC_STRINGS, 0, d->strings.base, d->strings.len);
+    ptmd_writer_section(wr, PTMD_SEC_MALLINFO2, 1, &d->mallinfo2, sizeof(d->mallinfo2));
+    ptmd_writer_section(wr, PTMD_SEC_MALLOC_INFO, d->malloc_info_len, d->malloc_info, d->malloc_info_len);
+    ptmd_writer_section(wr, PTMD_SEC_ARENAS, PTMD_BUF_COUNT(&w->arenas, ptmd_arena_rec), w->arenas.base, w->arenas.len);
+    ptmd_writer_section(wr, PTMD_SEC_HEAPS, PTMD_BUF_COUNT(&w->heaps, ptmd_heap_rec), w->heaps.base, w->heaps.len);
+    ptmd_writer_section(wr, PTMD_SEC_CHUNKS, PTMD_BUF_COUNT(&w->chunks, ptmd_chunk_rec), w->chunks.base, w->chunks.len);
+    ptmd_writer_section(wr, PTMD_SEC_PAGES, w->pages.len, w->pages.base, w->pages.len);
+    ptmd_writer_section(wr, PTMD_SEC_THREADS, PTMD_BUF_COUNT(&w->threads, ptmd_thread_rec), w->threads.base, w->threads.len);
+    ptmd_writer_section(wr, PTMD_SEC_ANOMALIES, PTMD_BUF_COUNT(&w->anomalies, ptmd_anomaly_rec), w->anomalies.base, w->anomalies.len);
+}
+
+int ptmd_dump_run(ptmd_dump_state *d, const ptmd_dump_opts *o, ptmd_err *err)
+{
+    const ptmd_libc *lc;
+    struct timespec now;
+    struct sigaction ign, old_xfsz;
+    uint64_t t0, t1;
+    int rc = -1, expected = 0;
+
+    d->writer.fd = -1;
+    if (!__atomic_compare_exchange_n(&dump_busy, &expected, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+        return ptmd_fail(err, PTMD_E_BUSY, "a dump is already running in this process");
+    if (ptmd_locate(o->debug_dir, &lc, err) != 0) goto out;
+    if (!lc->layout) {
+        ptmd_fail(err, PTMD_E_LIBC, "glibc %s is not supported: ptmalloc_dump knows the malloc layouts of "
+                  "glibc 2.27 to 2.%d", lc->glibc_version, ptmd_layout_newest_minor());
+        goto out;
+    }
+    if (ptmd_walk_prepare(&d->w, lc, err) != 0) goto out;
+    if (ptmd_check_allocator(lc, &d->w.mem, err) != 0) goto out;
+    if (ptmd_walk_validate(&d->w, err) != 0) goto out;
+    if (collect_strings(d, lc, o) != 0) { ptmd_fail_sys(err, errno, "strings", "mmap"); goto out; }
+    if (ptmd_writer_open(&d->writer, o->path, err) != 0) goto out;
+
+    if (capture_oracles(d, err) != 0) goto out;
+    /* from here until the rename: no malloc */
+    clock_gettime(CLOCK_REALTIME, &now);
+    t0 = ptmd_now_ns();
+    if (ptmd_walk_run(&d->w, err) != 0) goto out;
+    t1 = ptmd_now_ns();
+    if (ptmd_walk_residency(&d->w, err) != 0) goto out;
+    fill_meta(d, lc, &now);
+    d->meta.walk_ns = t1 - t0;
+    d->meta.residency_ns = ptmd_now_ns() - t1;
+
+    /* a file size limit must fail the write with EFBIG, not kill the process */
+    memset(&ign, 0, sizeof(ign));
+    ign.sa_handler = SIG_IGN;
+    sigaction(SIGXFSZ, &ign, &old_xfsz);
+    write_sections(d);
+    rc = ptmd_writer_finish(&d->writer, PTMD_BUF_COUNT(&d->w.chunks, ptmd_chunk_rec), err);
+    sigaction(SIGXFSZ, &old_xfsz, NULL);
+out:
+    if (rc != 0) ptmd_writer_abort(&d->writer);
+    if (d->malloc_info_fp) {
+        fclose(d->malloc_info_fp);
+        d->malloc_info_fp = NULL;
+    }
+    __atomic_store_n(&dump_busy, 0, __ATOMIC_RELEASE);
+    return rc;
+}
+
+void ptmd_dump_view(const ptmd_dump_state *d, ptmd_view *v)
+{
+    const ptmd_walk *w = &d->w;
+    memset(v, 0, sizeof(*v));
+    v->meta = &d->meta;
+    v->mallinfo2 = &d->mallinfo2;
+    v->malloc_info = d->malloc_info;
+    v->malloc_info_len = d->malloc_info_len;
+    v->strings = d->strings.base;
+    v->strings_len = d->strings.len;
+    v->arenas = (const ptmd_arena_rec *)(const void *)w->arenas.base;
+    v->n_arenas = PTMD_BUF_COUNT(&w->arenas, ptmd_arena_rec);
+    v->heaps = (const ptmd_heap_rec *)(const void *)w->heaps.base;
+    v->n_heaps = PTMD_BUF_COUNT(&w->heaps, ptmd_heap_rec);
+    v->chunks = (const ptmd_chunk_rec *)(const void *)w->chunks.base;
+    v->n_chunks = PTMD_BUF_COUNT(&w->chunks, ptmd_chunk_rec);
+    v->pages = w->pages.base;
+    v->n_pages = w->pages.len;
+    v->threads = (const ptmd_thread_rec *)(const void *)w->threads.base;
+    v->n_threads = PTMD_BUF_COUNT(&w->threads, ptmd_thread_rec);
+    v->anomalies = (const ptmd_anomaly_rec *)(const void *)w->anomalies.base;
+    v->n_anomalies = PTMD_BUF_COUNT(&w->anomalies, ptmd_anomaly_rec);
+}
+
+void ptmd_dump_release(ptmd_dump_state *d)
+{
+    ptmd_writer_abort(&d->writer);
+    ptmd_walk_release(&d->w);
+    ptmd_buf_release(&d->strings);
+    if (d->malloc_info) munmap(d->malloc_info, d->malloc_info_cap);
+    d->malloc_info = NULL;
+}

@@ -1,0 +1,33 @@
+/* One dump from start to finish: locate, validate, capture glibc's own counters, walk, write. */
+#ifndef PTMD_DUMP_H
+#define PTMD_DUMP_H
+
+#include "summary.h"
+#include "walk.h"
+#include "writer.h"
+#include <stdio.h>
+
+typedef struct {
+    const char *path;
+    const char *debug_dir;          /* NULL: PTMALLOC_DUMP_DEBUG_DIR or /usr/lib/debug */
+    const char *const *strings;     /* extra key, value, key, value, ..., NULL for the strings section */
+} ptmd_dump_opts;
+
+typedef struct {
+    ptmd_walk w;
+    ptmd_meta meta;
+    ptmd_mallinfo2_rec mallinfo2;
+    char *malloc_info;              /* mmapped */
+    size_t malloc_info_len, malloc_info_cap;
+    FILE *malloc_info_fp;           /* kept open until the dump is written: closing it frees memory */
+    ptmd_buf strings;
+    ptmd_writer writer;
+} ptmd_dump_state;
+
+/* Runs a whole dump into `path`. d must be zeroed; release it with ptmd_dump_release. */
+int ptmd_dump_run(ptmd_dump_state *d, const ptmd_dump_opts *opts, ptmd_err *err);
+/* The dump's records as a view (valid until release). */
+void ptmd_dump_view(const ptmd_dump_state *d, ptmd_view *v);
+void ptmd_dump_release(ptmd_dump_state *d);
+
+#endif

@@ -1,0 +1,41 @@
+# frozen_string_literal: true
+
+require "mkmf"
+
+def fail_with(message)
+  abort "\nptmalloc_dump cannot be built here: #{message}\n\n"
+end
+
+# The walker reads glibc's malloc structures of x86-64 Linux; nothing else has them.
+fail_with("it needs Linux (found #{RbConfig::CONFIG['host_os']})") unless RbConfig::CONFIG["host_os"].include?("linux")
+unless RbConfig::CONFIG["host_cpu"] =~ /\A(x86_64|amd64)\z/
+  fail_with("it needs a 64-bit x86-64 CPU (found #{RbConfig::CONFIG['host_cpu']})")
+end
+# glibc identifies itself here; musl (Alpine) has no gnu/libc-version.h.
+unless have_header("gnu/libc-version.h")
+  fail_with("it needs glibc (musl and other C libraries have a different malloc); on Alpine use a Debian- or Ubuntu-based image")
+end
+# libc is located among the loaded objects with dl_iterate_phdr.
+fail_with("link.h is missing (install libc6-dev)") unless have_header("link.h")
+fail_with("dl_iterate_phdr is missing from libc") unless have_func("dl_iterate_phdr", "link.h")
+# mallinfo2 (glibc 2.33+) is one of the oracles a dump records; older glibc has only mallinfo.
+have_func("mallinfo2", "malloc.h")
+have_func("malloc_info", "malloc.h")
+have_library("dl", "dladdr")
+# The heap maps are drawn by libpng.
+unless have_header("png.h") && have_library("png", "png_create_write_struct")
+  fail_with("libpng is missing: install libpng-dev (Debian/Ubuntu) or libpng-devel (Fedora/RHEL)")
+end
+
+append_cflags(%w[-Wall -Wextra -std=gnu11 -fvisibility=hidden -Wno-missing-field-initializers])
+
+if ENV["PTMALLOC_DUMP_SANITIZE"]
+  # Debug builds for rake spec:sanitize: AddressSanitizer and UndefinedBehaviorSanitizer.
+  flags = %w[-fsanitize=address,undefined -fno-omit-frame-pointer -O1 -g]
+  append_cflags(flags)
+  $LDFLAGS << " -fsanitize=address,undefined"
+elsif ENV["PTMALLOC_DUMP_DEBUG"]
+  append_cflags(%w[-O0 -g3])
+end
+
+create_makefile("ptmalloc_dump/ptmalloc_dump")

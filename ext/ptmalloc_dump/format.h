@@ -1,0 +1,237 @@
+/* The dump file format, shared by the writer and the reader. Documented field by field in doc/FORMAT.md.
+ *
+ *   file   := preamble section* end
+ *   preamble (16 bytes): magic "PTMDUMP\0", u32 format_version, u32 endian mark 0x01020304
+ *   section  := u32 type, u32 reserved (0), u64 count, u64 length, payload[length], zero pad to 8
+ *   end      := a section of type PTMD_SEC_END whose payload is ptmd_footer; it is the last 56 bytes
+ *
+ * All integers are little-endian. Records are fixed-size structs (sizes asserted below).
+ */
+#ifndef PTMD_FORMAT_H
+#define PTMD_FORMAT_H
+
+#include <stdint.h>
+
+#define PTMD_MAGIC "PTMDUMP"            /* 8 bytes with the NUL */
+#define PTMD_FORMAT_VERSION 1
+#define PTMD_ENDIAN_MARK 0x01020304u
+#define PTMD_FOOTER_MAGIC 0x454d5450u   /* "PTME" */
+
+enum {
+    PTMD_SEC_META = 1,          /* ptmd_meta, count 1 */
+    PTMD_SEC_STRINGS = 2,       /* key/value strings: u16 klen, key, u32 vlen, value */
+    PTMD_SEC_MALLINFO2 = 3,     /* ptmd_mallinfo2_rec, count 1 */
+    PTMD_SEC_MALLOC_INFO = 4,   /* malloc_info() XML, count = byte length */
+    PTMD_SEC_ARENAS = 5,        /* ptmd_arena_rec[count] */
+    PTMD_SEC_HEAPS = 6,         /* ptmd_heap_rec[count] */
+    PTMD_SEC_CHUNKS = 7,        /* ptmd_chunk_rec[count] */
+    PTMD_SEC_PAGES = 8,         /* uint8 PTMD_PAGE_* flags, one per page, count = pages */
+    PTMD_SEC_THREADS = 9,       /* ptmd_thread_rec[count] */
+    PTMD_SEC_ANOMALIES = 10,    /* ptmd_anomaly_rec[count] */
+    PTMD_SEC_END = 0xffff
+};
+
+/* Chunk states: the low 4 bits of ptmd_chunk_rec.word. */
+typedef enum {
+    PTMD_ST_IN_USE = 0,
+    PTMD_ST_TCACHE = 1,
+    PTMD_ST_FASTBIN = 2,
+    PTMD_ST_UNSORTED = 3,
+    PTMD_ST_SMALLBIN = 4,
+    PTMD_ST_LARGEBIN = 5,
+    PTMD_ST_TOP = 6,
+    PTMD_ST_MMAPPED = 7,
+    PTMD_ST_META = 8,
+    PTMD_ST_COUNT = 9
+} ptmd_state;
+
+/* Chunk flags: bits 56..63 of ptmd_chunk_rec.word. */
+#define PTMD_CF_SHIFT 56
+#define PTMD_CF_ANOMALY (1ull << 56)        /* an anomaly record names this chunk */
+#define PTMD_CF_TCACHE_STRUCT (1ull << 57)  /* a thread's tcache_perthread_struct */
+#define PTMD_CF_LAST_REMAINDER (1ull << 58) /* the arena's last_remainder */
+#define PTMD_CF_FREE_BIT (1ull << 59)       /* the next chunk's PREV_INUSE bit says free */
+#define PTMD_CF_RAW_SHIFT 60                /* bits 60..62: the chunk's own P, M, A bits as found */
+#define PTMD_SIZE_MASK 0x00fffffffffffff0ull
+
+typedef struct {
+    uint64_t addr;              /* chunk address (not the user pointer: that is addr + 16) */
+    uint64_t word;              /* size (multiple of 16) | state | flags << 56 */
+} ptmd_chunk_rec;
+
+static inline uint64_t ptmd_rec_size(const ptmd_chunk_rec *r) { return r->word & PTMD_SIZE_MASK; }
+static inline int ptmd_rec_state(const ptmd_chunk_rec *r) { return (int)(r->word & 0xf); }
+static inline uint64_t ptmd_rec_raw_bits(const ptmd_chunk_rec *r) { return (r->word >> PTMD_CF_RAW_SHIFT) & 7; }
+static inline void ptmd_rec_set_state(ptmd_chunk_rec *r, int st) { r->word = (r->word & ~0xfull) | (uint64_t)st; }
+
+/* Symbol sources: how main_arena was found. */
+enum {
+    PTMD_SYMSRC_SYMTAB = 1,     /* libc's own .symtab */
+    PTMD_SYMSRC_BUILD_ID = 2,   /* <debugdir>/.build-id/xx/rest.debug */
+    PTMD_SYMSRC_DEBUGLINK = 3,  /* .gnu_debuglink name, CRC checked */
+    PTMD_SYMSRC_HEURISTIC = 4   /* found by structure, no symbols */
+};
+
+/* ptmd_meta.flags */
+#define PTMD_MF_SAFE_LINKING (1u << 0)
+#define PTMD_MF_TCACHE (1u << 1)
+#define PTMD_MF_TCACHE_KEY (1u << 2)       /* tcache_key was read */
+#define PTMD_MF_MP (1u << 3)               /* mp_ was read */
+#define PTMD_MF_FORK_CHILD (1u << 4)       /* written by a forked snapshot child */
+#define PTMD_MF_THREADS_COMPLETE (1u << 5) /* every thread in /proc/self/task was found */
+
+typedef struct {
+    uint64_t pid;
+    uint64_t ppid;
+    int64_t time_sec;
+    uint64_t time_nsec;
+    uint64_t page_size;
+    uint64_t main_arena;
+    uint64_t mp_addr;
+    uint64_t libc_base;
+    uint64_t sbrk_base;
+    uint64_t heap_max_size;
+    uint64_t mmap_threshold;
+    uint64_t trim_threshold;
+    uint64_t top_pad;
+    uint64_t arena_max;
+    uint64_t arena_test;
+    uint64_t n_mmaps;           /* mp_.n_mmaps */
+    uint64_t mmapped_mem;       /* mp_.mmapped_mem */
+    uint64_t max_mmapped_mem;
+    uint64_t tcache_bins;
+    uint64_t tcache_count;
+    uint64_t tcache_max_bytes;
+    uint64_t walk_ns;           /* from the mallinfo capture to the end of the walk */
+    uint64_t residency_ns;
+    uint64_t lock_wait_ns;      /* time spent waiting for arena locks */
+    uint32_t symbol_source;     /* PTMD_SYMSRC_* */
+    uint32_t residency_source;  /* PTMD_RESIDENCY_* */
+    uint32_t glibc_major;
+    uint32_t glibc_minor;
+    uint32_t flags;             /* PTMD_MF_* */
+    uint32_t thread_count;      /* entries of /proc/self/task at the walk */
+} ptmd_meta;
+
+typedef struct {
+    uint64_t arena, ordblks, smblks, hblks, hblkhd, usmblks, fsmblks, uordblks, fordblks, keepcost;
+} ptmd_mallinfo2_rec;
+
+/* ptmd_arena_rec.flags */
+#define PTMD_AF_MAIN (1u << 0)
+#define PTMD_AF_NONCONTIGUOUS (1u << 1)
+#define PTMD_AF_HAVE_FASTCHUNKS (1u << 2)
+#define PTMD_AF_LOCKED (1u << 3)       /* walked under its own mutex */
+#define PTMD_AF_CORRUPT (1u << 4)      /* the walk of this arena recorded anomalies */
+
+typedef struct {
+    uint64_t address;
+    uint64_t top;
+    uint64_t top_size;
+    uint64_t last_remainder;
+    uint64_t system_mem;
+    uint64_t max_system_mem;
+    uint64_t next;
+    uint64_t next_free;
+    uint64_t attached_threads;
+    uint32_t flags;             /* PTMD_AF_* */
+    uint32_t glibc_flags;       /* malloc_state.flags */
+    uint32_t first_heap;
+    uint32_t n_heaps;
+} ptmd_arena_rec;
+
+enum { PTMD_HEAP_SBRK = 1, PTMD_HEAP_MMAP_HEAP = 2, PTMD_HEAP_MMAPPED_CHUNK = 3 };
+#define PTMD_HF_TRUNCATED (1u << 0)    /* the chunk walk stopped before the end */
+#define PTMD_NO_ARENA 0xffffffffu
+
+typedef struct {
+    uint64_t start;             /* first byte accounted to the heap */
+    uint64_t end;               /* end of the walked region */
+    uint64_t reserved_end;      /* end of the address space reserved for it */
+    uint64_t prev;              /* heap_info.prev (mmap heaps) */
+    uint64_t mprotect_size;     /* heap_info.mprotect_size (mmap heaps) */
+    uint64_t first_chunk;       /* index into the chunk table */
+    uint64_t n_chunks;
+    uint64_t first_page;        /* index into the page table */
+    uint64_t n_pages;
+    uint64_t page_base;         /* address of the first page */
+    uint32_t arena;             /* index into the arena table, PTMD_NO_ARENA for mmapped chunks */
+    uint32_t kind;              /* PTMD_HEAP_* */
+    uint32_t flags;             /* PTMD_HF_* */
+    uint32_t reserved;
+} ptmd_heap_rec;
+
+#define PTMD_TF_CURRENT (1u << 0)      /* the thread that wrote the dump */
+#define PTMD_TF_TLS (1u << 1)          /* tcache pointer read from the thread's TLS */
+#define PTMD_TF_SCAN (1u << 2)         /* tcache found by structure among in-use chunks */
+
+typedef struct {
+    uint64_t pthread;           /* struct pthread (0 when unknown) */
+    uint64_t tcache;            /* tcache_perthread_struct user address, 0 if none */
+    uint64_t arena;             /* thread_arena, 0 if unknown */
+    uint64_t tcache_bytes;
+    uint32_t tid;               /* 0 when unknown */
+    uint32_t flags;             /* PTMD_TF_* */
+    uint32_t tcache_count;
+    uint32_t reserved;
+} ptmd_thread_rec;
+
+typedef enum {
+    PTMD_AN_BAD_SIZE = 1,           /* a chunk size that is impossible here */
+    PTMD_AN_PAST_END = 2,           /* a chunk that runs past its heap */
+    PTMD_AN_FREE_NOT_IN_BIN = 3,    /* free by the PREV_INUSE bit, in no list */
+    PTMD_AN_LIST_NOT_CHUNK = 4,     /* a bin/fastbin/tcache entry that is no chunk of the walk */
+    PTMD_AN_LIST_IN_USE = 5,        /* a bin entry whose chunk is marked in use */
+    PTMD_AN_FASTBIN_FREE = 6,       /* a fastbin/tcache entry whose chunk is marked free */
+    PTMD_AN_BAD_POINTER = 7,        /* a list pointer outside the arena's memory or misaligned */
+    PTMD_AN_LIST_CYCLE = 8,         /* a list longer than the heap could hold */
+    PTMD_AN_LIST_LINK = 9,          /* fd->bk != chunk */
+    PTMD_AN_WRONG_BIN = 10,         /* a chunk whose size does not belong to its bin */
+    PTMD_AN_DUPLICATE = 11,         /* a chunk in two lists */
+    PTMD_AN_TOP = 12,               /* top does not end its heap */
+    PTMD_AN_NONCONTIGUOUS = 13,     /* the main arena is not one sbrk region */
+    PTMD_AN_SYSTEM_MEM = 14,        /* system_mem differs from the walked size */
+    PTMD_AN_HEAP_INFO = 15,         /* a heap_info that does not check out */
+    PTMD_AN_TCACHE_COUNT = 16,      /* a tcache chain whose length differs from its count */
+    PTMD_AN_TCACHE_KEY = 17,        /* a tcache entry whose key is wrong */
+    PTMD_AN_MMAPPED_MISMATCH = 18,  /* mmapped chunks found differ from mp_.n_mmaps / mmapped_mem */
+    PTMD_AN_WRONG_ARENA = 19,       /* NON_MAIN_ARENA bit disagrees with the arena */
+    PTMD_AN_COUNT
+} ptmd_anomaly_kind;
+
+typedef struct {
+    uint64_t address;
+    uint64_t detail;            /* kind-specific: the bad value, expected size, ... */
+    uint32_t kind;              /* ptmd_anomaly_kind */
+    uint32_t arena;             /* arena index or PTMD_NO_ARENA */
+} ptmd_anomaly_rec;
+
+typedef struct {
+    uint32_t type;
+    uint32_t reserved;
+    uint64_t count;
+    uint64_t length;
+} ptmd_section_hdr;
+
+typedef struct {
+    uint64_t n_sections;        /* sections before END */
+    uint64_t n_chunks;
+    uint64_t body_length;       /* bytes before the END section header */
+    uint32_t crc32;             /* CRC-32 of those bytes */
+    uint32_t magic;             /* PTMD_FOOTER_MAGIC */
+} ptmd_footer;
+
+_Static_assert(sizeof(ptmd_chunk_rec) == 16, "chunk record is 16 bytes");
+_Static_assert(sizeof(ptmd_meta) == 216, "meta layout");
+_Static_assert(sizeof(ptmd_mallinfo2_rec) == 80, "mallinfo2 layout");
+_Static_assert(sizeof(ptmd_arena_rec) == 88, "arena record layout");
+_Static_assert(sizeof(ptmd_heap_rec) == 96, "heap record layout");
+_Static_assert(sizeof(ptmd_thread_rec) == 48, "thread record layout");
+_Static_assert(sizeof(ptmd_anomaly_rec) == 24, "anomaly record layout");
+_Static_assert(sizeof(ptmd_section_hdr) == 24, "section header layout");
+_Static_assert(sizeof(ptmd_footer) == 32, "footer layout");
+
+#define PTMD_PREAMBLE_SIZE 16
+#define PTMD_END_SIZE (sizeof(ptmd_section_hdr) + sizeof(ptmd_footer))
+
+#endif

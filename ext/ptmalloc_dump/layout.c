@@ -1,0 +1,86 @@
+/* The per-version layout table. Every entry was read off that release's malloc/malloc.c and
+ * malloc/arena.c (x86-64, USE_TCACHE, tunables on as distributions build it). */
+#include "layout.h"
+
+/* struct malloc_state, 2.27 .. 2.42 (2.27 added have_fastchunks: "malloc: Use atomics for
+ * have_fastchunks"; before that fastbinsY followed flags directly). */
+#define MS_2_27                                                                                    \
+    .ms_mutex = 0, .ms_flags = 4, .ms_have_fastchunks = 8, .ms_fastbins = 16, .ms_top = 96,         \
+    .ms_last_remainder = 104, .ms_bins = 112, .ms_binmap = 2144, .ms_next = 2160,                    \
+    .ms_next_free = 2168, .ms_attached_threads = 2176, .ms_system_mem = 2184,                        \
+    .ms_max_system_mem = 2192, .ms_size = 2200, .nfastbins = 10
+
+/* struct malloc_par before 2.35. */
+#define MP_2_27                                                                                    \
+    .mp_trim_threshold = 0, .mp_top_pad = 8, .mp_mmap_threshold = 16, .mp_arena_test = 24,           \
+    .mp_arena_max = 32, .mp_hp_pagesize = PTMD_NONE, .mp_n_mmaps = 40, .mp_n_mmaps_max = 44,         \
+    .mp_max_n_mmaps = 48, .mp_no_dyn_threshold = 52, .mp_mmapped_mem = 56,                           \
+    .mp_max_mmapped_mem = 64, .mp_sbrk_base = 72, .mp_tcache_bins = 80, .mp_tcache_max_bytes = 88,   \
+    .mp_tcache_count = 96, .mp_tcache_unsorted_limit = 104, .mp_size = 112
+
+/* 2.35 added thp_pagesize, hp_pagesize and hp_flags after arena_max (hugetlb tunables). */
+#define MP_2_35                                                                                    \
+    .mp_trim_threshold = 0, .mp_top_pad = 8, .mp_mmap_threshold = 16, .mp_arena_test = 24,           \
+    .mp_arena_max = 32, .mp_hp_pagesize = 48, .mp_n_mmaps = 60, .mp_n_mmaps_max = 64,                \
+    .mp_max_n_mmaps = 68, .mp_no_dyn_threshold = 72, .mp_mmapped_mem = 80,                           \
+    .mp_max_mmapped_mem = 88, .mp_sbrk_base = 96, .mp_tcache_bins = 104,                             \
+    .mp_tcache_max_bytes = 112, .mp_tcache_count = 120, .mp_tcache_unsorted_limit = 128,             \
+    .mp_size = 136
+
+/* heap_info: 2.35 added pagesize (hugetlb arenas), growing it from 32 to 48 bytes. */
+#define HI_2_27 .hi_ar_ptr = 0, .hi_prev = 8, .hi_size = 16, .hi_mprotect_size = 24, \
+                .hi_pagesize = PTMD_NONE, .hi_size_total = 32
+#define HI_2_35 .hi_ar_ptr = 0, .hi_prev = 8, .hi_size = 16, .hi_mprotect_size = 24, \
+                .hi_pagesize = 32, .hi_size_total = 48
+
+/* tcache_perthread_struct: char counts[64] until 2.29, uint16_t since 2.30 ("malloc: make
+ * tcache counts uint16_t"). */
+#define TC_U8 .tcache_bins = 64, .tcache_large_bins = 0, .tcache_count_width = 1, \
+              .tcache_counts_are_slots = 0, .tcache_entries_off = 64, .tcache_struct_size = 576
+#define TC_U16 .tcache_bins = 64, .tcache_large_bins = 0, .tcache_count_width = 2, \
+               .tcache_counts_are_slots = 0, .tcache_entries_off = 128, .tcache_struct_size = 640
+
+static const ptmd_layout layouts[] = {
+    /* 2.27, 2.28: no tcache_entry.key */
+    { .minor_from = 27, .minor_to = 28, MS_2_27, MP_2_27, HI_2_27, TC_U8,
+      .tcache_entry_has_key = 0, .tcache_key_is_random = 0, .safe_linking = 0 },
+    /* 2.29: key (the owning tcache) added for double-free detection */
+    { .minor_from = 29, .minor_to = 29, MS_2_27, MP_2_27, HI_2_27, TC_U8,
+      .tcache_entry_has_key = 1, .tcache_key_is_random = 0, .safe_linking = 0 },
+    { .minor_from = 30, .minor_to = 31, MS_2_27, MP_2_27, HI_2_27, TC_U16,
+      .tcache_entry_has_key = 1, .tcache_key_is_random = 0, .safe_linking = 0 },
+    /* 2.32: safe-linking of tcache and fastbin next pointers */
+    { .minor_from = 32, .minor_to = 33, MS_2_27, MP_2_27, HI_2_27, TC_U16,
+      .tcache_entry_has_key = 1, .tcache_key_is_random = 0, .safe_linking = 1 },
+    /* 2.34: key becomes the random tcache_key */
+    { .minor_from = 34, .minor_to = 34, MS_2_27, MP_2_27, HI_2_27, TC_U16,
+      .tcache_entry_has_key = 1, .tcache_key_is_random = 1, .safe_linking = 1 },
+    { .minor_from = 35, .minor_to = 41, MS_2_27, MP_2_35, HI_2_35, TC_U16,
+      .tcache_entry_has_key = 1, .tcache_key_is_random = 1, .safe_linking = 1 },
+};
+
+const ptmd_layout *ptmd_layout_for(int major, int minor)
+{
+    size_t i;
+    if (major != 2) return NULL;
+    for (i = 0; i < sizeof(layouts) / sizeof(layouts[0]); i++)
+        if (minor >= layouts[i].minor_from && minor <= layouts[i].minor_to) return &layouts[i];
+    return NULL;
+}
+
+int ptmd_layout_newest_minor(void)
+{
+    return layouts[sizeof(layouts) / sizeof(layouts[0]) - 1].minor_to;
+}
+
+int ptmd_bin_index(uint64_t size)
+{
+    if (size < PTMD_MIN_LARGE_SIZE) return (int)(size >> 4);   /* smallbin_index, SMALLBIN_CORRECTION 0 */
+    /* largebin_index_64 */
+    if ((size >> 6) <= 48) return 48 + (int)(size >> 6);
+    if ((size >> 9) <= 20) return 91 + (int)(size >> 9);
+    if ((size >> 12) <= 10) return 110 + (int)(size >> 12);
+    if ((size >> 15) <= 4) return 119 + (int)(size >> 15);
+    if ((size >> 18) <= 2) return 124 + (int)(size >> 18);
+    return 126;
+}

@@ -1,0 +1,107 @@
+/* glibc malloc structure layouts (x86-64), one entry per range of glibc versions, in ONE place.
+ *
+ * Names mirror malloc/malloc.c and malloc/arena.c. Offsets are bytes from the start of each struct.
+ *
+ *   malloc_chunk ("malloc_chunk details" in malloc.c):
+ *
+ *     chunk-> +-----------------------------------------------+
+ *             | mchunk_prev_size: size of previous chunk if free |  0
+ *             +-----------------------------------------------+
+ *             | mchunk_size: size | A(4) | M(2) | P(1)          |  8
+ *       mem-> +-----------------------------------------------+
+ *             | fd (free) / user data                         | 16   (tcache_entry.next, mangled >= 2.32)
+ *             | bk (free) / user data                         | 24   (tcache_entry.key >= 2.29)
+ *             | fd_nextsize, bk_nextsize (large free chunks)  | 32
+ *             +-----------------------------------------------+
+ *
+ *   malloc_state (an arena), 2.27 .. 2.42:
+ *
+ *     0 mutex | 4 flags | 8 have_fastchunks | 16 fastbinsY[10] | 96 top | 104 last_remainder
+ *     112 bins[254] | 2144 binmap[4] | 2160 next | 2168 next_free | 2176 attached_threads
+ *     2184 system_mem | 2192 max_system_mem | sizeof 2200
+ *
+ *   heap_info (a non-main heap, aligned to heap_max_size()):
+ *
+ *     0 ar_ptr | 8 prev | 16 size | 24 mprotect_size | [32 pagesize, 2.35+] | pad to 16
+ *     sizeof 32 before 2.35, 48 since
+ *
+ *   tcache_perthread_struct:  counts[TCACHE_MAX_BINS] (uint8 < 2.30, uint16 since) then
+ *                             entries[TCACHE_MAX_BINS] (tcache_entry *, pointing at mem)
+ */
+#ifndef PTMD_LAYOUT_H
+#define PTMD_LAYOUT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define PTMD_SIZE_SZ 8
+#define PTMD_CHUNK_HDR_SZ 16
+#define PTMD_MALLOC_ALIGNMENT 16
+#define PTMD_MALLOC_ALIGN_MASK 15
+#define PTMD_MINSIZE 32
+
+#define PTMD_PREV_INUSE 0x1
+#define PTMD_IS_MMAPPED 0x2
+#define PTMD_NON_MAIN_ARENA 0x4
+#define PTMD_SIZE_BITS 0x7
+
+#define PTMD_NBINS 128
+#define PTMD_NSMALLBINS 64
+#define PTMD_MIN_LARGE_SIZE 1024          /* (NSMALLBINS - SMALLBIN_CORRECTION) * MALLOC_ALIGNMENT */
+#define PTMD_MAX_FAST_CHUNK 176            /* request2size(MAX_FAST_SIZE = 160) */
+#define PTMD_DEFAULT_HEAP_MAX_SIZE (64ul * 1024 * 1024)  /* 2 * DEFAULT_MMAP_THRESHOLD_MAX on 64-bit */
+#define PTMD_TCACHE_MAX_BINS_MAX 128
+
+#define PTMD_NONCONTIGUOUS_BIT 0x2         /* malloc_state.flags */
+
+static inline uint64_t ptmd_chunksize(uint64_t mchunk_size) { return mchunk_size & ~(uint64_t)PTMD_SIZE_BITS; }
+
+/* Where a field is absent in a version, its offset is PTMD_NONE. */
+#define PTMD_NONE ((size_t)-1)
+
+typedef struct {
+    int minor_from, minor_to;          /* glibc 2.<from> .. 2.<to> inclusive */
+
+    /* struct malloc_state */
+    size_t ms_mutex, ms_flags, ms_have_fastchunks, ms_fastbins, ms_top, ms_last_remainder, ms_bins,
+        ms_binmap, ms_next, ms_next_free, ms_attached_threads, ms_system_mem, ms_max_system_mem, ms_size;
+    int nfastbins;                     /* 0 when the version has no fastbins */
+
+    /* struct malloc_par (mp_) */
+    size_t mp_trim_threshold, mp_top_pad, mp_mmap_threshold, mp_arena_test, mp_arena_max,
+        mp_hp_pagesize, mp_n_mmaps, mp_n_mmaps_max, mp_max_n_mmaps, mp_no_dyn_threshold,
+        mp_mmapped_mem, mp_max_mmapped_mem, mp_sbrk_base, mp_tcache_bins, mp_tcache_max_bytes,
+        mp_tcache_count, mp_tcache_unsorted_limit, mp_size;
+
+    /* heap_info */
+    size_t hi_ar_ptr, hi_prev, hi_size, hi_mprotect_size, hi_pagesize, hi_size_total;
+
+    /* tcache */
+    int tcache_bins;                   /* TCACHE_MAX_BINS: bins that hold chunks by exact size class */
+    int tcache_large_bins;             /* extra bins for large sizes (2.42+), 0 before */
+    int tcache_count_width;            /* bytes per counts[] element */
+    int tcache_counts_are_slots;       /* 1 when the array holds free slots (num_slots) instead of counts */
+    size_t tcache_entries_off;         /* offset of entries[] in tcache_perthread_struct */
+    size_t tcache_struct_size;         /* sizeof (tcache_perthread_struct) */
+    int tcache_entry_has_key;          /* 2.29+ */
+    int tcache_key_is_random;          /* 2.34+: key == tcache_key, before: key == the tcache itself */
+    int safe_linking;                  /* 2.32+ */
+} ptmd_layout;
+
+/* The layout for glibc 2.<minor>, or NULL when the table has none. */
+const ptmd_layout *ptmd_layout_for(int major, int minor);
+/* Newest minor version the table knows. */
+int ptmd_layout_newest_minor(void);
+
+/* Bin index of a free chunk of this size in the regular bins (smallbin_index / largebin_index). */
+int ptmd_bin_index(uint64_t size);
+/* Fastbin index (fastbin_index). */
+static inline int ptmd_fastbin_index(uint64_t size) { return (int)(size >> 4) - 2; }
+/* tcache bin of a chunk size (csize2tidx), for the small tcache bins. */
+static inline int ptmd_csize2tidx(uint64_t size) { return (int)((size - PTMD_MINSIZE + PTMD_MALLOC_ALIGNMENT - 1) / PTMD_MALLOC_ALIGNMENT); }
+static inline uint64_t ptmd_tidx2csize(int idx) { return (uint64_t)idx * PTMD_MALLOC_ALIGNMENT + PTMD_MINSIZE; }
+
+/* Safe-linking (2.32+): stored = (address of the field >> 12) ^ pointer. */
+static inline uint64_t ptmd_reveal_ptr(uint64_t field_addr, uint64_t stored) { return (field_addr >> 12) ^ stored; }
+
+#endif

@@ -1,0 +1,21 @@
+/* Declarations shared by the Ruby binding files (the only files that touch the Ruby API). */
+#ifndef PTMD_RB_COMMON_H
+#define PTMD_RB_COMMON_H
+
+#include <ruby.h>
+#include "ptmd.h"
+#include "summary.h"
+
+extern VALUE ptmd_mPtmallocDump;
+
+/* Raises the Ruby exception for a core error: Errno::* for system calls, PtmallocDump::*Error else. */
+NORETURN(void ptmd_rb_raise(const ptmd_err *err));
+
+/* The summary Hash of a view (mallinfo2 fields, residency, per-state and per-arena figures). */
+VALUE ptmd_rb_summary(const ptmd_view *v);
+
+void ptmd_rb_errors_init(void);
+void ptmd_rb_dump_init(void);
+void ptmd_rb_reader_init(void);
+
+#endif

@@ -1,0 +1,100 @@
+/* PtmallocDump._dump: runs a dump with the GVL held (the walk must not race Ruby threads' mallocs). */
+#include "rb_common.h"
+#include "dump.h"
+#include "locate.h"
+
+#include <string.h>
+
+typedef struct {
+    ptmd_dump_state d;
+    ptmd_dump_opts opts;
+    const char *strings[64];
+    ptmd_err err;
+    int rc;
+} dump_call;
+
+static VALUE dump_body(VALUE arg)
+{
+    dump_call *c = (dump_call *)arg;
+    ptmd_view v;
+    VALUE summary;
+    c->rc = ptmd_dump_run(&c->d, &c->opts, &c->err);
+    if (c->rc != 0) return Qnil;
+    ptmd_dump_view(&c->d, &v);
+    summary = ptmd_rb_summary(&v);
+    rb_hash_aset(summary, ID2SYM(rb_intern("walk_ns")), ULL2NUM(c->d.meta.walk_ns));
+    rb_hash_aset(summary, ID2SYM(rb_intern("lock_wait_ns")), ULL2NUM(c->d.meta.lock_wait_ns));
+    return summary;
+}
+
+static VALUE dump_cleanup(VALUE arg)
+{
+    ptmd_dump_release(&((dump_call *)arg)->d);
+    return Qnil;
+}
+
+/* _dump(path, debug_dir, strings) -> summary Hash. strings: flat Array of key, value Strings. */
+static VALUE rb_ptmd_dump(VALUE self, VALUE path, VALUE debug_dir, VALUE strings)
+{
+    dump_call *c;
+    VALUE result;
+    const char *strs[64], *cpath, *cdir;
+    long i, n;
+    PTMD_UNUSED(self);
+    FilePathValue(path);
+    if (!NIL_P(debug_dir)) FilePathValue(debug_dir);
+    Check_Type(strings, T_ARRAY);
+    n = RARRAY_LEN(strings);
+    if (n > 62 || (n & 1)) rb_raise(rb_eArgError, "strings must be at most 31 key/value pairs");
+    /* everything that can raise comes before the allocation */
+    for (i = 0; i < n; i++) {
+        VALUE s = RARRAY_AREF(strings, i);
+        strs[i] = StringValueCStr(s);
+    }
+    strs[n] = NULL;
+    cpath = StringValueCStr(path);
+    cdir = NIL_P(debug_dir) ? NULL : StringValueCStr(debug_dir);
+    c = ZALLOC(dump_call);
+    memcpy(c->strings, strs, sizeof(strs));
+    c->opts.path = cpath;
+    c->opts.debug_dir = cdir;
+    c->opts.strings = c->strings;
+    result = rb_ensure(dump_body, (VALUE)c, dump_cleanup, (VALUE)c);
+    RB_GC_GUARD(path);
+    RB_GC_GUARD(debug_dir);
+    RB_GC_GUARD(strings);
+    if (c->rc != 0) {
+        ptmd_err err = c->err;
+        xfree(c);
+        ptmd_rb_raise(&err);
+    }
+    xfree(c);
+    return result;
+}
+
+/* _libc_info(debug_dir) -> Hash: where libc and its symbols were found (raises like _dump). */
+static VALUE rb_ptmd_libc_info(VALUE self, VALUE debug_dir)
+{
+    const ptmd_libc *lc;
+    ptmd_err err;
+    VALUE h = rb_hash_new();
+    char hex[2 * sizeof(lc->build_id) + 1];
+    PTMD_UNUSED(self);
+    if (!NIL_P(debug_dir)) FilePathValue(debug_dir);
+    if (ptmd_locate(NIL_P(debug_dir) ? NULL : StringValueCStr(debug_dir), &lc, &err) != 0) ptmd_rb_raise(&err);
+    ptmd_hex(lc->build_id, lc->build_id_len, hex);
+    rb_hash_aset(h, ID2SYM(rb_intern("glibc_version")), rb_str_new_cstr(lc->glibc_version));
+    rb_hash_aset(h, ID2SYM(rb_intern("libc_path")), rb_str_new_cstr(lc->libc_path));
+    rb_hash_aset(h, ID2SYM(rb_intern("build_id")), rb_str_new_cstr(hex));
+    rb_hash_aset(h, ID2SYM(rb_intern("symbol_file")), rb_str_new_cstr(lc->symbol_file));
+    rb_hash_aset(h, ID2SYM(rb_intern("main_arena")), ULL2NUM(lc->main_arena));
+    rb_hash_aset(h, ID2SYM(rb_intern("mp")), ULL2NUM(lc->mp));
+    rb_hash_aset(h, ID2SYM(rb_intern("supported_layout")), lc->layout ? Qtrue : Qfalse);
+    return h;
+}
+
+void ptmd_rb_dump_init(void)
+{
+    rb_define_singleton_method(ptmd_mPtmallocDump, "_dump", rb_ptmd_dump, 3);
+    rb_define_singleton_method(ptmd_mPtmallocDump, "_libc_info", rb_ptmd_libc_info, 1);
+}

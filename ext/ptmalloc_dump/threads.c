@@ -1,0 +1,152 @@
+/* Thread enumeration without debug info for ld.so: from our own struct pthread (the thread pointer,
+ * %fs:16 on x86-64) along its `list` links to the list head, and from there to the neighbouring list
+ * (glibc 2.34+ keeps _dl_stack_used and _dl_stack_user adjacent in _rtld_global). A struct pthread is
+ * recognised by its self pointers (header.tcb and header.self); live threads have tid > 0. Every read
+ * goes through the fault-free reader: stacks of exiting threads may be unmapped at any time. */
+#define _GNU_SOURCE
+#include "threads.h"
+
+#include <errno.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define PTMD_PTHREAD_LIST_OFF 0x2c0   /* list_t list in struct pthread, 2.27 .. 2.43 (nptl/descr.h) */
+#define PTMD_MAX_THREADS 100000
+#define PTMD_MAX_TIDS 4096
+
+static int rd(ptmd_walk *w, uint64_t addr, uint64_t *out)
+{
+    return ptmd_safe_read(&w->mem, addr, out, sizeof(*out));
+}
+
+static int is_thread(ptmd_walk *w, uint64_t base)
+{
+    uint64_t tcb, self;
+    return rd(w, base, &tcb) == 0 && rd(w, base + 16, &self) == 0 && tcb == base && self == base;
+}
+
+static int32_t tid_of(ptmd_walk *w, uint64_t base, size_t list_off)
+{
+    int32_t tid;
+    if (ptmd_safe_read(&w->mem, base + list_off + 16, &tid, sizeof(tid)) != 0) return 0;
+    return tid;
+}
+
+/* Finds list_t's offset in our own struct pthread: the pid_t after it holds our tid and the links agree. */
+static size_t find_list_off(ptmd_walk *w, uint64_t self)
+{
+    int32_t want = (int32_t)syscall(SYS_gettid);
+    size_t off, cand[2] = { PTMD_PTHREAD_LIST_OFF, 0 };
+    int pass;
+    for (pass = 0; pass < 2; pass++) {
+        for (off = pass ? 24 : cand[0]; pass ? off < 0x1000 : off == cand[0]; off += 8) {
+            uint64_t next, prev, back;
+            if (tid_of(w, self, off) != want) continue;
+            if (rd(w, self + off, &next) || rd(w, self + off + 8, &prev)) continue;
+            if (rd(w, next + 8, &back) || back != self + off) continue;
+            if (rd(w, prev, &back) || back != self + off) continue;
+            return off;
+        }
+    }
+    return 0;
+}
+
+/* A list head: empty (points at itself) or linked both ways to a struct pthread. */
+static int is_list_head(ptmd_walk *w, uint64_t head, size_t list_off)
+{
+    uint64_t next, prev, back;
+    if (!head || rd(w, head, &next) || rd(w, head + 8, &prev)) return 0;
+    if (next == head && prev == head) return 1;
+    if (rd(w, next + 8, &back) || back != head || rd(w, prev, &back) || back != head) return 0;
+    return is_thread(w, next - list_off);
+}
+
+static int push_thread(ptmd_walk *w, uint64_t base, int32_t tid, uint32_t flags)
+{
+    const ptmd_libc *lc = w->lc;
+    uint64_t block = base - lc->tls_offset, v;
+    ptmd_thread_rec *t = ptmd_buf_push(&w->threads, sizeof(*t));
+    if (!t) return -1;
+    t->pthread = base;
+    t->tid = (uint32_t)tid;
+    t->flags = flags;
+    if (lc->tcache_tls >= 0 && rd(w, block + (uint64_t)lc->tcache_tls, &v) == 0) {
+        t->tcache = v;
+        if (v) t->flags |= PTMD_TF_TLS;
+    }
+    if (lc->thread_arena_tls >= 0 && rd(w, block + (uint64_t)lc->thread_arena_tls, &v) == 0) t->arena = v;
+    return 0;
+}
+
+/* Walks the circular list through `start` (a node), appending live threads; returns the head node
+ * (the one member that is no struct pthread), or 0 when the list is not well formed. */
+static uint64_t walk_list(ptmd_walk *w, uint64_t start, size_t list_off, uint64_t self)
+{
+    uint64_t node = start, head = 0;
+    size_t steps = 0, mark = w->threads.len;
+    do {
+        uint64_t base = node - list_off, next, back;
+        if (++steps > PTMD_MAX_THREADS || rd(w, node, &next) || rd(w, next + 8, &back) || back != node)
+            goto bad;
+        if (is_thread(w, base)) {
+            int32_t tid = tid_of(w, base, list_off);
+            if (tid > 0 && push_thread(w, base, tid, base == self ? PTMD_TF_CURRENT : 0) != 0) goto bad;
+        } else {
+            if (head) goto bad;     /* two non-thread nodes: a list being changed under us */
+            head = node;
+        }
+        node = next;
+    } while (node != start);
+    if (head) return head;
+bad:
+    w->threads.len = mark;
+    return 0;
+}
+
+static int thread_listed(ptmd_walk *w, int tid)
+{
+    size_t i, n = PTMD_BUF_COUNT(&w->threads, ptmd_thread_rec);
+    for (i = 0; i < n; i++)
+        if ((int)PTMD_BUF_AT(&w->threads, ptmd_thread_rec, i)->tid == tid) return 1;
+    return 0;
+}
+
+int ptmd_threads_collect(ptmd_walk *w)
+{
+    static int tids[PTMD_MAX_TIDS];
+    uint64_t self, head, other = 0;
+    size_t list_off;
+    long ntids, i;
+    int found = 0;
+
+    __asm__("mov %%fs:16, %0" : "=r"(self));
+    ntids = ptmd_list_tids(tids, PTMD_MAX_TIDS);
+    w->thread_count = ntids > 0 ? (uint32_t)ntids : 0;
+    w->threads_complete = 0;
+
+    list_off = is_thread(w, self) ? find_list_off(w, self) : 0;
+    head = list_off ? walk_list(w, self + list_off, list_off, self) : 0;
+    if (!head) {
+        /* not even our own list is readable: record ourselves alone */
+        int32_t tid = (int32_t)syscall(SYS_gettid);
+        w->threads.len = 0;
+        if (push_thread(w, self, tid, PTMD_TF_CURRENT) != 0) return -1;
+    } else if (w->lc->minor >= 34) {
+        /* _rtld_global: _dl_stack_used, _dl_stack_user, _dl_stack_cache are adjacent list_t's.
+         * The main thread is always on _dl_stack_user; otherwise a valid list 32 bytes on means we
+         * stand on _dl_stack_used (its +32 is the cache; _dl_stack_user's +32 holds counters). */
+        int on_user = (pid_t)syscall(SYS_gettid) == getpid() || !is_list_head(w, head + 32, list_off);
+        other = on_user ? head - 16 : head + 16;
+        if (is_list_head(w, other, list_off)) {
+            uint64_t first;
+            if (rd(w, other, &first) == 0 && first != other) walk_list(w, first, list_off, self);
+        }
+    }
+    /* pre-2.34 the other list lives in libpthread's data: threads not found here are still covered
+     * by the structural tcache scan. */
+    if (ntids > 0 && ntids <= PTMD_MAX_TIDS) {
+        for (i = 0; i < ntids; i++) found += thread_listed(w, tids[i]);
+        w->threads_complete = found == ntids && (long)PTMD_BUF_COUNT(&w->threads, ptmd_thread_rec) == ntids;
+    }
+    return 0;
+}

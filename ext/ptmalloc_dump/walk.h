@@ -1,0 +1,73 @@
+/* The walk: arenas -> heaps -> chunks -> lists, then tcaches, mmapped chunks and page residency.
+ * Everything here runs without calling malloc; results accumulate in mmap-backed buffers. */
+#ifndef PTMD_WALK_H
+#define PTMD_WALK_H
+
+#include "format.h"
+#include "locate.h"
+#include "procfs.h"
+#include "scratch.h"
+
+typedef struct {
+    const ptmd_libc *lc;
+    const ptmd_layout *L;
+    ptmd_maps maps;
+    ptmd_memreader mem;
+    ptmd_pagemap pagemap;
+    size_t page_size;
+    uint64_t heap_max;              /* heap_max_size() of this process */
+    uint64_t tcache_key;            /* value of tcache_key when known */
+    int have_tcache_key;
+    int have_mp;
+    uint64_t sbrk_base, n_mmaps, mmapped_mem, tcache_count_max, tcache_bins;
+
+    /* results (records of format.h) */
+    ptmd_buf arenas, heaps, chunks, anomalies, threads, pages;
+
+    /* scratch */
+    ptmd_buf lists;                 /* open-addressing table of list entries for one arena */
+    size_t lists_cap, lists_used;
+    ptmd_buf tcache_cands;          /* uint64 chunk addresses of possible tcache structs */
+    ptmd_buf heap_order;            /* uint32 heap indices sorted by start */
+    ptmd_buf scan;                  /* mmapped-chunk scanner scratch */
+
+    uint64_t lock_wait_ns;
+    uint32_t thread_count;
+    int threads_complete;
+} ptmd_walk;
+
+/* Opens what the walk needs (maps, memory reader, pagemap) and reads mp_. May allocate: call it
+ * before the oracles are captured. */
+int ptmd_walk_prepare(ptmd_walk *w, const ptmd_libc *lc, ptmd_err *err);
+void ptmd_walk_release(ptmd_walk *w);
+
+/* Checks main_arena and the arena ring before anything is walked (UnsupportedLibcError on failure). */
+int ptmd_walk_validate(ptmd_walk *w, ptmd_err *err);
+
+/* The whole walk: arenas (each under its own lock), tcaches, mmapped chunks, residency. */
+int ptmd_walk_run(ptmd_walk *w, ptmd_err *err);
+
+/* pieces, in walk order */
+int ptmd_walk_arenas(ptmd_walk *w, ptmd_err *err);
+int ptmd_walk_tcaches(ptmd_walk *w, ptmd_err *err);
+int ptmd_walk_mmapped(ptmd_walk *w, ptmd_err *err);
+int ptmd_walk_residency(ptmd_walk *w, ptmd_err *err);
+
+/* helpers shared between the walk files */
+int ptmd_walk_anomaly(ptmd_walk *w, uint32_t kind, uint64_t address, uint64_t detail, uint32_t arena);
+/* Index of the chunk record starting at addr, or -1 (binary search over heaps, then chunks). */
+long ptmd_walk_find_chunk(ptmd_walk *w, uint64_t addr);
+int ptmd_walk_sort_heaps(ptmd_walk *w);
+
+#define PTMD_W_ARENA(w, i) PTMD_BUF_AT(&(w)->arenas, ptmd_arena_rec, i)
+#define PTMD_W_HEAP(w, i) PTMD_BUF_AT(&(w)->heaps, ptmd_heap_rec, i)
+#define PTMD_W_CHUNK(w, i) PTMD_BUF_AT(&(w)->chunks, ptmd_chunk_rec, i)
+
+static inline uint64_t ptmd_rd64(uintptr_t addr)
+{
+    uint64_t v;
+    __builtin_memcpy(&v, (const void *)addr, sizeof(v));
+    return v;
+}
+
+#endif

@@ -1,0 +1,57 @@
+# frozen_string_literal: true
+
+require_relative "ptmalloc_dump/version"
+require_relative "ptmalloc_dump/errors"
+require "ptmalloc_dump/ptmalloc_dump"
+require_relative "ptmalloc_dump/records"
+require_relative "ptmalloc_dump/malloc_info"
+require_relative "ptmalloc_dump/dump"
+require_relative "ptmalloc_dump/verification"
+
+# Looks inside glibc's malloc (ptmalloc2) heap of the running Ruby process: every arena, heap and
+# chunk, classified and reconciled with glibc's own counters, written to one file.
+module PtmallocDump
+  class << self
+    # Dumps this process's malloc heap to +path+ (atomically, mode 0600). The walk runs with the GVL
+    # held and each arena's own lock taken in turn; it calls no malloc, so the figures reconcile with
+    # +mallinfo2()+ and +malloc_info()+ captured just before it.
+    #
+    # @param path [String, Pathname] where to write the dump
+    # @param debug_dir [String, nil] where libc's debug symbols live (default:
+    #   +ENV["PTMALLOC_DUMP_DEBUG_DIR"]+, else /usr/lib/debug)
+    # @return [Hash{Symbol=>Object}] the dump's summary (see {Dump#summary}) plus :path
+    # @raise [SymbolsNotFoundError] when libc's symbols cannot be found
+    # @raise [UnsupportedLibcError] when this glibc's malloc is not understood
+    # @raise [UnsupportedAllocatorError] when malloc is not glibc's
+    # @raise [SystemCallError] when the file cannot be written (the target is left untouched)
+    def dump(path, debug_dir: nil)
+      path = File.expand_path(path.to_s)
+      summary = _dump(path, debug_dir&.to_s, dump_strings)
+      summary[:path] = path
+      summary
+    end
+
+    # Loads a dump written by {dump}.
+    #
+    # @param path [String, Pathname]
+    # @return [Dump]
+    # @raise [FormatError] when the file is not a valid dump
+    def load(path)
+      Dump.open(path)
+    end
+
+    # Where libc, its build-id and its symbols were found, without dumping.
+    #
+    # @param debug_dir [String, nil] as for {dump}
+    # @return [Hash{Symbol=>Object}]
+    def libc_info(debug_dir: nil)
+      _libc_info(debug_dir&.to_s)
+    end
+
+    private
+
+    def dump_strings
+      ["ruby_version", RUBY_DESCRIPTION, "gem_version", VERSION, "program", $PROGRAM_NAME.to_s]
+    end
+  end
+end

@@ -1,0 +1,151 @@
+# frozen_string_literal: true
+
+module PtmallocDump
+  # A dump file loaded by {PtmallocDump.load}. Parsing, validation and every figure are done in C;
+  # this class presents them.
+  class Dump
+    SYMBOL_SOURCES = { 1 => :symtab, 2 => :build_id, 3 => :debuglink, 4 => :heuristic }.freeze
+    RESIDENCY_SOURCES = { 1 => :pagemap, 2 => :mincore }.freeze
+
+    # Loads and validates a dump.
+    #
+    # @param path [String]
+    # @raise [FormatError] when the file is not a valid dump
+    # @raise [SystemCallError] when it cannot be read
+    def self.open(path)
+      new.tap { |d| d.send(:_load, path.to_s) }.freeze_path(path.to_s)
+    end
+
+    # @return [String] the file this dump was loaded from
+    attr_reader :path
+
+    # @api private
+    def freeze_path(path)
+      @path = path
+      self
+    end
+
+    # What the file says about the process and how it was dumped.
+    #
+    # @return [Hash{Symbol=>Object}] with at least :format_version, :pid, :time (Time), :glibc_version,
+    #   :page_size, :main_arena (Integer), :symbol_source (Symbol), :symbol_file, :residency_source,
+    #   :mallinfo2 (Hash keyed by glibc's field names) and :malloc_info (the XML String)
+    def header
+      @header ||= begin
+        m = _meta
+        strings = m.delete(:strings)
+        m.merge(
+          format_version: 1,
+          time: Time.at(m[:time_sec], m[:time_nsec], :nsec),
+          glibc_version: strings["glibc_version"],
+          libc_path: strings["libc_path"],
+          libc_build_id: strings["libc_build_id"],
+          symbol_file: strings["symbol_file"],
+          symbol_source: SYMBOL_SOURCES.fetch(m.delete(:symbol_source_code), :unknown),
+          residency_source: RESIDENCY_SOURCES.fetch(m.delete(:residency_source_code), :unknown),
+          hostname: strings["hostname"],
+          ruby_version: strings["ruby_version"],
+          gem_version: strings["gem_version"],
+          strings: strings,
+          threads_complete: m[:flags].anybits?(1 << 5),
+          mallinfo2: _mallinfo2,
+          malloc_info: malloc_info
+        ).freeze
+      end
+    end
+
+    # @return [Array<Arena>] every arena, main_arena first, in ring order
+    def arenas
+      build_structure unless @arenas
+      @arenas
+    end
+
+    # @return [Array<Heap>] every heap and mmapped-chunk region, in file order
+    def heaps
+      build_structure unless @heaps
+      @heaps
+    end
+
+    # Yields every chunk (heap by heap, by address within a heap).
+    #
+    # @yieldparam chunk [Chunk]
+    # @return [Enumerator] without a block
+    def each_chunk(&block)
+      return enum_for(:each_chunk) { chunk_count } unless block
+
+      _each_chunk(Chunk, heaps, arenas, &block)
+      self
+    end
+
+    # @param address [Integer] a chunk address (not the user pointer)
+    # @return [Chunk, nil] the chunk that starts exactly there
+    def chunk_at(address)
+      _find_chunk(address, false, Chunk, heaps, arenas)
+    end
+
+    # @param address [Integer] any address
+    # @return [Chunk, nil] the chunk whose bytes include the address
+    def chunk_containing(address)
+      _find_chunk(address, true, Chunk, heaps, arenas)
+    end
+
+    # @return [Array<PageMap>] page residency, one per heap (same order as {#heaps})
+    def pages
+      @pages ||= heaps.map { |h| PageMap.new(h, heap_records[h.index][:page_base], header[:page_size], _pages(h.index)) }
+    end
+
+    # @return [Array<ThreadInfo>] threads found and their tcaches
+    def threads
+      @threads ||= _thread_records.map { |t| ThreadInfo.new(*t.values_at(*ThreadInfo.members)) }
+    end
+
+    # @return [Array<Anomaly>] what the walk found broken, if anything
+    def anomalies
+      @anomalies ||= _anomaly_records.map { |a| Anomaly.new(*a.values_at(*Anomaly.members)) }
+    end
+
+    # Figures computed from the chunk records (never copied from glibc's counters): mallinfo2's
+    # fields (:arena, :ordblks, :smblks, :hblks, :hblkhd, :usmblks, :fsmblks, :uordblks, :fordblks,
+    # :keepcost), :tcache_count/:tcache_bytes, :in_use_bytes, :resident_bytes, :swapped_bytes,
+    # :absent_bytes, :free_resident_bytes (free but still resident: the bloat), :largest_free,
+    # per-state figures under :states and the same per arena under :arenas.
+    #
+    # @return [Hash{Symbol=>Object}]
+    def summary
+      @summary ||= _summary.freeze
+    end
+
+    # Compares {#summary} with glibc's own counters captured just before the walk.
+    #
+    # @return [Verification]
+    def verify
+      Verification.new(self)
+    end
+
+    def inspect
+      format("#<PtmallocDump::Dump %s pid=%d glibc=%s arenas=%d chunks=%d>", path, header[:pid],
+             header[:glibc_version], arenas.size, chunk_count)
+    end
+
+    private
+
+    def build_structure
+      heap_recs = heap_records
+      @arenas = _arena_records.map do |a|
+        Arena.new(a[:index], a[:address], a[:main], a[:system_mem], a[:max_system_mem], a[:top], a[:top_size],
+                  a[:last_remainder], a[:attached_threads], a[:noncontiguous], a[:corrupt], [])
+      end
+      @heaps = heap_recs.map do |h|
+        arena = h[:arena] && @arenas[h[:arena]]
+        heap = Heap.new(h[:index], h[:kind], arena, h[:start], h[:end], h[:reserved_end], h[:chunk_count], h[:truncated])
+        arena.heaps << heap if arena
+        heap
+      end
+      @arenas.each { |a| a.heaps.freeze }
+    end
+
+    def heap_records
+      @heap_records ||= _heap_records
+    end
+  end
+end

@@ -1,0 +1,27 @@
+# frozen_string_literal: true
+
+module PtmallocDump
+  # Base class of every error the gem raises on purpose. System call failures (a missing directory,
+  # a full disk) are raised as the matching +Errno::*+ exception instead, with the path in the message.
+  class Error < StandardError; end
+
+  # No symbol file for this libc was found. The message names the build-id, the paths tried and the
+  # package to install (+libc6-dbg+ on Debian/Ubuntu).
+  class SymbolsNotFoundError < Error; end
+
+  # The glibc version is outside the layouts the gem knows, or the live malloc structures do not
+  # match them. Nothing is walked in that case.
+  class UnsupportedLibcError < Error; end
+
+  # +malloc+ in this process is not glibc's (jemalloc, tcmalloc, ...).
+  class UnsupportedAllocatorError < Error; end
+
+  # Not Linux x86-64 with glibc.
+  class UnsupportedPlatformError < Error; end
+
+  # A dump file is empty, truncated, corrupt, foreign or of a newer format.
+  class FormatError < Error; end
+
+  # A dump is already running in this process (for example a signal arrived during another dump).
+  class BusyError < Error; end
+end

@@ -1,0 +1,59 @@
+# frozen_string_literal: true
+
+module PtmallocDump
+  # glibc's malloc_info() XML, parsed into per-heap figures. The XML is machine-written with a fixed
+  # shape (malloc/malloc.c, __malloc_info), so a few patterns read it exactly.
+  class MallocInfo
+    # One <heap nr="N"> element.
+    HeapInfo = Struct.new(:nr, :fastbins, :bins, :unsorted, :fast_count, :fast_size, :rest_count,
+                          :rest_size, :system_current, :system_max, keyword_init: true)
+
+    ATTR = /(\w+)="(\d+)"/
+
+    # @return [Array<HeapInfo>] one per arena, in ring order (main_arena first)
+    attr_reader :heaps
+    # @return [Hash{Symbol=>Integer}] the totals after the last heap (fast, rest, mmap, system)
+    attr_reader :totals
+
+    # @param xml [String]
+    # @raise [FormatError] when the text is not malloc_info output
+    def initialize(xml)
+      raise FormatError, "malloc_info text is empty" if xml.nil? || xml.empty?
+      raise FormatError, "not malloc_info output" unless xml.start_with?("<malloc version=")
+
+      @heaps = xml.scan(%r{<heap nr="(\d+)">(.*?)</heap>}m).map { |nr, body| parse_heap(nr.to_i, body) }
+      tail = xml[(xml.rindex("</heap>") || 0)..]
+      @totals = {}
+      tail.scan(/<(total|system|aspace) type="(\w+)" (?:count="(\d+)" )?size="(\d+)"/) do |tag, type, count, size|
+        @totals[:"#{tag}_#{type}_size"] = size.to_i
+        @totals[:"#{tag}_#{type}_count"] = count.to_i if count
+      end
+    end
+
+    private
+
+    def parse_heap(nr, body)
+      sizes = body[%r{<sizes>(.*?)</sizes>}m, 1].to_s
+      fast = []
+      bins = []
+      unsorted = nil
+      sizes.scan(/<(size|unsorted) ([^>]*)\/>/) do |tag, attrs|
+        h = attrs.scan(ATTR).to_h { |k, v| [k.to_sym, v.to_i] }
+        if tag == "unsorted" then unsorted = h
+        elsif h[:to] <= 176 && h[:from] == h[:to] - 15 then fast << h
+        else bins << h
+        end
+      end
+      HeapInfo.new(nr: nr, fastbins: fast, bins: bins, unsorted: unsorted,
+                   fast_count: attr(body, "total", "fast", :count), fast_size: attr(body, "total", "fast", :size),
+                   rest_count: attr(body, "total", "rest", :count), rest_size: attr(body, "total", "rest", :size),
+                   system_current: attr(body, "system", "current", :size),
+                   system_max: attr(body, "system", "max", :size))
+    end
+
+    def attr(body, tag, type, name)
+      m = body.match(/<#{tag} type="#{type}"([^>]*)\/>/)
+      m && m[1][/#{name}="(\d+)"/, 1].to_i
+    end
+  end
+end

@@ -1,0 +1,151 @@
+# frozen_string_literal: true
+
+module PtmallocDump
+  # Chunk flag bits (the high byte of a chunk record).
+  module ChunkFlags
+    ANOMALY = 0x01
+    TCACHE_STRUCT = 0x02
+    LAST_REMAINDER = 0x04
+    FREE_BIT = 0x08
+  end
+
+  # The states a chunk can have, in the order of the file format.
+  STATES = %i[in_use tcache fastbin unsorted smallbin largebin top mmapped meta].freeze
+  # States that hold free memory (what the program freed and malloc keeps).
+  FREE_STATES = %i[tcache fastbin unsorted smallbin largebin top].freeze
+
+  # One malloc chunk of a dump.
+  #
+  # @!attribute [r] address
+  #   @return [Integer] the chunk's address (the user pointer is +address + 16+)
+  # @!attribute [r] size
+  #   @return [Integer] the chunk size in bytes, header included
+  # @!attribute [r] state
+  #   @return [Symbol] one of {STATES}
+  # @!attribute [r] arena
+  #   @return [Arena, nil] nil for mmapped chunks
+  # @!attribute [r] heap
+  #   @return [Heap]
+  # @!attribute [r] flags
+  #   @return [Integer] {ChunkFlags} bits
+  Chunk = Struct.new(:address, :size, :state, :arena, :heap, :flags) do
+    # @return [Integer] the address malloc returned for this chunk
+    def user_address = address + 16
+
+    # @return [Integer] the address just past the chunk
+    def end_address = address + size
+
+    # @return [Boolean] whether the chunk holds free memory
+    def free? = FREE_STATES.include?(state)
+
+    # @return [Boolean] whether this chunk is a thread's tcache_perthread_struct
+    def tcache_struct? = flags.anybits?(ChunkFlags::TCACHE_STRUCT)
+
+    # @return [Boolean] whether an anomaly record names this chunk
+    def anomaly? = flags.anybits?(ChunkFlags::ANOMALY)
+
+    def inspect
+      format("#<PtmallocDump::Chunk 0x%x size=%d %s>", address, size, state)
+    end
+    alias_method :to_s, :inspect
+  end
+
+  # An arena (malloc_state).
+  Arena = Struct.new(:index, :address, :main, :system_mem, :max_system_mem, :top, :top_size,
+                     :last_remainder, :attached_threads, :noncontiguous, :corrupt, :heaps) do
+    # @return [Boolean] whether this is glibc's main_arena
+    def main? = main
+
+    def inspect
+      format("#<PtmallocDump::Arena %d 0x%x%s system_mem=%d heaps=%d>", index, address,
+             main ? " main" : "", system_mem, heaps.size)
+    end
+    alias_method :to_s, :inspect
+  end
+
+  # A contiguous region of malloc memory: the main arena's sbrk heap, a non-main heap, or the
+  # mapping of one mmapped chunk.
+  Heap = Struct.new(:index, :kind, :arena, :start, :end, :reserved_end, :chunk_count, :truncated) do
+    # @return [Integer] bytes in the region
+    def size = self.end - start
+
+    # @return [Range] the address range
+    def range = (start...self.end)
+
+    def inspect
+      format("#<PtmallocDump::Heap %d %s 0x%x-0x%x>", index, kind, start, self.end)
+    end
+    alias_method :to_s, :inspect
+  end
+
+  # Page residency of one heap, from /proc/self/pagemap (or mincore) at dump time.
+  class PageMap
+    PRESENT = 1
+    SWAPPED = 2
+    EXCLUSIVE = 4
+    FILE = 8
+
+    # @return [Heap]
+    attr_reader :heap
+    # @return [Integer] address of the first page
+    attr_reader :page_base
+    # @return [Integer]
+    attr_reader :page_size
+    # @return [String] one flag byte per page (binary)
+    attr_reader :flags
+
+    def initialize(heap, page_base, page_size, flags)
+      @heap = heap
+      @page_base = page_base
+      @page_size = page_size
+      @flags = flags
+    end
+
+    # @return [Integer] number of pages
+    def size = flags.bytesize
+
+    # @param address [Integer]
+    # @return [Symbol, nil] :present, :swapped or :absent; nil outside this heap
+    def state_at(address)
+      i = (address - page_base) / page_size
+      return nil if address < page_base || i >= size
+
+      f = flags.getbyte(i)
+      if f.anybits?(PRESENT) then :present
+      elsif f.anybits?(SWAPPED) then :swapped
+      else :absent
+      end
+    end
+
+    # @return [Boolean, nil] whether the page at address is mapped by this process only
+    def exclusive?(address)
+      i = (address - page_base) / page_size
+      return nil if address < page_base || i >= size
+
+      flags.getbyte(i).anybits?(EXCLUSIVE)
+    end
+
+    # @return [Hash{Symbol=>Integer}] page counts by state
+    def counts
+      c = { present: 0, swapped: 0, absent: 0, exclusive: 0 }
+      flags.each_byte do |f|
+        if f.anybits?(PRESENT) then c[:present] += 1
+        elsif f.anybits?(SWAPPED) then c[:swapped] += 1
+        else c[:absent] += 1
+        end
+        c[:exclusive] += 1 if f.anybits?(EXCLUSIVE)
+      end
+      c
+    end
+  end
+
+  # A live thread seen in the dump, with the tcache and arena it uses.
+  ThreadInfo = Struct.new(:tid, :pthread, :tcache, :arena, :tcache_count, :tcache_bytes, :current, :found_by)
+
+  # Something the walk found that a healthy heap would not have; the walk records it and carries on.
+  Anomaly = Struct.new(:kind, :address, :detail, :arena) do
+    def to_s
+      format("%s at 0x%x (detail 0x%x)%s", kind, address, detail, arena ? " in arena #{arena}" : "")
+    end
+  end
+end

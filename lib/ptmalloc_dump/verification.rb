@@ -1,0 +1,84 @@
+# frozen_string_literal: true
+
+module PtmallocDump
+  # The result of {Dump#verify}: every place where the figures computed from the chunk records differ
+  # from what glibc itself reported (mallinfo2 and malloc_info, captured just before the walk), plus
+  # the anomalies the walk recorded.
+  class Verification
+    MALLINFO_FIELDS = %i[arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost].freeze
+
+    # One figure that disagrees.
+    Difference = Struct.new(:scope, :field, :glibc, :walk) do
+      def to_s = "#{scope} #{field}: glibc says #{glibc.inspect}, the walk found #{walk.inspect}"
+    end
+
+    # @return [Array<Difference>]
+    attr_reader :differences
+    # @return [Array<Anomaly>]
+    attr_reader :anomalies
+    # @return [Array<Integer>] indices of arenas whose figures all agree with malloc_info
+    attr_reader :consistent_arenas
+
+    def initialize(dump)
+      @dump = dump
+      @differences = []
+      @anomalies = dump.anomalies
+      @consistent_arenas = []
+      check_mallinfo
+      check_malloc_info
+    end
+
+    # @return [Boolean] true when nothing differs and no anomaly was recorded
+    def ok? = differences.empty? && anomalies.empty?
+
+    # @return [Boolean] whether arena i's own figures all agree with malloc_info
+    def arena_consistent?(index) = consistent_arenas.include?(index)
+
+    def to_s
+      return "verified: the walk reproduces mallinfo2 and malloc_info exactly" if ok?
+
+      (differences.map(&:to_s) + anomalies.map { |a| "anomaly: #{a}" }).join("\n")
+    end
+
+    private
+
+    def differ(scope, field, glibc, walk)
+      @differences << Difference.new(scope, field, glibc, walk) unless glibc == walk
+    end
+
+    def check_mallinfo
+      mi = @dump.header[:mallinfo2]
+      s = @dump.summary
+      MALLINFO_FIELDS.each { |f| differ("mallinfo2", f, mi[f], s[f]) }
+    end
+
+    def check_malloc_info
+      info = MallocInfo.new(@dump.header[:malloc_info])
+      arenas = @dump.summary[:arenas]
+      differ("malloc_info", :heap_count, info.heaps.size, arenas.size)
+      info.heaps.zip(arenas).each do |heap, arena|
+        next unless heap && arena
+
+        before = @differences.size
+        scope = "arena #{arena[:index]} (0x#{arena[:address].to_s(16)})"
+        differ(scope, :fast_count, heap.fast_count, arena[:fastbin_count])
+        differ(scope, :fast_size, heap.fast_size, arena[:fastbin_bytes])
+        differ(scope, :rest_count, heap.rest_count, arena[:ordblks])
+        differ(scope, :rest_size, heap.rest_size, arena[:malloc_info_rest_size])
+        differ(scope, :system_current, heap.system_current, arena[:arena])
+        differ(scope, :fastbins, histogram(heap.fastbins), histogram(arena[:fastbins], fast: true))
+        differ(scope, :bins, histogram(heap.bins), histogram(arena[:bins]))
+        differ(scope, :unsorted, heap.unsorted && histogram([heap.unsorted]), arena[:unsorted].empty? ? nil : histogram(arena[:unsorted]))
+        @consistent_arenas << arena[:index] if @differences.size == before
+      end
+    end
+
+    # malloc_info reports a fastbin as from = size - 15, to = size, total = count * size.
+    def histogram(entries, fast: false)
+      entries.map do |e|
+        from = fast ? e[:to] - 15 : e[:from]
+        [from, e[:to], e[:total], e[:count]]
+      end
+    end
+  end
+end

@@ -1,0 +1,25 @@
+# frozen_string_literal: true
+
+require_relative "lib/ptmalloc_dump/version"
+
+Gem::Specification.new do |spec|
+  spec.name = "ptmalloc_dump"
+  spec.version = PtmallocDump::VERSION
+  spec.authors = ["ptmalloc_dump maintainers"]
+  spec.summary = "Dump, account for and draw glibc malloc's heap of a live Ruby process"
+  spec.description = <<~DESC
+    Walks every arena, heap and chunk of glibc's ptmalloc2 inside the running Ruby process,
+    classifies each chunk, records page residency, reconciles the result exactly with mallinfo2()
+    and malloc_info(), and renders colour-coded heap maps and an HTML report.
+  DESC
+  spec.license = "MIT"
+  spec.required_ruby_version = ">= 2.7"
+  spec.platform = Gem::Platform::RUBY
+
+  spec.files = Dir["lib/**/*.rb", "ext/**/*.{c,h,rb}", "exe/*", "doc/*.md", "README.md", "LICENSE.txt"]
+  spec.bindir = "exe"
+  spec.executables = ["ptmalloc-visualize"]
+  spec.require_paths = ["lib"]
+  spec.extensions = ["ext/ptmalloc_dump/extconf.rb"]
+  spec.metadata["rubygems_mfa_required"] = "true"
+end
