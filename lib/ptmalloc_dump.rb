@@ -25,7 +25,9 @@ module PtmallocDump
     # @raise [UnsupportedAllocatorError] when malloc is not glibc's
     # @raise [SystemCallError] when the file cannot be written (the target is left untouched)
     def dump(path, debug_dir: nil)
-      path = File.expand_path(path.to_s)
+      path = path.to_s
+      # an absolute path is used as given: no new string is allocated before glibc's counters are taken
+      path = File.expand_path(path) unless path.start_with?("/")
       summary = _dump(path, debug_dir&.to_s, dump_strings)
       summary[:path] = path
       summary
@@ -50,8 +52,11 @@ module PtmallocDump
 
     private
 
+    # Built once: a dump should allocate as little as possible before glibc's counters are taken.
     def dump_strings
-      ["ruby_version", RUBY_DESCRIPTION, "gem_version", VERSION, "program", $PROGRAM_NAME.to_s]
+      program = $PROGRAM_NAME.to_s
+      @dump_strings = nil unless @dump_strings && @dump_strings[5].equal?(program)
+      @dump_strings ||= ["ruby_version", RUBY_DESCRIPTION, "gem_version", VERSION, "program", program].freeze
     end
   end
 end

@@ -80,31 +80,45 @@ int ptmd_walk_run(ptmd_walk *w, ptmd_err *err)
 
 /* ---- glibc's own view, captured right before the walk ------------------------------------- */
 
+/* One unbuffered FILE over an mmapped buffer, kept for the life of the process: creating it
+ * mallocs, so it is made once (the first dump) and merely rewound afterwards. */
+static FILE *mi_fp;
+static char *mi_buf;
+static size_t mi_cap;
+
+static int mi_stream(size_t cap, ptmd_err *err)
+{
+    if (mi_fp && mi_cap >= cap) return fseek(mi_fp, 0, SEEK_SET) == 0 ? 0 : ptmd_fail_sys(err, errno, "malloc_info", "rewind the stream for");
+    if (mi_fp) fclose(mi_fp);
+    if (mi_buf) munmap(mi_buf, mi_cap);
+    mi_fp = NULL;
+    mi_buf = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mi_buf == MAP_FAILED) {
+        mi_buf = NULL;
+        return ptmd_fail_sys(err, errno, "malloc_info", "mmap a buffer for");
+    }
+    mi_cap = cap;
+    mi_fp = fmemopen(mi_buf, cap, "w");
+    if (!mi_fp) return ptmd_fail_sys(err, errno, "malloc_info", "fmemopen for");
+    /* unbuffered: stdio would otherwise malloc a buffer on the first write */
+    setvbuf(mi_fp, NULL, _IONBF, 0);
+    return 0;
+}
+
+/* malloc_info() then mallinfo2(), back to back; the walk follows with no allocation in between. */
 static int capture_oracles(ptmd_dump_state *d, ptmd_err *err)
 {
-    size_t cap = 1u << 20;
+    size_t cap = mi_cap ? mi_cap : 1u << 20;
     for (;;) {
         struct mallinfo2 mi;
         long n;
-        void *buf = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        FILE *fp;
-        if (buf == MAP_FAILED) return ptmd_fail_sys(err, errno, "malloc_info", "mmap a buffer for");
-        fp = fmemopen(buf, cap, "w");
-        if (!fp) {
-            int e = errno;
-            munmap(buf, cap);
-            return ptmd_fail_sys(err, e, "malloc_info", "fmemopen for");
-        }
-        /* unbuffered: stdio would otherwise malloc a buffer on the first write */
-        setvbuf(fp, NULL, _IONBF, 0);
-        malloc_info(0, fp);
+        if (mi_stream(cap, err) != 0) return -1;
+        malloc_info(0, mi_fp);
         mi = mallinfo2();
-        n = ftell(fp);
-        if (n >= 0 && (size_t)n < cap - 1) {
-            d->malloc_info = buf;
+        n = ftell(mi_fp);
+        if (n >= 0 && (size_t)n < mi_cap - 1) {
+            d->malloc_info = mi_buf;
             d->malloc_info_len = (size_t)n;
-            d->malloc_info_cap = cap;
-            d->malloc_info_fp = fp;
             d->mallinfo2.arena = mi.arena;
             d->mallinfo2.ordblks = mi.ordblks;
             d->mallinfo2.smblks = mi.smblks;
@@ -117,10 +131,9 @@ static int capture_oracles(ptmd_dump_state *d, ptmd_err *err)
             d->mallinfo2.keepcost = mi.keepcost;
             return 0;
         }
-        fclose(fp);
-        munmap(buf, cap);
-        if (cap >= PTMD_MALLOC_INFO_MAX) return ptmd_fail(err, PTMD_E_LIBC, "malloc_info() output exceeds %u bytes", PTMD_MALLOC_INFO_MAX);
-        cap *= 4;
+        if (mi_cap >= PTMD_MALLOC_INFO_MAX)
+            return ptmd_fail(err, PTMD_E_LIBC, "malloc_info() output exceeds %u bytes", PTMD_MALLOC_INFO_MAX);
+        cap = mi_cap * 4;
     }
 }
 
@@ -253,10 +266,6 @@ int ptmd_dump_run(ptmd_dump_state *d, const ptmd_dump_opts *o, ptmd_err *err)
     sigaction(SIGXFSZ, &old_xfsz, NULL);
 out:
     if (rc != 0) ptmd_writer_abort(&d->writer);
-    if (d->malloc_info_fp) {
-        fclose(d->malloc_info_fp);
-        d->malloc_info_fp = NULL;
-    }
     __atomic_store_n(&dump_busy, 0, __ATOMIC_RELEASE);
     return rc;
 }
@@ -290,6 +299,5 @@ void ptmd_dump_release(ptmd_dump_state *d)
     ptmd_writer_abort(&d->writer);
     ptmd_walk_release(&d->w);
     ptmd_buf_release(&d->strings);
-    if (d->malloc_info) munmap(d->malloc_info, d->malloc_info_cap);
     d->malloc_info = NULL;
 }

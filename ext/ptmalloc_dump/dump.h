@@ -17,9 +17,8 @@ typedef struct {
     ptmd_walk w;
     ptmd_meta meta;
     ptmd_mallinfo2_rec mallinfo2;
-    char *malloc_info;              /* mmapped */
-    size_t malloc_info_len, malloc_info_cap;
-    FILE *malloc_info_fp;           /* kept open until the dump is written: closing it frees memory */
+    const char *malloc_info;        /* the process-wide capture buffer */
+    size_t malloc_info_len;
     ptmd_buf strings;
     ptmd_writer writer;
 } ptmd_dump_state;

@@ -288,7 +288,21 @@ void ptmd_locate_reset(void)
 
 /* ---- is malloc glibc's? ------------------------------------------------------------------- */
 
+static int check_allocator(const ptmd_libc *lc, ptmd_memreader *mem, ptmd_err *err);
+static int allocator_ok;
+
+/* The answer cannot change during the process's life (malloc's binding is fixed at start-up), so it
+ * is computed once: the check itself calls dlopen and malloc. */
 int ptmd_check_allocator(const ptmd_libc *lc, ptmd_memreader *mem, ptmd_err *err)
+{
+    int rc;
+    if (__atomic_load_n(&allocator_ok, __ATOMIC_ACQUIRE)) return 0;
+    rc = check_allocator(lc, mem, err);
+    if (rc == 0) __atomic_store_n(&allocator_ok, 1, __ATOMIC_RELEASE);
+    return rc;
+}
+
+static int check_allocator(const ptmd_libc *lc, ptmd_memreader *mem, ptmd_err *err)
 {
     void *libc = dlopen(lc->libc_path, RTLD_NOLOAD | RTLD_LAZY);
     void *(*def_malloc)(size_t) = (void *(*)(size_t))dlsym(RTLD_DEFAULT, "malloc");

@@ -4,6 +4,7 @@
 #include "locate.h"
 
 #include <string.h>
+#include <sys/mman.h>
 
 typedef struct {
     ptmd_dump_state d;
@@ -27,18 +28,14 @@ static VALUE dump_body(VALUE arg)
     return summary;
 }
 
-static VALUE dump_cleanup(VALUE arg)
-{
-    ptmd_dump_release(&((dump_call *)arg)->d);
-    return Qnil;
-}
-
 /* _dump(path, debug_dir, strings) -> summary Hash. strings: flat Array of key, value Strings. */
 static VALUE rb_ptmd_dump(VALUE self, VALUE path, VALUE debug_dir, VALUE strings)
 {
     dump_call *c;
     VALUE result;
     const char *strs[64], *cpath, *cdir;
+    ptmd_err err;
+    int state = 0, rc;
     long i, n;
     PTMD_UNUSED(self);
     FilePathValue(path);
@@ -54,21 +51,23 @@ static VALUE rb_ptmd_dump(VALUE self, VALUE path, VALUE debug_dir, VALUE strings
     strs[n] = NULL;
     cpath = StringValueCStr(path);
     cdir = NIL_P(debug_dir) ? NULL : StringValueCStr(debug_dir);
-    c = ZALLOC(dump_call);
+    /* mmap, not xmalloc: a dump must not take a chunk the program just freed */
+    c = mmap(NULL, sizeof(*c), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (c == MAP_FAILED) rb_sys_fail("mmap");
     memcpy(c->strings, strs, sizeof(strs));
     c->opts.path = cpath;
     c->opts.debug_dir = cdir;
     c->opts.strings = c->strings;
-    result = rb_ensure(dump_body, (VALUE)c, dump_cleanup, (VALUE)c);
+    result = rb_protect(dump_body, (VALUE)c, &state);
+    ptmd_dump_release(&c->d);
+    rc = c->rc;
+    err = c->err;
+    munmap(c, sizeof(*c));
     RB_GC_GUARD(path);
     RB_GC_GUARD(debug_dir);
     RB_GC_GUARD(strings);
-    if (c->rc != 0) {
-        ptmd_err err = c->err;
-        xfree(c);
-        ptmd_rb_raise(&err);
-    }
-    xfree(c);
+    if (state) rb_jump_tag(state);
+    if (rc != 0) ptmd_rb_raise(&err);
     return result;
 }
 

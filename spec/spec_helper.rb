@@ -1,0 +1,23 @@
+# frozen_string_literal: true
+
+require "fiddle"
+require "fileutils"
+require "tmpdir"
+require "ptmalloc_dump"
+
+Dir[File.join(__dir__, "support", "**", "*.rb")].sort.each { |f| require f }
+
+RSpec.configure do |config|
+  config.disable_monkey_patching!
+  config.expect_with(:rspec) { |c| c.syntax = :expect }
+  config.order = :defined
+  config.example_status_persistence_file_path = "spec/examples.txt"
+  config.include SpecHelpers
+
+  config.before(:suite) do
+    # The first dump in a process creates the stream malloc_info() writes to; do it once up front so
+    # examples see the steady state.
+    Dir.mktmpdir { |d| PtmallocDump.dump(File.join(d, "warmup.dump")) }
+    GC.stress = true if ENV["PTMALLOC_DUMP_GC_STRESS"]
+  end
+end

@@ -1,0 +1,53 @@
+# frozen_string_literal: true
+
+# Randomised heaps built by native threads (NativeThreads) so that several arenas, tcaches, bins and
+# mmapped chunks exist, with a record of every pointer malloc returned.
+class HeapScenario
+  MIN = 16
+  MAX = 1 << 20
+
+  attr_reader :live, :freed, :tids
+
+  # @param seed [Integer]
+  # @param threads [Integer] extra native threads besides the calling one
+  # @param allocations [Integer]
+  def initialize(seed, threads:, allocations: 300)
+    @rng = Random.new(seed)
+    @threads = threads
+    @allocations = allocations
+    @live = {}    # user address => requested size
+    @freed = {}   # user address => requested size
+    @tids = Array.new(threads) { |i| NativeThreads.start(i) }
+  end
+
+  def build
+    sizes = Array.new(@allocations) { random_size }
+    sizes.chunk_while { @rng.rand < 0.8 }.each do |batch|
+      NativeThreads.malloc(random_thread, batch).zip(batch) { |addr, size| @live[addr] = size }
+    end
+    to_free = @live.keys.shuffle(random: @rng).first(@live.size / 2)
+    # every free is prepared before the first one runs, and the record of what is freed too: an
+    # allocation between a free and the dump may legitimately reuse the freed chunk
+    jobs = to_free.chunk_while { @rng.rand < 0.8 }.map { |batch| NativeThreads.prepare_free(random_thread, batch) }
+    to_free.each { |a| @freed[a] = @live[a] }
+    to_free.each { |a| @live.delete(a) }
+    jobs.each(&:call)
+    self
+  end
+
+  def cleanup
+    NativeThreads.prepare_free(-1, @live.keys).call
+    @live.clear
+    @threads.times { |i| NativeThreads.stop(i) }
+  end
+
+  private
+
+  # -1 is the calling thread, 0... the workers
+  def random_thread = @rng.rand(@threads + 1) - 1
+
+  # log-uniform from 16 B to 1 MiB, so mmapped sizes (>= 128 KiB) appear in most scenarios
+  def random_size
+    (MIN * (2**(@rng.rand * Math.log2(MAX / MIN)))).to_i
+  end
+end

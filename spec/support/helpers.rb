@@ -1,0 +1,72 @@
+# frozen_string_literal: true
+
+require "open3"
+require "rbconfig"
+
+module SpecHelpers
+  ROOT = File.expand_path("../..", __dir__)
+  LIB = File.join(ROOT, "lib")
+
+  # glibc functions the specs call directly.
+  module Libc
+    HANDLE = Fiddle::Handle::DEFAULT
+    MALLOC_TRIM = Fiddle::Function.new(HANDLE["malloc_trim"], [Fiddle::TYPE_SIZE_T], Fiddle::TYPE_INT)
+
+    def self.malloc_trim(pad = 0) = MALLOC_TRIM.call(pad)
+  end
+
+  def tmpdir
+    @tmpdir ||= Dir.mktmpdir("ptmd-spec")
+  end
+
+  def self.included(base)
+    base.after { FileUtils.rm_rf(@tmpdir) if @tmpdir }
+  end
+
+  # Dumps this process and loads the result.
+  def dump_and_load(name = "heap.dump", **opts)
+    path = File.join(tmpdir, name)
+    PtmallocDump.dump(path, **opts)
+    PtmallocDump.load(path)
+  end
+
+  # Runs Ruby code in a child process with the gem on the load path; returns [stdout, stderr, status].
+  def run_ruby(code, env: {}, timeout: 120)
+    Open3.capture3(env, RbConfig.ruby, "-I", LIB, "-rptmalloc_dump", "-e", code, timeout_opts(timeout))
+  end
+
+  def timeout_opts(_timeout) = {}
+
+  # Shared structural checks every dump must pass.
+  def expect_valid_dump(dump)
+    expect(dump.header[:format_version]).to eq(1)
+    expect(dump.header[:main_arena]).to be > 0
+    expect(dump.arenas.first).to be_main
+    cursor = {}
+    dump.each_chunk do |c|
+      at = cursor.fetch(c.heap.index, c.heap.start)
+      expect(c.address).to eq(at), "chunks of #{c.heap.inspect} must tile it: gap at 0x#{at.to_s(16)}"
+      cursor[c.heap.index] = c.end_address
+    end
+    dump.heaps.each do |heap|
+      expect(cursor.fetch(heap.index, heap.start)).to eq(heap.end) unless heap.truncated
+    end
+    verification = dump.verify
+    expect(verification.differences.map(&:to_s)).to eq([])
+    expect(verification.anomalies.map(&:to_s)).to eq([])
+  end
+
+  # Builds a C file from spec/fixtures/ext into a shared object (cached per source checksum).
+  def build_fixture(name, extra_flags: [])
+    src = File.join(ROOT, "spec", "fixtures", "ext", "#{name}.c")
+    out_dir = File.join(ROOT, "spec", "fixtures", "ext", "build")
+    FileUtils.mkdir_p(out_dir)
+    out = File.join(out_dir, "#{name}.so")
+    unless File.exist?(out) && File.mtime(out) >= File.mtime(src)
+      cmd = ["cc", "-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-o", out, src, *extra_flags]
+      _o, e, s = Open3.capture3(*cmd)
+      raise "building #{name} failed: #{e}" unless s.success?
+    end
+    out
+  end
+end

@@ -1,0 +1,45 @@
+# frozen_string_literal: true
+
+# Fiddle bindings to spec/fixtures/ext/heap_threads.c: native threads that malloc and free exactly
+# what they are told. Unlike Ruby threads they allocate nothing of their own, so a test knows every
+# chunk it made.
+module NativeThreads
+  extend SpecHelpers
+
+  LIB = Fiddle.dlopen(build_fixture("heap_threads", extra_flags: ["-lpthread"]))
+  VOIDP = Fiddle::TYPE_VOIDP
+  SIZE_T = Fiddle::TYPE_SIZE_T
+  INT = Fiddle::TYPE_INT
+
+  START = Fiddle::Function.new(LIB["hw_start"], [INT], INT)
+  MALLOC = Fiddle::Function.new(LIB["hw_malloc"], [INT, VOIDP, VOIDP, SIZE_T], Fiddle::TYPE_VOID)
+  FREE = Fiddle::Function.new(LIB["hw_free"], [INT, VOIDP, SIZE_T], Fiddle::TYPE_VOID)
+  STOP = Fiddle::Function.new(LIB["hw_stop"], [INT], Fiddle::TYPE_VOID)
+  CHURN_START = Fiddle::Function.new(LIB["churn_start"], [INT], INT)
+  CHURN_OPS = Fiddle::Function.new(LIB["churn_ops_done"], [], Fiddle::TYPE_LONG)
+  CHURN_STOP = Fiddle::Function.new(LIB["churn_stop_all"], [], Fiddle::TYPE_VOID)
+
+  # Starts worker thread i; returns its tid.
+  def self.start(index) = START.call(index)
+  def self.stop(index) = STOP.call(index)
+
+  # mallocs each size on worker `index` (-1: the calling thread); returns the addresses.
+  def self.malloc(index, sizes)
+    sz = sizes.pack("Q*")
+    out = "\0".b * (8 * sizes.size)
+    MALLOC.call(index, Fiddle::Pointer[out], Fiddle::Pointer[sz], sizes.size)
+    out.unpack("Q*")
+  end
+
+  # A prepared free: the argument buffer is built now, so running it allocates nothing in Ruby.
+  def self.prepare_free(index, addrs)
+    buf = addrs.pack("Q*")
+    ptr = Fiddle::Pointer[buf]
+    n = addrs.size
+    -> { FREE.call(index, ptr, n) && buf }
+  end
+
+  def self.churn_start(n) = CHURN_START.call(n)
+  def self.churn_ops = CHURN_OPS.call
+  def self.churn_stop = CHURN_STOP.call
+end
