@@ -28,10 +28,11 @@ class HeapScenario
     to_free = @live.keys.shuffle(random: @rng).first(@live.size / 2)
     # every free is prepared before the first one runs, and the record of what is freed too: an
     # allocation between a free and the dump may legitimately reuse the freed chunk
-    jobs = to_free.chunk_while { @rng.rand < 0.8 }.map { |batch| NativeThreads.prepare_free(random_thread, batch) }
+    threads = to_free.chunk_while { @rng.rand < 0.8 }.flat_map { |batch| [random_thread] * batch.size }
+    plan = NativeThreads.prepare_free_plan(threads, to_free)
     to_free.each { |a| @freed[a] = @live[a] }
     to_free.each { |a| @live.delete(a) }
-    jobs.each(&:call)
+    plan.call
     self
   end
 

@@ -14,6 +14,7 @@ module NativeThreads
   START = Fiddle::Function.new(LIB["hw_start"], [INT], INT)
   MALLOC = Fiddle::Function.new(LIB["hw_malloc"], [INT, VOIDP, VOIDP, SIZE_T], Fiddle::TYPE_VOID)
   FREE = Fiddle::Function.new(LIB["hw_free"], [INT, VOIDP, SIZE_T], Fiddle::TYPE_VOID)
+  FREE_PLAN = Fiddle::Function.new(LIB["hw_free_plan"], [VOIDP, VOIDP, SIZE_T], Fiddle::TYPE_VOID)
   STOP = Fiddle::Function.new(LIB["hw_stop"], [INT], Fiddle::TYPE_VOID)
   CHURN_START = Fiddle::Function.new(LIB["churn_start"], [INT], INT)
   CHURN_OPS = Fiddle::Function.new(LIB["churn_ops_done"], [], Fiddle::TYPE_LONG)
@@ -37,6 +38,17 @@ module NativeThreads
     ptr = Fiddle::Pointer[buf]
     n = addrs.size
     -> { FREE.call(index, ptr, n) && buf }
+  end
+
+  # A prepared plan of frees: addrs[k] is freed by thread threads[k] (-1: the caller), all in one C
+  # call, so no Ruby or Fiddle allocation falls between two frees.
+  def self.prepare_free_plan(threads, addrs)
+    tb = threads.pack("l*")
+    ab = addrs.pack("Q*")
+    tp = Fiddle::Pointer[tb]
+    ap = Fiddle::Pointer[ab]
+    n = addrs.size
+    -> { FREE_PLAN.call(tp, ap, n) && [tb, ab] }
   end
 
   def self.churn_start(n) = CHURN_START.call(n)
