@@ -1,0 +1,92 @@
+# frozen_string_literal: true
+
+require "spec_helper"
+require "zlib"
+
+RSpec.describe PtmallocDump do
+  it "returns the summary from dump, computed from the chunk records" do
+    path = File.join(tmpdir, "a.dump")
+    summary = described_class.dump(path)
+    expect(summary[:path]).to eq(path)
+    %i[arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost tcache_count tcache_bytes
+       in_use_bytes resident_bytes swapped_bytes absent_bytes free_resident_bytes largest_free arenas].each do |k|
+      expect(summary).to have_key(k)
+    end
+    expect(summary[:arena]).to eq(summary[:uordblks] + summary[:fordblks])
+  end
+
+  it "works from any directory with a relative path" do
+    Dir.chdir(tmpdir) { described_class.dump("rel.dump") }
+    expect(File.exist?(File.join(tmpdir, "rel.dump"))).to be(true)
+  end
+
+  describe PtmallocDump::Dump do
+    subject(:dump) { dump_and_load }
+
+    it "has the header fields" do
+      h = dump.header
+      expect(h).to include(format_version: 1, pid: Process.pid, page_size: 4096, glibc_version: PtmallocDump.libc_info[:glibc_version])
+      expect(h[:time]).to be_within(60).of(Time.now)
+      expect(h[:main_arena]).to eq(PtmallocDump.libc_info[:main_arena])
+      expect(h[:symbol_source]).to eq(:build_id)
+      expect(h[:mallinfo2].keys).to eq(%i[arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost])
+      expect(h[:malloc_info]).to start_with('<malloc version="1">')
+    end
+
+    it "lists arenas with their heaps, main first" do
+      expect(dump.arenas.first).to be_main
+      expect(dump.arenas.drop(1)).to all(satisfy { |a| !a.main? })
+      dump.arenas.each do |a|
+        expect(a.heaps).not_to be_empty
+        expect(a.heaps.sum(&:size)).to eq(a.system_mem)
+        expect(a.top).to be_between(a.heaps.last.start, a.heaps.last.end)
+      end
+    end
+
+    it "enumerates chunks, with an Enumerator without a block" do
+      enum = dump.each_chunk
+      expect(enum).to be_a(Enumerator)
+      expect(enum.size).to eq(dump.chunk_count)
+      chunks = enum.to_a
+      expect(chunks.size).to eq(dump.chunk_count)
+      expect(chunks.map(&:state).uniq - PtmallocDump::STATES).to eq([])
+      expect(chunks.count { |c| c.state == :top }).to eq(dump.arenas.size)
+      c = chunks.find { |x| x.state == :in_use }
+      expect(c.arena).to be_a(PtmallocDump::Arena)
+      expect(c.heap.range).to cover(c.address)
+      expect(dump.chunk_at(c.address)).to eq(c)
+      expect(dump.chunk_containing(c.address + c.size - 1)).to eq(c)
+    end
+
+    it "gives residency per heap" do
+      expect(dump.pages.size).to eq(dump.heaps.size)
+      dump.pages.zip(dump.heaps).each do |map, heap|
+        expect(map.heap).to equal(heap)
+        expect(map.size).to eq(((heap.end - map.page_base) + 4095) / 4096)
+      end
+      top = dump.arenas.first.top
+      expect(dump.pages.first.state_at(top)).to eq(:present)
+    end
+
+    it "verifies against glibc's counters" do
+      v = dump.verify
+      expect(v).to be_ok
+      expect(v.consistent_arenas).to eq(dump.arenas.map(&:index))
+      expect(v.to_s).to include("reproduces mallinfo2 and malloc_info exactly")
+    end
+
+    it "reports a difference when the captured counters disagree" do
+      bytes = File.binread(dump.path).b
+      arena = dump.header[:mallinfo2][:arena]
+      at = bytes.index([3, 0, 1, 80].pack("VVQ<Q<")) + 24 # the MALLINFO2 section's payload: arena first
+      expect(bytes[at, 8].unpack1("Q<")).to eq(arena)
+      bytes[at, 8] = [arena + 4096].pack("Q<")
+      body = bytes.size - 56
+      bytes[body + 24 + 24, 4] = [Zlib.crc32(bytes[0, body])].pack("V") # a valid file again
+      File.binwrite(dump.path, bytes)
+      v = PtmallocDump.load(dump.path).verify
+      expect(v).not_to be_ok
+      expect(v.differences.map(&:to_s)).to eq(["mallinfo2 arena: glibc says #{arena + 4096}, the walk found #{arena}"])
+    end
+  end
+end

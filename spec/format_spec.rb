@@ -1,0 +1,90 @@
+# frozen_string_literal: true
+
+require "spec_helper"
+
+RSpec.describe "the dump file" do
+  let(:path) { File.join(tmpdir, "heap.dump") }
+
+  before { PtmallocDump.dump(path) }
+
+  def load_bytes(bytes)
+    f = File.join(tmpdir, "bad.dump")
+    File.binwrite(f, bytes)
+    PtmallocDump.load(f)
+  end
+
+  it "is written with mode 0600 and leaves no temporary file behind" do
+    expect(File.stat(path).mode & 0o777).to eq(0o600)
+    expect(Dir.children(tmpdir)).to eq(["heap.dump"])
+  end
+
+  it "holds at most 16 bytes per chunk plus one byte per page, and no chunk contents" do
+    dump = PtmallocDump.load(path)
+    pages = dump.pages.sum(&:size)
+    overhead = 64 * 1024 + dump.malloc_info.bytesize + (dump.arenas.size + dump.heaps.size) * 96
+    expect(File.size(path)).to be <= dump.chunk_count * 16 + pages + overhead
+    secret = "ptmalloc-dump-secret-#{rand(1 << 30)}"
+    kept = secret.dup * 4
+    PtmallocDump.dump(path)
+    expect(File.binread(path)).not_to include(secret)
+    expect(kept).to include(secret)
+  end
+
+  it "replaces an existing file atomically and leaves the target untouched when a dump fails" do
+    File.write(path, "previous")
+    PtmallocDump.dump(path)
+    expect(PtmallocDump.load(path).chunk_count).to be > 0
+    File.write(path, "previous")
+    expect { PtmallocDump.dump(path, debug_dir: File.join(tmpdir, "nowhere")) }
+      .to raise_error(PtmallocDump::SymbolsNotFoundError)
+    expect(File.read(path)).to eq("previous")
+  end
+
+  it "refuses a target that is a symlink or a directory, and a missing directory" do
+    link = File.join(tmpdir, "link.dump")
+    File.symlink(File.join(tmpdir, "elsewhere"), link)
+    expect { PtmallocDump.dump(link) }.to raise_error(Errno::ELOOP, /symbolic link/)
+    expect(File.exist?(File.join(tmpdir, "elsewhere"))).to be(false)
+    expect { PtmallocDump.dump(tmpdir + "/") }.to raise_error(Errno::EISDIR)
+    expect { PtmallocDump.dump(File.join(tmpdir, "no", "such", "dir.dump")) }.to raise_error(Errno::ENOENT, /no\/such/)
+  end
+
+  describe "the reader" do
+    let(:bytes) { File.binread(path) }
+
+    it "rejects an empty file" do
+      expect { load_bytes("") }.to raise_error(PtmallocDump::FormatError, /empty file/)
+    end
+
+    it "rejects random bytes" do
+      expect { load_bytes(Random.new(1).bytes(4096)) }.to raise_error(PtmallocDump::FormatError, /not a ptmalloc_dump dump/)
+    end
+
+    it "rejects a dump of a newer format version" do
+      b = bytes.dup
+      b[8, 4] = [99].pack("V")
+      expect { load_bytes(b) }.to raise_error(PtmallocDump::FormatError, /format version 99 is newer/)
+    end
+
+    it "rejects every truncation" do
+      [1, 15, 16, 100, bytes.size / 3, bytes.size / 2, bytes.size - 57, bytes.size - 32, bytes.size - 8, bytes.size - 1].each do |n|
+        expect { load_bytes(bytes[0, n]) }.to raise_error(PtmallocDump::FormatError, /truncated|not a ptmalloc_dump/), "at #{n} bytes"
+      end
+    end
+
+    it "rejects flipped bytes through the checksum" do
+      rng = Random.new(7)
+      20.times do
+        b = bytes.dup
+        i = 16 + rng.rand(b.size - 16 - 56)
+        b.setbyte(i, b.getbyte(i) ^ (1 << rng.rand(8)))
+        expect { load_bytes(b) }.to raise_error(PtmallocDump::FormatError), "flip at byte #{i}"
+      end
+    end
+
+    it "says a directory is not a dump, and a missing file is missing" do
+      expect { PtmallocDump.load(tmpdir) }.to raise_error(PtmallocDump::FormatError, /is a directory/)
+      expect { PtmallocDump.load(File.join(tmpdir, "missing")) }.to raise_error(Errno::ENOENT)
+    end
+  end
+end

@@ -1,0 +1,83 @@
+# frozen_string_literal: true
+
+require "spec_helper"
+
+RSpec.describe "finding main_arena" do
+  let(:info) { PtmallocDump.libc_info }
+  let(:debug_file) { info[:symbol_file] }
+
+  it "agrees with gdb on &main_arena for the same process" do
+    path = File.join(tmpdir, "child.dump")
+    code = <<~RUBY
+      PtmallocDump.dump(#{path.inspect})
+      $stdout.puts "ready"
+      $stdout.flush
+      sleep
+    RUBY
+    Open3.popen3(RbConfig.ruby, "-I", SpecHelpers::LIB, "-rptmalloc_dump", "-e", code) do |stdin, stdout, _err, wait|
+      expect(stdout.gets).to eq("ready\n")
+      gdb, gdb_err, status = Open3.capture3("gdb", "-batch", "-nx", "-p", wait.pid.to_s, "-ex", "p &main_arena")
+      expect(status).to be_success, gdb_err
+      address = gdb[/\(struct malloc_state \*\) (0x\h+)/, 1]
+      expect(address).not_to be_nil, gdb
+      expect(PtmallocDump.load(path).header[:main_arena]).to eq(Integer(address))
+    ensure
+      Process.kill("KILL", wait.pid)
+      stdin.close
+    end
+  end
+
+  it "finds the symbol file by build-id under the debug directory" do
+    expect(info[:build_id]).to match(/\A\h{40}\z/)
+    expect(debug_file).to end_with("/.build-id/#{info[:build_id][0, 2]}/#{info[:build_id][2..]}.debug")
+    expect(dump_and_load.header[:symbol_source]).to eq(:build_id)
+  end
+
+  it "follows .gnu_debuglink into <debugdir><libdir>/ when there is no .build-id link, checking the CRC" do
+    libdir = File.dirname(File.realpath(info[:libc_path]))
+    link_name = `readelf --string-dump=.gnu_debuglink #{info[:libc_path]} 2>/dev/null`[/\]\s+(\S+)/, 1]
+    expect(link_name).not_to be_nil
+    dir = File.join(tmpdir, "debug")
+    FileUtils.mkdir_p(File.join(dir, libdir))
+    FileUtils.cp(debug_file, File.join(dir, libdir, link_name))
+    dump = dump_and_load(debug_dir: dir)
+    expect(dump.header[:symbol_source]).to eq(:debuglink)
+    expect(dump.header[:symbol_file]).to eq(File.join(dir, libdir, link_name))
+    expect(dump.header[:main_arena]).to eq(info[:main_arena])
+    expect_valid_dump(dump)
+  end
+
+  it "rejects a debuglink target whose CRC does not match" do
+    libdir = File.dirname(File.realpath(info[:libc_path]))
+    link_name = `readelf --string-dump=.gnu_debuglink #{info[:libc_path]} 2>/dev/null`[/\]\s+(\S+)/, 1]
+    dir = File.join(tmpdir, "debug")
+    FileUtils.mkdir_p(File.join(dir, libdir))
+    File.binwrite(File.join(dir, libdir, link_name), File.binread(debug_file) + "tampered")
+    expect { PtmallocDump.dump(File.join(tmpdir, "x.dump"), debug_dir: dir) }
+      .to raise_error(PtmallocDump::SymbolsNotFoundError)
+  end
+
+  it "raises SymbolsNotFoundError naming the build-id, the paths tried and the package" do
+    empty = File.join(tmpdir, "empty")
+    Dir.mkdir(empty)
+    target = File.join(tmpdir, "never.dump")
+    expect { PtmallocDump.dump(target, debug_dir: empty) }.to raise_error(PtmallocDump::SymbolsNotFoundError) { |e|
+      expect(e.message).to include(info[:build_id])
+      expect(e.message).to include(File.join(empty, ".build-id", info[:build_id][0, 2]))
+      expect(e.message).to include("libc6-dbg")
+      expect(e.message).to include("glibc #{info[:glibc_version]}")
+    }
+    expect(File.exist?(target)).to be(false)
+    expect(Dir.children(tmpdir)).to eq(["empty"])
+  end
+
+  it "takes the debug directory from PTMALLOC_DUMP_DEBUG_DIR" do
+    empty = File.join(tmpdir, "empty")
+    Dir.mkdir(empty)
+    _out, err, status = run_ruby("PtmallocDump.dump(#{File.join(tmpdir, 'x.dump').inspect})",
+                                 env: { "PTMALLOC_DUMP_DEBUG_DIR" => empty })
+    expect(status).not_to be_success
+    expect(err).to include("SymbolsNotFoundError")
+    expect(err).to include(empty)
+  end
+end
