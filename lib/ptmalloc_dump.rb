@@ -7,6 +7,9 @@ require_relative "ptmalloc_dump/records"
 require_relative "ptmalloc_dump/malloc_info"
 require_relative "ptmalloc_dump/dump"
 require_relative "ptmalloc_dump/verification"
+require_relative "ptmalloc_dump/format_helpers"
+require_relative "ptmalloc_dump/text_summary"
+require_relative "ptmalloc_dump/json_summary"
 
 # Looks inside glibc's malloc (ptmalloc2) heap of the running Ruby process: every arena, heap and
 # chunk, classified and reconciled with glibc's own counters, written to one file.

@@ -207,6 +207,23 @@ static void fill_meta(ptmd_dump_state *d, const ptmd_libc *lc, const struct time
     m->thread_count = w->thread_count;
 }
 
+/* The chunk table goes out without addresses (each heap's chunks tile it), staged through a fixed
+ * stack buffer. */
+static void write_chunk_words(ptmd_writer *wr, const ptmd_walk *w)
+{
+    uint64_t words[4096];
+    size_t n = PTMD_BUF_COUNT(&w->chunks, ptmd_chunk_rec), i = 0;
+    const ptmd_chunk_rec *r = (const ptmd_chunk_rec *)(const void *)w->chunks.base;
+    ptmd_writer_begin(wr, PTMD_SEC_CHUNKS, n, (uint64_t)n * 8);
+    while (i < n) {
+        size_t k, m = n - i < 4096 ? n - i : 4096;
+        for (k = 0; k < m; k++) words[k] = r[i + k].word;
+        ptmd_writer_put(wr, words, m * 8);
+        i += m;
+    }
+    ptmd_writer_end(wr, (uint64_t)n * 8);
+}
+
 static void write_sections(ptmd_dump_state *d)
 {
     ptmd_writer *wr = &d->writer;
@@ -217,7 +234,7 @@ static void write_sections(ptmd_dump_state *d)
     ptmd_writer_section(wr, PTMD_SEC_MALLOC_INFO, d->malloc_info_len, d->malloc_info, d->malloc_info_len);
     ptmd_writer_section(wr, PTMD_SEC_ARENAS, PTMD_BUF_COUNT(&w->arenas, ptmd_arena_rec), w->arenas.base, w->arenas.len);
     ptmd_writer_section(wr, PTMD_SEC_HEAPS, PTMD_BUF_COUNT(&w->heaps, ptmd_heap_rec), w->heaps.base, w->heaps.len);
-    ptmd_writer_section(wr, PTMD_SEC_CHUNKS, PTMD_BUF_COUNT(&w->chunks, ptmd_chunk_rec), w->chunks.base, w->chunks.len);
+    write_chunk_words(wr, w);
     ptmd_writer_section(wr, PTMD_SEC_PAGES, w->pages.len, w->pages.base, w->pages.len);
     ptmd_writer_section(wr, PTMD_SEC_THREADS, PTMD_BUF_COUNT(&w->threads, ptmd_thread_rec), w->threads.base, w->threads.len);
     ptmd_writer_section(wr, PTMD_SEC_ANOMALIES, PTMD_BUF_COUNT(&w->anomalies, ptmd_anomaly_rec), w->anomalies.base, w->anomalies.len);

@@ -24,7 +24,8 @@ enum {
     PTMD_SEC_MALLOC_INFO = 4,   /* malloc_info() XML, count = byte length */
     PTMD_SEC_ARENAS = 5,        /* ptmd_arena_rec[count] */
     PTMD_SEC_HEAPS = 6,         /* ptmd_heap_rec[count] */
-    PTMD_SEC_CHUNKS = 7,        /* ptmd_chunk_rec[count] */
+    PTMD_SEC_CHUNKS = 7,        /* uint64 word[count]: a chunk record without its address (implied:
+                                 * each heap's chunks tile it, in order, from heap.start) */
     PTMD_SEC_PAGES = 8,         /* uint8 PTMD_PAGE_* flags, one per page, count = pages */
     PTMD_SEC_THREADS = 9,       /* ptmd_thread_rec[count] */
     PTMD_SEC_ANOMALIES = 10,    /* ptmd_anomaly_rec[count] */
@@ -54,6 +55,7 @@ typedef enum {
 #define PTMD_CF_RAW_SHIFT 60                /* bits 60..62: the chunk's own P, M, A bits as found */
 #define PTMD_SIZE_MASK 0x00fffffffffffff0ull
 
+/* In memory a chunk record carries its address; in the file only `word` is stored. */
 typedef struct {
     uint64_t addr;              /* chunk address (not the user pointer: that is addr + 16) */
     uint64_t word;              /* size (multiple of 16) | state | flags << 56 */

@@ -15,6 +15,8 @@ static VALUE cDump;
 typedef struct {
     unsigned char *data;    /* anonymous mapping holding the whole file */
     size_t len, cap;
+    ptmd_chunk_rec *recs;   /* chunk records with their addresses, mmapped */
+    size_t recs_cap;
     ptmd_view view;
     int loaded;
 } rb_dump_t;
@@ -23,13 +25,14 @@ static void dump_free(void *p)
 {
     rb_dump_t *d = p;
     if (d->data) munmap(d->data, d->cap);
+    if (d->recs) munmap(d->recs, d->recs_cap);
     xfree(d);
 }
 
 static size_t dump_size(const void *p)
 {
     const rb_dump_t *d = p;
-    return sizeof(*d) + d->cap;
+    return sizeof(*d) + d->cap + d->recs_cap;
 }
 
 static const rb_data_type_t dump_type = {
@@ -101,14 +104,28 @@ static VALUE dump_load(VALUE self, VALUE path)
     }
     close(fd);
     d->len = got;
-    if (ptmd_read_view(d->data, d->len, cpath, &d->view, &err) != 0) {
+    if (ptmd_read_view(d->data, d->len, cpath, &d->view, &err) != 0) goto bad;
+    d->recs_cap = d->view.n_chunks * sizeof(ptmd_chunk_rec) + 16;
+    d->recs = mmap(NULL, d->recs_cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (d->recs == MAP_FAILED) {
+        int e = errno;
+        d->recs = NULL;
         munmap(d->data, d->cap);
         d->data = NULL;
-        ptmd_rb_raise(&err);
+        rb_syserr_fail_str(e, path);
     }
+    if (ptmd_view_build_chunks(&d->view, d->recs, cpath, &err) != 0) goto bad;
     mprotect(d->data, d->cap, PROT_READ);
+    mprotect(d->recs, d->recs_cap, PROT_READ);
     d->loaded = 1;
     return self;
+bad:
+    munmap(d->data, d->cap);
+    d->data = NULL;
+    if (d->recs) munmap(d->recs, d->recs_cap);
+    d->recs = NULL;
+    ptmd_rb_raise(&err);
+    return Qnil;
 }
 
 static VALUE dump_meta(VALUE self)

@@ -21,7 +21,7 @@ static const section_rule rules[] = {
     { PTMD_SEC_MALLOC_INFO, 0, 0, 1 },
     { PTMD_SEC_ARENAS, sizeof(ptmd_arena_rec), 1, 1 },
     { PTMD_SEC_HEAPS, sizeof(ptmd_heap_rec), 1, 1 },
-    { PTMD_SEC_CHUNKS, sizeof(ptmd_chunk_rec), 1, 1 },
+    { PTMD_SEC_CHUNKS, sizeof(uint64_t), 1, 1 },
     { PTMD_SEC_PAGES, 1, 1, 1 },
     { PTMD_SEC_THREADS, sizeof(ptmd_thread_rec), 0, 1 },
     { PTMD_SEC_ANOMALIES, sizeof(ptmd_anomaly_rec), 0, 1 },
@@ -116,7 +116,7 @@ int ptmd_read_view(const unsigned char *data, size_t len, const char *name, ptmd
             case PTMD_SEC_MALLOC_INFO: v->malloc_info = (const char *)payload; v->malloc_info_len = sh->length; break;
             case PTMD_SEC_ARENAS: v->arenas = (const void *)payload; v->n_arenas = sh->count; break;
             case PTMD_SEC_HEAPS: v->heaps = (const void *)payload; v->n_heaps = sh->count; break;
-            case PTMD_SEC_CHUNKS: v->chunks = (const void *)payload; v->n_chunks = sh->count; break;
+            case PTMD_SEC_CHUNKS: v->chunk_words = (const void *)payload; v->n_chunks = sh->count; break;
             case PTMD_SEC_PAGES: v->pages = payload; v->n_pages = sh->count; break;
             case PTMD_SEC_THREADS: v->threads = (const void *)payload; v->n_threads = sh->count; break;
             case PTMD_SEC_ANOMALIES: v->anomalies = (const void *)payload; v->n_anomalies = sh->count; break;
@@ -148,25 +148,38 @@ int ptmd_read_view(const unsigned char *data, size_t len, const char *name, ptmd
     }
     for (i = 0; i < v->n_heaps; i++) {
         const ptmd_heap_rec *h = &v->heaps[i];
-        uint64_t c, prev_end = h->start;
-        if (h->end < h->start || h->first_chunk > v->n_chunks || h->n_chunks > v->n_chunks - h->first_chunk ||
-            h->first_page > v->n_pages || h->n_pages > v->n_pages - h->first_page ||
+        if (h->end < h->start || h->first_page > v->n_pages || h->n_pages > v->n_pages - h->first_page ||
             (h->arena != PTMD_NO_ARENA && h->arena >= v->n_arenas) || h->page_base > h->start ||
             (h->n_pages && h->end - h->page_base > h->n_pages * v->meta->page_size))
             FAIL("%s: heap %zu has bad bounds", name, i);
-        for (c = h->first_chunk; c < h->first_chunk + h->n_chunks; c++) {
-            const ptmd_chunk_rec *r = &v->chunks[c];
-            uint64_t sz = ptmd_rec_size(r);
-            if (ptmd_rec_state(r) >= PTMD_ST_COUNT) FAIL("%s: chunk %llu has an unknown state", name, (unsigned long long)c);
-            if (r->addr < prev_end || r->addr > h->end || sz > h->end - r->addr)
-                FAIL("%s: chunk %llu at %#llx lies outside its heap or overlaps its neighbour", name,
-                     (unsigned long long)c, (unsigned long long)r->addr);
-            prev_end = r->addr + sz;
-        }
     }
     for (i = 0; i < v->n_anomalies; i++)
         if (v->anomalies[i].arena != PTMD_NO_ARENA && v->anomalies[i].arena >= v->n_arenas)
             FAIL("%s: anomaly %zu names an arena that does not exist", name, i);
+    return 0;
+}
+
+int ptmd_view_build_chunks(ptmd_view *v, ptmd_chunk_rec *recs, const char *name, ptmd_err *err)
+{
+    size_t i;
+    for (i = 0; i < v->n_heaps; i++) {
+        const ptmd_heap_rec *h = &v->heaps[i];
+        uint64_t c, at = h->start;
+        for (c = h->first_chunk; c < h->first_chunk + h->n_chunks; c++) {
+            uint64_t word = v->chunk_words[c], size = word & PTMD_SIZE_MASK;
+            if ((int)(word & 0xf) >= PTMD_ST_COUNT)
+                FAIL("%s: chunk %llu has an unknown state", name, (unsigned long long)c);
+            if (size == 0 || size > h->end - at)
+                FAIL("%s: chunk %llu at %#llx runs past its heap", name, (unsigned long long)c, (unsigned long long)at);
+            recs[c].addr = at;
+            recs[c].word = word;
+            at += size;
+        }
+        if (at != h->end)
+            FAIL("%s: the chunks of heap %zu end at %#llx, the heap at %#llx", name, i, (unsigned long long)at,
+                 (unsigned long long)h->end);
+    }
+    v->chunks = recs;
     return 0;
 }
 

@@ -18,8 +18,9 @@ typedef struct {
     size_t n_arenas;
     const ptmd_heap_rec *heaps;
     size_t n_heaps;
-    const ptmd_chunk_rec *chunks;
+    const ptmd_chunk_rec *chunks;  /* with addresses (built by ptmd_view_build_chunks for a file) */
     size_t n_chunks;
+    const uint64_t *chunk_words;    /* the file's address-less records */
     const uint8_t *pages;
     size_t n_pages;
     const ptmd_thread_rec *threads;

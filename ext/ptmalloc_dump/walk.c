@@ -312,7 +312,10 @@ static int walk_heap_chunks(ptmd_walk *w, arena_ctx *a, uint32_t heap_index, uin
             p = end;
             break;
         }
-        if (end - p < PTMD_CHUNK_HDR_SZ) break;
+        if (end - p < PTMD_CHUNK_HDR_SZ) {
+            ptmd_walk_anomaly(w, PTMD_AN_PAST_END, p, end - p, a->index);
+            goto rest;
+        }
         size = ptmd_rd64(p + 8);
         flags = (size & PTMD_SIZE_BITS) << PTMD_CF_RAW_SHIFT;
         size = ptmd_chunksize(size);

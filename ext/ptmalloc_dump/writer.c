@@ -123,9 +123,8 @@ static void put_preamble(ptmd_writer *wr)
     put(wr, pre, sizeof(pre));
 }
 
-void ptmd_writer_section(ptmd_writer *wr, uint32_t type, uint64_t count, const void *data, uint64_t len)
+void ptmd_writer_begin(ptmd_writer *wr, uint32_t type, uint64_t count, uint64_t len)
 {
-    static const unsigned char zeros[8];
     ptmd_section_hdr h;
     if (wr->written == 0) put_preamble(wr);
     memset(&h, 0, sizeof(h));
@@ -133,9 +132,25 @@ void ptmd_writer_section(ptmd_writer *wr, uint32_t type, uint64_t count, const v
     h.count = count;
     h.length = len;
     put(wr, &h, sizeof(h));
-    if (len) put(wr, data, (size_t)len);
+}
+
+void ptmd_writer_put(ptmd_writer *wr, const void *data, size_t n)
+{
+    if (n) put(wr, data, n);
+}
+
+void ptmd_writer_end(ptmd_writer *wr, uint64_t len)
+{
+    static const unsigned char zeros[8];
     if (len & 7) put(wr, zeros, 8 - (size_t)(len & 7));
     wr->n_sections++;
+}
+
+void ptmd_writer_section(ptmd_writer *wr, uint32_t type, uint64_t count, const void *data, uint64_t len)
+{
+    ptmd_writer_begin(wr, type, count, len);
+    ptmd_writer_put(wr, data, (size_t)len);
+    ptmd_writer_end(wr, len);
 }
 
 int ptmd_writer_finish(ptmd_writer *wr, uint64_t n_chunks, ptmd_err *err)

@@ -23,6 +23,10 @@ typedef struct {
 int ptmd_writer_open(ptmd_writer *wr, const char *path, ptmd_err *err);
 /* Appends one section; errors are remembered and reported by ptmd_writer_finish. */
 void ptmd_writer_section(ptmd_writer *wr, uint32_t type, uint64_t count, const void *data, uint64_t len);
+/* A section written in pieces: begin, any number of puts totalling len bytes, end. */
+void ptmd_writer_begin(ptmd_writer *wr, uint32_t type, uint64_t count, uint64_t len);
+void ptmd_writer_put(ptmd_writer *wr, const void *data, size_t n);
+void ptmd_writer_end(ptmd_writer *wr, uint64_t len);
 /* Writes the END section, fsyncs, renames over the target. On failure removes the temp file. */
 int ptmd_writer_finish(ptmd_writer *wr, uint64_t n_chunks, ptmd_err *err);
 /* Abandons the dump: closes and removes the temp file. Safe to call twice. */

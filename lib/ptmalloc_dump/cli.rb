@@ -1,0 +1,90 @@
+# frozen_string_literal: true
+
+require "optparse"
+
+module PtmallocDump
+  # `ptmalloc-visualize`: option parsing and dispatch. The work is done by the library.
+  class CLI
+    USAGE = "Usage: ptmalloc-visualize [options] DUMP OUTDIR\n" \
+            "       ptmalloc-visualize --summary|--json DUMP"
+
+    def initialize(argv, out: $stdout, err: $stderr)
+      @argv = argv.dup
+      @out = out
+      @err = err
+      @options = { mode: :render, force: false }
+    end
+
+    # @return [Integer] the exit status
+    def run
+      parser.parse!(@argv)
+      case @options[:mode]
+      when :summary then with_dump(1) { |d| @out.print TextSummary.new(d) }
+      when :json then with_dump(1) { |d| @out.puts JSON.pretty_generate(JsonSummary.new(d).to_h) }
+      else render
+      end
+    rescue OptionParser::ParseError, UsageError => e
+      @err.puts "ptmalloc-visualize: #{e.message}"
+      @err.puts USAGE
+      2
+    rescue FormatError => e
+      @err.puts "ptmalloc-visualize: #{e.message}"
+      1
+    rescue SystemCallError, IOError, Error => e
+      @err.puts "ptmalloc-visualize: #{e.message}"
+      1
+    end
+
+    class UsageError < StandardError; end
+
+    private
+
+    def parser
+      OptionParser.new do |o|
+        o.banner = USAGE
+        o.separator ""
+        o.on("--summary", "Print the text summary of DUMP and exit") { @options[:mode] = :summary }
+        o.on("--json", "Print the summary of DUMP as JSON and exit") { @options[:mode] = :json }
+        o.on("-f", "--force", "Write into OUTDIR even if it is not empty") { @options[:force] = true }
+        o.on("-v", "--version", "Print the version") do
+          @out.puts "ptmalloc-visualize #{VERSION}"
+          throw :done
+        end
+        o.on("-h", "--help", "Print this help") do
+          @out.puts o
+          throw :done
+        end
+      end
+    end
+
+    def with_dump(args)
+      raise UsageError, "expected #{args} argument(s), got #{@argv.size}" unless @argv.size == args
+
+      require "json" if @options[:mode] == :json
+      yield PtmallocDump.load(@argv[0])
+      0
+    end
+
+    def render
+      raise UsageError, "expected DUMP and OUTDIR, got #{@argv.size} argument(s)" unless @argv.size == 2
+
+      dump_path, outdir = @argv
+      dump = PtmallocDump.load(dump_path)
+      prepare_outdir(outdir)
+      Report.new(dump, outdir, progress: @err.tty? ? @err : nil).write
+      @out.puts "wrote #{File.join(outdir, 'index.html')}"
+      0
+    end
+
+    def prepare_outdir(dir)
+      if File.exist?(dir)
+        raise UsageError, "#{dir} is not a directory" unless File.directory?(dir)
+        unless @options[:force] || Dir.empty?(dir)
+          raise UsageError, "#{dir} is not empty (use --force to write into it anyway)"
+        end
+      else
+        Dir.mkdir(dir)
+      end
+    end
+  end
+end

@@ -1,0 +1,31 @@
+# frozen_string_literal: true
+
+module PtmallocDump
+  # Number formatting shared by the text summary and the HTML report.
+  module FormatHelpers
+    UNITS = %w[B KiB MiB GiB TiB].freeze
+
+    module_function
+
+    # @param bytes [Integer]
+    # @return [String] e.g. "1.5 MiB"
+    def human_bytes(bytes)
+      return "0 B" if bytes.nil? || bytes.zero?
+
+      exp = [(Math.log(bytes.abs) / Math.log(1024)).floor, UNITS.size - 1].min
+      exp = 0 if exp.negative?
+      value = bytes.to_f / (1024**exp)
+      exp.zero? ? "#{bytes} B" : format("%.#{value < 10 ? 1 : 0}f %s", value, UNITS[exp])
+    end
+
+    # @return [String] "12.3%"
+    def percent(part, whole)
+      return "-" if whole.nil? || whole.zero?
+
+      format("%.1f%%", 100.0 * part / whole)
+    end
+
+    # @return [String] "0x7f..."
+    def hex(address) = address ? format("0x%x", address) : "-"
+  end
+end

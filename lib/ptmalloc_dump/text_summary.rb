@@ -1,0 +1,69 @@
+# frozen_string_literal: true
+
+require_relative "format_helpers"
+
+module PtmallocDump
+  # The plain-text summary of a dump: what `ptmalloc-visualize --summary` and the demo print.
+  class TextSummary
+    include FormatHelpers
+
+    def initialize(dump)
+      @dump = dump
+      @s = dump.summary
+      @h = dump.header
+    end
+
+    # @return [String]
+    def to_s
+      (process_lines + totals_lines + arena_lines + verify_lines).join("\n") << "\n"
+    end
+
+    private
+
+    def process_lines
+      [format("ptmalloc_dump of pid %d at %s, glibc %s (main_arena %s, symbols: %s), %d threads",
+              @h[:pid], @h[:time].utc.strftime("%Y-%m-%d %H:%M:%S UTC"), @h[:glibc_version],
+              hex(@h[:main_arena]), @h[:symbol_source], @h[:thread_count]), ""]
+    end
+
+    def totals_lines
+      s = @s
+      free = s[:free_bytes]
+      bins = s[:fordblks] - s[:top_bytes] - s[:fastbin_bytes]
+      [
+        row("malloc heap", "#{human_bytes(s[:arena])} in #{s[:arena_count]} arena(s), #{s[:heap_count] - s[:hblks]} heap(s)"),
+        row("mmapped", "#{human_bytes(s[:hblkhd])} in #{s[:hblks]} chunk(s)"),
+        row("in use", "#{human_bytes(s[:in_use_bytes])} in #{s[:in_use_count]} chunks (#{percent(s[:in_use_bytes], s[:arena])} of the heap)"),
+        row("free", "#{human_bytes(free)}: tcache #{human_bytes(s[:tcache_bytes])} (#{s[:tcache_count]}), " \
+                    "fastbins #{human_bytes(s[:fastbin_bytes])} (#{s[:fastbin_count]}), bins #{human_bytes(bins)}, " \
+                    "top #{human_bytes(s[:top_bytes])}"),
+        row("free, resident", "#{human_bytes(s[:free_resident_bytes])} (reclaimable: still in RAM, not in use)"),
+        row("free, released", human_bytes(s[:free_released_bytes])),
+        row("largest free", human_bytes(s[:largest_free])),
+        row("resident", "#{human_bytes(s[:resident_bytes])} (#{human_bytes(s[:shared_bytes])} still shared with a parent), " \
+                        "swapped #{human_bytes(s[:swapped_bytes])}, not resident #{human_bytes(s[:absent_bytes])}"),
+        ""
+      ]
+    end
+
+    def row(label, text) = format("%-16s %s", label, text)
+
+    def arena_lines
+      lines = [format("%-5s %-16s %10s %10s %12s %10s %7s", "arena", "address", "heap", "in use", "free resident", "top", "chunks")]
+      @s[:arenas].each do |a|
+        lines << format("%-5s %-16s %10s %10s %12s %10s %7d", "#{a[:index]}#{a[:main] ? '*' : ''}", hex(a[:address]),
+                        human_bytes(a[:arena]), human_bytes(a[:in_use_bytes]), human_bytes(a[:free_resident_bytes]),
+                        human_bytes(a[:top_bytes]), a[:chunk_count])
+      end
+      lines << ""
+    end
+
+    def verify_lines
+      v = @dump.verify
+      return ["verify: #{v}"] if v.ok?
+
+      ["verify: #{v.differences.size} difference(s), #{v.anomalies.size} anomaly(ies)"] +
+        v.to_s.lines.first(20).map { |l| "  #{l.chomp}" }
+    end
+  end
+end
