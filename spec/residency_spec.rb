@@ -58,3 +58,17 @@ RSpec.describe "page residency" do
     NativeThreads.prepare_free(-1, [block]).call
   end
 end
+
+RSpec.describe "the mincore fallback" do
+  it "records residency from mincore when pagemap is not used, and says so" do
+    path = File.join(tmpdir, "mincore.dump")
+    _out, err, status = run_ruby("PtmallocDump.dump(#{path.inspect})", env: { "PTMALLOC_DUMP_RESIDENCY" => "mincore" })
+    expect(status).to be_success, err
+    dump = PtmallocDump.load(path)
+    expect(dump.header[:residency_source]).to eq(:mincore)
+    expect(dump.pages.first.state_at(dump.arenas.first.top)).to eq(:present)
+    expect(dump.summary[:resident_bytes]).to be > 0
+    expect(dump.summary[:shared_bytes]).to eq(0) # mincore cannot tell sharing
+    expect_valid_dump(dump)
+  end
+end
