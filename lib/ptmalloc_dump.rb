@@ -10,6 +10,8 @@ require_relative "ptmalloc_dump/verification"
 require_relative "ptmalloc_dump/format_helpers"
 require_relative "ptmalloc_dump/text_summary"
 require_relative "ptmalloc_dump/json_summary"
+require_relative "ptmalloc_dump/geometry"
+require_relative "ptmalloc_dump/report"
 
 # Looks inside glibc's malloc (ptmalloc2) heap of the running Ruby process: every arena, heap and
 # chunk, classified and reconciled with glibc's own counters, written to one file.

@@ -66,6 +66,16 @@ static inline int ptmd_rec_state(const ptmd_chunk_rec *r) { return (int)(r->word
 static inline uint64_t ptmd_rec_raw_bits(const ptmd_chunk_rec *r) { return (r->word >> PTMD_CF_RAW_SHIFT) & 7; }
 static inline void ptmd_rec_set_state(ptmd_chunk_rec *r, int st) { r->word = (r->word & ~0xfull) | (uint64_t)st; }
 
+/* Per-page residency flags (the PAGES section). */
+enum {
+    PTMD_PAGE_PRESENT = 1,      /* in RAM */
+    PTMD_PAGE_SWAPPED = 2,      /* in swap */
+    PTMD_PAGE_EXCLUSIVE = 4,    /* mapped by this process only (not shared copy-on-write) */
+    PTMD_PAGE_FILE = 8          /* file page or shared anonymous page */
+};
+
+typedef enum { PTMD_RESIDENCY_PAGEMAP = 1, PTMD_RESIDENCY_MINCORE = 2 } ptmd_residency_source;
+
 /* Symbol sources: how main_arena was found. */
 enum {
     PTMD_SYMSRC_SYMTAB = 1,     /* libc's own .symtab */

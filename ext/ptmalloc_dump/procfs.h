@@ -4,6 +4,7 @@
 
 #include "ptmd.h"
 #include "scratch.h"
+#include "format.h"
 
 enum {
     PTMD_MAP_R = 1, PTMD_MAP_W = 2, PTMD_MAP_X = 4, PTMD_MAP_PRIVATE = 8
@@ -49,16 +50,6 @@ int ptmd_safe_read(ptmd_memreader *r, uintptr_t addr, void *dst, size_t len);
 /* Reads `each` bytes at every address in addrs[0..n) into dst (n*each bytes); ok[i] says which succeeded. */
 void ptmd_safe_read_many(ptmd_memreader *r, const uintptr_t *addrs, size_t n, size_t each,
                          void *dst, unsigned char *ok);
-
-/* Per-page residency flags as stored in a dump. */
-enum {
-    PTMD_PAGE_PRESENT = 1,      /* in RAM */
-    PTMD_PAGE_SWAPPED = 2,      /* in swap */
-    PTMD_PAGE_EXCLUSIVE = 4,    /* mapped by this process only (not shared copy-on-write) */
-    PTMD_PAGE_FILE = 8          /* file page or shared anonymous page */
-};
-
-typedef enum { PTMD_RESIDENCY_PAGEMAP = 1, PTMD_RESIDENCY_MINCORE = 2 } ptmd_residency_source;
 
 typedef struct {
     int fd;                     /* /proc/self/pagemap, or -1 to use mincore */

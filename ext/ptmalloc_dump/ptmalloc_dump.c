@@ -9,4 +9,5 @@ RUBY_FUNC_EXPORTED void Init_ptmalloc_dump(void)
     ptmd_rb_errors_init();
     ptmd_rb_dump_init();
     ptmd_rb_reader_init();
+    ptmd_rb_render_init();
 }

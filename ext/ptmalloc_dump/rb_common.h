@@ -4,6 +4,7 @@
 
 #include <ruby.h>
 #include "ptmd.h"
+#include "analysis.h"
 #include "summary.h"
 
 extern VALUE ptmd_mPtmallocDump;
@@ -14,7 +15,12 @@ NORETURN(void ptmd_rb_raise(const ptmd_err *err));
 /* The summary Hash of a view (mallinfo2 fields, residency, per-state and per-arena figures). */
 VALUE ptmd_rb_summary(const ptmd_view *v);
 
+/* The loaded view of a PtmallocDump::Dump, and its per-page usage (computed once). */
+const ptmd_view *ptmd_rb_dump_view(VALUE dump);
+const ptmd_page_usage *ptmd_rb_dump_usage(VALUE dump);
+
 void ptmd_rb_errors_init(void);
+void ptmd_rb_render_init(void);
 void ptmd_rb_dump_init(void);
 void ptmd_rb_reader_init(void);
 

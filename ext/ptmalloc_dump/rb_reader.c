@@ -1,6 +1,7 @@
 /* PtmallocDump::Dump: a loaded dump file. Parsing and every figure are computed in C (reader.c,
  * summary.c); this file turns records into Ruby values. */
 #include "rb_common.h"
+#include "analysis.h"
 #include "reader.h"
 
 #include <errno.h>
@@ -18,6 +19,7 @@ typedef struct {
     ptmd_chunk_rec *recs;   /* chunk records with their addresses, mmapped */
     size_t recs_cap;
     ptmd_view view;
+    ptmd_page_usage *usage; /* per page, computed on first use */
     int loaded;
 } rb_dump_t;
 
@@ -26,6 +28,7 @@ static void dump_free(void *p)
     rb_dump_t *d = p;
     if (d->data) munmap(d->data, d->cap);
     if (d->recs) munmap(d->recs, d->recs_cap);
+    xfree(d->usage);
     xfree(d);
 }
 
@@ -53,6 +56,21 @@ static rb_dump_t *get_dump(VALUE self)
     TypedData_Get_Struct(self, rb_dump_t, &dump_type, d);
     if (!d->loaded) rb_raise(rb_eRuntimeError, "PtmallocDump::Dump is not loaded");
     return d;
+}
+
+const ptmd_view *ptmd_rb_dump_view(VALUE self)
+{
+    return &get_dump(self)->view;
+}
+
+const ptmd_page_usage *ptmd_rb_dump_usage(VALUE self)
+{
+    rb_dump_t *d = get_dump(self);
+    if (!d->usage) {
+        d->usage = ALLOC_N(ptmd_page_usage, d->view.n_pages ? d->view.n_pages : 1);
+        ptmd_page_usage_fill(&d->view, d->usage);
+    }
+    return d->usage;
 }
 
 #define U64(x) ULL2NUM((unsigned long long)(x))

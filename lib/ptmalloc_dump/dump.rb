@@ -115,6 +115,15 @@ module PtmallocDump
       @summary ||= _summary.freeze
     end
 
+    # Page-level figures for the report: pages by class (per heap and in total), the 20 largest free
+    # and resident runs, pages pinned by little live data, what malloc_trim(0) could release per
+    # arena, and the histogram of free chunk sizes.
+    #
+    # @return [Hash{Symbol=>Object}]
+    def analysis
+      @analysis ||= _analysis.freeze
+    end
+
     # Compares {#summary} with glibc's own counters captured just before the walk.
     #
     # @return [Verification]

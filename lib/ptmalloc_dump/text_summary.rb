@@ -31,13 +31,13 @@ module PtmallocDump
       free = s[:free_bytes]
       bins = s[:fordblks] - s[:top_bytes] - s[:fastbin_bytes]
       [
-        row("malloc heap", "#{human_bytes(s[:arena])} in #{s[:arena_count]} arena(s), #{s[:heap_count] - s[:hblks]} heap(s)"),
+        row("malloc heap", "#{human_bytes(s[:arena])} (#{s[:arena]} B) in #{s[:arena_count]} arena(s), #{s[:heap_count] - s[:hblks]} heap(s)"),
         row("mmapped", "#{human_bytes(s[:hblkhd])} in #{s[:hblks]} chunk(s)"),
-        row("in use", "#{human_bytes(s[:in_use_bytes])} in #{s[:in_use_count]} chunks (#{percent(s[:in_use_bytes], s[:arena])} of the heap)"),
+        row("in use", "#{human_bytes(s[:in_use_bytes])} (#{s[:in_use_bytes]} B) in #{s[:in_use_count]} chunks (#{percent(s[:in_use_bytes], s[:arena])} of the heap)"),
         row("free", "#{human_bytes(free)}: tcache #{human_bytes(s[:tcache_bytes])} (#{s[:tcache_count]}), " \
                     "fastbins #{human_bytes(s[:fastbin_bytes])} (#{s[:fastbin_count]}), bins #{human_bytes(bins)}, " \
                     "top #{human_bytes(s[:top_bytes])}"),
-        row("free, resident", "#{human_bytes(s[:free_resident_bytes])} (reclaimable: still in RAM, not in use)"),
+        row("free, resident", "#{human_bytes(s[:free_resident_bytes])} (#{s[:free_resident_bytes]} B): still in RAM, not in use"),
         row("free, released", human_bytes(s[:free_released_bytes])),
         row("largest free", human_bytes(s[:largest_free])),
         row("resident", "#{human_bytes(s[:resident_bytes])} (#{human_bytes(s[:shared_bytes])} still shared with a parent), " \

@@ -1,0 +1,314 @@
+# frozen_string_literal: true
+
+require "cgi"
+require_relative "format_helpers"
+
+module PtmallocDump
+  # Writes OUTDIR/index.html and its PNG maps for one dump: a self-contained page (its own images and
+  # inline CSS only) that shows the state of the heap on its first screen.
+  class Report
+    include FormatHelpers
+
+    PAGE_CLASS_LABELS = {
+      free_resident: "free, resident (reclaimable)",
+      pinned: "pinned: < 10% of the page in use",
+      mixed: "mixed in use and free",
+      in_use: "in use only",
+      top: "top (free, resident)",
+      released: "free, released",
+      swapped: "swapped",
+      meta: "allocator metadata",
+      untouched: "allocated, not resident"
+    }.freeze
+
+    STATE_LABELS = {
+      in_use: "in use", tcache: "tcache (free, cached per thread)", fastbin: "fastbin (free)",
+      unsorted: "unsorted bin (free)", smallbin: "small bin (free)", largebin: "large bin (free)",
+      top: "top (free)", mmapped: "mmapped chunk", meta: "allocator metadata"
+    }.freeze
+
+    # @return [Array<Hash>] the images written (file, kind, group, tile, geometry)
+    attr_reader :images
+
+    # @param dump [Dump]
+    # @param outdir [String]
+    # @param progress [IO, nil] where to print a progress line (a TTY)
+    # @param max_tile_pixels [Integer, nil] pixel budget of one image
+    def initialize(dump, outdir, progress: nil, max_tile_pixels: nil)
+      @dump = dump
+      @outdir = outdir
+      @progress = progress
+      @max_tile_pixels = max_tile_pixels
+    end
+
+    # Renders the maps and writes index.html.
+    # @return [String] the path of index.html
+    def write
+      @images = @dump.send(:_render, @outdir, nil, @max_tile_pixels, @progress&.fileno)
+      @analysis = @dump.analysis
+      path = File.join(@outdir, "index.html")
+      File.write(path, html)
+      path
+    end
+
+    private
+
+    def h(value) = CGI.escapeHTML(value.to_s)
+
+    def summary = @dump.summary
+
+    def header = @dump.header
+
+    def html
+      <<~HTML
+        <!DOCTYPE html>
+        <html lang="en">
+        <head>
+        <meta charset="utf-8" />
+        <meta name="viewport" content="width=device-width, initial-scale=1" />
+        <title>#{h("Heap of pid #{header[:pid]} on #{header[:hostname]}")}</title>
+        <style>#{css}</style>
+        </head>
+        <body>
+        #{masthead}
+        #{cards}
+        #{legend}
+        #{heaps_section}
+        #{reclaimable_section}
+        #{fragmentation_section}
+        #{arenas_section}
+        #{runs_section}
+        #{pinned_section}
+        #{threads_section}
+        #{process_section}
+        </body>
+        </html>
+      HTML
+    end
+
+    def css
+      <<~CSS.gsub(/\s+/, " ")
+        body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #222; max-width: 1400px; }
+        h1 { font-size: 1.5em; margin: 0 0 .2em; } h2 { margin-top: 1.6em; border-bottom: 1px solid #ddd; }
+        .sub { color: #555; } .cards { display: flex; flex-wrap: wrap; gap: .7em; margin: 1em 0; }
+        .card { border: 1px solid #ccc; border-radius: 6px; padding: .5em .9em; min-width: 9em; }
+        .card b { display: block; font-size: 1.4em; } .card.bloat { border-color: #e31a1c; background: #fff0f0; }
+        .legend { display: flex; flex-wrap: wrap; gap: .3em 1.2em; margin: .4em 0; }
+        .sw { display: inline-block; width: 1em; height: 1em; vertical-align: -2px; margin-right: .3em; border: 1px solid #999; }
+        table { border-collapse: collapse; margin: .5em 0; } td, th { padding: .2em .6em; border-bottom: 1px solid #eee; text-align: right; }
+        th { background: #f5f5f5; } td.l, th.l { text-align: left; } code { font-size: .95em; }
+        .maps { display: flex; flex-wrap: wrap; gap: 6px; align-items: flex-start; }
+        .maps figure { margin: 0; } figcaption { font-size: .8em; color: #666; }
+        img.map { image-rendering: pixelated; border: 1px solid #ccc; display: block; }
+        .bar { background: #e31a1c; height: .9em; display: inline-block; } .barcell { text-align: left; width: 22em; }
+        .ok { color: #1a7f37; } .warn { color: #b35900; }
+      CSS
+    end
+
+    def masthead
+      v = @dump.verify
+      check = if v.ok? then %(<span class="ok">reproduces glibc's mallinfo2() and malloc_info() exactly</span>)
+              else %(<span class="warn">#{v.differences.size} figure(s) differ from glibc's, #{v.anomalies.size} anomaly(ies) recorded</span>)
+              end
+      <<~HTML
+        <h1>Heap of pid #{h(header[:pid])} on #{h(header[:hostname])}</h1>
+        <p class="sub">#{h(header[:time].utc.strftime('%Y-%m-%d %H:%M:%S UTC'))} &#183; glibc #{h(header[:glibc_version])} &#183;
+        #{h(header[:ruby_version])} &#183; #{summary[:arena_count]} arena(s), #{h(header[:thread_count])} thread(s) &#183; the walk #{check}</p>
+        <p><b>#{h(human_bytes(summary[:arena] + summary[:hblkhd]))}</b> of malloc memory:
+        #{h(human_bytes(summary[:in_use_bytes] + summary[:mmapped_bytes]))} in use,
+        <b>#{h(human_bytes(summary[:free_resident_bytes]))} free but still resident</b>
+        (#{h(percent(summary[:free_resident_bytes], summary[:resident_bytes]))} of resident malloc memory),
+        #{h(human_bytes(summary[:free_released_bytes]))} free and released; #{h(human_bytes(reclaimable_total))} of it
+        malloc_trim(0) would give back now.</p>
+      HTML
+    end
+
+    def card(label, bytes, note = nil, css: nil)
+      %(<div class="card#{css ? " #{css}" : ''}"><b>#{h(human_bytes(bytes))}</b>#{h(label)}#{note ? "<br /><small>#{h(note)}</small>" : ''}</div>)
+    end
+
+    def cards
+      s = summary
+      <<~HTML
+        <div class="cards">
+        #{card('heap (arenas)', s[:arena], "#{s[:heap_count] - s[:hblks]} heap(s)")}
+        #{card('in use', s[:in_use_bytes], percent(s[:in_use_bytes], s[:arena]) + ' of the heap')}
+        #{card('free, resident', s[:free_resident_bytes], 'reclaimable', css: 'bloat')}
+        #{card('free, released', s[:free_released_bytes])}
+        #{card('swapped', s[:swapped_bytes])}
+        #{card('mmapped chunks', s[:hblkhd], "#{s[:hblks]} chunk(s)")}
+        #{card('tcache + fastbins', s[:tcache_bytes] + s[:fastbin_bytes], "#{s[:tcache_count]} + #{s[:fastbin_count]} chunks")}
+        #{card('resident', s[:resident_bytes], "#{human_bytes(s[:resident_bytes] - s[:shared_bytes])} private, #{human_bytes(s[:shared_bytes])} shared with a parent")}
+        </div>
+      HTML
+    end
+
+    def swatch(color, label)
+      %(<span><span class="sw" style="background:#{color}"></span>#{h(label)}</span>)
+    end
+
+    def legend
+      pal = Render.palette
+      pages = PAGE_CLASS_LABELS.map { |k, label| swatch(pal[:page_classes][k], label) }
+      states = STATE_LABELS.map { |k, label| swatch(pal[:states][k], label) }
+      <<~HTML
+        <h2>Legend</h2>
+        <p>Page maps: one cell per #{h(human_bytes(header[:page_size]))} page, #{Render::PAGE_CELLS_PER_ROW} to a row. A checkered cell is still shared copy-on-write with a parent process.</p>
+        <div class="legend">#{pages.join("\n")}</div>
+        <p>Byte maps: one pixel per #{Render::BYTES_PER_PIXEL} bytes, #{Render::BYTE_MAP_PAGES_PER_ROW} pages to a row; neighbouring chunks of one state alternate two shades; pale pixels are on pages not resident.</p>
+        <div class="legend">#{states.join("\n")}</div>
+      HTML
+    end
+
+    def group_images(group)
+      @images.select { |im| im[:group] == group }
+    end
+
+    def figure(im, caption)
+      %(<figure><img class="map" src="#{h(im[:file])}" width="#{im[:width]}" height="#{im[:height]}" alt="#{h(caption)}" /><figcaption>#{h(caption)}</figcaption></figure>)
+    end
+
+    def heaps_section
+      groups = @dump.heaps.reject { |hp| hp.kind == :mmapped_chunk }.map { |hp| [hp.index, [hp]] }
+      mm = @dump.heaps.select { |hp| hp.kind == :mmapped_chunk }
+      groups << [:mmapped, mm] unless mm.empty?
+      "<h2>Heaps</h2>\n" + groups.map { |group, heaps| heap_block(group, heaps) }.join("\n")
+    end
+
+    def heap_block(group, heaps)
+      classes = Hash.new(0)
+      heaps.each { |hp| @analysis[:heap_page_classes][hp.index].each { |k, n| classes[k] += n } }
+      title = if group == :mmapped then "#{heaps.size} mmapped chunk(s), #{human_bytes(heaps.sum(&:size))}"
+              else
+                hp = heaps.first
+                "Heap #{hp.index}: #{hp.kind == :sbrk ? 'main arena (sbrk)' : "arena #{hp.arena.index}"} " \
+                  "#{hex(hp.start)}-#{hex(hp.end)}, #{human_bytes(hp.size)}"
+              end
+      counts = PAGE_CLASS_LABELS.keys.filter_map { |k| "#{classes[k]} #{PAGE_CLASS_LABELS[k]}" if classes[k].positive? }
+      page_maps = group_images(group).select { |im| im[:kind] == :page_map }
+      byte_maps = group_images(group).select { |im| im[:kind] == :byte_map }
+      <<~HTML
+        <h3>#{h(title)}</h3>
+        <p class="sub">pages: #{h(counts.join(', '))}</p>
+        <div class="maps">#{page_maps.map { |im| figure(im, "page map#{page_maps.size > 1 ? " #{im[:tile] + 1}/#{page_maps.size}" : ''}") }.join}</div>
+        <p class="sub">byte map#{byte_maps.size > 1 ? " in #{byte_maps.size} tiles" : ''}:</p>
+        <div class="maps">#{byte_maps.map { |im| figure(im, byte_caption(im, heaps)) }.join}</div>
+      HTML
+    end
+
+    def byte_caption(im, heaps)
+      return "tile #{im[:tile] + 1}" unless heaps.size == 1
+
+      first = (heaps.first.start & ~(header[:page_size] - 1)) + im[:first_unit] * Render::BYTES_PER_PIXEL
+      "#{hex(first)} +#{human_bytes(im[:units] * Render::BYTES_PER_PIXEL)}"
+    end
+
+    def reclaimable_total = @analysis[:trim_estimate].sum
+
+    def reclaimable_section
+      rows = @dump.arenas.map do |a|
+        s = summary[:arenas][a.index]
+        "<tr><td class=\"l\">#{a.index}#{a.main? ? ' (main)' : ''}</td><td class=\"l\"><code>#{h(hex(a.address))}</code></td>" \
+          "<td>#{h(human_bytes(s[:free_resident_bytes]))}</td><td>#{h(human_bytes(@analysis[:trim_estimate][a.index]))}</td></tr>"
+      end
+      <<~HTML
+        <h2>Reclaimable now</h2>
+        <p>What <code>malloc_trim(0)</code> would give back: the whole pages inside free chunks (after fastbins are consolidated) and, for the main arena, the top beyond its first page. Memory in tcaches stays.</p>
+        <table><tr><th class="l">arena</th><th class="l">address</th><th>free, resident</th><th>malloc_trim(0) would release</th></tr>
+        #{rows.join("\n")}
+        <tr><th class="l" colspan="2">total</th><th>#{h(human_bytes(summary[:free_resident_bytes]))}</th><th>#{h(human_bytes(reclaimable_total))}</th></tr></table>
+      HTML
+    end
+
+    def fragmentation_section
+      hist = @analysis[:free_histogram]
+      max = hist.map { |_, _, b| b }.max.to_i
+      rows = hist.map do |from, count, bytes|
+        width = max.zero? ? 0 : (100.0 * bytes / max).round(1)
+        "<tr><td>#{h(human_bytes(from))} - #{h(human_bytes(from * 2 - 1))}</td><td>#{count}</td><td>#{h(human_bytes(bytes))}</td>" \
+          "<td class=\"barcell\"><span class=\"bar\" style=\"width:#{width}%\"></span></td></tr>"
+      end
+      small = @analysis[:free_bytes_below_page]
+      <<~HTML
+        <h2>Fragmentation</h2>
+        <p>Largest free chunk: <b>#{h(human_bytes(summary[:largest_free]))}</b> (top chunks aside).
+        Free memory in chunks smaller than a page: <b>#{h(percent(small, @analysis[:free_bytes_not_top]))}</b>
+        (#{h(human_bytes(small))} of #{h(human_bytes(@analysis[:free_bytes_not_top]))}): such memory can only be reused by
+        requests that fit, and no page of it can be released. Pages kept resident by little live data:
+        <b>#{@analysis[:pinned_page_count]}</b> (#{h(human_bytes(@analysis[:pinned_bytes]))}).</p>
+        <table><tr><th>free chunk size</th><th>chunks</th><th>bytes</th><th class="l">bytes</th></tr>
+        #{rows.join("\n")}</table>
+      HTML
+    end
+
+    def arenas_section
+      rows = summary[:arenas].map do |a|
+        "<tr><td class=\"l\">#{a[:index]}#{a[:main] ? ' (main)' : ''}</td><td class=\"l\"><code>#{h(hex(a[:address]))}</code></td>" +
+          %i[arena in_use_bytes free_resident_bytes free_released_bytes tcache_bytes fastbin_bytes top_bytes largest_free].map { |k| "<td>#{h(human_bytes(a[k]))}</td>" }.join +
+          "<td>#{a[:chunk_count]}</td><td>#{a[:heap_count]}</td></tr>"
+      end
+      <<~HTML
+        <h2>Arenas</h2>
+        <table><tr><th class="l">arena</th><th class="l">address</th><th>heap</th><th>in use</th><th>free, resident</th><th>free, released</th>
+        <th>tcache</th><th>fastbins</th><th>top</th><th>largest free</th><th>chunks</th><th>heaps</th></tr>
+        #{rows.join("\n")}</table>
+      HTML
+    end
+
+    def runs_section
+      rows = @analysis[:free_runs].map do |r|
+        "<tr><td class=\"l\"><code>#{h(hex(r[:start]))}</code></td><td>#{h(human_bytes(r[:end] - r[:start]))}</td>" \
+          "<td>#{h(human_bytes(r[:resident]))}</td><td>#{r[:chunks]}</td><td>#{r[:heap]}</td></tr>"
+      end
+      <<~HTML
+        <h2>The 20 largest free and resident runs</h2>
+        <p>Runs of adjacent free chunks (bins, tcache, fastbins, top), by their resident bytes.</p>
+        <table><tr><th class="l">address</th><th>size</th><th>resident</th><th>chunks</th><th>heap</th></tr>
+        #{rows.join("\n")}</table>
+      HTML
+    end
+
+    def pinned_section
+      rows = @analysis[:pinned_pages].first(20).map do |pg|
+        chunks = pg[:chunks].map { |a, s| "<code>#{h(hex(a))}</code> (#{h(human_bytes(s))})" }.join(", ")
+        "<tr><td class=\"l\"><code>#{h(hex(pg[:address]))}</code></td><td>#{h(human_bytes(pg[:in_use]))}</td>" \
+          "<td>#{pg[:chunk_count]}</td><td class=\"l\">#{chunks}</td></tr>"
+      end
+      <<~HTML
+        <h2>Pages pinned by little live data</h2>
+        <p>#{@analysis[:pinned_page_count]} resident page(s) hold less than 10% in-use bytes; the rest of each is free but cannot be released. The emptiest:</p>
+        <table><tr><th class="l">page</th><th>in use</th><th>chunks</th><th class="l">chunks pinning it</th></tr>
+        #{rows.join("\n")}</table>
+      HTML
+    end
+
+    def threads_section
+      rows = @dump.threads.map do |t|
+        "<tr><td class=\"l\">#{h(t.tid || '?')}#{t.current ? ' (dumping)' : ''}</td><td class=\"l\"><code>#{h(hex(t.arena))}</code></td>" \
+          "<td>#{t.tcache_count}</td><td>#{h(human_bytes(t.tcache_bytes))}</td><td class=\"l\">#{h(t.found_by)}</td></tr>"
+      end
+      <<~HTML
+        <h2>Threads and their tcaches</h2>
+        <table><tr><th class="l">thread</th><th class="l">arena</th><th>tcache chunks</th><th>tcache bytes</th><th class="l">found by</th></tr>
+        #{rows.join("\n")}</table>
+      HTML
+    end
+
+    def process_section
+      hd = header
+      rows = [
+        ["pid", hd[:pid]], ["time", hd[:time].utc.strftime("%Y-%m-%d %H:%M:%S.%L UTC")], ["host", hd[:hostname]], ["program", hd[:strings]["program"]],
+        ["Ruby", hd[:ruby_version]], ["glibc", "#{hd[:glibc_version]} (#{hd[:libc_path]})"],
+        ["main_arena", "#{hex(hd[:main_arena])}, found through #{hd[:symbol_source]} (#{hd[:symbol_file]})"],
+        ["residency", "#{hd[:residency_source]}, page size #{hd[:page_size]}"],
+        ["mmap threshold", human_bytes(hd[:mmap_threshold])], ["trim threshold", human_bytes(hd[:trim_threshold])],
+        ["arena_max", hd[:arena_max].zero? ? "default (8 per core)" : hd[:arena_max]],
+        ["walk", format("%.1f ms", hd[:walk_ns] / 1e6)], ["dump file", "#{File.basename(@dump.path)} (#{human_bytes(@dump.file_size)})"]
+      ]
+      <<~HTML
+        <h2>Process</h2>
+        <table>#{rows.map { |k, v| "<tr><th class=\"l\">#{h(k)}</th><td class=\"l\">#{h(v)}</td></tr>" }.join("\n")}</table>
+      HTML
+    end
+  end
+end

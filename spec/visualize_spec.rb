@@ -1,0 +1,195 @@
+# frozen_string_literal: true
+
+require "chunky_png"
+require "json"
+require "rexml/document"
+require "spec_helper"
+
+RSpec.describe "ptmalloc-visualize" do
+  EXE = File.join(SpecHelpers::ROOT, "exe", "ptmalloc-visualize")
+
+  def visualize(*args)
+    Open3.capture3(RbConfig.ruby, "-I", SpecHelpers::LIB, EXE, *args)
+  end
+
+  def color_at(file, x, y)
+    ChunkyPNG::Color.to_hex(ChunkyPNG::Image.from_file(file)[x, y], false)
+  end
+
+  # palette entries of the byte map for a state (two shades), resident
+  def state_colors(state)
+    st = PtmallocDump::STATES.index(state)
+    idx = PtmallocDump::Render.palette[:indexed]
+    [idx[1 + st * 4], idx[1 + st * 4 + 2]]
+  end
+
+  def page_color(klass) = PtmallocDump::Render.palette[:page_classes][klass]
+
+  describe "the maps" do
+    it "draws known chunks and pages in their colours (read back from the PNGs)" do
+      NativeThreads.start(0)
+      page = 4096
+      used, g1, released, g2, free_big, g3 = NativeThreads.malloc(0, [3 * page, 64, 100_000, 64, 40_000, 64])
+      { used => 3 * page, released => 100_000, free_big => 40_000 }.each { |a, n| Fiddle::Pointer.new(a)[0, n] = "w" * n }
+      dir = File.join(tmpdir, "out")
+      path = File.join(tmpdir, "synthetic.dump")
+      begin
+        NativeThreads.prepare_free(0, [released]).call
+        SpecHelpers::Libc.malloc_trim(0)          # the interior pages of `released` go back to the kernel
+        NativeThreads.prepare_free(0, [free_big]).call # free after the trim: it stays resident
+        PtmallocDump.dump(path)
+        dump = PtmallocDump.load(path)
+        expect(dump.chunk_at(used - 16).state).to eq(:in_use)
+        expect(%i[unsorted largebin]).to include(dump.chunk_at(free_big - 16).state)
+        Dir.mkdir(dir)
+        report = PtmallocDump::Report.new(dump, dir)
+        report.write
+        geo = PtmallocDump::Geometry.new(dump, report.images)
+
+        image, x, y = geo.pixel_for(used + 64, :byte_map)
+        expect(state_colors(:in_use)).to include(color_at(File.join(dir, image[:file]), x, y))
+        state = dump.chunk_at(free_big - 16).state
+        image, x, y = geo.pixel_for(free_big + 20_000, :byte_map)
+        expect(state_colors(state)).to include(color_at(File.join(dir, image[:file]), x, y))
+
+        mid_page = ->(addr) { (addr + page) & ~(page - 1) }
+        image, x, y = geo.pixel_for(mid_page.call(used), :page_map)
+        expect(color_at(File.join(dir, image[:file]), x, y)).to eq(page_color(:in_use))
+        image, x, y = geo.pixel_for(mid_page.call(free_big + 4 * page), :page_map)
+        expect(color_at(File.join(dir, image[:file]), x, y)).to eq(page_color(:free_resident))
+        image, x, y = geo.pixel_for(mid_page.call(released + 8 * page), :page_map)
+        expect(color_at(File.join(dir, image[:file]), x, y)).to eq(page_color(:released))
+      ensure
+        NativeThreads.prepare_free(0, [used, g1, g2, g3]).call
+        NativeThreads.stop(0)
+      end
+    end
+
+    it "splits a heap into numbered tiles under the pixel budget and draws every byte" do
+      dump = dump_and_load
+      dir = File.join(tmpdir, "tiles")
+      Dir.mkdir(dir)
+      report = PtmallocDump::Report.new(dump, dir, max_tile_pixels: 1024 * 64)
+      report.write
+      main = dump.heaps.first
+      tiles = report.images.select { |im| im[:group] == main.index && im[:kind] == :byte_map }
+      expect(tiles.size).to be > 1
+      expect(tiles.map { |t| t[:tile] }).to eq((0...tiles.size).to_a)
+      expect(tiles.sum { |t| t[:units] }).to eq((main.end - (main.start & ~4095) + 4095) / 4096 * 256)
+      tiles.each do |t|
+        png = ChunkyPNG::Image.from_file(File.join(dir, t[:file]))
+        expect(png.width * png.height).to be <= 1024 * 64
+        expect([png.width, png.height]).to eq([t[:width], t[:height]])
+      end
+    end
+  end
+
+  describe "the command" do
+    let(:dump_path) { File.join(tmpdir, "cli.dump").tap { |p| PtmallocDump.dump(p) } }
+
+    it "prints the summary as JSON with exactly Dump#summary's figures" do
+      out, err, status = visualize("--json", dump_path)
+      expect(status).to be_success, err
+      json = JSON.parse(out, symbolize_names: true)
+      expect(json[:summary]).to eq(JSON.parse(JSON.dump(PtmallocDump.load(dump_path).summary), symbolize_names: true))
+    end
+
+    it "prints a text summary whose exact figures are Dump#summary's" do
+      out, err, status = visualize("--summary", dump_path)
+      expect(status).to be_success, err
+      s = PtmallocDump.load(dump_path).summary
+      expect(out).to include("in use", "free, resident", "verify: verified")
+      expect(out[/in use .*\((\d+) B\) in (\d+) chunks/, 1].to_i).to eq(s[:in_use_bytes])
+      expect(out[/in use .* in (\d+) chunks/, 1].to_i).to eq(s[:in_use_count])
+      expect(out[/free, resident .*\((\d+) B\)/, 1].to_i).to eq(s[:free_resident_bytes])
+      expect(out[/malloc heap .*\((\d+) B\)/, 1].to_i).to eq(s[:arena])
+    end
+
+    it "renders into a new directory, refuses a non-empty one without --force" do
+      out_dir = File.join(tmpdir, "report")
+      _o, err, status = visualize(dump_path, out_dir)
+      expect(status).to be_success, err
+      expect(File.exist?(File.join(out_dir, "index.html"))).to be(true)
+      _o, err, status = visualize(dump_path, out_dir)
+      expect(status.exitstatus).to eq(2)
+      expect(err).to include("is not empty (use --force")
+      _o, err, status = visualize("--force", dump_path, out_dir)
+      expect(status).to be_success, err
+    end
+
+    it "has --help and --version" do
+      out, _e, status = visualize("--help")
+      expect(status).to be_success
+      expect(out).to include("Usage: ptmalloc-visualize", "--summary", "--json", "--force")
+      out, _e, status = visualize("--version")
+      expect(status).to be_success
+      expect(out).to eq("ptmalloc-visualize #{PtmallocDump::VERSION}\n")
+    end
+
+    it "exits non-zero with one clear line for every bad DUMP, never a backtrace" do
+      good = File.binread(dump_path)
+      bad = { "empty" => "", "random" => Random.new(3).bytes(10_000) }
+      rng = Random.new(11)
+      10.times { |i| bad["truncated#{i}"] = good[0, rng.rand(good.size)] }
+      flipped = good.dup
+      flipped.setbyte(good.size / 2, flipped.getbyte(good.size / 2) ^ 0x10)
+      bad["flipped"] = flipped
+      bad.each do |name, bytes|
+        f = File.join(tmpdir, "#{name}.dump")
+        File.binwrite(f, bytes)
+        _o, err, status = visualize("--summary", f)
+        expect(status.exitstatus).to eq(1), "#{name}: #{err}"
+        expect(err.lines.size).to eq(1), "#{name}: #{err}"
+        expect(err).to start_with("ptmalloc-visualize: #{f}: ")
+        expect(err).not_to match(/\.rb:\d+/)
+      end
+      _o, err, status = visualize(tmpdir, File.join(tmpdir, "x"))
+      expect(status.exitstatus).to eq(1)
+      expect(err).to eq("ptmalloc-visualize: #{tmpdir}: is a directory, not a dump file\n")
+      _o, err, status = visualize(File.join(tmpdir, "missing.dump"), File.join(tmpdir, "y"))
+      expect(status.exitstatus).to eq(1)
+      expect(err).to include("No such file or directory")
+    end
+  end
+
+  describe "index.html" do
+    let(:out_dir) do
+      File.join(tmpdir, "report").tap do |d|
+        path = File.join(tmpdir, "r.dump")
+        PtmallocDump.dump(path)
+        _o, err, status = visualize(path, d)
+        raise err unless status.success?
+      end
+    end
+
+    it "is well-formed, self-contained, and escapes what it shows" do
+      html = File.read(File.join(out_dir, "index.html"))
+      doc = REXML::Document.new(html)
+      expect(doc.root.name).to eq("html")
+      srcs = REXML::XPath.match(doc, "//img").map { |img| img.attributes["src"] }
+      expect(srcs).not_to be_empty
+      srcs.each { |s| expect(File.exist?(File.join(out_dir, s))).to be(true) }
+      expect(html).not_to match(%r{(src|href)="(https?:)?//})
+      expect(html).not_to include("<script")
+    end
+
+    it "loads in headless Chromium: every image, no console error, the totals on the page" do
+      skip "chromium and chromedriver are installed by bin/setup" unless Browser.available?
+
+      Browser.open(File.join(tmpdir, "chrome-profile")) do |b|
+        b.visit("file://#{File.join(out_dir, 'index.html')}")
+        images = b.script("return Array.from(document.images).map(i => [i.getAttribute('src'), i.complete, i.naturalWidth])")
+        expect(images).not_to be_empty
+        images.each { |src, complete, width| expect([src, complete, width.positive?]).to eq([src, true, true]) }
+        errors = b.console.select { |e| e["level"] == "SEVERE" }
+        expect(errors).to eq([])
+        text = b.script("return document.body.innerText")
+        expect(text).to include("free, resident", "Reclaimable now", "Fragmentation", "The 20 largest free and resident runs")
+        expect(text).to match(/of malloc memory: .* in use/)
+        shot = b.screenshot
+        File.binwrite(File.join(tmpdir, "report.png"), shot)
+        expect(ChunkyPNG::Image.from_blob(shot).width).to be > 800
+      end
+    end
+  end
+end
