@@ -133,7 +133,7 @@ module PtmallocDump
         <div class="cards">
         #{card('heap (arenas)', s[:arena], "#{s[:heap_count] - s[:hblks]} heap(s)")}
         #{card('in use', s[:in_use_bytes], percent(s[:in_use_bytes], s[:arena]) + ' of the heap')}
-        #{card('free, resident', s[:free_resident_bytes], 'reclaimable', css: 'bloat')}
+        #{card('free, resident', s[:free_resident_bytes], "reclaimable; malloc_trim now: #{human_bytes(reclaimable_total)}", css: 'bloat')}
         #{card('free, released', s[:free_released_bytes])}
         #{card('swapped', s[:swapped_bytes])}
         #{card('mmapped chunks', s[:hblkhd], "#{s[:hblks]} chunk(s)")}
