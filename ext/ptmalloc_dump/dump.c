@@ -62,7 +62,7 @@ int ptmd_walk_prepare(ptmd_walk *w, const ptmd_libc *lc, ptmd_err *err)
 void ptmd_walk_release(ptmd_walk *w)
 {
     ptmd_buf *bufs[] = { &w->arenas, &w->heaps, &w->chunks, &w->anomalies, &w->threads, &w->pages,
-                         &w->lists, &w->tcache_cands, &w->heap_order, &w->scan };
+                         &w->lists, &w->tcache_cands, &w->heap_order, &w->scan, &w->exclude, &w->refs };
     size_t i;
     for (i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) ptmd_buf_release(bufs[i]);
     ptmd_maps_release(&w->maps);
@@ -238,6 +238,17 @@ static void write_sections(ptmd_dump_state *d)
     ptmd_writer_section(wr, PTMD_SEC_PAGES, w->pages.len, w->pages.base, w->pages.len);
     ptmd_writer_section(wr, PTMD_SEC_THREADS, PTMD_BUF_COUNT(&w->threads, ptmd_thread_rec), w->threads.base, w->threads.len);
     ptmd_writer_section(wr, PTMD_SEC_ANOMALIES, PTMD_BUF_COUNT(&w->anomalies, ptmd_anomaly_rec), w->anomalies.base, w->anomalies.len);
+    if (d->ruby.present) {
+        const ptmd_ruby_data *r = &d->ruby;
+        ptmd_writer_section(wr, PTMD_SEC_RUBY_META, 1, &r->meta, sizeof(r->meta));
+        ptmd_writer_section(wr, PTMD_SEC_RUBY_PAGES, PTMD_BUF_COUNT(&r->pages, ptmd_ruby_page), r->pages.base, r->pages.len);
+        ptmd_writer_section(wr, PTMD_SEC_RUBY_OBJECTS, PTMD_BUF_COUNT(&r->objects, ptmd_ruby_object), r->objects.base,
+                            r->objects.len);
+        ptmd_writer_section(wr, PTMD_SEC_RUBY_WORDS, PTMD_BUF_COUNT(&r->words, uint64_t), r->words.base, r->words.len);
+        ptmd_writer_section(wr, PTMD_SEC_RUBY_NAMES, r->n_names, r->names.base, r->names.len);
+    }
+    if (w->references)
+        ptmd_writer_section(wr, PTMD_SEC_REFS, PTMD_BUF_COUNT(&w->refs, ptmd_ref), w->refs.base, w->refs.len);
 }
 
 int ptmd_dump_run(ptmd_dump_state *d, const ptmd_dump_opts *o, ptmd_err *err)
@@ -258,6 +269,20 @@ int ptmd_dump_run(ptmd_dump_state *d, const ptmd_dump_opts *o, ptmd_err *err)
         goto out;
     }
     if (ptmd_walk_prepare(&d->w, lc, err) != 0) goto out;
+    d->w.references = o->references;
+    if (d->ruby.present) {
+        /* Ruby's object pages hold no malloc chunk header unless they are malloc chunks themselves:
+         * the mmapped-chunk scan skips them (they are reported through the Ruby sections) */
+        size_t i, n = PTMD_BUF_COUNT(&d->ruby.pages, ptmd_ruby_page);
+        for (i = 0; i < n; i++) {
+            const ptmd_ruby_page *pg = PTMD_BUF_AT(&d->ruby.pages, ptmd_ruby_page, i);
+            uint64_t r[2] = { pg->start, pg->end };
+            if (ptmd_buf_append(&d->w.exclude, r, sizeof(r)) != 0) {
+                ptmd_fail_sys(err, errno, "exclusions", "mmap");
+                goto out;
+            }
+        }
+    }
     if (ptmd_check_allocator(lc, &d->w.mem, err) != 0) goto out;
     if (ptmd_walk_validate(&d->w, err) != 0) goto out;
     if (collect_strings(d, lc, o) != 0) { ptmd_fail_sys(err, errno, "strings", "mmap"); goto out; }
@@ -273,6 +298,11 @@ int ptmd_dump_run(ptmd_dump_state *d, const ptmd_dump_opts *o, ptmd_err *err)
     fill_meta(d, lc, &now);
     d->meta.walk_ns = t1 - t0;
     d->meta.residency_ns = ptmd_now_ns() - t1;
+    if (ptmd_walk_references(&d->w, err) != 0) goto out;
+    if (d->ruby.present) {
+        d->ruby.meta.refs_ns = d->w.refs_ns;
+        if (o->references) d->ruby.meta.flags |= PTMD_RF_REFERENCES;
+    }
 
     /* a file size limit must fail the write with EFBIG, not kill the process */
     memset(&ign, 0, sizeof(ign));
@@ -309,10 +339,30 @@ void ptmd_dump_view(const ptmd_dump_state *d, ptmd_view *v)
     v->n_threads = PTMD_BUF_COUNT(&w->threads, ptmd_thread_rec);
     v->anomalies = (const ptmd_anomaly_rec *)(const void *)w->anomalies.base;
     v->n_anomalies = PTMD_BUF_COUNT(&w->anomalies, ptmd_anomaly_rec);
+    if (d->ruby.present) {
+        v->ruby_meta = &d->ruby.meta;
+        v->ruby_pages = (const ptmd_ruby_page *)(const void *)d->ruby.pages.base;
+        v->n_ruby_pages = PTMD_BUF_COUNT(&d->ruby.pages, ptmd_ruby_page);
+        v->ruby_objects = (const ptmd_ruby_object *)(const void *)d->ruby.objects.base;
+        v->n_ruby_objects = PTMD_BUF_COUNT(&d->ruby.objects, ptmd_ruby_object);
+        v->ruby_words = (const uint64_t *)(const void *)d->ruby.words.base;
+        v->n_ruby_words = PTMD_BUF_COUNT(&d->ruby.words, uint64_t);
+        v->ruby_names = d->ruby.names.base;
+        v->ruby_names_len = d->ruby.names.len;
+        v->n_ruby_names = d->ruby.n_names;
+    }
+    if (w->references) {
+        v->refs = (const ptmd_ref *)(const void *)w->refs.base;
+        v->n_refs = PTMD_BUF_COUNT(&w->refs, ptmd_ref);
+    }
 }
 
 void ptmd_dump_release(ptmd_dump_state *d)
 {
+    ptmd_buf_release(&d->ruby.pages);
+    ptmd_buf_release(&d->ruby.objects);
+    ptmd_buf_release(&d->ruby.words);
+    ptmd_buf_release(&d->ruby.names);
     ptmd_writer_abort(&d->writer);
     ptmd_walk_release(&d->w);
     ptmd_buf_release(&d->strings);

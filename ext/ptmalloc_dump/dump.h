@@ -7,10 +7,22 @@
 #include "writer.h"
 #include <stdio.h>
 
+/* What the Ruby pass collected (before the malloc walk; mmap-backed). */
+typedef struct {
+    int present;
+    ptmd_ruby_meta meta;
+    ptmd_buf pages;                 /* ptmd_ruby_page */
+    ptmd_buf objects;               /* ptmd_ruby_object */
+    ptmd_buf words;                 /* uint64 */
+    ptmd_buf names;                 /* serialized RUBY_NAMES entries */
+    uint64_t n_names;
+} ptmd_ruby_data;
+
 typedef struct {
     const char *path;
     const char *debug_dir;          /* NULL: PTMALLOC_DUMP_DEBUG_DIR or /usr/lib/debug */
     const char *const *strings;     /* extra key, value, key, value, ..., NULL for the strings section */
+    int references;                 /* scan in-use chunks for pointers to other chunks */
 } ptmd_dump_opts;
 
 typedef struct {
@@ -21,6 +33,7 @@ typedef struct {
     size_t malloc_info_len;
     ptmd_buf strings;
     ptmd_writer writer;
+    ptmd_ruby_data ruby;            /* filled by the caller before ptmd_dump_run, if wanted */
 } ptmd_dump_state;
 
 /* Runs a whole dump into `path`. d must be zeroed; release it with ptmd_dump_release. */

@@ -29,6 +29,12 @@ enum {
     PTMD_SEC_PAGES = 8,         /* uint8 PTMD_PAGE_* flags, one per page, count = pages */
     PTMD_SEC_THREADS = 9,       /* ptmd_thread_rec[count] */
     PTMD_SEC_ANOMALIES = 10,    /* ptmd_anomaly_rec[count] */
+    PTMD_SEC_RUBY_META = 11,    /* ptmd_ruby_meta, count 1 */
+    PTMD_SEC_RUBY_PAGES = 12,   /* ptmd_ruby_page[count] */
+    PTMD_SEC_RUBY_OBJECTS = 13, /* ptmd_ruby_object[count] */
+    PTMD_SEC_RUBY_WORDS = 14,   /* uint64[count]: the objects' candidate pointer words, in object order */
+    PTMD_SEC_RUBY_NAMES = 15,   /* count entries: u64 key, u32 kind, u32 len, name, zero pad to 8 */
+    PTMD_SEC_REFS = 16,         /* ptmd_ref[count]: chunk -> chunk pointers (references: true) */
     PTMD_SEC_END = 0xffff
 };
 
@@ -218,6 +224,45 @@ typedef struct {
     uint32_t arena;             /* arena index or PTMD_NO_ARENA */
 } ptmd_anomaly_rec;
 
+/* ---- Ruby's heap (RUBY_* sections) ---- */
+
+#define PTMD_RF_REFERENCES (1u << 0)   /* the REFS section was recorded */
+
+typedef struct {
+    uint64_t heap_allocated_pages;  /* GC.stat, taken in the same GC-disabled window as the pass */
+    uint64_t heap_live_slots;
+    uint64_t heap_free_slots;
+    uint64_t total_allocated_objects;
+    uint64_t pass_ns;               /* the Ruby pass */
+    uint64_t refs_ns;               /* the reference scan */
+    uint32_t flags;                 /* PTMD_RF_* */
+    uint32_t reserved;
+} ptmd_ruby_meta;
+
+typedef struct {
+    uint64_t start, end;            /* the slots of one ObjectSpace page */
+    uint32_t stride;                /* slot size */
+    uint32_t total, live, free;     /* slots */
+    uint64_t reserved;
+} ptmd_ruby_page;
+
+enum { PTMD_NAME_CLASS = 1, PTMD_NAME_DATA_TYPE = 2 };
+#define PTMD_NO_NAME 0xffffffffu
+
+typedef struct {
+    uint64_t address;               /* the VALUE: ObjectSpace.dump's "address" */
+    uint32_t klass;                 /* index into the class names, PTMD_NO_NAME for hidden objects */
+    uint32_t data_type;             /* index into the names (typed data), else PTMD_NO_NAME */
+    uint8_t type;                   /* ruby_value_type (T_STRING ...) */
+    uint8_t subtype;                /* imemo type for T_IMEMO */
+    uint16_t n_words;               /* candidate pointer words in RUBY_WORDS */
+    uint32_t reserved;
+} ptmd_ruby_object;
+
+typedef struct {
+    uint32_t from, to;              /* chunk indices: a word of `from` equals `to`'s user address */
+} ptmd_ref;
+
 typedef struct {
     uint32_t type;
     uint32_t reserved;
@@ -241,6 +286,10 @@ _Static_assert(sizeof(ptmd_heap_rec) == 96, "heap record layout");
 _Static_assert(sizeof(ptmd_thread_rec) == 48, "thread record layout");
 _Static_assert(sizeof(ptmd_anomaly_rec) == 24, "anomaly record layout");
 _Static_assert(sizeof(ptmd_section_hdr) == 24, "section header layout");
+_Static_assert(sizeof(ptmd_ruby_meta) == 56, "ruby meta layout");
+_Static_assert(sizeof(ptmd_ruby_page) == 40, "ruby page layout");
+_Static_assert(sizeof(ptmd_ruby_object) == 24, "ruby object layout");
+_Static_assert(sizeof(ptmd_ref) == 8, "ref layout");
 _Static_assert(sizeof(ptmd_footer) == 32, "footer layout");
 
 #define PTMD_PREAMBLE_SIZE 16

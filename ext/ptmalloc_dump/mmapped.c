@@ -20,14 +20,55 @@ typedef struct {
 static const uint64_t aligned_offsets[] = { 48, 112, 240, 496, 1008, 2032, 4080 };
 #define N_ALIGNED (sizeof(aligned_offsets) / sizeof(aligned_offsets[0]))
 
+/* Ranges are sorted and merged before the scan (ranges_sort), so lookups are a binary search. */
 static int excluded(const ptmd_buf *ex, uint64_t lo, uint64_t hi)
 {
-    size_t i, n = PTMD_BUF_COUNT(ex, range);
-    for (i = 0; i < n; i++) {
-        const range *r = PTMD_BUF_AT(ex, range, i);
-        if (lo < r->end && hi > r->start) return 1;
+    const range *r = (const range *)(const void *)ex->base;
+    size_t a = 0, b = PTMD_BUF_COUNT(ex, range);
+    while (a < b) {                       /* first range ending after lo */
+        size_t mid = a + (b - a) / 2;
+        if (r[mid].end <= lo) a = mid + 1;
+        else b = mid;
     }
-    return 0;
+    return a < PTMD_BUF_COUNT(ex, range) && r[a].start < hi;
+}
+
+static void sift(range *r, size_t i, size_t n)
+{
+    for (;;) {
+        size_t big = i, l = 2 * i + 1, rr = l + 1;
+        range t;
+        if (l < n && r[l].start > r[big].start) big = l;
+        if (rr < n && r[rr].start > r[big].start) big = rr;
+        if (big == i) return;
+        t = r[i];
+        r[i] = r[big];
+        r[big] = t;
+        i = big;
+    }
+}
+
+/* Heapsort (qsort may allocate) then merge overlapping or touching ranges. */
+static void ranges_sort(ptmd_buf *ex)
+{
+    range *r = (range *)(void *)ex->base;
+    size_t n = PTMD_BUF_COUNT(ex, range), i, k = 0;
+    if (n < 2) return;
+    for (i = n / 2; i-- > 0;) sift(r, i, n);
+    for (i = n - 1; i > 0; i--) {
+        range t = r[0];
+        r[0] = r[i];
+        r[i] = t;
+        sift(r, 0, i);
+    }
+    for (i = 1; i < n; i++) {
+        if (r[i].start <= r[k].end) {
+            if (r[i].end > r[k].end) r[k].end = r[i].end;
+        } else {
+            r[++k] = r[i];
+        }
+    }
+    ex->len = (k + 1) * sizeof(range);
 }
 
 static int add_range(ptmd_buf *ex, uint64_t start, uint64_t end)
@@ -137,7 +178,8 @@ int ptmd_walk_mmapped(ptmd_walk *w, ptmd_err *err)
     if (ptmd_buf_reserve(&w->heaps, (w->n_mmaps + 256) * sizeof(ptmd_heap_rec)) != 0 ||
         ptmd_buf_reserve(&w->chunks, (w->n_mmaps + 256) * 2 * sizeof(ptmd_chunk_rec)) != 0 ||
         ptmd_buf_reserve(&w->anomalies, 64 * sizeof(ptmd_anomaly_rec)) != 0 ||
-        ptmd_buf_reserve(&ex, 4096) != 0) {
+        ptmd_buf_reserve(&ex, (PTMD_BUF_COUNT(&w->heaps, ptmd_heap_rec) + PTMD_BUF_COUNT(&w->threads, ptmd_thread_rec) +
+                               PTMD_BUF_COUNT(&w->exclude, range) + 64) * sizeof(range)) != 0) {
         rc = ptmd_fail_sys(err, errno, "mmapped-chunk scan", "mmap");
         goto out;
     }
@@ -154,7 +196,7 @@ int ptmd_walk_mmapped(ptmd_walk *w, ptmd_err *err)
     {
         const ptmd_buf *own[] = { &w->arenas, &w->heaps, &w->chunks, &w->anomalies, &w->threads,
                                   &w->pages, &w->lists, &w->tcache_cands, &w->heap_order, &w->scan,
-                                  &w->maps.text, &w->maps.maps, &ex };
+                                  &w->maps.text, &w->maps.maps, &w->exclude, &w->refs, &ex };
         for (i = 0; i < sizeof(own) / sizeof(own[0]); i++)
             if (own[i]->base && add_range(&ex, (uint64_t)(uintptr_t)own[i]->base,
                                           (uint64_t)(uintptr_t)own[i]->base + own[i]->cap) != 0)
@@ -164,6 +206,12 @@ int ptmd_walk_mmapped(ptmd_walk *w, ptmd_err *err)
                       (uint64_t)(uintptr_t)w->pagemap.entries + w->pagemap.cap * 8) != 0)
             goto oom;
     }
+    n = PTMD_BUF_COUNT(&w->exclude, range);
+    for (i = 0; i < n; i++) {
+        const range *r = PTMD_BUF_AT(&w->exclude, range, i);
+        if (add_range(&ex, r->start, r->end) != 0) goto oom;
+    }
+    ranges_sort(&ex);
     /* mappings as they are now (the walk's own scratch has been mapped since prepare) */
     if (ptmd_maps_load(&w->maps, err) != 0) goto out;
     for (i = 0; i < w->maps.count; i++) {

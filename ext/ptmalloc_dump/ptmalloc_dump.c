@@ -10,4 +10,6 @@ RUBY_FUNC_EXPORTED void Init_ptmalloc_dump(void)
     ptmd_rb_dump_init();
     ptmd_rb_reader_init();
     ptmd_rb_render_init();
+    ptmd_rb_ruby_init();
+    ptmd_rb_ruby_heap_init();
 }

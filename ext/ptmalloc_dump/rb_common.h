@@ -5,6 +5,7 @@
 #include <ruby.h>
 #include "ptmd.h"
 #include "analysis.h"
+#include "attribution.h"
 #include "summary.h"
 
 extern VALUE ptmd_mPtmallocDump;
@@ -18,9 +19,14 @@ VALUE ptmd_rb_summary(const ptmd_view *v);
 /* The loaded view of a PtmallocDump::Dump, and its per-page usage (computed once). */
 const ptmd_view *ptmd_rb_dump_view(VALUE dump);
 const ptmd_page_usage *ptmd_rb_dump_usage(VALUE dump);
+const ptmd_attribution *ptmd_rb_dump_attribution(VALUE dump);
+/* Ruby object indices sorted by address (computed once). */
+const uint32_t *ptmd_rb_dump_object_order(VALUE dump);
 
 void ptmd_rb_errors_init(void);
 void ptmd_rb_render_init(void);
+void ptmd_rb_ruby_init(void);
+void ptmd_rb_ruby_heap_init(void);
 void ptmd_rb_dump_init(void);
 void ptmd_rb_reader_init(void);
 

@@ -10,15 +10,19 @@ typedef struct {
     ptmd_dump_state d;
     ptmd_dump_opts opts;
     const char *strings[64];
+    int ruby;
     ptmd_err err;
     int rc;
 } dump_call;
+
+void ptmd_rb_ruby_pass(ptmd_ruby_data *rd);
 
 static VALUE dump_body(VALUE arg)
 {
     dump_call *c = (dump_call *)arg;
     ptmd_view v;
     VALUE summary;
+    if (c->ruby) ptmd_rb_ruby_pass(&c->d.ruby);
     c->rc = ptmd_dump_run(&c->d, &c->opts, &c->err);
     if (c->rc != 0) return Qnil;
     ptmd_dump_view(&c->d, &v);
@@ -28,8 +32,9 @@ static VALUE dump_body(VALUE arg)
     return summary;
 }
 
-/* _dump(path, debug_dir, strings) -> summary Hash. strings: flat Array of key, value Strings. */
-static VALUE rb_ptmd_dump(VALUE self, VALUE path, VALUE debug_dir, VALUE strings)
+/* _dump(path, debug_dir, strings, ruby, references) -> summary Hash. strings: flat Array of key,
+ * value Strings; ruby: record Ruby's heap; references: scan chunks for pointers to chunks. */
+static VALUE rb_ptmd_dump(VALUE self, VALUE path, VALUE debug_dir, VALUE strings, VALUE ruby, VALUE references)
 {
     dump_call *c;
     VALUE result;
@@ -58,6 +63,8 @@ static VALUE rb_ptmd_dump(VALUE self, VALUE path, VALUE debug_dir, VALUE strings
     c->opts.path = cpath;
     c->opts.debug_dir = cdir;
     c->opts.strings = c->strings;
+    c->opts.references = RTEST(references);
+    c->ruby = RTEST(ruby);
     result = rb_protect(dump_body, (VALUE)c, &state);
     ptmd_dump_release(&c->d);
     rc = c->rc;
@@ -94,6 +101,6 @@ static VALUE rb_ptmd_libc_info(VALUE self, VALUE debug_dir)
 
 void ptmd_rb_dump_init(void)
 {
-    rb_define_singleton_method(ptmd_mPtmallocDump, "_dump", rb_ptmd_dump, 3);
+    rb_define_singleton_method(ptmd_mPtmallocDump, "_dump", rb_ptmd_dump, 5);
     rb_define_singleton_method(ptmd_mPtmallocDump, "_libc_info", rb_ptmd_libc_info, 1);
 }

@@ -2,6 +2,7 @@
  * summary.c); this file turns records into Ruby values. */
 #include "rb_common.h"
 #include "analysis.h"
+#include "attribution.h"
 #include "reader.h"
 
 #include <errno.h>
@@ -20,6 +21,9 @@ typedef struct {
     size_t recs_cap;
     ptmd_view view;
     ptmd_page_usage *usage; /* per page, computed on first use */
+    ptmd_attribution attr;  /* chunk owners, computed on first use */
+    uint32_t *obj_order;    /* Ruby object indices by address, computed on first use */
+    int attr_ready;
     int loaded;
 } rb_dump_t;
 
@@ -29,6 +33,10 @@ static void dump_free(void *p)
     if (d->data) munmap(d->data, d->cap);
     if (d->recs) munmap(d->recs, d->recs_cap);
     xfree(d->usage);
+    xfree(d->attr.owner);
+    xfree(d->attr.category);
+    xfree(d->attr.direct);
+    xfree(d->obj_order);
     xfree(d);
 }
 
@@ -71,6 +79,42 @@ const ptmd_page_usage *ptmd_rb_dump_usage(VALUE self)
         ptmd_page_usage_fill(&d->view, d->usage);
     }
     return d->usage;
+}
+
+const ptmd_attribution *ptmd_rb_dump_attribution(VALUE self)
+{
+    rb_dump_t *d = get_dump(self);
+    if (!d->attr_ready) {
+        size_t n = d->view.n_chunks ? d->view.n_chunks : 1;
+        if (!d->attr.owner) d->attr.owner = ALLOC_N(uint32_t, n);
+        if (!d->attr.category) d->attr.category = ALLOC_N(uint8_t, n);
+        if (!d->attr.direct) d->attr.direct = ALLOC_N(uint8_t, n);
+        if (ptmd_attribute(&d->view, &d->attr) != 0) rb_raise(rb_eNoMemError, "attributing chunks to Ruby objects");
+        d->attr_ready = 1;
+    }
+    return &d->attr;
+}
+
+static const ptmd_ruby_object *order_objects;
+
+static int by_address(const void *a, const void *b)
+{
+    uint64_t x = order_objects[*(const uint32_t *)a].address, y = order_objects[*(const uint32_t *)b].address;
+    return x < y ? -1 : x > y;
+}
+
+const uint32_t *ptmd_rb_dump_object_order(VALUE self)
+{
+    rb_dump_t *d = get_dump(self);
+    if (!d->obj_order) {
+        size_t i, n = d->view.n_ruby_objects;
+        uint32_t *o = ALLOC_N(uint32_t, n ? n : 1);
+        for (i = 0; i < n; i++) o[i] = (uint32_t)i;
+        order_objects = d->view.ruby_objects;   /* the GVL serialises this */
+        qsort(o, n, sizeof(uint32_t), by_address);
+        d->obj_order = o;
+    }
+    return d->obj_order;
 }
 
 #define U64(x) ULL2NUM((unsigned long long)(x))

@@ -25,13 +25,20 @@ static const section_rule rules[] = {
     { PTMD_SEC_PAGES, 1, 1, 1 },
     { PTMD_SEC_THREADS, sizeof(ptmd_thread_rec), 0, 1 },
     { PTMD_SEC_ANOMALIES, sizeof(ptmd_anomaly_rec), 0, 1 },
+    { PTMD_SEC_RUBY_META, sizeof(ptmd_ruby_meta), 0, 1 },
+    { PTMD_SEC_RUBY_PAGES, sizeof(ptmd_ruby_page), 0, 1 },
+    { PTMD_SEC_RUBY_OBJECTS, sizeof(ptmd_ruby_object), 0, 1 },
+    { PTMD_SEC_RUBY_WORDS, sizeof(uint64_t), 0, 1 },
+    { PTMD_SEC_RUBY_NAMES, 0, 0, 1 },
+    { PTMD_SEC_REFS, sizeof(ptmd_ref), 0, 1 },
 };
 #define N_RULES (sizeof(rules) / sizeof(rules[0]))
 
 static const char *section_name(uint32_t type)
 {
     static const char *const names[] = { "?", "meta", "strings", "mallinfo2", "malloc_info", "arenas",
-                                         "heaps", "chunks", "pages", "threads", "anomalies" };
+                                         "heaps", "chunks", "pages", "threads", "anomalies", "ruby_meta",
+                                         "ruby_pages", "ruby_objects", "ruby_words", "ruby_names", "refs" };
     return type < sizeof(names) / sizeof(names[0]) ? names[type] : "unknown";
 }
 
@@ -53,6 +60,23 @@ static int check_strings(const unsigned char *p, size_t len)
         off += vl;
     }
     return 1;
+}
+
+static int check_names(const unsigned char *p, size_t len, uint64_t count)
+{
+    size_t off = 0;
+    uint64_t n = 0;
+    while (off < len) {
+        uint32_t l;
+        if (len - off < 16) return 0;
+        memcpy(&l, p + off + 12, 4);
+        off += 16;
+        if (l > len - off) return 0;
+        off += (l + 7) & ~7u;
+        if (off > len) return 0;
+        n++;
+    }
+    return n == count;
 }
 
 int ptmd_read_view(const unsigned char *data, size_t len, const char *name, ptmd_view *v, ptmd_err *err)
@@ -120,6 +144,15 @@ int ptmd_read_view(const unsigned char *data, size_t len, const char *name, ptmd
             case PTMD_SEC_PAGES: v->pages = payload; v->n_pages = sh->count; break;
             case PTMD_SEC_THREADS: v->threads = (const void *)payload; v->n_threads = sh->count; break;
             case PTMD_SEC_ANOMALIES: v->anomalies = (const void *)payload; v->n_anomalies = sh->count; break;
+            case PTMD_SEC_RUBY_META: v->ruby_meta = (const void *)payload; if (sh->count != 1) FAIL("%s: bad ruby_meta section", name); break;
+            case PTMD_SEC_RUBY_PAGES: v->ruby_pages = (const void *)payload; v->n_ruby_pages = sh->count; break;
+            case PTMD_SEC_RUBY_OBJECTS: v->ruby_objects = (const void *)payload; v->n_ruby_objects = sh->count; break;
+            case PTMD_SEC_RUBY_WORDS: v->ruby_words = (const void *)payload; v->n_ruby_words = sh->count; break;
+            case PTMD_SEC_RUBY_NAMES:
+                v->ruby_names = payload; v->ruby_names_len = sh->length; v->n_ruby_names = sh->count;
+                if (!check_names(payload, sh->length, sh->count)) FAIL("%s: damaged ruby_names section", name);
+                break;
+            case PTMD_SEC_REFS: v->refs = (const void *)payload; v->n_refs = sh->count; break;
             }
         }
         /* unknown section types of the same format version are skipped */
@@ -153,6 +186,23 @@ int ptmd_read_view(const unsigned char *data, size_t len, const char *name, ptmd
             (h->n_pages && h->end - h->page_base > h->n_pages * v->meta->page_size))
             FAIL("%s: heap %zu has bad bounds", name, i);
     }
+    if ((v->ruby_objects || v->ruby_pages || v->ruby_words || v->ruby_names) &&
+        !(v->ruby_meta && v->ruby_objects && v->ruby_pages && v->ruby_words && v->ruby_names))
+        FAIL("%s: the Ruby sections are incomplete", name);
+    {
+        uint64_t words = 0;
+        for (i = 0; i < v->n_ruby_objects; i++) {
+            const ptmd_ruby_object *o = &v->ruby_objects[i];
+            words += o->n_words;
+            if ((o->klass != PTMD_NO_NAME && o->klass >= v->n_ruby_names) ||
+                (o->data_type != PTMD_NO_NAME && o->data_type >= v->n_ruby_names))
+                FAIL("%s: Ruby object %zu names a class that does not exist", name, i);
+        }
+        if (words != v->n_ruby_words) FAIL("%s: the Ruby objects' words do not add up", name);
+    }
+    for (i = 0; i < v->n_refs; i++)
+        if (v->refs[i].from >= v->n_chunks || v->refs[i].to >= v->n_chunks)
+            FAIL("%s: reference %zu names a chunk that does not exist", name, i);
     for (i = 0; i < v->n_anomalies; i++)
         if (v->anomalies[i].arena != PTMD_NO_ARENA && v->anomalies[i].arena >= v->n_arenas)
             FAIL("%s: anomaly %zu names an arena that does not exist", name, i);

@@ -27,6 +27,18 @@ typedef struct {
     size_t n_threads;
     const ptmd_anomaly_rec *anomalies;
     size_t n_anomalies;
+    /* Ruby's heap (absent when the dump has none) */
+    const ptmd_ruby_meta *ruby_meta;
+    const ptmd_ruby_page *ruby_pages;
+    size_t n_ruby_pages;
+    const ptmd_ruby_object *ruby_objects;
+    size_t n_ruby_objects;
+    const uint64_t *ruby_words;
+    size_t n_ruby_words;
+    const unsigned char *ruby_names;
+    size_t ruby_names_len, n_ruby_names;
+    const ptmd_ref *refs;
+    size_t n_refs;
 } ptmd_view;
 
 typedef struct {

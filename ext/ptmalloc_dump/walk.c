@@ -15,7 +15,7 @@
 
 /* ---- arena locks: glibc's low-level lock (0 free, 1 locked, 2 locked with waiters) ----------- */
 
-static void arena_lock(ptmd_walk *w, int *futex)
+void ptmd_arena_lock(ptmd_walk *w, int *futex)
 {
     int expected = 0;
     uint64_t t0;
@@ -27,7 +27,7 @@ static void arena_lock(ptmd_walk *w, int *futex)
     w->lock_wait_ns += ptmd_now_ns() - t0;
 }
 
-static void arena_unlock(int *futex)
+void ptmd_arena_unlock(int *futex)
 {
     if (__atomic_exchange_n(futex, 0, __ATOMIC_RELEASE) > 1)
         syscall(SYS_futex, futex, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
@@ -409,7 +409,7 @@ static int walk_arena(ptmd_walk *w, uintptr_t av, uint32_t index, ptmd_err *err)
     a.av = av;
     a.main = av == w->lc->main_arena;
 
-    arena_lock(w, mutex);
+    ptmd_arena_lock(w, mutex);
     ar = PTMD_W_ARENA(w, index);
     ar->address = av;
     ar->flags = PTMD_AF_LOCKED | (a.main ? PTMD_AF_MAIN : 0);
@@ -451,7 +451,7 @@ static int walk_arena(ptmd_walk *w, uintptr_t av, uint32_t index, ptmd_err *err)
         !(PTMD_W_ARENA(w, index)->flags & PTMD_AF_NONCONTIGUOUS))
         ptmd_walk_anomaly(w, PTMD_AN_SYSTEM_MEM, av, heap_bytes, index);
 out:
-    arena_unlock(mutex);
+    ptmd_arena_unlock(mutex);
     ar = PTMD_W_ARENA(w, index);
     ar->first_heap = a.first_heap;
     ar->n_heaps = a.n_heaps;

@@ -30,6 +30,10 @@ typedef struct {
     ptmd_buf tcache_cands;          /* uint64 chunk addresses of possible tcache structs */
     ptmd_buf heap_order;            /* uint32 heap indices sorted by start */
     ptmd_buf scan;                  /* mmapped-chunk scanner scratch */
+    ptmd_buf exclude;               /* sorted {start, end} ranges that hold no malloc chunk (Ruby's pages) */
+    int references;                 /* scan in-use chunks for pointers to chunks */
+    ptmd_buf refs;                  /* ptmd_ref */
+    uint64_t refs_ns;
 
     uint64_t lock_wait_ns;
     uint32_t thread_count;
@@ -52,8 +56,12 @@ int ptmd_walk_arenas(ptmd_walk *w, ptmd_err *err);
 int ptmd_walk_tcaches(ptmd_walk *w, ptmd_err *err);
 int ptmd_walk_mmapped(ptmd_walk *w, ptmd_err *err);
 int ptmd_walk_residency(ptmd_walk *w, ptmd_err *err);
+int ptmd_walk_references(ptmd_walk *w, ptmd_err *err);
 
 /* helpers shared between the walk files */
+/* glibc's arena mutex protocol (lll_lock / lll_unlock, private futex) */
+void ptmd_arena_lock(ptmd_walk *w, int *futex);
+void ptmd_arena_unlock(int *futex);
 int ptmd_walk_anomaly(ptmd_walk *w, uint32_t kind, uint64_t address, uint64_t detail, uint32_t arena);
 /* Index of the chunk record starting at addr, or -1 (binary search over heaps, then chunks). */
 long ptmd_walk_find_chunk(ptmd_walk *w, uint64_t addr);

@@ -110,9 +110,24 @@ module PtmallocDump
     # :absent_bytes, :free_resident_bytes (free but still resident: the bloat), :largest_free,
     # per-state figures under :states and the same per arena under :arenas.
     #
+    # With Ruby data, :ruby holds {RubyHeap#summary}.
+    #
     # @return [Hash{Symbol=>Object}]
     def summary
-      @summary ||= _summary.freeze
+      @summary ||= begin
+        s = _summary
+        s[:ruby] = ruby.summary if ruby
+        s.freeze
+      end
+    end
+
+    # Ruby's heap as recorded with the dump: pages, objects and which chunks they own.
+    #
+    # @return [RubyHeap, nil] nil for a dump taken with `ruby: false`
+    def ruby
+      return @ruby if defined?(@ruby)
+
+      @ruby = _ruby? ? RubyHeap.new(self) : nil
     end
 
     # Page-level figures for the report: pages by class (per heap and in total), the 20 largest free

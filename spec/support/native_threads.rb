@@ -16,6 +16,8 @@ module NativeThreads
   FREE = Fiddle::Function.new(LIB["hw_free"], [INT, VOIDP, SIZE_T], Fiddle::TYPE_VOID)
   FREE_PLAN = Fiddle::Function.new(LIB["hw_free_plan"], [VOIDP, VOIDP, SIZE_T], Fiddle::TYPE_VOID)
   STOP = Fiddle::Function.new(LIB["hw_stop"], [INT], Fiddle::TYPE_VOID)
+  HOLD = Fiddle::Function.new(LIB["hold_blocks"], [SIZE_T, SIZE_T], Fiddle::TYPE_UINTPTR_T)
+  RELEASE = Fiddle::Function.new(LIB["release_blocks"], [], Fiddle::TYPE_VOID)
   CHURN_START = Fiddle::Function.new(LIB["churn_start"], [INT], INT)
   CHURN_OPS = Fiddle::Function.new(LIB["churn_ops_done"], [], Fiddle::TYPE_LONG)
   CHURN_STOP = Fiddle::Function.new(LIB["churn_stop_all"], [], Fiddle::TYPE_VOID)
@@ -50,6 +52,14 @@ module NativeThreads
     n = addrs.size
     -> { FREE_PLAN.call(tp, ap, n) && [tb, ab] }
   end
+
+  # mallocs n blocks kept only in a C array; returns their addresses (read from that array)
+  def self.hold(n, size)
+    array = HOLD.call(n, size)
+    Fiddle::Pointer.new(array)[0, 8 * n].unpack("Q*")
+  end
+
+  def self.release = RELEASE.call
 
   def self.churn_start(n) = CHURN_START.call(n)
   def self.churn_ops = CHURN_OPS.call

@@ -1,0 +1,132 @@
+# frozen_string_literal: true
+
+require "objspace"
+require "spec_helper"
+
+RSpec.describe "correlating the malloc heap with Ruby's ObjectSpace" do
+  def address_of(obj) = Integer(ObjectSpace.dump(obj)[/"address":"(0x\h+)"/, 1])
+
+  # dumps with GC already settled (a full GC reconciles Ruby's slot counters) and loads
+  def settled_dump(**opts)
+    GC.start
+    dump_and_load(**opts)
+  end
+
+  # chunks owned by obj, through the dump's attribution
+  def owned_chunks(dump, obj)
+    addr = address_of(obj)
+    dump.each_chunk.select { |c| %i[in_use mmapped].include?(c.state) && dump.ruby.owner_of(c)&.address == addr }
+  end
+
+  it "records every ObjectSpace page and live object, as GC.stat counts them in the same window" do
+    dump = settled_dump
+    meta = dump.ruby.meta
+    expect(dump.ruby.pages.size).to eq(meta[:heap_allocated_pages])
+    expect(dump.ruby.pages.sum(&:live_slots)).to eq(meta[:heap_live_slots])
+    expect(meta[:object_count]).to eq(meta[:heap_live_slots])
+    expect(dump.ruby.pages.sum(&:free_slots)).to eq(meta[:heap_free_slots])
+    expect(dump.ruby.pages.map(&:stride).uniq).to eq([GC::INTERNAL_CONSTANTS[:RVALUE_SIZE]])
+    expect(meta[:heap_allocated_pages]).to be_within(2).of(GC.stat(:heap_allocated_pages))
+  end
+
+  it "ties 10,000 strings of 1,000 bytes to 10,000 distinct chunks owned by those T_STRING objects" do
+    strings = Array.new(10_000) { |i| format("%05d", i) * 200 }
+    dump = settled_dump
+    by_address = strings.to_h { |s| [address_of(s), s] }
+    owned = Hash.new { |h, k| h[k] = [] }
+    dump.each_chunk do |c|
+      next unless c.state == :in_use
+
+      owner = dump.ruby.owner_of(c)
+      owned[owner.address] << c if owner && by_address.key?(owner.address)
+    end
+    expect(owned.size).to eq(10_000)
+    chunks = owned.values.flatten
+    expect(chunks.map(&:address).uniq.size).to eq(10_000)
+    expect(chunks.map(&:size).min).to be >= 1_008
+    expect(owned.keys.map { |a| dump.ruby.object_at(a).type }.uniq).to eq([:T_STRING])
+    expect(dump.ruby.object_at(owned.keys.first).class_name).to eq("String")
+    expect(dump.summary[:ruby][:by_type][:T_STRING][:bytes]).to be >= 10_000 * 1_008
+    expect(strings.size).to eq(10_000)
+  end
+
+  it "ties arrays of 1,000 elements to T_ARRAY objects" do
+    arrays = Array.new(100) { |i| Array.new(1_000, i) }
+    dump = settled_dump
+    arrays.each do |a|
+      chunks = owned_chunks(dump, a)
+      expect(chunks.size).to eq(1)
+      expect(chunks.first.size).to be >= 8_000
+      expect(dump.ruby.owner_of(chunks.first).type).to eq(:T_ARRAY)
+    end
+  end
+
+  it "ties a hash's table to the T_HASH, and with references: true its entries and bins too" do
+    hash = (1..10_000).to_h { |i| [i, i] }
+    plain = settled_dump
+    direct = owned_chunks(plain, hash)
+    expect(direct.size).to eq(1)
+    expect(plain.ruby.owner_of(direct.first).type).to eq(:T_HASH)
+    with_refs = settled_dump(references: true)
+    chunks = owned_chunks(with_refs, hash)
+    expect(chunks.size).to eq(3) # st_table, its entries and its bins
+    expect(chunks.map(&:size).max).to be >= 10_000 * 24 # the entries array (mmapped at this size)
+    expect(with_refs.ruby.meta[:references]).to be(true)
+    expect(with_refs.ruby.summary[:chunks_via_references]).to be > 0
+  end
+
+  it "ties the instance variables of an object with 100 of them to the T_OBJECT" do
+    obj = Object.new
+    100.times { |i| obj.instance_variable_set(:"@iv#{i}", i) }
+    dump = settled_dump
+    # the ivar array; the object's slot also points at its class's shared ivar index table, which the
+    # first object to point at it owns
+    ivars = owned_chunks(dump, obj).select { |c| c.size >= 100 * 8 }
+    expect(ivars.size).to eq(1)
+    expect(dump.ruby.owner_of(ivars.first)).to have_attributes(type: :T_OBJECT, class_name: "Object")
+    expect(dump.summary[:ruby][:by_type][:T_OBJECT][:bytes]).to be >= 100 * 8
+  end
+
+  it "names the typed data type of a core class's object" do
+    time = Time.now
+    dump = settled_dump
+    chunks = owned_chunks(dump, time)
+    expect(chunks.size).to eq(1)
+    owner = dump.ruby.owner_of(chunks.first)
+    expect(owner).to have_attributes(type: :T_DATA, class_name: "Time", data_type: "time")
+    expect(dump.summary[:ruby][:by_data_type]).to include("time")
+  end
+
+  it "does not attribute native memory held only in a C array to any Ruby object" do
+    blocks = NativeThreads.hold(10_000, 64)
+    begin
+      dump = settled_dump
+      blocks.each do |b|
+        chunk = dump.chunk_at(b - 16)
+        expect(chunk.state).to eq(:in_use)
+        expect(dump.ruby.owner_of(chunk)).to be_nil
+        expect(dump.ruby.category_of(chunk)).to eq(:native)
+      end
+      expect(dump.summary[:ruby][:unattributed_bytes]).to be >= 10_000 * 80
+    ensure
+      NativeThreads.release
+    end
+  end
+
+  it "leaves GC enabled after a dump, also when the dump raises, and disabled when it was" do
+    GC.enable
+    dump_and_load
+    expect(GC.disable).to be(false) # it was enabled
+    GC.enable
+    expect { PtmallocDump.dump(File.join(tmpdir, "missing", "x.dump")) }.to raise_error(Errno::ENOENT)
+    expect(GC.disable).to be(false)
+    PtmallocDump.dump(File.join(tmpdir, "y.dump"))
+    expect(GC.enable).to be(true) # still disabled as before the dump
+  end
+
+  it "can leave Ruby out" do
+    dump = dump_and_load(ruby: false)
+    expect(dump.ruby).to be_nil
+    expect(dump.summary).not_to have_key(:ruby)
+  end
+end
