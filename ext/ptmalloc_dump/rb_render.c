@@ -120,7 +120,7 @@ static VALUE dump_analysis(VALUE self)
     return out;
 }
 
-/* Dump#_render(outdir, owner_bytes_or_nil, max_tile_pixels, progress_fd) -> Array of image Hashes */
+/* Dump#_render(outdir, owner_layer, max_tile_pixels, progress_fd) -> Array of image Hashes */
 static VALUE dump_render(VALUE self, VALUE outdir, VALUE owner, VALUE max_px, VALUE progress_fd)
 {
     const ptmd_view *v = ptmd_rb_dump_view(self);
@@ -135,17 +135,19 @@ static VALUE dump_render(VALUE self, VALUE outdir, VALUE owner, VALUE max_px, VA
     FilePathValue(outdir);
     memset(&o, 0, sizeof(o));
     o.outdir = StringValueCStr(outdir);
-    if (!NIL_P(owner)) {
-        StringValue(owner);
-        if ((size_t)RSTRING_LEN(owner) != v->n_chunks) rb_raise(rb_eArgError, "owner bytes must be one per chunk");
-        o.owner = (const uint8_t *)RSTRING_PTR(owner);
+    if (RTEST(owner) && v->ruby_meta) {
+        size_t i;
+        uint8_t *types = ALLOC_N(uint8_t, v->n_ruby_objects ? v->n_ruby_objects : 1);
+        for (i = 0; i < v->n_ruby_objects; i++) types[i] = (uint8_t)ptmd_owner_category(v->ruby_objects[i].type);
+        o.owner = ptmd_rb_dump_attribution(self)->category;
+        o.owner_types = types;
     }
     o.max_tile_pixels = NIL_P(max_px) ? 0 : NUM2ULL(max_px);
     o.progress_fd = NIL_P(progress_fd) ? -1 : NUM2INT(progress_fd);
     n = ptmd_render_count(v, &o);
     images = ALLOC_N(ptmd_image, n ? n : 1);
     got = ptmd_render(v, usage, &o, images, n, &err);
-    RB_GC_GUARD(owner);
+    xfree((void *)o.owner_types);
     if (got < 0) {
         xfree(images);
         ptmd_rb_raise(&err);
@@ -155,8 +157,9 @@ static VALUE dump_render(VALUE self, VALUE outdir, VALUE owner, VALUE max_px, VA
         const ptmd_image *im = &images[i];
         VALUE e = rb_hash_new();
         SET(e, "file", rb_str_new_cstr(im->file));
-        SET(e, "kind", ID2SYM(rb_intern(im->kind == PTMD_IMG_PAGE_MAP ? "page_map" : "byte_map")));
-        SET(e, "group", im->group < 0 ? ID2SYM(rb_intern("mmapped")) : INT2NUM(im->group));
+        static const char *const kinds[] = { "?", "page_map", "byte_map", "owner_map", "ruby_pages" };
+        SET(e, "kind", ID2SYM(rb_intern(kinds[im->kind])));
+        SET(e, "group", im->group == -1 ? ID2SYM(rb_intern("mmapped")) : im->group == -2 ? ID2SYM(rb_intern("ruby")) : INT2NUM(im->group));
         SET(e, "tile", UINT2NUM(im->tile));
         SET(e, "first_unit", U64(im->first_unit));
         SET(e, "units", U64(im->n_units));
@@ -180,7 +183,7 @@ static VALUE render_palette(VALUE self)
         rb_hash_aset(states, ID2SYM(rb_intern(ptmd_state_names[i])), hex_color(ptmd_state_color(i)));
     for (i = 0; i < PTMD_PC_COUNT; i++)
         rb_hash_aset(pages, ID2SYM(rb_intern(page_class_names[i])), hex_color(ptmd_page_color(i)));
-    for (i = 0; i < PTMD_OWNER_MAX; i++) rb_ary_push(owners, hex_color(ptmd_owner_color(i)));
+    for (i = 0; i < PTMD_OWN_COUNT; i++) rb_ary_push(owners, hex_color(ptmd_owner_color(i)));
     SET(h, "states", states);
     SET(h, "page_classes", pages);
     SET(h, "owners", owners);

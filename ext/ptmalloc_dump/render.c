@@ -40,12 +40,12 @@ static const ptmd_rgb page_colors[PTMD_PC_COUNT] = {
     { 0x5a, 0x64, 0x6a },   /* meta: dark grey */
 };
 
-/* Owner categories (the Ruby layer): 1 string, 2 array, 3 hash, 4 object ivars, 5 typed data,
- * 6 iseq/imemo, 7 other Ruby, 8 Ruby object pages, 9 native. */
+/* Owner map colours (attribution.h's PTMD_OWN_*): 0 free (any free state), 1 string, 2 array, 3 hash,
+ * 4 object ivars, 5 typed data, 6 iseq/imemo, 7 other Ruby, 8 Ruby object pages, 9 native. */
 static const ptmd_rgb owner_colors[PTMD_OWNER_MAX] = {
-    { 0x3b, 0x73, 0xb9 }, { 0x1f, 0x77, 0xb4 }, { 0x2c, 0xa0, 0x2c }, { 0x94, 0x67, 0xbd },
-    { 0x17, 0xbe, 0xcf }, { 0xbc, 0xbd, 0x22 }, { 0xe3, 0x77, 0xc2 }, { 0x8c, 0x8c, 0x8c },
-    { 0xa6, 0x56, 0x28 }, { 0x2b, 0x2d, 0x42 }, { 0x55, 0x55, 0x55 }, { 0x55, 0x55, 0x55 },
+    { 0xe4, 0xe4, 0xe4 }, { 0x1f, 0x5f, 0xb4 }, { 0x2c, 0xa0, 0x2c }, { 0x8e, 0x44, 0xad },
+    { 0x17, 0xbe, 0xcf }, { 0xe3, 0x77, 0xc2 }, { 0xbc, 0xbd, 0x22 }, { 0x8c, 0x56, 0x4b },
+    { 0x60, 0x70, 0x80 }, { 0xff, 0x7f, 0x0e }, { 0x55, 0x55, 0x55 }, { 0x55, 0x55, 0x55 },
     { 0x55, 0x55, 0x55 }, { 0x55, 0x55, 0x55 }, { 0x55, 0x55, 0x55 }, { 0x55, 0x55, 0x55 },
 };
 
@@ -251,8 +251,9 @@ static uint64_t first_chunk_from(const ptmd_view *v, const ptmd_heap_rec *hp, ui
     return lo;
 }
 
+/* owner_mode: colour in-use chunks by owner (owner[] per chunk) and every free chunk alike */
 static void paint_byte_map(const ptmd_view *v, const group *g, uint64_t u0, uint64_t u1, const uint8_t *owner,
-                           uint8_t *px)
+                           int owner_mode, uint8_t *px)
 {
     const uint64_t gpp = granules_per_page(v), ps = v->meta->page_size;
     uint64_t off = 0;
@@ -274,14 +275,17 @@ static void paint_byte_map(const ptmd_view *v, const group *g, uint64_t u0, uint
             const ptmd_chunk_rec *c = &v->chunks[i];
             uint64_t a = c->addr > lo_a ? c->addr : lo_a, e = c->addr + ptmd_rec_size(c);
             int st = ptmd_rec_state(c), shade = (int)(i & 1);
-            int own = owner && st == PTMD_ST_IN_USE ? owner[i] : 0;
+            int in_use = st == PTMD_ST_IN_USE || st == PTMD_ST_MMAPPED;
+            int own = owner_mode && in_use ? owner[i] : 0;
+            int free_chunk = owner_mode && ptmd_state_is_free(st) && st != PTMD_ST_TOP;
             if (c->addr >= hi_a) break;
             if (e > hi_a) e = hi_a;
             while (a < e) {
                 uint64_t page = (a - hp->page_base) / ps, pe = hp->page_base + (page + 1) * ps;
                 uint64_t se = pe < e ? pe : e, g0, g1;
                 int dim = !(v->pages[hp->first_page + page] & PTMD_PAGE_PRESENT);
-                uint8_t color = (uint8_t)(own ? PTMD_PAL_OWNER(own, shade, dim) : PTMD_PAL_STATE(st, shade, dim));
+                uint8_t color = (uint8_t)(own ? PTMD_PAL_OWNER(own, shade, dim)
+                                          : free_chunk ? PTMD_PAL_OWNER(0, shade, dim) : PTMD_PAL_STATE(st, shade, dim));
                 g0 = off + (a - hp->page_base) / PTMD_BYTE_MAP_BYTES_PER_PX - u0;
                 g1 = off + (se - hp->page_base + PTMD_BYTE_MAP_BYTES_PER_PX - 1) / PTMD_BYTE_MAP_BYTES_PER_PX - u0;
                 memset(px + g0, color, (size_t)(g1 - g0));
@@ -289,6 +293,36 @@ static void paint_byte_map(const ptmd_view *v, const group *g, uint64_t u0, uint
             }
         }
         off += n;
+    }
+}
+
+/* Ruby pages: row r = sorted page first_unit + r, pixel (2x2) per slot, live slots in the colour of
+ * their object's owner category. */
+static void paint_ruby_pages(const ptmd_view *v, const uint8_t *owner_types, uint64_t r0, uint64_t r1, uint8_t *px,
+                             uint32_t width)
+{
+    size_t i;
+    for (i = 0; i < v->n_ruby_objects; i++) {
+        uint64_t a = v->ruby_objects[i].address;
+        size_t lo = 0, hi = v->n_ruby_pages;
+        const ptmd_ruby_page *pg;
+        uint64_t slot, row;
+        uint8_t color;
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (a < v->ruby_pages[mid].start) hi = mid;
+            else if (a >= v->ruby_pages[mid].end) lo = mid + 1;
+            else { lo = mid; break; }
+        }
+        if (lo >= v->n_ruby_pages || lo < r0 || lo >= r1) continue;
+        pg = &v->ruby_pages[lo];
+        if (a < pg->start || !pg->stride) continue;
+        slot = (a - pg->start) / pg->stride;
+        if (slot * 2 + 1 >= width) continue;
+        row = lo - r0;
+        color = (uint8_t)PTMD_PAL_OWNER(owner_types[i], 0, 0);
+        px[(row * 2) * width + slot * 2] = px[(row * 2) * width + slot * 2 + 1] = color;
+        px[(row * 2 + 1) * width + slot * 2] = px[(row * 2 + 1) * width + slot * 2 + 1] = color;
     }
 }
 
@@ -313,8 +347,10 @@ static size_t plan(const ptmd_view *v, const ptmd_render_opts *o, const group *g
     for (gi = 0; gi < ng; gi++) {
         const uint64_t pages = group_pages(v, &gs[gi]);
         int kind;
-        for (kind = PTMD_IMG_PAGE_MAP; kind <= PTMD_IMG_BYTE_MAP; kind++) {
+        for (kind = PTMD_IMG_PAGE_MAP; kind <= PTMD_IMG_OWNER_MAP; kind++) {
             const int pm = kind == PTMD_IMG_PAGE_MAP;
+            const char *tag = pm ? "pages" : kind == PTMD_IMG_BYTE_MAP ? "bytes" : "owners";
+            if (kind == PTMD_IMG_OWNER_MAP && !o->owner) continue;
             const uint32_t cell = pm ? page_map_cell(pages) : 1;
             const uint32_t per_row = pm ? PTMD_PAGE_MAP_CELLS_PER_ROW : (uint32_t)(gpp * PTMD_BYTE_MAP_PAGES_PER_ROW);
             const uint32_t width = per_row * cell;
@@ -338,14 +374,43 @@ static size_t plan(const ptmd_view *v, const ptmd_render_opts *o, const group *g
                     im->height = (uint32_t)(((cnt + per_row - 1) / per_row) * cell);
                     if (im->height == 0) im->height = cell;
                     if (gs[gi].id >= 0)
-                        snprintf(im->file, sizeof(im->file), "heap%d-%s-%u.png", gs[gi].id, pm ? "pages" : "bytes", tile);
+                        snprintf(im->file, sizeof(im->file), "heap%d-%s-%u.png", gs[gi].id, tag, tile);
                     else
-                        snprintf(im->file, sizeof(im->file), "mmapped-%s-%u.png", pm ? "pages" : "bytes", tile);
+                        snprintf(im->file, sizeof(im->file), "mmapped-%s-%u.png", tag, tile);
                 }
                 n++;
                 u += per_tile;
                 tile++;
             } while (u < units);
+        }
+    }
+    /* Ruby's object pages, one row of slots per page, when the dump has them */
+    if (o->owner_types && v->n_ruby_pages) {
+        uint32_t slots = 0;
+        uint64_t rows_per_tile = PTMD_MAX_IMAGE_ROWS / 2, r;
+        size_t i;
+        for (i = 0; i < v->n_ruby_pages; i++) {
+            uint64_t s = (v->ruby_pages[i].end - v->ruby_pages[i].start) / (v->ruby_pages[i].stride ? v->ruby_pages[i].stride : 1);
+            if (s > slots) slots = (uint32_t)s;
+        }
+        if (slots > 4096) slots = 4096;
+        for (r = 0; r < v->n_ruby_pages; r += rows_per_tile) {
+            uint64_t cnt = v->n_ruby_pages - r < rows_per_tile ? v->n_ruby_pages - r : rows_per_tile;
+            if (out && n < max) {
+                ptmd_image *im = &out[n];
+                memset(im, 0, sizeof(*im));
+                im->kind = PTMD_IMG_RUBY_PAGES;
+                im->group = -2;
+                im->tile = (uint32_t)(r / rows_per_tile);
+                im->first_unit = r;
+                im->n_units = cnt;
+                im->cell = 2;
+                im->per_row = slots;
+                im->width = slots * 2;
+                im->height = (uint32_t)cnt * 2;
+                snprintf(im->file, sizeof(im->file), "ruby-pages-%u.png", im->tile);
+            }
+            n++;
         }
     }
     return n;
@@ -380,15 +445,17 @@ long ptmd_render(const ptmd_view *v, const ptmd_page_usage *usage, const ptmd_re
         for (gi = 0; gi < ng; gi++)
             if (gs[gi].id == im->group) g = &gs[gi];
         px = calloc(bytes ? bytes : 1, 1);
-        if (!px || !g) {
+        if (!px || (!g && im->kind != PTMD_IMG_RUBY_PAGES)) {
             free(px);
             free(gs);
             return ptmd_fail(err, PTMD_E_NOMEM, "out of memory for a %ux%u image", im->width, im->height);
         }
         if (im->kind == PTMD_IMG_PAGE_MAP)
             paint_page_map(v, usage, g, im->first_unit, im->first_unit + im->n_units, im->cell, px, im->width);
+        else if (im->kind == PTMD_IMG_RUBY_PAGES)
+            paint_ruby_pages(v, o->owner_types, im->first_unit, im->first_unit + im->n_units, px, im->width);
         else
-            paint_byte_map(v, g, im->first_unit, im->first_unit + im->n_units, o->owner, px);
+            paint_byte_map(v, g, im->first_unit, im->first_unit + im->n_units, o->owner, im->kind == PTMD_IMG_OWNER_MAP, px);
         snprintf(path, sizeof(path), "%s/%s", o->outdir, im->file);
         if (write_png(path, px, im->width, im->height, err) != 0) {
             free(px);

@@ -14,7 +14,8 @@
  *   1 + state*4 + shade*2 + dim       byte map, chunk states (shade: alternating neighbours,
  *                                      dim: page not resident)
  *   40 + class*2 + shared             page map classes (shared: still shared with a parent)
- *   64 + owner*4 + shade*2 + dim      byte map, in-use chunks by owner (owner 1..15) */
+ *   64 + owner*4 + shade*2 + dim      owner map: in-use chunks by owner (owner 1..15), owner 0 = free
+ * The Ruby pages map uses the owner colours of the object types for live slots, background for free. */
 #define PTMD_PAL_STATE(st, shade, dim) (1 + (st) * 4 + (shade) * 2 + (dim))
 #define PTMD_PAL_PAGE(pc, shared) (40 + (pc) * 2 + (shared))
 #define PTMD_PAL_OWNER(o, shade, dim) (64 + (o) * 4 + (shade) * 2 + (dim))
@@ -31,7 +32,7 @@ ptmd_rgb ptmd_state_color(int state);
 ptmd_rgb ptmd_page_color(int page_class);
 ptmd_rgb ptmd_owner_color(int owner);
 
-enum { PTMD_IMG_PAGE_MAP = 1, PTMD_IMG_BYTE_MAP = 2 };
+enum { PTMD_IMG_PAGE_MAP = 1, PTMD_IMG_BYTE_MAP = 2, PTMD_IMG_OWNER_MAP = 3, PTMD_IMG_RUBY_PAGES = 4 };
 
 #define PTMD_PAGE_MAP_CELLS_PER_ROW 256    /* 1 MiB of heap per row with 4 KiB pages */
 #define PTMD_BYTE_MAP_BYTES_PER_PX 16
@@ -50,7 +51,8 @@ typedef struct {
 
 typedef struct {
     const char *outdir;
-    const uint8_t *owner;           /* per chunk owner category, or NULL */
+    const uint8_t *owner;           /* per chunk owner category, or NULL: no owner maps */
+    const uint8_t *owner_types;     /* per Ruby object its owner category, or NULL: no Ruby pages map */
     uint64_t max_tile_pixels;       /* pixel budget of one image (0: default) */
     int progress_fd;                /* -1: quiet; else progress lines go here */
 } ptmd_render_opts;

@@ -44,7 +44,7 @@ module PtmallocDump
     # Renders the maps and writes index.html.
     # @return [String] the path of index.html
     def write
-      @images = @dump.send(:_render, @outdir, nil, @max_tile_pixels, @progress&.fileno)
+      @images = @dump.send(:_render, @outdir, !@dump.ruby.nil?, @max_tile_pixels, @progress&.fileno)
       @analysis = @dump.analysis
       path = File.join(@outdir, "index.html")
       File.write(path, html)
@@ -73,6 +73,7 @@ module PtmallocDump
         #{masthead}
         #{cards}
         #{legend}
+        #{ruby_section}
         #{heaps_section}
         #{reclaimable_section}
         #{fragmentation_section}
@@ -143,20 +144,65 @@ module PtmallocDump
       HTML
     end
 
+    OWNER_LABELS = {
+      string: "String buffers", array: "Array buffers", hash: "Hash tables", object: "object ivars",
+      data: "typed / C data", imemo: "iseqs and imemos", other_ruby: "other Ruby", ruby_page: "Ruby object pages (malloc'd)",
+      native: "native (no Ruby owner)"
+    }.freeze
+
     def swatch(color, label)
       %(<span><span class="sw" style="background:#{color}"></span>#{h(label)}</span>)
+    end
+
+    def owner_color(category)
+      Render.palette[:owners][Render::OWNER_CATEGORIES.index(category)]
     end
 
     def legend
       pal = Render.palette
       pages = PAGE_CLASS_LABELS.map { |k, label| swatch(pal[:page_classes][k], label) }
       states = STATE_LABELS.map { |k, label| swatch(pal[:states][k], label) }
+      owners = OWNER_LABELS.map { |k, label| swatch(owner_color(k), label) } + [swatch(owner_color(:none), "free (any bin or cache)")]
       <<~HTML
         <h2>Legend</h2>
         <p>Page maps: one cell per #{h(human_bytes(header[:page_size]))} page, #{Render::PAGE_CELLS_PER_ROW} to a row. A checkered cell is still shared copy-on-write with a parent process.</p>
         <div class="legend">#{pages.join("\n")}</div>
         <p>Byte maps: one pixel per #{Render::BYTES_PER_PIXEL} bytes, #{Render::BYTE_MAP_PAGES_PER_ROW} pages to a row; neighbouring chunks of one state alternate two shades; pale pixels are on pages not resident.</p>
         <div class="legend">#{states.join("\n")}</div>
+        #{@dump.ruby ? "<p>Owner maps: the byte map again, in-use chunks coloured by the Ruby object that owns them.</p>\n<div class=\"legend\">#{owners.join("\n")}</div>" : ''}
+      HTML
+    end
+
+    # Where the heap goes: in-use bytes by owner, then free and metadata, as a table and a bar.
+    def ruby_section
+      return "" unless @dump.ruby
+
+      r = summary[:ruby]
+      rows = OWNER_LABELS.keys.map { |k| [OWNER_LABELS[k], r[:by_category][k][:bytes], owner_color(k)] }
+      rows << ["free, resident", summary[:free_resident_bytes], Render.palette[:page_classes][:free_resident]]
+      rows << ["free, released or swapped", summary[:free_released_bytes] + summary[:free_swapped_bytes], Render.palette[:page_classes][:released]]
+      rows << ["allocator metadata", summary[:meta_bytes], Render.palette[:states][:meta]]
+      total = rows.sum { |_, b, _| b }
+      bar = rows.reject { |_, b, _| b.zero? }.map do |label, bytes, color|
+        %(<span title="#{h(label)}: #{h(human_bytes(bytes))}" style="flex:#{bytes} 0 0;background:#{color}"></span>)
+      end
+      table = rows.map do |label, bytes, color|
+        "<tr><td class=\"l\">#{swatch(color, label)}</td><td>#{h(human_bytes(bytes))}</td><td>#{h(percent(bytes, total))}</td></tr>"
+      end
+      top = lambda do |hash, title|
+        lines = hash.first(20).map { |name, e| "<tr><td class=\"l\">#{h(name)}</td><td>#{h(human_bytes(e[:bytes]))}</td><td>#{e[:chunks]}</td></tr>" }
+        "<table><tr><th class=\"l\">#{h(title)}</th><th>bytes</th><th>chunks</th></tr>#{lines.join("\n")}</table>"
+      end
+      pages = @images.select { |im| im[:kind] == :ruby_pages }
+      <<~HTML
+        <h2>Where the heap goes</h2>
+        <p>#{h(human_bytes(r[:owned_bytes]))} of malloc memory is owned by #{r[:objects]} live Ruby objects#{r[:references] ? ' (following pointers between chunks)' : ''},
+        #{h(human_bytes(r[:unattributed_bytes]))} is in use by native code that no Ruby object points at.
+        Ruby's own object pages: #{r[:pages]} (#{h(human_bytes(r[:ruby_page_bytes]))}#{r[:ruby_pages_in_malloc_bytes].zero? ? ', allocated outside malloc' : ''}).</p>
+        <div style="display:flex;height:1.6em;border:1px solid #999;margin:.5em 0">#{bar.join}</div>
+        <table><tr><th class="l">what</th><th>bytes</th><th>share</th></tr>#{table.join("\n")}</table>
+        <div class="maps">#{top.call(r[:by_type].transform_keys(&:to_s), 'Ruby type')} #{top.call(r[:by_class], 'class (top 20 of 50 in the JSON)')} #{top.call(r[:by_data_type], 'typed data')}</div>
+        #{pages.empty? ? '' : "<h3>Ruby's object pages</h3><p class=\"sub\">one row per page, one cell per slot; live slots coloured like their owners above, free slots white</p><div class=\"maps\">#{pages.map { |im| figure(im, "object pages #{im[:first_unit] + 1}-#{im[:first_unit] + im[:units]}") }.join}</div>"}
       HTML
     end
 
@@ -187,12 +233,14 @@ module PtmallocDump
       counts = PAGE_CLASS_LABELS.keys.filter_map { |k| "#{classes[k]} #{PAGE_CLASS_LABELS[k]}" if classes[k].positive? }
       page_maps = group_images(group).select { |im| im[:kind] == :page_map }
       byte_maps = group_images(group).select { |im| im[:kind] == :byte_map }
+      owner_maps = group_images(group).select { |im| im[:kind] == :owner_map }
       <<~HTML
         <h3>#{h(title)}</h3>
         <p class="sub">pages: #{h(counts.join(', '))}</p>
         <div class="maps">#{page_maps.map { |im| figure(im, "page map#{page_maps.size > 1 ? " #{im[:tile] + 1}/#{page_maps.size}" : ''}") }.join}</div>
         <p class="sub">byte map#{byte_maps.size > 1 ? " in #{byte_maps.size} tiles" : ''}:</p>
         <div class="maps">#{byte_maps.map { |im| figure(im, byte_caption(im, heaps)) }.join}</div>
+        #{owner_maps.empty? ? '' : "<p class=\"sub\">owner map:</p>\n<div class=\"maps\">#{owner_maps.map { |im| figure(im, byte_caption(im, heaps)) }.join}</div>"}
       HTML
     end
 
