@@ -35,9 +35,9 @@ RSpec.describe "PtmallocDump.dump on randomised heaps" do
       path = File.join(tmpdir, "heap.dump")
       GC.disable # a GC run mallocs and frees on its own, and could reuse the chunks just freed
       begin
-        PtmallocDump.dump(path) # Ruby fills its method caches on a first call: not between frees and dump
+        PtmallocDump.dump(path, ruby: false) # Ruby fills its method caches on a first call: not between frees and dump
         scenario.build
-        PtmallocDump.dump(path)
+        PtmallocDump.dump(path, ruby: false)
         dump = PtmallocDump.load(path)
         expect_valid_dump(dump)
         expect(dump.arenas.size).to be >= (threads.positive? ? 2 : 1)
@@ -56,9 +56,9 @@ RSpec.describe "PtmallocDump.dump on randomised heaps" do
       NativeThreads.prepare_free(0, NativeThreads.malloc(0, [8])).call # the thread's tcache exists now
       blocks = NativeThreads.malloc(-1, [40] * 5)
       free_blocks = NativeThreads.prepare_free(0, blocks)
-      PtmallocDump.dump(path) # warm Ruby's method caches for this call
+      PtmallocDump.dump(path, ruby: false) # warm Ruby's method caches for this call
       free_blocks.call
-      PtmallocDump.dump(path)
+      PtmallocDump.dump(path, ruby: false)
       dump = PtmallocDump.load(path)
       blocks.each { |b| expect(dump.chunk_at(b - 16).state).to eq(:tcache) }
       info = dump.threads.find { |t| t.tid == tid }
@@ -79,7 +79,7 @@ RSpec.describe "PtmallocDump.dump on randomised heaps" do
     guard = NativeThreads.malloc(0, [40])
     begin
       NativeThreads.prepare_free(0, blocks).call
-      PtmallocDump.dump(path)
+      PtmallocDump.dump(path, ruby: false)
       dump = PtmallocDump.load(path)
       states = blocks.map { |b| dump.chunk_at(b - 16)&.state }
       # a new thread: the first 7 fill its empty tcache bin, the others are fastbin chunks whose next

@@ -18,11 +18,13 @@ RSpec.describe "the dump file" do
     expect(Dir.children(tmpdir)).to eq(["heap.dump"])
   end
 
-  it "holds at most 16 bytes per chunk plus one byte per page, and no chunk contents" do
+  it "holds at most 16 bytes per chunk plus one byte per page (and the Ruby records), and no chunk contents" do
+    PtmallocDump.dump(path, ruby: false)
     dump = PtmallocDump.load(path)
     pages = dump.pages.sum(&:size)
     overhead = 64 * 1024 + dump.malloc_info.bytesize + (dump.arenas.size + dump.heaps.size) * 96
     expect(File.size(path)).to be <= dump.chunk_count * 16 + pages + overhead
+    expect(File.size(path)).to be <= dump.chunk_count * 8 + pages + overhead # as stored: 8 bytes a chunk
     secret = "ptmalloc-dump-secret-#{rand(1 << 30)}"
     kept = secret.dup * 4
     PtmallocDump.dump(path)

@@ -12,10 +12,10 @@ RSpec.describe "page residency" do
     path = File.join(tmpdir, "trim.dump")
     GC.disable
     begin
-      PtmallocDump.dump(path) # warm the call path
+      PtmallocDump.dump(path, ruby: false) # warm the call path
       NativeThreads.prepare_free(0, [big]).call
       SpecHelpers::Libc.malloc_trim(0)
-      PtmallocDump.dump(path)
+      PtmallocDump.dump(path, ruby: false)
       dump = PtmallocDump.load(path)
       chunk = dump.chunk_containing(big)
       expect(chunk).to be_free
@@ -42,7 +42,7 @@ RSpec.describe "page residency" do
     path = File.join(tmpdir, "child.dump")
     pid = fork do
       # nothing written since the fork: the block's pages are still shared copy-on-write
-      PtmallocDump.dump(path)
+      PtmallocDump.dump(path, ruby: false)
       exit!(0)
     end
     Process.wait(pid)

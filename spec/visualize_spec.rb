@@ -37,7 +37,7 @@ RSpec.describe "ptmalloc-visualize" do
         NativeThreads.prepare_free(0, [released]).call
         SpecHelpers::Libc.malloc_trim(0)          # the interior pages of `released` go back to the kernel
         NativeThreads.prepare_free(0, [free_big]).call # free after the trim: it stays resident
-        PtmallocDump.dump(path)
+        PtmallocDump.dump(path, ruby: false)
         dump = PtmallocDump.load(path)
         expect(dump.chunk_at(used - 16).state).to eq(:in_use)
         expect(%i[unsorted largebin]).to include(dump.chunk_at(free_big - 16).state)
