@@ -1,0 +1,57 @@
+# frozen_string_literal: true
+
+# rake bench: the Ruby pass (ObjectSpace pages and live objects, recorded inside the dump's pause)
+# for ~1,000,000 live objects, the load-time attribution of chunks to objects, and the cost of
+# references: true.
+require "benchmark"
+require "fileutils"
+require "tmpdir"
+require "ptmalloc_dump"
+
+module RubyBench
+  module_function
+
+  def ms(s) = format("%.0f ms", s * 1000)
+
+  def run(objects: Integer(ENV.fetch("BENCH_OBJECTS", 1_000_000)))
+    keep = Array.new(objects * 3 / 4) do |i|
+      case i % 4
+      when 0 then "string #{i} " * 4
+      when 1 then Array.new(20, i)
+      when 2 then { a: i, b: i.to_s }
+      else Object.new.tap { |o| o.instance_variable_set(:@x, i) }
+      end
+    end
+    GC.start
+    live = GC.stat(:heap_live_slots)
+    dir = Dir.mktmpdir("ptmd-ruby-bench")
+    plain = File.join(dir, "plain.dump")
+    ruby = File.join(dir, "ruby.dump")
+    refs = File.join(dir, "refs.dump")
+    t_plain = Array.new(3) { Benchmark.realtime { PtmallocDump.dump(plain, ruby: false) } }.min
+    t_ruby = Array.new(3) { Benchmark.realtime { PtmallocDump.dump(ruby) } }.min
+    t_refs = Benchmark.realtime { PtmallocDump.dump(refs, references: true) }
+    dump = PtmallocDump.load(ruby)
+    pass = dump.ruby.meta[:pass_ns] / 1e9
+    n = dump.ruby.meta[:object_count]
+    t_attr = Benchmark.realtime { PtmallocDump.load(ruby).ruby.summary }
+    t_load = Benchmark.realtime { PtmallocDump.load(ruby) }
+    refs_dump = PtmallocDump.load(refs)
+    t_attr_refs = Benchmark.realtime { PtmallocDump.load(refs).ruby.summary }
+    per_m = 1_000_000.0 / n
+    puts "#{n} live objects (GC.stat heap_live_slots #{live}), #{dump.ruby.pages.size} pages, #{dump.chunk_count} chunks"
+    puts format("%-44s %10s  (%s per million objects)", "Ruby pass, inside the dump", ms(pass), ms(pass * per_m))
+    puts format("%-44s %10s vs %s", "dump with / without the Ruby pass", ms(t_ruby), ms(t_plain))
+    puts format("%-44s %10s  (%s per million objects)", "attribution at load (load + ruby.summary)", ms(t_attr - t_load), ms((t_attr - t_load) * per_m))
+    puts format("%-44s %10s  (%d references, reference scan %s)", "dump with references: true", ms(t_refs),
+                refs_dump.ruby.meta[:reference_count], ms(refs_dump.ruby.meta[:refs_ns] / 1e9))
+    puts format("%-44s %10s", "attribution with references", ms(t_attr_refs - t_load))
+    puts format("%-44s %10s / %s", "file size with Ruby data / references", PtmallocDump::FormatHelpers.human_bytes(File.size(ruby)),
+                PtmallocDump::FormatHelpers.human_bytes(File.size(refs)))
+    keep.size
+  ensure
+    FileUtils.rm_rf(dir) if dir
+  end
+end
+
+RubyBench.run if $PROGRAM_NAME == __FILE__
