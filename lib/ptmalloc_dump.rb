@@ -13,6 +13,7 @@ require_relative "ptmalloc_dump/text_summary"
 require_relative "ptmalloc_dump/json_summary"
 require_relative "ptmalloc_dump/geometry"
 require_relative "ptmalloc_dump/report"
+require_relative "ptmalloc_dump/signal_handler"
 
 # Looks inside glibc's malloc (ptmalloc2) heap of the running Ruby process: every arena, heap and
 # chunk, classified and reconciled with glibc's own counters, written to one file.
@@ -29,15 +30,22 @@ module PtmallocDump
     # @param ruby [Boolean] also record ObjectSpace's pages and live objects (see {Dump#ruby})
     # @param references [Boolean] also record, for every in-use chunk, which of its aligned words
     #   equal another chunk's user address, so ownership follows pointers between chunks (slower)
-    # @return [Hash{Symbol=>Object}] the dump's summary (see {Dump#summary}, without :ruby) plus :path
+    # @param fork [Boolean] snapshot mode: Ruby's heap is recorded here, then the process forks and
+    #   the child (a consistent copy of the heap: glibc holds every arena lock across fork) walks,
+    #   writes and exits; this process pauses only for the Ruby pass and the fork
+    # @param wait [Boolean] with fork: wait for the child and return the summary
+    # @return [Hash{Symbol=>Object}] the dump's summary (see {Dump#summary}, without :ruby) plus :path;
+    #   with `fork: true` and no `wait`, the child's pid (reap it with Process.wait or Process.detach)
     # @raise [SymbolsNotFoundError] when libc's symbols cannot be found
     # @raise [UnsupportedLibcError] when this glibc's malloc is not understood
     # @raise [UnsupportedAllocatorError] when malloc is not glibc's
     # @raise [SystemCallError] when the file cannot be written (the target is left untouched)
-    def dump(path, debug_dir: nil, ruby: true, references: false)
+    def dump(path, debug_dir: nil, ruby: true, references: false, fork: false, wait: false)
       path = path.to_s
       # an absolute path is used as given: no new string is allocated before glibc's counters are taken
       path = File.expand_path(path) unless path.start_with?("/")
+      return snapshot(path, debug_dir, ruby, references, wait) if fork
+
       gc_was_disabled = GC.disable
       begin
         summary = _dump(path, debug_dir&.to_s, dump_strings, ruby, references)
@@ -66,6 +74,27 @@ module PtmallocDump
     end
 
     private
+
+    def snapshot(path, debug_dir, ruby, references, wait)
+      gc_was_disabled = GC.disable
+      begin
+        pid, fd = _dump_fork(path, debug_dir&.to_s, dump_strings, ruby, references)
+      ensure
+        GC.enable unless gc_was_disabled
+      end
+      errors = IO.new(fd, autoclose: true)
+      unless wait
+        errors.close
+        return pid
+      end
+      _, status = Process.wait2(pid)
+      report = errors.read
+      errors.close
+      return load(path).summary.merge(path: path, pid: pid) if status.success?
+
+      _raise_child_error(report) unless report.empty?
+      raise Error, "the snapshot process #{pid} failed: #{status}"
+    end
 
     # Built once: a dump should allocate as little as possible before glibc's counters are taken.
     def dump_strings

@@ -5,6 +5,7 @@
 #include "dump.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <malloc.h>
 #include <signal.h>
 #include <string.h>
@@ -251,15 +252,22 @@ static void write_sections(ptmd_dump_state *d)
         ptmd_writer_section(wr, PTMD_SEC_REFS, PTMD_BUF_COUNT(&w->refs, ptmd_ref), w->refs.base, w->refs.len);
 }
 
+void ptmd_dump_init(ptmd_dump_state *d)
+{
+    memset(d, 0, sizeof(*d));
+    d->writer.fd = -1;
+    d->w.mem.mem_fd = -1;
+    d->w.pagemap.fd = -1;
+}
+
 int ptmd_dump_run(ptmd_dump_state *d, const ptmd_dump_opts *o, ptmd_err *err)
 {
     const ptmd_libc *lc;
     struct timespec now;
     struct sigaction ign, old_xfsz;
     uint64_t t0, t1;
-    int rc = -1, expected = 0;
+    int rc = -1, expected = 0, oracles = 1;
 
-    d->writer.fd = -1;
     if (!__atomic_compare_exchange_n(&dump_busy, &expected, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
         return ptmd_fail(err, PTMD_E_BUSY, "a dump is already running in this process");
     if (ptmd_locate(o->debug_dir, &lc, err) != 0) goto out;
@@ -288,7 +296,9 @@ int ptmd_dump_run(ptmd_dump_state *d, const ptmd_dump_opts *o, ptmd_err *err)
     if (collect_strings(d, lc, o) != 0) { ptmd_fail_sys(err, errno, "strings", "mmap"); goto out; }
     if (ptmd_writer_open(&d->writer, o->path, err) != 0) goto out;
 
-    if (capture_oracles(d, err) != 0) goto out;
+    /* glibc's own counters, unless a corrupt list would make glibc crash the process reading it */
+    oracles = ptmd_walk_precheck(&d->w);
+    if (oracles && capture_oracles(d, err) != 0) goto out;
     /* from here until the rename: no malloc */
     clock_gettime(CLOCK_REALTIME, &now);
     t0 = ptmd_now_ns();
@@ -296,6 +306,8 @@ int ptmd_dump_run(ptmd_dump_state *d, const ptmd_dump_opts *o, ptmd_err *err)
     t1 = ptmd_now_ns();
     if (ptmd_walk_residency(&d->w, err) != 0) goto out;
     fill_meta(d, lc, &now);
+    if (o->fork_child) d->meta.flags |= PTMD_MF_FORK_CHILD;
+    if (!oracles) d->meta.flags |= PTMD_MF_NO_ORACLES;
     d->meta.walk_ns = t1 - t0;
     d->meta.residency_ns = ptmd_now_ns() - t1;
     if (ptmd_walk_references(&d->w, err) != 0) goto out;
@@ -315,6 +327,40 @@ out:
     if (rc != 0) ptmd_writer_abort(&d->writer);
     __atomic_store_n(&dump_busy, 0, __ATOMIC_RELEASE);
     return rc;
+}
+
+int ptmd_dump_fork(ptmd_dump_state *d, const ptmd_dump_opts *opts, int *pid_out, int *errfd_out, ptmd_err *err)
+{
+    int fds[2];
+    pid_t pid;
+    if (pipe2(fds, O_CLOEXEC) != 0) return ptmd_fail_sys(err, errno, "pipe", "cannot create a pipe for the snapshot");
+    /* glibc's fork takes every arena lock around the fork: the child's heap is one consistent state */
+    pid = fork();
+    if (pid < 0) {
+        int e = errno;
+        close(fds[0]);
+        close(fds[1]);
+        return ptmd_fail_sys(err, e, "fork", "cannot fork the snapshot process");
+    }
+    if (pid == 0) {
+        ptmd_dump_opts co = *opts;
+        ptmd_err cerr;
+        int rc;
+        close(fds[0]);
+        signal(SIGPIPE, SIG_IGN);
+        co.fork_child = 1;
+        memset(&cerr, 0, sizeof(cerr));
+        rc = ptmd_dump_run(d, &co, &cerr);
+        if (rc != 0) {
+            ssize_t n = write(fds[1], &cerr, sizeof(cerr));
+            PTMD_UNUSED(n);
+        }
+        _exit(rc == 0 ? 0 : 1);
+    }
+    close(fds[1]);
+    *pid_out = (int)pid;
+    *errfd_out = fds[0];
+    return 0;
 }
 
 void ptmd_dump_view(const ptmd_dump_state *d, ptmd_view *v)

@@ -97,6 +97,7 @@ enum {
 #define PTMD_MF_MP (1u << 3)               /* mp_ was read */
 #define PTMD_MF_FORK_CHILD (1u << 4)       /* written by a forked snapshot child */
 #define PTMD_MF_THREADS_COMPLETE (1u << 5) /* every thread in /proc/self/task was found */
+#define PTMD_MF_NO_ORACLES (1u << 6)       /* malloc_info/mallinfo2 not captured: the lists are corrupt */
 
 typedef struct {
     uint64_t pid;

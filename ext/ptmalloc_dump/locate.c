@@ -329,10 +329,17 @@ static int check_allocator(const ptmd_libc *lc, ptmd_memreader *mem, ptmd_err *e
         if (rem >= 208 && rem < 4096 && !(size_word & PTMD_IS_MMAPPED)) {
             if (size_word & PTMD_NON_MAIN_ARENA) {
                 uintptr_t max = PTMD_DEFAULT_HEAP_MAX_SIZE, h = chunk & ~(max - 1);
-                uintptr_t ar = 0;
-                /* heap_info.ar_ptr of a first heap points just past itself, else into the ring */
-                if (ptmd_safe_read(mem, h, &ar, sizeof(ar)) == 0)
-                    glibc_chunk = ar != 0 && (ar & PTMD_MALLOC_ALIGN_MASK) == 0;
+                uintptr_t ar = 0, av = lc->main_arena;
+                int n = 0;
+                /* heap_info.ar_ptr must be one of the arenas on main_arena's ring */
+                if (lc->layout && ptmd_safe_read(mem, h, &ar, sizeof(ar)) == 0 && ar) {
+                    do {
+                        uint64_t next = 0;
+                        if (ptmd_safe_read(mem, av + lc->layout->ms_next, &next, sizeof(next)) != 0) break;
+                        av = (uintptr_t)next;
+                        if (av == ar) glibc_chunk = 1;
+                    } while (!glibc_chunk && av && av != lc->main_arena && ++n < 65536);
+                }
             } else if (lc->main_arena && lc->layout) {
                 uint64_t top = 0, system_mem = 0;
                 ptmd_safe_read(mem, lc->main_arena + lc->layout->ms_top, &top, 8);

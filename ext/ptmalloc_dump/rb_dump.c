@@ -59,6 +59,7 @@ static VALUE rb_ptmd_dump(VALUE self, VALUE path, VALUE debug_dir, VALUE strings
     /* mmap, not xmalloc: a dump must not take a chunk the program just freed */
     c = mmap(NULL, sizeof(*c), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (c == MAP_FAILED) rb_sys_fail("mmap");
+    ptmd_dump_init(&c->d);
     memcpy(c->strings, strs, sizeof(strs));
     c->opts.path = cpath;
     c->opts.debug_dir = cdir;
@@ -76,6 +77,83 @@ static VALUE rb_ptmd_dump(VALUE self, VALUE path, VALUE debug_dir, VALUE strings
     if (state) rb_jump_tag(state);
     if (rc != 0) ptmd_rb_raise(&err);
     return result;
+}
+
+typedef struct {
+    dump_call *c;
+    int pid, errfd;
+} fork_call;
+
+static VALUE fork_body(VALUE arg)
+{
+    fork_call *f = (fork_call *)arg;
+    dump_call *c = f->c;
+    if (c->ruby) ptmd_rb_ruby_pass(&c->d.ruby);
+    c->rc = ptmd_dump_fork(&c->d, &c->opts, &f->pid, &f->errfd, &c->err);
+    return Qnil;
+}
+
+/* _dump_fork(path, debug_dir, strings, ruby, references) -> [pid, error pipe fd]. The Ruby pass runs
+ * here, in the parent; the child walks and writes. */
+static VALUE rb_ptmd_dump_fork(VALUE self, VALUE path, VALUE debug_dir, VALUE strings, VALUE ruby, VALUE references)
+{
+    dump_call *c;
+    fork_call f;
+    const char *strs[64], *cpath, *cdir;
+    ptmd_err err;
+    int state = 0, rc;
+    long i, n;
+    PTMD_UNUSED(self);
+    FilePathValue(path);
+    if (!NIL_P(debug_dir)) FilePathValue(debug_dir);
+    Check_Type(strings, T_ARRAY);
+    n = RARRAY_LEN(strings);
+    if (n > 62 || (n & 1)) rb_raise(rb_eArgError, "strings must be at most 31 key/value pairs");
+    for (i = 0; i < n; i++) {
+        VALUE s = RARRAY_AREF(strings, i);
+        strs[i] = StringValueCStr(s);
+    }
+    strs[n] = NULL;
+    cpath = StringValueCStr(path);
+    cdir = NIL_P(debug_dir) ? NULL : StringValueCStr(debug_dir);
+    c = mmap(NULL, sizeof(*c), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (c == MAP_FAILED) rb_sys_fail("mmap");
+    ptmd_dump_init(&c->d);
+    memcpy(c->strings, strs, sizeof(strs));
+    c->opts.path = cpath;
+    c->opts.debug_dir = cdir;
+    c->opts.strings = c->strings;
+    c->opts.references = RTEST(references);
+    c->ruby = RTEST(ruby);
+    f.c = c;
+    f.pid = -1;
+    f.errfd = -1;
+    rb_protect(fork_body, (VALUE)&f, &state);
+    ptmd_dump_release(&c->d);      /* the parent's copy; the child has its own */
+    rc = c->rc;
+    err = c->err;
+    munmap(c, sizeof(*c));
+    RB_GC_GUARD(path);
+    RB_GC_GUARD(debug_dir);
+    RB_GC_GUARD(strings);
+    if (state) rb_jump_tag(state);
+    if (rc != 0) ptmd_rb_raise(&err);
+    return rb_ary_new_from_args(2, INT2NUM(f.pid), INT2NUM(f.errfd));
+}
+
+/* _raise_child_error(bytes): raises the error a snapshot child reported */
+static VALUE rb_ptmd_raise_child_error(VALUE self, VALUE bytes)
+{
+    ptmd_err err;
+    PTMD_UNUSED(self);
+    StringValue(bytes);
+    if ((size_t)RSTRING_LEN(bytes) != sizeof(err))
+        rb_raise(rb_path2class("PtmallocDump::Error"), "the snapshot process failed without saying why");
+    memcpy(&err, RSTRING_PTR(bytes), sizeof(err));
+    err.msg[sizeof(err.msg) - 1] = '\0';
+    err.path[sizeof(err.path) - 1] = '\0';
+    ptmd_rb_raise(&err);
+    return Qnil;
 }
 
 /* _libc_info(debug_dir) -> Hash: where libc and its symbols were found (raises like _dump). */
@@ -103,4 +181,6 @@ void ptmd_rb_dump_init(void)
 {
     rb_define_singleton_method(ptmd_mPtmallocDump, "_dump", rb_ptmd_dump, 5);
     rb_define_singleton_method(ptmd_mPtmallocDump, "_libc_info", rb_ptmd_libc_info, 1);
+    rb_define_singleton_method(ptmd_mPtmallocDump, "_dump_fork", rb_ptmd_dump_fork, 5);
+    rb_define_singleton_method(ptmd_mPtmallocDump, "_raise_child_error", rb_ptmd_raise_child_error, 1);
 }

@@ -42,8 +42,8 @@ static VALUE dump_analysis(VALUE self)
             int pc = (int)ptmd_page_classify(&usage[hp->first_page + p], f, ps);
             hc[pc]++;
             class_pages[pc]++;
-            if (v->meta->residency_source == PTMD_RESIDENCY_PAGEMAP && (f & PTMD_PAGE_PRESENT) &&
-                !(f & PTMD_PAGE_EXCLUSIVE))
+            if (v->meta->residency_source == PTMD_RESIDENCY_PAGEMAP && !(v->meta->flags & PTMD_MF_FORK_CHILD) &&
+                (f & PTMD_PAGE_PRESENT) && !(f & PTMD_PAGE_EXCLUSIVE))
                 class_shared[pc]++;
         }
         for (i = 0; i < PTMD_PC_COUNT; i++) SET(e, page_class_names[i], U64(hc[i]));

@@ -204,8 +204,8 @@ static int write_png(const char *path, const uint8_t *px, uint32_t w, uint32_t h
 
 static int shared_page(const ptmd_view *v, uint8_t f)
 {
-    return v->meta->residency_source == PTMD_RESIDENCY_PAGEMAP && (f & PTMD_PAGE_PRESENT) &&
-           !(f & PTMD_PAGE_EXCLUSIVE);
+    return v->meta->residency_source == PTMD_RESIDENCY_PAGEMAP && !(v->meta->flags & PTMD_MF_FORK_CHILD) &&
+           (f & PTMD_PAGE_PRESENT) && !(f & PTMD_PAGE_EXCLUSIVE);
 }
 
 static void paint_page_map(const ptmd_view *v, const ptmd_page_usage *usage, const group *g, uint64_t u0,

@@ -75,7 +75,9 @@ void ptmd_summarize(const ptmd_view *v, ptmd_totals *total, ptmd_arena_summary *
                     uint8_t f = pages[p];
                     if (f & PTMD_PAGE_PRESENT) {
                         res += ov;
-                        if (!(f & PTMD_PAGE_EXCLUSIVE) && v->meta && v->meta->residency_source == PTMD_RESIDENCY_PAGEMAP) shr += ov;
+                        if (!(f & PTMD_PAGE_EXCLUSIVE) && v->meta && v->meta->residency_source == PTMD_RESIDENCY_PAGEMAP &&
+                            !(v->meta->flags & PTMD_MF_FORK_CHILD))
+                            shr += ov;
                     } else if (f & PTMD_PAGE_SWAPPED) swp += ov;
                     else abs_ += ov;
                 }

@@ -520,6 +520,60 @@ fail:
                      lc->glibc_version, (unsigned long)lc->main_arena, what);
 }
 
+/* Follows one list (fd or bk links) from a bin head or fastbin, checking every step. */
+static int list_sane(ptmd_walk *w, arena_ctx *a, uint64_t first, uint64_t head, size_t link, int fast)
+{
+    uint64_t p = first, steps;
+    for (steps = 0; fast ? p != 0 : p != head; steps++) {
+        uint64_t next;
+        if (steps > a->bound || !in_arena(w, a, p, 32)) return 0;
+        next = ptmd_rd64(p + link);
+        p = fast && w->L->safe_linking ? ptmd_reveal_ptr(p + link, next) : next;
+    }
+    return 1;
+}
+
+/* Before glibc's own malloc_info() and mallinfo2() are called (they follow every list without any
+ * check, fd for one and bk for the other, and abort on a misaligned fastbin chunk): every arena's
+ * lists, both directions, under the arena's lock. Returns 1 when all of them are sane. */
+int ptmd_walk_precheck(ptmd_walk *w)
+{
+    const ptmd_layout *L = w->L;
+    uintptr_t av = w->lc->main_arena;
+    uint32_t n = 0;
+    int sane = 1;
+    size_t heaps_mark = w->heaps.len;
+    do {
+        arena_ctx a;
+        int *mutex = (int *)(void *)(av + L->ms_mutex), i;
+        uint32_t k;
+        uint64_t bytes = 0;
+        ptmd_err ignored;
+        memset(&a, 0, sizeof(a));
+        a.av = av;
+        a.main = av == w->lc->main_arena;
+        a.index = PTMD_NO_ARENA;
+        ptmd_arena_lock(w, mutex);
+        a.top = arena_field(w, av, L->ms_top);
+        a.top_size = ptmd_maps_readable(&w->maps, a.top, 16) ? ptmd_chunksize(ptmd_rd64(a.top + 8)) : 0;
+        a.top_end = a.top + a.top_size;
+        if (collect_heaps(w, &a, &ignored) != 0) sane = 0;
+        for (k = 0; k < a.n_heaps; k++) bytes += PTMD_W_HEAP(w, a.first_heap + k)->end - PTMD_W_HEAP(w, a.first_heap + k)->start;
+        a.bound = bytes / PTMD_MINSIZE + 1;
+        for (i = 0; sane && i < L->nfastbins; i++)
+            sane = list_sane(w, &a, arena_field(w, av, L->ms_fastbins + (size_t)i * 8), 0, 16, 1);
+        for (i = 1; sane && i < PTMD_NBINS; i++) {
+            uint64_t head = av + L->ms_bins + (uint64_t)(i - 1) * 16 - 16;
+            sane = list_sane(w, &a, ptmd_rd64(head + 16), head, 16, 0) && list_sane(w, &a, ptmd_rd64(head + 24), head, 24, 0);
+        }
+        ptmd_arena_unlock(mutex);
+        w->heaps.len = heaps_mark;          /* the walk collects them again, under the same lock as its chunks */
+        av = arena_field(w, av, L->ms_next);
+    } while (sane && av != w->lc->main_arena && ++n < PTMD_MAX_ARENAS);
+    w->anomalies.len = 0;                   /* what matters is recorded by the walk itself */
+    return sane;
+}
+
 int ptmd_walk_arenas(ptmd_walk *w, ptmd_err *err)
 {
     uintptr_t av = w->lc->main_arena;

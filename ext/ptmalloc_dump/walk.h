@@ -48,6 +48,10 @@ void ptmd_walk_release(ptmd_walk *w);
 /* Checks main_arena and the arena ring before anything is walked (UnsupportedLibcError on failure). */
 int ptmd_walk_validate(ptmd_walk *w, ptmd_err *err);
 
+/* 1 when every arena's fastbin and bin lists can be followed safely (glibc's own malloc_info() and
+ * mallinfo2() follow them blindly); 0 when the heap is corrupt and they must not be called. */
+int ptmd_walk_precheck(ptmd_walk *w);
+
 /* The whole walk: arenas (each under its own lock), tcaches, mmapped chunks, residency. */
 int ptmd_walk_run(ptmd_walk *w, ptmd_err *err);
 

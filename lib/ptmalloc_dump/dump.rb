@@ -48,6 +48,8 @@ module PtmallocDump
           gem_version: strings["gem_version"],
           strings: strings,
           threads_complete: m[:flags].anybits?(1 << 5),
+          fork_snapshot: m[:flags].anybits?(1 << 4),
+          oracles_captured: !m[:flags].anybits?(1 << 6),
           mallinfo2: _mallinfo2,
           malloc_info: malloc_info
         ).freeze

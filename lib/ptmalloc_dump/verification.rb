@@ -19,14 +19,37 @@ module PtmallocDump
     # @return [Array<Integer>] indices of arenas whose figures all agree with malloc_info
     attr_reader :consistent_arenas
 
+    # Anomaly kinds that come from reading another thread's tcache while it runs, not from the
+    # arenas (which are walked under their locks).
+    TCACHE_KINDS = %i[tcache_count tcache_key list_not_chunk duplicate].freeze
+
     def initialize(dump)
       @dump = dump
       @differences = []
       @anomalies = dump.anomalies
       @consistent_arenas = []
-      check_mallinfo
-      check_malloc_info
+      if dump.header[:oracles_captured]
+        check_mallinfo
+        check_malloc_info
+      else
+        @differences << Difference.new("glibc", :counters, "not captured: a list of the heap is corrupt and glibc would crash reading it", nil)
+      end
     end
+
+    # @return [Array<Hash>] per arena: :index, :address, :consistent (its figures equal malloc_info's)
+    #   and :anomalies (how many the walk recorded in it)
+    def arenas
+      @dump.arenas.map do |a|
+        { index: a.index, address: a.address, consistent: arena_consistent?(a.index),
+          anomalies: anomalies.count { |x| x.arena == a.index } }
+      end
+    end
+
+    # @return [Array<Anomaly>] anomalies found in the arenas themselves (each walked under its lock)
+    def arena_anomalies = anomalies.select(&:arena)
+
+    # @return [Array<Anomaly>] anomalies from reading threads' tcaches (which can change meanwhile)
+    def tcache_anomalies = anomalies.reject(&:arena)
 
     # @return [Boolean] true when nothing differs and no anomaly was recorded
     def ok? = differences.empty? && anomalies.empty?

@@ -1,0 +1,313 @@
+# frozen_string_literal: true
+
+require "json"
+require "zlib"
+require "spec_helper"
+
+RSpec.describe "safety in a production worker" do
+  SUPPORT = File.join(__dir__, "support")
+
+  # Runs Ruby code in a child with the spec helpers loaded; a watchdog kills it after `timeout` s.
+  def child(code, timeout: 240, env: {})
+    script = <<~RUBY
+      require "fiddle"
+      require "json"
+      require "rspec"
+      require #{File.join(SUPPORT, 'helpers').inspect}
+      require #{File.join(SUPPORT, 'native_threads').inspect}
+      #{code}
+    RUBY
+    out = +""
+    err = +""
+    status = nil
+    Open3.popen3(env, RbConfig.ruby, "-I", SpecHelpers::LIB, "-rptmalloc_dump", "-e", script) do |i, o, e, t|
+      i.close
+      reader = Thread.new { out << o.read }
+      ereader = Thread.new { err << e.read }
+      unless t.join(timeout)
+        Process.kill("KILL", t.pid)
+        raise "watchdog: the child did not finish in #{timeout} s (deadlock?)\n#{err}"
+      end
+      reader.join
+      ereader.join
+      status = t.value
+    end
+    [out, err, status]
+  end
+
+  describe "native threads calling malloc throughout" do
+    it "takes 500 in-process dumps and 500 fork snapshots without crash or deadlock, each arena consistent" do
+      out, err, status = child(<<~RUBY, timeout: 600)
+        dir = #{tmpdir.inspect}
+        NativeThreads.churn_start(4)
+        sleep 0.01 until NativeThreads.churn_ops > 10_000 # every thread has its arena by now
+        stats = { inproc: 0, fork: 0, arena_anomalies: [], fork_differences: [], tcache_anomalies: 0, arenas: [], ops: 0 }
+        500.times do |i|
+          path = File.join(dir, "in.dump")
+          PtmallocDump.dump(path, ruby: i.even?)
+          v = PtmallocDump.load(path).verify
+          stats[:inproc] += 1
+          stats[:arena_anomalies].concat(v.arena_anomalies.map(&:to_s))
+          stats[:tcache_anomalies] += v.tcache_anomalies.size
+          stats[:arenas] << v.arenas.size if v.arenas.all? { |a| a.key?(:consistent) && a[:anomalies].zero? }
+        end
+        500.times do |i|
+          path = File.join(dir, "fork.dump")
+          PtmallocDump.dump(path, fork: true, wait: true, ruby: i.even?)
+          d = PtmallocDump.load(path)
+          v = d.verify
+          raise "not a snapshot" unless d.header[:fork_snapshot]
+          stats[:fork] += 1
+          stats[:arena_anomalies].concat(v.arena_anomalies.map(&:to_s))
+          stats[:fork_differences].concat(v.differences.map(&:to_s))
+        end
+        stats[:ops] = NativeThreads.churn_ops
+        NativeThreads.churn_stop
+        puts JSON.dump(stats)
+      RUBY
+      expect(status).to be_success, err
+      s = JSON.parse(out, symbolize_names: true)
+      expect(s[:inproc]).to eq(500)
+      expect(s[:fork]).to eq(500)
+      expect(s[:ops]).to be > 100_000 # the threads really ran meanwhile
+      # every arena, walked under its own lock, was consistent in itself in every dump
+      expect(s[:arena_anomalies]).to eq([])
+      expect(s[:arenas].size).to eq(500)
+      expect(s[:arenas].min).to be >= 2
+      # a fork snapshot is one frozen heap: glibc's counters and the walk agree exactly
+      expect(s[:fork_differences]).to eq([])
+    end
+  end
+
+  describe "the signal handler" do
+    it "dumps on each USR2, chains the previous handler, and the worker keeps running" do
+      dir = File.join(tmpdir, "dumps")
+      Dir.mkdir(dir)
+      code = <<~RUBY
+        $stdout.sync = true
+        Signal.trap("USR2") { $stdout.puts "previous handler" }
+        PtmallocDump.install_signal_handler("USR2", dir: #{dir.inspect})
+        PtmallocDump.install_signal_handler("USR2", dir: #{dir.inspect}) # idempotent
+        $stdout.puts "ready"
+        keep = []
+        loop do
+          keep << ("x" * rand(2000))
+          keep.shift(500) if keep.size > 5000
+          sleep 0.001
+        end
+      RUBY
+      Open3.popen3(RbConfig.ruby, "-I", SpecHelpers::LIB, "-rptmalloc_dump", "-e", code) do |i, o, e, t|
+        i.close
+        expect(o.gets).to eq("ready\n")
+        3.times do |n|
+          Process.kill("USR2", t.pid)
+          deadline = Time.now + 30
+          sleep 0.05 until Dir.children(dir).count { |f| f.end_with?(".dump") } > n || Time.now > deadline
+          expect(o.gets).to eq("previous handler\n")
+        end
+        expect(Process.kill(0, t.pid)).to eq(1) # still running
+        Process.kill("KILL", t.pid)
+        log = e.read
+        expect(log.scan(/ptmalloc_dump: wrote (\S+): heap/).size).to eq(3)
+      end
+      dumps = Dir[File.join(dir, "ptmalloc-*.dump")]
+      expect(dumps.size).to eq(3)
+      dumps.each do |f|
+        expect(File.basename(f)).to match(/\Aptmalloc-\d+-\d{8}-\d{6}-\d{6}\.dump\z/)
+        expect(File.stat(f).mode & 0o777).to eq(0o600)
+        expect(PtmallocDump.load(f).arenas).not_to be_empty
+      end
+    end
+
+    it "uses fork snapshots when asked" do
+      dir = File.join(tmpdir, "snaps")
+      Dir.mkdir(dir)
+      out, err, status = child(<<~RUBY)
+        PtmallocDump.install_signal_handler("USR1", dir: #{dir.inspect}, fork: true)
+        Process.kill("USR1", Process.pid)
+        deadline = Time.now + 30
+        sleep 0.05 until Dir.children(#{dir.inspect}).any? { |f| f.end_with?(".dump") } || Time.now > deadline
+        sleep 0.2
+        puts "alive"
+      RUBY
+      expect(status).to be_success, err
+      expect(out).to eq("alive\n")
+      expect(err).to match(/snapshot process \d+ is writing/)
+      f = Dir[File.join(dir, "*.dump")].first
+      expect(PtmallocDump.load(f).header[:fork_snapshot]).to be(true)
+    end
+  end
+
+  describe "a fork snapshot's residency" do
+    it "records what was resident in the parent at the fork; sharing is not known there" do
+      NativeThreads.start(0)
+      live, guard, gone, guard2 = NativeThreads.malloc(0, [64 * 1024, 64, 200 * 1024, 64])
+      Fiddle::Pointer.new(live)[0, 64 * 1024] = "l" * (64 * 1024)
+      Fiddle::Pointer.new(gone)[0, 100 * 1024] = "g" * (100 * 1024)
+      begin
+        NativeThreads.prepare_free(0, [gone]).call
+        SpecHelpers::Libc.malloc_trim(0)
+        path = File.join(tmpdir, "snap.dump")
+        PtmallocDump.dump(path, fork: true, wait: true)
+        dump = PtmallocDump.load(path)
+        expect(dump.header[:fork_snapshot]).to be(true)
+        expect(dump.header[:pid]).not_to eq(Process.pid)
+        expect(dump.header[:ppid]).to eq(Process.pid)
+        map = dump.pages[dump.chunk_containing(live).heap.index]
+        expect(map.state_at(live + 8192)).to eq(:present)
+        expect(map.state_at(gone + 8 * 4096)).to eq(:absent)
+        expect(dump.summary[:shared_bytes]).to eq(0)
+        expect(dump.verify.differences).to eq([])
+      ensure
+        NativeThreads.prepare_free(0, [live, guard, guard2]).call
+        NativeThreads.stop(0)
+      end
+    end
+  end
+
+  describe "a corrupted heap" do
+    SETUP = <<~RUBY
+      NativeThreads.start(0)
+      a, g1, b, g2, t1, t2, g3 = NativeThreads.malloc(0, [2000, 64, 3000, 64, 40, 40, 64])
+      NativeThreads.prepare_free(0, [b, t1, t2]).call # b: unsorted bin; t1, t2: the thread's tcache
+      PtmallocDump.dump(#{File.join(Dir.tmpdir, 'ptmd-warm.dump').inspect}, ruby: false)
+    RUBY
+
+    def corrupt(how)
+      path = File.join(tmpdir, "corrupt.dump")
+      out, err, status = child(<<~RUBY)
+        #{SETUP}
+        #{how}
+        PtmallocDump.dump(#{path.inspect})
+        d = PtmallocDump.load(#{path.inspect})
+        puts JSON.dump(kinds: d.anomalies.map { |x| x.kind.to_s }, ok: d.verify.ok?, oracles: d.header[:oracles_captured],
+                       b: b, t2: t2, addresses: d.anomalies.map(&:address))
+        $stdout.flush
+        exit!(0) # no finalizers: the heap is broken
+      RUBY
+      expect(status).to be_success, err
+      JSON.parse(out, symbolize_names: true)
+    end
+
+    it "records a free chunk whose size was overwritten, and carries on" do
+      r = corrupt("Fiddle::Pointer.new(b - 8)[0, 8] = [0x4141414141414149].pack('Q<')")
+      expect(r[:kinds]).to include("bad_size")
+      expect(r[:addresses]).to include(r[:b] - 16)
+      expect(r[:kinds]).to include("list_not_chunk") # the bin entry no longer matches a chunk
+      expect(r[:ok]).to be(false)
+    end
+
+    it "records a bin whose fd was overwritten, and does not let glibc read it" do
+      r = corrupt("Fiddle::Pointer.new(b)[0, 8] = [0x4141414141414140].pack('Q<')")
+      expect(r[:kinds]).to include("bad_pointer")
+      expect(r[:oracles]).to be(false)
+      expect(r[:ok]).to be(false)
+    end
+
+    it "records a tcache entry whose next pointer was overwritten" do
+      r = corrupt("Fiddle::Pointer.new(t2)[0, 8] = [0x4141414141414140].pack('Q<')")
+      expect(r[:kinds] & %w[list_not_chunk tcache_count]).not_to be_empty
+      expect(r[:ok]).to be(false)
+    end
+  end
+
+  describe "a malloc that is not glibc's" do
+    { "jemalloc" => "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2",
+      "tcmalloc" => "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4" }.each do |name, lib|
+      it "refuses #{name} before any walk, naming it" do
+        skip "#{lib} is installed by bin/setup" unless File.exist?(lib)
+
+        target = File.join(tmpdir, "#{name}.dump")
+        out, err, status = run_ruby(<<~RUBY, env: { "LD_PRELOAD" => lib })
+          begin
+            PtmallocDump.dump(#{target.inspect})
+          rescue PtmallocDump::UnsupportedAllocatorError => e
+            puts e.message
+          end
+        RUBY
+        expect(status).to be_success, err
+        expect(out).to include("not glibc's ptmalloc2", File.basename(lib))
+        expect(File.exist?(target)).to be(false)
+      end
+    end
+  end
+
+  describe "files" do
+    it "fails clearly in an unwritable directory, leaves nothing, and the process runs on" do
+      File.chmod(0o755, tmpdir) # nobody may reach the directory, not write into it
+      dir = File.join(tmpdir, "locked")
+      Dir.mkdir(dir, 0o755)
+      out, err, status = child(<<~RUBY)
+        Process::Sys.setuid(65534) # nobody: the directory is root's
+        begin
+          PtmallocDump.dump(#{File.join(dir, 'x.dump').inspect})
+        rescue SystemCallError => e
+          puts e.class, e.message
+        end
+        puts Dir.children(#{dir.inspect}).size
+        puts "alive"
+      RUBY
+      expect(status).to be_success, err
+      expect(out.lines.map(&:chomp)).to eq(["Errno::EACCES", "Permission denied - cannot create the dump file in #{dir}", "0", "alive"])
+    end
+
+    it "fails clearly on a full disk (a tiny RLIMIT_FSIZE), leaves no partial file, and runs on" do
+      path = File.join(tmpdir, "full.dump")
+      out, err, status = child(<<~RUBY)
+        Process.setrlimit(:FSIZE, 8192)
+        begin
+          PtmallocDump.dump(#{path.inspect})
+        rescue SystemCallError => e
+          puts e.class
+        end
+        puts Dir.children(#{tmpdir.inspect}).size
+        puts "alive"
+      RUBY
+      expect(status).to be_success, err
+      expect(out.lines.map(&:chomp)).to eq(%w[Errno::EFBIG 0 alive])
+      expect(File.exist?(path)).to be(false)
+    end
+  end
+
+  describe "damaged dump files" do
+    it "loads each of 1,000 mutated or truncated dumps or raises FormatError, and never crashes on what loads" do
+      base = File.join(tmpdir, "base.dump")
+      PtmallocDump.dump(base, references: true)
+      good = File.binread(base).b
+      rng = Random.new(2024)
+      loaded = 0
+      1000.times do |i|
+        bytes = good.dup
+        case i % 4
+        when 0 then bytes = bytes[0, rng.rand(bytes.size)]
+        else
+          (1 + rng.rand(8)).times do
+            at = rng.rand(bytes.size - 56)
+            bytes.setbyte(at, rng.rand(256))
+          end
+          # most of the time give it a valid checksum, so the structure checks are what is tested
+          bytes[-56 + 24 + 24, 4] = [Zlib.crc32(bytes[0, bytes.size - 56])].pack("V") unless (i % 4) == 3
+        end
+        f = File.join(tmpdir, "m.dump")
+        File.binwrite(f, bytes)
+        begin
+          d = PtmallocDump.load(f)
+        rescue PtmallocDump::FormatError
+          next
+        end
+        loaded += 1
+        d.summary
+        d.analysis
+        d.verify
+        d.each_chunk.count
+        d.ruby&.summary
+        next unless (loaded % 25) == 1
+
+        out = File.join(tmpdir, "render#{i}")
+        Dir.mkdir(out)
+        PtmallocDump::Report.new(d, out).write
+      end
+      expect(loaded).to be > 0
+    end
+  end
+end
