@@ -29,11 +29,10 @@ end
 
 append_cflags(%w[-Wall -Wextra -std=gnu11 -fvisibility=hidden -Wno-missing-field-initializers])
 
-if ENV["PTMALLOC_DUMP_SANITIZE"]
-  # Debug builds for rake spec:sanitize: AddressSanitizer and UndefinedBehaviorSanitizer.
-  flags = %w[-fsanitize=address,undefined -fno-omit-frame-pointer -O1 -g]
-  append_cflags(flags)
-  $LDFLAGS << " -fsanitize=address,undefined"
+if (sanitizers = ENV["PTMALLOC_DUMP_SANITIZE"])
+  # Builds for rake spec:sanitize: "undefined", or "address,undefined".
+  append_cflags(%W[-fsanitize=#{sanitizers} -fno-sanitize-recover=undefined -fno-omit-frame-pointer -O1 -g])
+  $LDFLAGS << " -fsanitize=#{sanitizers}"
 elsif ENV["PTMALLOC_DUMP_DEBUG"]
   append_cflags(%w[-O0 -g3])
 end

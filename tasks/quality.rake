@@ -1,0 +1,61 @@
+# frozen_string_literal: true
+
+require "fileutils"
+require "rbconfig"
+
+FUZZ_SOURCES = %w[reader summary analysis attribution render crc32 ptmd layout].map { |f| "ext/ptmalloc_dump/#{f}.c" }
+
+desc "Fuzz the dump reader with libFuzzer (clang, ASan, UBSan): rake fuzz[SECONDS] (default 60)"
+task :fuzz, [:seconds] => :compile do |_t, args|
+  seconds = Integer(args[:seconds] || ENV.fetch("FUZZ_SECONDS", 60))
+  FileUtils.mkdir_p(%w[tmp/fuzz/corpus tmp/fuzz/crashes])
+  sh "clang", "-g", "-O1", "-fsanitize=fuzzer,address,undefined", "-fno-sanitize-recover=undefined",
+     "-DPTMD_FUZZ_NO_CRC", "-Iext/ptmalloc_dump", "fuzz/fuzz_reader.c", *FUZZ_SOURCES, "-lpng", "-o", "tmp/fuzz/fuzz_reader"
+  # seeds: real dumps, small and with Ruby data and references
+  if Dir.empty?("tmp/fuzz/corpus")
+    ruby "-Ilib", "-rptmalloc_dump", "-e", <<~RUBY
+      PtmallocDump.dump("tmp/fuzz/corpus/plain.dump", ruby: false)
+      PtmallocDump.dump("tmp/fuzz/corpus/ruby.dump", references: true)
+      t = Thread.new { x = Array.new(1000) { "y" * 300 }; PtmallocDump.dump("tmp/fuzz/corpus/threads.dump", ruby: false); x }
+      t.join
+    RUBY
+  end
+  sh "tmp/fuzz/fuzz_reader", "-max_total_time=#{seconds}", "-timeout=10", "-rss_limit_mb=4096",
+     "-artifact_prefix=tmp/fuzz/crashes/", "-print_final_stats=1", "tmp/fuzz/corpus"
+end
+
+namespace :spec do
+  desc "Run the suite against an extension built with UndefinedBehaviorSanitizer, and the reader, " \
+       "renderer and CLI specs with AddressSanitizer too"
+  task :sanitize do
+    # ASan replaces malloc itself, so under ASan this process has no glibc heap to dump (the gem says
+    # so: UnsupportedAllocatorError). UBSan keeps glibc's malloc: the whole suite runs under it.
+    sh({ "PTMALLOC_DUMP_SANITIZE" => "undefined" }, "rake", "clobber", "compile")
+    sh({ "UBSAN_OPTIONS" => "halt_on_error=1:print_stacktrace=1" }, "rspec")
+    FileUtils.rm_rf("tmp/sanitize")
+    FileUtils.mkdir_p("tmp/sanitize")
+    ruby "-Ilib", "-rptmalloc_dump", "-e", <<~RUBY
+      PtmallocDump.dump("tmp/sanitize/plain.dump", ruby: false)
+      PtmallocDump.dump("tmp/sanitize/ruby.dump")
+      PtmallocDump.dump("tmp/sanitize/refs.dump", references: true)
+    RUBY
+    sh({ "PTMALLOC_DUMP_SANITIZE" => "address,undefined" }, "rake", "clobber", "compile")
+    asan = `gcc -print-file-name=libasan.so`.strip
+    ubsan = `gcc -print-file-name=libubsan.so`.strip
+    sh({ "LD_PRELOAD" => "#{asan}:#{ubsan}", "ASAN_OPTIONS" => "detect_leaks=0:halt_on_error=1",
+         "UBSAN_OPTIONS" => "halt_on_error=1:print_stacktrace=1", "PTMALLOC_DUMP_ASAN" => "1" },
+       "rspec", "spec/sanitize_reader_spec.rb", "spec/visualize_spec.rb", "-e", "the reader", "-e", "the command")
+    sh "rake", "clobber", "compile"
+  end
+
+  desc "Run the visualizer under valgrind (memcheck) over a real dump"
+  task valgrind: :compile do
+    FileUtils.mkdir_p("tmp/valgrind")
+    ruby "-Ilib", "-rptmalloc_dump", "-e", 'PtmallocDump.dump("tmp/valgrind/v.dump", references: true)'
+    FileUtils.rm_rf("tmp/valgrind/out")
+    sh "valgrind", "--error-exitcode=3", "--leak-check=no", "--track-origins=yes", "--suppressions=spec/valgrind.supp",
+       "--quiet", RbConfig.ruby, "-Ilib", "exe/ptmalloc-visualize", "tmp/valgrind/v.dump", "tmp/valgrind/out"
+    sh "valgrind", "--error-exitcode=3", "--leak-check=no", "--suppressions=spec/valgrind.supp", "--quiet",
+       RbConfig.ruby, "-Ilib", "exe/ptmalloc-visualize", "--json", "tmp/valgrind/v.dump", out: File::NULL
+  end
+end
