@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "spec_helper"
+require "zlib"
 
 # The reader, the figures and the renderer over real dumps. `rake spec:sanitize` runs this file in a
 # process preloaded with AddressSanitizer (PTMALLOC_DUMP_ASAN=1), over dumps it made beforehand: under
@@ -34,6 +35,39 @@ RSpec.describe "the reader and renderer over real dumps" do
       expect(File.size(File.join(out, "index.html"))).to be > 1000
       expect(PtmallocDump::TextSummary.new(d).to_s).to include("verify:")
     end
+  end
+
+  it "survives mutated and truncated dumps: each loads (and its figures compute) or raises FormatError" do
+    good = File.binread(dumps.last).b
+    rng = Random.new(99)
+    loaded = 0
+    300.times do |i|
+      bytes = i.even? ? good[0, rng.rand(good.size)] : good.dup
+      if i.odd?
+        (1 + rng.rand(6)).times { bytes.setbyte(rng.rand(bytes.size - 56), rng.rand(256)) }
+        bytes[-56 + 48, 4] = [Zlib.crc32(bytes[0, bytes.size - 56])].pack("V")
+      end
+      f = File.join(tmpdir, "m.dump")
+      File.binwrite(f, bytes)
+      begin
+        d = PtmallocDump.load(f)
+      rescue PtmallocDump::FormatError
+        next
+      end
+      loaded += 1
+      d.summary
+      d.analysis
+      d.ruby&.summary
+    end
+    expect(loaded).to be > 0
+  end
+
+  it "gives one clear line for a bad file on the command line" do
+    f = File.join(tmpdir, "cut.dump")
+    File.binwrite(f, File.binread(dumps.first)[0, 1000])
+    _o, err, status = Open3.capture3(RbConfig.ruby, "-I", SpecHelpers::LIB, File.join(SpecHelpers::ROOT, "exe", "ptmalloc-visualize"), "--summary", f)
+    expect(status.exitstatus).to eq(1)
+    expect(err).to start_with("ptmalloc-visualize: #{f}: truncated")
   end
 
   it "refuses to dump a process whose malloc is not glibc's (AddressSanitizer's, under spec:sanitize)" do
