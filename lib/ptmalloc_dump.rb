@@ -27,6 +27,8 @@ module PtmallocDump
     # @param path [String, Pathname] where to write the dump
     # @param debug_dir [String, nil] where libc's debug symbols live (default:
     #   +ENV["PTMALLOC_DUMP_DEBUG_DIR"]+, else /usr/lib/debug)
+    # @param symbols [Symbol] :auto (a symbol file if there is one, else find malloc's globals by
+    #   their structure), :file (a symbol file or SymbolsNotFoundError), :heuristic (by structure only)
     # @param ruby [Boolean] also record ObjectSpace's pages and live objects (see {Dump#ruby})
     # @param references [Boolean] also record, for every in-use chunk, which of its aligned words
     #   equal another chunk's user address, so ownership follows pointers between chunks (slower)
@@ -40,15 +42,16 @@ module PtmallocDump
     # @raise [UnsupportedLibcError] when this glibc's malloc is not understood
     # @raise [UnsupportedAllocatorError] when malloc is not glibc's
     # @raise [SystemCallError] when the file cannot be written (the target is left untouched)
-    def dump(path, debug_dir: nil, ruby: true, references: false, fork: false, wait: false)
+    def dump(path, debug_dir: nil, symbols: :auto, ruby: true, references: false, fork: false, wait: false)
       path = path.to_s
       # an absolute path is used as given: no new string is allocated before glibc's counters are taken
       path = File.expand_path(path) unless path.start_with?("/")
-      return snapshot(path, debug_dir, ruby, references, wait) if fork
+      mode = symbols_mode(symbols)
+      return snapshot(path, debug_dir, mode, ruby, references, wait) if fork
 
       gc_was_disabled = GC.disable
       begin
-        summary = _dump(path, debug_dir&.to_s, dump_strings, ruby, references)
+        summary = _dump(path, debug_dir&.to_s, dump_strings, ruby, references, mode)
       ensure
         GC.enable unless gc_was_disabled
       end
@@ -65,32 +68,74 @@ module PtmallocDump
       Dump.open(path)
     end
 
+    # Checks the symbol-free path against the symbol file on this system: one fork snapshot is dumped
+    # twice from the same frozen heap, once with libc's symbols and once finding malloc's globals by
+    # structure alone, and the two dumps are compared chunk by chunk. Needs the symbol file.
+    #
+    # @param dir [String] where the two dumps (symbols.dump, structure.dump) are written
+    # @return [Hash] :agree (true when main_arena, mp_, the arenas and every chunk's state match),
+    #   :main_arena, :chunks and :differences (up to 20 descriptions)
+    def check_symbol_free(dir, debug_dir: nil)
+      with = File.join(File.expand_path(dir), "symbols.dump")
+      without = File.join(File.expand_path(dir), "structure.dump")
+      pid, errors = fork_dumps([[with, SYMBOLS_MODES[:file]], [without, SYMBOLS_MODES[:heuristic]]], debug_dir, false, false)
+      wait_snapshot(pid, errors)
+      a = load(with)
+      b = load(without)
+      differences = []
+      %i[main_arena mp].each { |k| differences << "#{k}: #{a.header[k]} vs #{b.header[k]}" if a.header[k] != b.header[k] }
+      differences << "arenas differ" if a.arenas.map(&:address) != b.arenas.map(&:address)
+      differences << "chunk counts #{a.chunk_count} vs #{b.chunk_count}" if a.chunk_count != b.chunk_count
+      a.each_chunk.zip(b.each_chunk).each do |x, y|
+        break if differences.size >= 20
+        next if x && y && x.address == y.address && x.size == y.size && x.state == y.state
+
+        differences << "chunk #{x&.inspect} vs #{y&.inspect}"
+      end
+      { agree: differences.empty?, main_arena: a.header[:main_arena], chunks: a.chunk_count, differences: differences }
+    end
+
     # Where libc, its build-id and its symbols were found, without dumping.
     #
     # @param debug_dir [String, nil] as for {dump}
     # @return [Hash{Symbol=>Object}]
-    def libc_info(debug_dir: nil)
-      _libc_info(debug_dir&.to_s)
+    def libc_info(debug_dir: nil, symbols: :auto)
+      _libc_info(debug_dir&.to_s, symbols_mode(symbols))
     end
 
     private
 
-    def snapshot(path, debug_dir, ruby, references, wait)
-      gc_was_disabled = GC.disable
-      begin
-        pid, fd = _dump_fork(path, debug_dir&.to_s, dump_strings, ruby, references)
-      ensure
-        GC.enable unless gc_was_disabled
-      end
-      errors = IO.new(fd, autoclose: true)
+    SYMBOLS_MODES = { auto: 0, file: 1, heuristic: 2 }.freeze
+
+    def symbols_mode(symbols)
+      SYMBOLS_MODES.fetch(symbols) { raise ArgumentError, "symbols: must be one of #{SYMBOLS_MODES.keys.join(', ')}" }
+    end
+
+    def snapshot(path, debug_dir, mode, ruby, references, wait)
+      pid, errors = fork_dumps([[path, mode]], debug_dir, ruby, references)
       unless wait
         errors.close
         return pid
       end
+      wait_snapshot(pid, errors)
+      load(path).summary.merge(path: path, pid: pid)
+    end
+
+    def fork_dumps(targets, debug_dir, ruby, references)
+      gc_was_disabled = GC.disable
+      begin
+        pid, fd = _dump_fork(targets, debug_dir&.to_s, dump_strings, ruby, references)
+      ensure
+        GC.enable unless gc_was_disabled
+      end
+      [pid, IO.new(fd, autoclose: true)]
+    end
+
+    def wait_snapshot(pid, errors)
       _, status = Process.wait2(pid)
       report = errors.read
       errors.close
-      return load(path).summary.merge(path: path, pid: pid) if status.success?
+      return if status.success?
 
       _raise_child_error(report) unless report.empty?
       raise Error, "the snapshot process #{pid} failed: #{status}"

@@ -37,7 +37,7 @@ RSpec.describe "the dump file" do
     PtmallocDump.dump(path)
     expect(PtmallocDump.load(path).chunk_count).to be > 0
     File.write(path, "previous")
-    expect { PtmallocDump.dump(path, debug_dir: File.join(tmpdir, "nowhere")) }
+    expect { PtmallocDump.dump(path, debug_dir: File.join(tmpdir, "nowhere"), symbols: :file) }
       .to raise_error(PtmallocDump::SymbolsNotFoundError)
     expect(File.read(path)).to eq("previous")
   end

@@ -53,15 +53,15 @@ RSpec.describe "finding main_arena" do
     dir = File.join(tmpdir, "debug")
     FileUtils.mkdir_p(File.join(dir, libdir))
     File.binwrite(File.join(dir, libdir, link_name), File.binread(debug_file) + "tampered")
-    expect { PtmallocDump.dump(File.join(tmpdir, "x.dump"), debug_dir: dir) }
+    expect { PtmallocDump.dump(File.join(tmpdir, "x.dump"), debug_dir: dir, symbols: :file) }
       .to raise_error(PtmallocDump::SymbolsNotFoundError)
   end
 
-  it "raises SymbolsNotFoundError naming the build-id, the paths tried and the package" do
+  it "raises SymbolsNotFoundError naming the build-id, the paths tried and the package when symbol files are required" do
     empty = File.join(tmpdir, "empty")
     Dir.mkdir(empty)
     target = File.join(tmpdir, "never.dump")
-    expect { PtmallocDump.dump(target, debug_dir: empty) }.to raise_error(PtmallocDump::SymbolsNotFoundError) { |e|
+    expect { PtmallocDump.dump(target, debug_dir: empty, symbols: :file) }.to raise_error(PtmallocDump::SymbolsNotFoundError) { |e|
       expect(e.message).to include(info[:build_id])
       expect(e.message).to include(File.join(empty, ".build-id", info[:build_id][0, 2]))
       expect(e.message).to include("libc6-dbg")
@@ -74,10 +74,24 @@ RSpec.describe "finding main_arena" do
   it "takes the debug directory from PTMALLOC_DUMP_DEBUG_DIR" do
     empty = File.join(tmpdir, "empty")
     Dir.mkdir(empty)
-    _out, err, status = run_ruby("PtmallocDump.dump(#{File.join(tmpdir, 'x.dump').inspect})",
+    _out, err, status = run_ruby("PtmallocDump.dump(#{File.join(tmpdir, 'x.dump').inspect}, symbols: :file)",
                                  env: { "PTMALLOC_DUMP_DEBUG_DIR" => empty })
     expect(status).not_to be_success
     expect(err).to include("SymbolsNotFoundError")
     expect(err).to include(empty)
+  end
+
+  it "finds main_arena by structure when there is no symbol file" do
+    empty = File.join(tmpdir, "empty")
+    Dir.mkdir(empty)
+    dump = dump_and_load(debug_dir: empty)
+    expect(dump.header[:symbol_source]).to eq(:heuristic)
+    expect(dump.header[:main_arena]).to eq(info[:main_arena])
+    expect(dump.header[:mp]).to eq(info[:mp])
+    expect_valid_dump(dump)
+  end
+
+  it "rejects an unknown symbols: mode" do
+    expect { PtmallocDump.dump(File.join(tmpdir, "x.dump"), symbols: :guess) }.to raise_error(ArgumentError, /symbols:/)
   end
 end

@@ -69,8 +69,13 @@ RSpec.describe "correlating the malloc heap with Ruby's ObjectSpace" do
     expect(plain.ruby.owner_of(direct.first).type).to eq(:T_HASH)
     with_refs = settled_dump(references: true)
     chunks = owned_chunks(with_refs, hash)
-    expect(chunks.size).to eq(3) # st_table, its entries and its bins
-    expect(chunks.map(&:size).max).to be >= 10_000 * 24 # the entries array (mmapped at this size)
+    # the st_table, its entries array and its bins (the scan is conservative: a stale word in the
+    # entries' unused capacity may bring in one more)
+    sizes = chunks.map(&:size).sort
+    expect(sizes.first).to be <= 96                         # the st_table
+    expect(sizes).to include(a_value_between(32_768, 131_072)) # the bins
+    expect(sizes.last).to be >= 10_000 * 24                 # the entries
+    expect(direct.first.size).to be <= 96 # without references only the st_table itself
     expect(with_refs.ruby.meta[:references]).to be(true)
     expect(with_refs.ruby.summary[:chunks_via_references]).to be > 0
   end

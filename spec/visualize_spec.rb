@@ -34,6 +34,8 @@ RSpec.describe "ptmalloc-visualize" do
       dir = File.join(tmpdir, "out")
       path = File.join(tmpdir, "synthetic.dump")
       begin
+        PtmallocDump.dump(path, ruby: false) # warm the call path: a first call fills Ruby's method caches
+        GC.disable
         NativeThreads.prepare_free(0, [released]).call
         SpecHelpers::Libc.malloc_trim(0)          # the interior pages of `released` go back to the kernel
         NativeThreads.prepare_free(0, [free_big]).call # free after the trim: it stays resident
@@ -60,6 +62,7 @@ RSpec.describe "ptmalloc-visualize" do
         image, x, y = geo.pixel_for(mid_page.call(released + 8 * page), :page_map)
         expect(color_at(File.join(dir, image[:file]), x, y)).to eq(page_color(:released))
       ensure
+        GC.enable
         NativeThreads.prepare_free(0, [used, g1, g2, g3]).call
         NativeThreads.stop(0)
       end

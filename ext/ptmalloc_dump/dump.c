@@ -270,7 +270,7 @@ int ptmd_dump_run(ptmd_dump_state *d, const ptmd_dump_opts *o, ptmd_err *err)
 
     if (!__atomic_compare_exchange_n(&dump_busy, &expected, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
         return ptmd_fail(err, PTMD_E_BUSY, "a dump is already running in this process");
-    if (ptmd_locate(o->debug_dir, &lc, err) != 0) goto out;
+    if (ptmd_locate(o->debug_dir, o->symbols, &lc, err) != 0) goto out;
     if (!lc->layout) {
         ptmd_fail(err, PTMD_E_LIBC, "glibc %s is not supported: ptmalloc_dump knows the malloc layouts of "
                   "glibc 2.27 to 2.%d", lc->glibc_version, ptmd_layout_newest_minor());
@@ -329,7 +329,8 @@ out:
     return rc;
 }
 
-int ptmd_dump_fork(ptmd_dump_state *d, const ptmd_dump_opts *opts, int *pid_out, int *errfd_out, ptmd_err *err)
+int ptmd_dump_fork(ptmd_dump_state *d, const ptmd_dump_opts *opts, size_t n_opts, int *pid_out, int *errfd_out,
+                   ptmd_err *err)
 {
     int fds[2];
     pid_t pid;
@@ -343,17 +344,24 @@ int ptmd_dump_fork(ptmd_dump_state *d, const ptmd_dump_opts *opts, int *pid_out,
         return ptmd_fail_sys(err, e, "fork", "cannot fork the snapshot process");
     }
     if (pid == 0) {
-        ptmd_dump_opts co = *opts;
-        ptmd_err cerr;
-        int rc;
+        size_t i;
+        int rc = 0;
         close(fds[0]);
         signal(SIGPIPE, SIG_IGN);
-        co.fork_child = 1;
-        memset(&cerr, 0, sizeof(cerr));
-        rc = ptmd_dump_run(d, &co, &cerr);
-        if (rc != 0) {
-            ssize_t n = write(fds[1], &cerr, sizeof(cerr));
-            PTMD_UNUSED(n);
+        /* several dumps of the same frozen heap, one after the other: nothing runs in between */
+        for (i = 0; i < n_opts && rc == 0; i++) {
+            ptmd_dump_opts co = opts[i];
+            ptmd_dump_state di;
+            ptmd_err cerr;
+            ptmd_dump_init(&di);
+            di.ruby = d->ruby;                  /* recorded by the parent, shared read-only */
+            co.fork_child = 1;
+            memset(&cerr, 0, sizeof(cerr));
+            rc = ptmd_dump_run(&di, &co, &cerr);
+            if (rc != 0) {
+                ssize_t k = write(fds[1], &cerr, sizeof(cerr));
+                PTMD_UNUSED(k);
+            }
         }
         _exit(rc == 0 ? 0 : 1);
     }

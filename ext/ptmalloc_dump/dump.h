@@ -21,6 +21,7 @@ typedef struct {
 typedef struct {
     const char *path;
     const char *debug_dir;          /* NULL: PTMALLOC_DUMP_DEBUG_DIR or /usr/lib/debug */
+    int symbols;                    /* PTMD_SYMBOLS_* */
     const char *const *strings;     /* extra key, value, key, value, ..., NULL for the strings section */
     int references;                 /* scan in-use chunks for pointers to other chunks */
     int fork_child;                 /* this is the child of a fork snapshot */
@@ -41,9 +42,11 @@ typedef struct {
 void ptmd_dump_init(ptmd_dump_state *d);
 /* Runs a whole dump into `path`. d must come from ptmd_dump_init; release it with ptmd_dump_release. */
 int ptmd_dump_run(ptmd_dump_state *d, const ptmd_dump_opts *opts, ptmd_err *err);
-/* Fork snapshot: forks; the child runs ptmd_dump_run and _exits (status 0 on success; on failure it
- * writes the error to the pipe first). The parent gets the child's pid and the pipe's read end. */
-int ptmd_dump_fork(ptmd_dump_state *d, const ptmd_dump_opts *opts, int *pid_out, int *errfd_out, ptmd_err *err);
+/* Fork snapshot: forks; the child runs ptmd_dump_run for each of opts[0..n_opts) on the same frozen
+ * heap (sharing d's Ruby data) and _exits (status 0 on success; on failure it writes the error to the
+ * pipe first). The parent gets the child's pid and the pipe's read end. */
+int ptmd_dump_fork(ptmd_dump_state *d, const ptmd_dump_opts *opts, size_t n_opts, int *pid_out, int *errfd_out,
+                   ptmd_err *err);
 
 /* The dump's records as a view (valid until release). */
 void ptmd_dump_view(const ptmd_dump_state *d, ptmd_view *v);

@@ -188,3 +188,84 @@ size_t ptmd_elf_loaded_build_id(uintptr_t load_bias, const Elf64_Phdr *phdrs, si
     }
     return 0;
 }
+
+static const Elf64_Phdr *file_phdrs(const ptmd_elf_file *f, size_t *n)
+{
+    const Elf64_Ehdr *eh = (const Elf64_Ehdr *)(const void *)f->data;
+    if (eh->e_phentsize != sizeof(Elf64_Phdr) || !range_ok(f->size, eh->e_phoff, (uint64_t)eh->e_phnum * sizeof(Elf64_Phdr)) ||
+        (eh->e_phoff & 7))
+        return NULL;
+    *n = eh->e_phnum;
+    return (const Elf64_Phdr *)(const void *)(f->data + eh->e_phoff);
+}
+
+int ptmd_elf_vaddr_offset(const ptmd_elf_file *f, uint64_t vaddr, uint64_t *off)
+{
+    size_t n = 0, i;
+    const Elf64_Phdr *ph = file_phdrs(f, &n);
+    for (i = 0; ph && i < n; i++) {
+        if (ph[i].p_type != PT_LOAD || vaddr < ph[i].p_vaddr || vaddr - ph[i].p_vaddr >= ph[i].p_filesz) continue;
+        *off = ph[i].p_offset + (vaddr - ph[i].p_vaddr);
+        return range_ok(f->size, *off, 8) ? 0 : -1;
+    }
+    return -1;
+}
+
+static int read_u64_at(const ptmd_elf_file *f, uint64_t vaddr, uint64_t *v)
+{
+    uint64_t off;
+    if (ptmd_elf_vaddr_offset(f, vaddr, &off) != 0) return -1;
+    memcpy(v, f->data + off, 8);
+    return 0;
+}
+
+long ptmd_elf_relative_relocs(const ptmd_elf_file *f, void (*fn)(uint64_t, uint64_t, void *), void *arg)
+{
+    size_t n = 0, i;
+    const Elf64_Phdr *ph = file_phdrs(f, &n);
+    uint64_t rela = 0, relasz = 0, relr = 0, relrsz = 0, off, k;
+    long count = 0;
+    const Elf64_Phdr *dyn = NULL;
+    for (i = 0; ph && i < n; i++)
+        if (ph[i].p_type == PT_DYNAMIC) dyn = &ph[i];
+    if (!dyn || !range_ok(f->size, dyn->p_offset, dyn->p_filesz)) return -1;
+    for (k = 0; k + sizeof(Elf64_Dyn) <= dyn->p_filesz; k += sizeof(Elf64_Dyn)) {
+        Elf64_Dyn d;
+        memcpy(&d, f->data + dyn->p_offset + k, sizeof(d));
+        if (d.d_tag == DT_NULL) break;
+        if (d.d_tag == DT_RELA) rela = d.d_un.d_ptr;
+        else if (d.d_tag == DT_RELASZ) relasz = d.d_un.d_val;
+        else if (d.d_tag == 36 /* DT_RELR */) relr = d.d_un.d_ptr;
+        else if (d.d_tag == 35 /* DT_RELRSZ */) relrsz = d.d_un.d_val;
+    }
+    if (rela && ptmd_elf_vaddr_offset(f, rela, &off) == 0 && range_ok(f->size, off, relasz)) {
+        for (k = 0; k + sizeof(Elf64_Rela) <= relasz; k += sizeof(Elf64_Rela)) {
+            Elf64_Rela r;
+            memcpy(&r, f->data + off + k, sizeof(r));
+            if (ELF64_R_TYPE(r.r_info) != R_X86_64_RELATIVE) continue;
+            fn(r.r_offset, (uint64_t)r.r_addend, arg);
+            count++;
+        }
+    }
+    /* RELR: an even entry is an address to relocate; an odd one a bitmap of the 63 words after it */
+    if (relr && ptmd_elf_vaddr_offset(f, relr, &off) == 0 && range_ok(f->size, off, relrsz)) {
+        uint64_t where = 0;
+        for (k = 0; k + 8 <= relrsz; k += 8) {
+            uint64_t e, v;
+            memcpy(&e, f->data + off + k, 8);
+            if (!(e & 1)) {
+                if (read_u64_at(f, e, &v) == 0) { fn(e, v, arg); count++; }
+                where = e + 8;
+            } else {
+                int bit;
+                for (bit = 1; bit < 64; bit++)
+                    if ((e >> bit) & 1) {
+                        uint64_t at = where + (uint64_t)(bit - 1) * 8;
+                        if (read_u64_at(f, at, &v) == 0) { fn(at, v, arg); count++; }
+                    }
+                where += 63 * 8;
+            }
+        }
+    }
+    return count;
+}

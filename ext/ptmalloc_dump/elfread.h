@@ -41,6 +41,14 @@ typedef struct {
 /* Looks up every name of syms[] in .symtab; returns how many were found, -1 when there is no .symtab. */
 int ptmd_elf_lookup(const ptmd_elf_file *f, ptmd_elf_sym *syms, size_t nsyms);
 
+/* File offset of a link-time virtual address (through the file's PT_LOAD headers); 0 on success. */
+int ptmd_elf_vaddr_offset(const ptmd_elf_file *f, uint64_t vaddr, uint64_t *off);
+
+/* Calls fn(vaddr, addend, arg) for every R_X86_64_RELATIVE relocation of the file, from DT_RELA and
+ * DT_RELR (whose addend is the initial value stored at the location). Returns the count, -1 if the
+ * file has no dynamic section. */
+long ptmd_elf_relative_relocs(const ptmd_elf_file *f, void (*fn)(uint64_t vaddr, uint64_t addend, void *arg), void *arg);
+
 /* Scans PT_NOTE segments of a loaded object for NT_GNU_BUILD_ID; returns its length or 0. */
 size_t ptmd_elf_loaded_build_id(uintptr_t load_bias, const Elf64_Phdr *phdrs, size_t phnum,
                                 unsigned char *out, size_t max);

@@ -40,6 +40,20 @@
 #define TC_U16 .tcache_bins = 64, .tcache_large_bins = 0, .tcache_count_width = 2, \
                .tcache_counts_are_slots = 0, .tcache_entries_off = 128, .tcache_struct_size = 640
 
+/* 2.42: tcache_perthread_struct holds num_slots[76] (free slots left, counting down from
+ * mp_.tcache_count) and 76 entries: 64 small bins by exact size and 12 large bins by power of two,
+ * each large list sorted by size ("malloc: add large tcache bins"). mp_.tcache_bins became
+ * tcache_small_bins at the same offset. */
+#define TC_2_42 .tcache_bins = 64, .tcache_large_bins = 12, .tcache_count_width = 2, \
+                .tcache_counts_are_slots = 1, .tcache_entries_off = 152, .tcache_struct_size = 760
+
+/* 2.43: fastbins removed from malloc_state ("malloc: Remove fastbins"): top follows flags. */
+#define MS_2_43                                                                                    \
+    .ms_mutex = 0, .ms_flags = 4, .ms_have_fastchunks = PTMD_NONE, .ms_fastbins = PTMD_NONE,         \
+    .ms_top = 8, .ms_last_remainder = 16, .ms_bins = 24, .ms_binmap = 2056, .ms_next = 2072,         \
+    .ms_next_free = 2080, .ms_attached_threads = 2088, .ms_system_mem = 2096,                        \
+    .ms_max_system_mem = 2104, .ms_size = 2112, .nfastbins = 0
+
 static const ptmd_layout layouts[] = {
     /* 2.27, 2.28: no tcache_entry.key */
     { .minor_from = 27, .minor_to = 28, MS_2_27, MP_2_27, HI_2_27, TC_U8,
@@ -56,6 +70,10 @@ static const ptmd_layout layouts[] = {
     { .minor_from = 34, .minor_to = 34, MS_2_27, MP_2_27, HI_2_27, TC_U16,
       .tcache_entry_has_key = 1, .tcache_key_is_random = 1, .safe_linking = 1 },
     { .minor_from = 35, .minor_to = 41, MS_2_27, MP_2_35, HI_2_35, TC_U16,
+      .tcache_entry_has_key = 1, .tcache_key_is_random = 1, .safe_linking = 1 },
+    { .minor_from = 42, .minor_to = 42, MS_2_27, MP_2_35, HI_2_35, TC_2_42,
+      .tcache_entry_has_key = 1, .tcache_key_is_random = 1, .safe_linking = 1 },
+    { .minor_from = 43, .minor_to = 43, MS_2_43, MP_2_35, HI_2_35, TC_2_42,
       .tcache_entry_has_key = 1, .tcache_key_is_random = 1, .safe_linking = 1 },
 };
 

@@ -51,6 +51,7 @@ static int find_libc_cb(struct dl_phdr_info *info, size_t size, void *data)
     lc->rw_end = 0;
     for (i = 0; i < info->dlpi_phnum; i++) {
         const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type == PT_TLS) lc->tls_size = ph->p_memsz;
         if (ph->p_type == PT_LOAD && (ph->p_flags & PF_W)) {
             uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
             if (lo < lc->rw_start) lc->rw_start = lo;
@@ -212,11 +213,12 @@ static int locate_debuglink(ptmd_libc *lc, ptmd_err *err)
     return 0;
 }
 
-/* Strategies in order. A structural, symbol-free strategy slots in at the end of this table. */
+/* Strategies in order: symbol files first (exact), then by structure. */
 static const ptmd_locator locators[] = {
     { "symtab", locate_symtab },
     { "build-id", locate_build_id },
     { "debuglink", locate_debuglink },
+    { "heuristic", ptmd_locate_heuristic },
 };
 
 static void symbols_missing(const ptmd_libc *lc, ptmd_err *err)
@@ -230,19 +232,21 @@ static void symbols_missing(const ptmd_libc *lc, ptmd_err *err)
         ptmd_strlcat(list, lc->tried[i], sizeof(list));
     }
     ptmd_fail(err, PTMD_E_SYMBOLS,
-              "no symbol file for glibc %s (%s, build-id %s); tried: %s. "
+              "no symbol file for glibc %s (%s, build-id %s); tried: %s%s. "
               "Install libc's debug symbols (Debian/Ubuntu: apt-get install libc6-dbg; "
               "Fedora/RHEL: dnf debuginfo-install glibc) or point PTMALLOC_DUMP_DEBUG_DIR "
               "(or the debug_dir: option) at a directory that has them",
               lc->glibc_version, lc->libc_path, lc->build_id_len ? hex : "none",
-              lc->ntried ? list : "nothing");
+              lc->ntried ? list : "nothing",
+              lc->symbols_mode == PTMD_SYMBOLS_FILE ? "" : "; finding main_arena by its structure failed too");
 }
 
-static int locate_fresh(ptmd_libc *lc, const char *debug_dir, ptmd_err *err)
+static int locate_fresh(ptmd_libc *lc, const char *debug_dir, int symbols, ptmd_err *err)
 {
     struct find_ctx ctx;
     size_t i;
     memset(lc, 0, sizeof(*lc));
+    lc->symbols_mode = symbols;
     lc->tcache_tls = lc->thread_arena_tls = lc->tcache_shutting_down_tls = -1;
     ptmd_strlcpy(lc->debug_dir, debug_dir, sizeof(lc->debug_dir));
     if (parse_version(lc, err) != 0) return -1;
@@ -254,7 +258,9 @@ static int locate_fresh(ptmd_libc *lc, const char *debug_dir, ptmd_err *err)
         return ptmd_fail(err, PTMD_E_PLATFORM, "glibc's libc.so was not found among the loaded objects");
     lc->layout = ptmd_layout_for(lc->major, lc->minor);
     for (i = 0; i < sizeof(locators) / sizeof(locators[0]); i++) {
-        int r = locators[i].resolve(lc, err);
+        int heuristic = locators[i].resolve == ptmd_locate_heuristic, r;
+        if ((symbols == PTMD_SYMBOLS_FILE && heuristic) || (symbols == PTMD_SYMBOLS_HEURISTIC && !heuristic)) continue;
+        r = locators[i].resolve(lc, err);
         if (r < 0) return -1;
         if (r > 0) return 0;
     }
@@ -262,16 +268,16 @@ static int locate_fresh(ptmd_libc *lc, const char *debug_dir, ptmd_err *err)
     return -1;
 }
 
-int ptmd_locate(const char *debug_dir, const ptmd_libc **out, ptmd_err *err)
+int ptmd_locate(const char *debug_dir, int symbols, const ptmd_libc **out, ptmd_err *err)
 {
     const char *dir = debug_dir;
     int rc = 0;
     if (!dir || !*dir) dir = getenv("PTMALLOC_DUMP_DEBUG_DIR");
     if (!dir || !*dir) dir = PTMD_DEFAULT_DEBUG_DIR;
     pthread_mutex_lock(&cache_lock);
-    if (!cache_valid || strcmp(cache.debug_dir, dir) != 0) {
+    if (!cache_valid || strcmp(cache.debug_dir, dir) != 0 || cache.symbols_mode != symbols) {
         cache_valid = 0;
-        rc = locate_fresh(&cache, dir, err);
+        rc = locate_fresh(&cache, dir, symbols, err);
         if (rc == 0) cache_valid = 1;
     }
     pthread_mutex_unlock(&cache_lock);

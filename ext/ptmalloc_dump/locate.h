@@ -16,6 +16,7 @@ typedef struct {
     uintptr_t libc_base;                /* load bias (dlpi_addr) */
     uintptr_t rw_start, rw_end;         /* libc's writable PT_LOAD segment(s) */
     size_t tls_modid;                   /* dlpi_tls_modid, 0 if libc has no TLS */
+    size_t tls_size;                    /* libc's PT_TLS p_memsz */
     uintptr_t tls_offset;               /* static TLS: TP - tls_offset = libc's TLS block (x86-64) */
     unsigned char build_id[64];
     size_t build_id_len;
@@ -27,6 +28,7 @@ typedef struct {
     int symbol_source;                  /* PTMD_SYMSRC_* */
     char symbol_file[PATH_MAX];
     char debug_dir[PATH_MAX];
+    int symbols_mode;
     char tried[PTMD_TRIED_MAX][PATH_MAX];
     int ntried;
 
@@ -47,9 +49,19 @@ typedef struct {
     int (*resolve)(ptmd_libc *lc, ptmd_err *err);
 } ptmd_locator;
 
-/* Locates libc and resolves its malloc globals, caching the result per process and debug dir.
+/* Which ways of finding malloc's globals may be used. */
+enum {
+    PTMD_SYMBOLS_AUTO = 0,          /* a symbol file, else by structure */
+    PTMD_SYMBOLS_FILE = 1,          /* a symbol file only */
+    PTMD_SYMBOLS_HEURISTIC = 2      /* by structure only */
+};
+
+/* Locates libc and resolves its malloc globals, caching the result per process, debug dir and mode.
  * debug_dir may be NULL for the default (PTMALLOC_DUMP_DEBUG_DIR, else /usr/lib/debug). */
-int ptmd_locate(const char *debug_dir, const ptmd_libc **out, ptmd_err *err);
+int ptmd_locate(const char *debug_dir, int symbols, const ptmd_libc **out, ptmd_err *err);
+
+/* The symbol-free strategy (locate_heuristic.c): 1 when found. */
+int ptmd_locate_heuristic(ptmd_libc *lc, ptmd_err *err);
 
 /* Forgets the cached result (used after the debug dir changes). */
 void ptmd_locate_reset(void);

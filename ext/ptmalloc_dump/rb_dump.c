@@ -2,6 +2,7 @@
 #include "rb_common.h"
 #include "dump.h"
 #include "locate.h"
+#include "format.h"
 
 #include <string.h>
 #include <sys/mman.h>
@@ -34,7 +35,8 @@ static VALUE dump_body(VALUE arg)
 
 /* _dump(path, debug_dir, strings, ruby, references) -> summary Hash. strings: flat Array of key,
  * value Strings; ruby: record Ruby's heap; references: scan chunks for pointers to chunks. */
-static VALUE rb_ptmd_dump(VALUE self, VALUE path, VALUE debug_dir, VALUE strings, VALUE ruby, VALUE references)
+static VALUE rb_ptmd_dump(VALUE self, VALUE path, VALUE debug_dir, VALUE strings, VALUE ruby, VALUE references,
+                          VALUE symbols)
 {
     dump_call *c;
     VALUE result;
@@ -65,6 +67,7 @@ static VALUE rb_ptmd_dump(VALUE self, VALUE path, VALUE debug_dir, VALUE strings
     c->opts.debug_dir = cdir;
     c->opts.strings = c->strings;
     c->opts.references = RTEST(references);
+    c->opts.symbols = NUM2INT(symbols);
     c->ruby = RTEST(ruby);
     result = rb_protect(dump_body, (VALUE)c, &state);
     ptmd_dump_release(&c->d);
@@ -81,6 +84,8 @@ static VALUE rb_ptmd_dump(VALUE self, VALUE path, VALUE debug_dir, VALUE strings
 
 typedef struct {
     dump_call *c;
+    ptmd_dump_opts opts[8];
+    size_t n;
     int pid, errfd;
 } fork_call;
 
@@ -89,22 +94,35 @@ static VALUE fork_body(VALUE arg)
     fork_call *f = (fork_call *)arg;
     dump_call *c = f->c;
     if (c->ruby) ptmd_rb_ruby_pass(&c->d.ruby);
-    c->rc = ptmd_dump_fork(&c->d, &c->opts, &f->pid, &f->errfd, &c->err);
+    c->rc = ptmd_dump_fork(&c->d, f->opts, f->n, &f->pid, &f->errfd, &c->err);
     return Qnil;
 }
 
-/* _dump_fork(path, debug_dir, strings, ruby, references) -> [pid, error pipe fd]. The Ruby pass runs
- * here, in the parent; the child walks and writes. */
-static VALUE rb_ptmd_dump_fork(VALUE self, VALUE path, VALUE debug_dir, VALUE strings, VALUE ruby, VALUE references)
+/* _dump_fork(targets, debug_dir, strings, ruby, references) -> [pid, error pipe fd]. targets: Array of
+ * [path, symbols mode] (up to 8), dumped by one child from the same frozen heap. The Ruby pass runs
+ * here, in the parent. */
+static VALUE rb_ptmd_dump_fork(VALUE self, VALUE targets, VALUE debug_dir, VALUE strings, VALUE ruby, VALUE references)
 {
     dump_call *c;
     fork_call f;
-    const char *strs[64], *cpath, *cdir;
+    const char *strs[64], *cpaths[8], *cdir;
+    int modes[8];
     ptmd_err err;
     int state = 0, rc;
-    long i, n;
+    long i, n, nt;
     PTMD_UNUSED(self);
-    FilePathValue(path);
+    Check_Type(targets, T_ARRAY);
+    nt = RARRAY_LEN(targets);
+    if (nt < 1 || nt > 8) rb_raise(rb_eArgError, "one to eight dump targets");
+    for (i = 0; i < nt; i++) {
+        VALUE t = RARRAY_AREF(targets, i), p;
+        Check_Type(t, T_ARRAY);
+        if (RARRAY_LEN(t) != 2) rb_raise(rb_eArgError, "a target is [path, symbols mode]");
+        p = RARRAY_AREF(t, 0);
+        FilePathValue(p);
+        cpaths[i] = StringValueCStr(p);
+        modes[i] = NUM2INT(RARRAY_AREF(t, 1));
+    }
     if (!NIL_P(debug_dir)) FilePathValue(debug_dir);
     Check_Type(strings, T_ARRAY);
     n = RARRAY_LEN(strings);
@@ -114,26 +132,29 @@ static VALUE rb_ptmd_dump_fork(VALUE self, VALUE path, VALUE debug_dir, VALUE st
         strs[i] = StringValueCStr(s);
     }
     strs[n] = NULL;
-    cpath = StringValueCStr(path);
     cdir = NIL_P(debug_dir) ? NULL : StringValueCStr(debug_dir);
     c = mmap(NULL, sizeof(*c), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (c == MAP_FAILED) rb_sys_fail("mmap");
     ptmd_dump_init(&c->d);
     memcpy(c->strings, strs, sizeof(strs));
-    c->opts.path = cpath;
-    c->opts.debug_dir = cdir;
-    c->opts.strings = c->strings;
-    c->opts.references = RTEST(references);
     c->ruby = RTEST(ruby);
+    memset(&f, 0, sizeof(f));
     f.c = c;
-    f.pid = -1;
-    f.errfd = -1;
+    f.n = (size_t)nt;
+    f.pid = f.errfd = -1;
+    for (i = 0; i < nt; i++) {
+        f.opts[i].path = cpaths[i];
+        f.opts[i].debug_dir = cdir;
+        f.opts[i].symbols = modes[i];
+        f.opts[i].strings = c->strings;
+        f.opts[i].references = RTEST(references);
+    }
     rb_protect(fork_body, (VALUE)&f, &state);
     ptmd_dump_release(&c->d);      /* the parent's copy; the child has its own */
     rc = c->rc;
     err = c->err;
     munmap(c, sizeof(*c));
-    RB_GC_GUARD(path);
+    RB_GC_GUARD(targets);
     RB_GC_GUARD(debug_dir);
     RB_GC_GUARD(strings);
     if (state) rb_jump_tag(state);
@@ -156,8 +177,8 @@ static VALUE rb_ptmd_raise_child_error(VALUE self, VALUE bytes)
     return Qnil;
 }
 
-/* _libc_info(debug_dir) -> Hash: where libc and its symbols were found (raises like _dump). */
-static VALUE rb_ptmd_libc_info(VALUE self, VALUE debug_dir)
+/* _libc_info(debug_dir, symbols) -> Hash: where libc and its symbols were found (raises like _dump). */
+static VALUE rb_ptmd_libc_info(VALUE self, VALUE debug_dir, VALUE symbols)
 {
     const ptmd_libc *lc;
     ptmd_err err;
@@ -165,7 +186,8 @@ static VALUE rb_ptmd_libc_info(VALUE self, VALUE debug_dir)
     char hex[2 * sizeof(lc->build_id) + 1];
     PTMD_UNUSED(self);
     if (!NIL_P(debug_dir)) FilePathValue(debug_dir);
-    if (ptmd_locate(NIL_P(debug_dir) ? NULL : StringValueCStr(debug_dir), &lc, &err) != 0) ptmd_rb_raise(&err);
+    if (ptmd_locate(NIL_P(debug_dir) ? NULL : StringValueCStr(debug_dir), NUM2INT(symbols), &lc, &err) != 0)
+        ptmd_rb_raise(&err);
     ptmd_hex(lc->build_id, lc->build_id_len, hex);
     rb_hash_aset(h, ID2SYM(rb_intern("glibc_version")), rb_str_new_cstr(lc->glibc_version));
     rb_hash_aset(h, ID2SYM(rb_intern("libc_path")), rb_str_new_cstr(lc->libc_path));
@@ -174,13 +196,17 @@ static VALUE rb_ptmd_libc_info(VALUE self, VALUE debug_dir)
     rb_hash_aset(h, ID2SYM(rb_intern("main_arena")), ULL2NUM(lc->main_arena));
     rb_hash_aset(h, ID2SYM(rb_intern("mp")), ULL2NUM(lc->mp));
     rb_hash_aset(h, ID2SYM(rb_intern("supported_layout")), lc->layout ? Qtrue : Qfalse);
+    rb_hash_aset(h, ID2SYM(rb_intern("symbol_source")),
+                 ID2SYM(rb_intern(lc->symbol_source == PTMD_SYMSRC_HEURISTIC ? "heuristic"
+                                  : lc->symbol_source == PTMD_SYMSRC_DEBUGLINK ? "debuglink"
+                                  : lc->symbol_source == PTMD_SYMSRC_BUILD_ID ? "build_id" : "symtab")));
     return h;
 }
 
 void ptmd_rb_dump_init(void)
 {
-    rb_define_singleton_method(ptmd_mPtmallocDump, "_dump", rb_ptmd_dump, 5);
-    rb_define_singleton_method(ptmd_mPtmallocDump, "_libc_info", rb_ptmd_libc_info, 1);
+    rb_define_singleton_method(ptmd_mPtmallocDump, "_dump", rb_ptmd_dump, 6);
+    rb_define_singleton_method(ptmd_mPtmallocDump, "_libc_info", rb_ptmd_libc_info, 2);
     rb_define_singleton_method(ptmd_mPtmallocDump, "_dump_fork", rb_ptmd_dump_fork, 5);
     rb_define_singleton_method(ptmd_mPtmallocDump, "_raise_child_error", rb_ptmd_raise_child_error, 1);
 }

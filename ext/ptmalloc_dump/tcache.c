@@ -43,11 +43,14 @@ static int tc_bins(const ptmd_walk *w)
     return w->L->tcache_bins + w->L->tcache_large_bins;
 }
 
-/* Does chunk size `size` belong in tcache bin i? */
+/* Does chunk size `size` belong in tcache bin i? Large bins (2.42+) hold one power of two each:
+ * large_csize2tidx (nb) = 64 + clz (MAX_TCACHE_SMALL_SIZE) - clz (nb), with 32-bit clz. */
 static int tc_size_fits(const ptmd_walk *w, int i, uint64_t size)
 {
+    const uint32_t max_small = (uint32_t)ptmd_tidx2csize(w->L->tcache_bins - 1) - PTMD_SIZE_SZ;
     if (i < w->L->tcache_bins) return size == ptmd_tidx2csize(i);
-    return size > ptmd_tidx2csize(w->L->tcache_bins - 1);
+    if (size <= max_small + PTMD_SIZE_SZ || size > UINT32_MAX) return 0;
+    return w->L->tcache_bins + __builtin_clz(max_small) - __builtin_clz((uint32_t)size) == i;
 }
 
 /* Walks one tcache. With apply == 0 only checks it (strict: any fault fails); with apply != 0 marks
@@ -56,6 +59,8 @@ static int tcache_walk(ptmd_walk *w, uint64_t user, int apply, uint32_t *count_o
 {
     const ptmd_layout *L = w->L;
     tcache_image t;
+    uint64_t key_value = 0, *key = &key_value;
+    int key_seen_v = 0, *key_seen = &key_seen_v;
     int i, nonempty = 0, ok = 1;
     uint32_t count = 0;
     uint64_t bytes = 0;
@@ -87,8 +92,14 @@ static int tcache_walk(ptmd_walk *w, uint64_t user, int apply, uint32_t *count_o
                 break;
             }
             if (L->tcache_entry_has_key) {
-                uint64_t key_want = L->tcache_key_is_random ? w->tcache_key : user;
-                if ((!L->tcache_key_is_random || w->have_tcache_key) && words[1] != key_want) {
+                uint64_t key_want;
+                /* without the tcache_key symbol: every entry of every tcache carries the same key */
+                if (L->tcache_key_is_random && !w->have_tcache_key && !*key_seen) {
+                    *key = words[1];
+                    *key_seen = 1;
+                }
+                key_want = !L->tcache_key_is_random ? user : w->have_tcache_key ? w->tcache_key : *key;
+                if (words[1] != key_want) {
                     if (!apply) return 0;
                     ptmd_walk_anomaly(w, PTMD_AN_TCACHE_KEY, e - PTMD_CHUNK_HDR_SZ, words[1], PTMD_NO_ARENA);
                     ok = 0;
@@ -114,6 +125,11 @@ static int tcache_walk(ptmd_walk *w, uint64_t user, int apply, uint32_t *count_o
         }
     }
     if (!apply && !nonempty) return 0;     /* an all-zero block proves nothing */
+    if (!apply && ok && key_seen_v && !w->have_tcache_key) {
+        /* a whole tcache agreed on one key: that is tcache_key */
+        w->tcache_key = key_value;
+        w->have_tcache_key = 1;
+    }
     if (count_out) *count_out = count;
     if (bytes_out) *bytes_out = bytes;
     return ok;
@@ -134,9 +150,67 @@ static void mark_struct(ptmd_walk *w, uint64_t user)
     if (ci >= 0) PTMD_W_CHUNK(w, ci)->word |= PTMD_CF_TCACHE_STRUCT;
 }
 
+/* Without symbols the TLS offsets of `tcache` and `thread_arena` are unknown: find them in the calling
+ * thread's own libc TLS block (the word that holds one of the tcaches found by structure, and the word
+ * that holds the arena that tcache was allocated from), then read every listed thread's. */
+static void adopt_scanned(ptmd_walk *w, size_t first_scanned)
+{
+    const ptmd_libc *lc = w->lc;
+    uintptr_t block = ptmd_libc_tls_block_self(lc), self;
+    size_t i, j, n = PTMD_BUF_COUNT(&w->threads, ptmd_thread_rec), k;
+    long tc_off = -1, ar_off = -1;
+    uint64_t my_tcache = 0, my_arena = 0;
+    if (!block || !lc->tls_size || first_scanned >= n) return;
+    __asm__("mov %%fs:16, %0" : "=r"(self));
+    for (k = 0; k + 8 <= lc->tls_size && tc_off < 0; k += 8) {
+        uint64_t v = ptmd_rd64(block + k);
+        for (j = first_scanned; j < n; j++)
+            if (v && PTMD_BUF_AT(&w->threads, ptmd_thread_rec, j)->tcache == v) {
+                tc_off = (long)k;
+                my_tcache = v;
+            }
+    }
+    if (tc_off < 0) return;
+    /* the arena the tcache struct lives in is the thread's arena */
+    {
+        long ci = ptmd_walk_find_chunk(w, my_tcache - PTMD_CHUNK_HDR_SZ);
+        size_t h, nh = PTMD_BUF_COUNT(&w->heaps, ptmd_heap_rec);
+        for (h = 0; ci >= 0 && h < nh; h++) {
+            const ptmd_heap_rec *hp = PTMD_W_HEAP(w, h);
+            if ((uint64_t)ci >= hp->first_chunk && (uint64_t)ci < hp->first_chunk + hp->n_chunks && hp->arena != PTMD_NO_ARENA)
+                my_arena = PTMD_W_ARENA(w, hp->arena)->address;
+        }
+        for (k = 0; my_arena && k + 8 <= lc->tls_size; k += 8)
+            if (ptmd_rd64(block + k) == my_arena) {
+                ar_off = (long)k;
+                break;
+            }
+    }
+    for (i = 0; i < first_scanned; i++) {
+        ptmd_thread_rec *t = PTMD_BUF_AT(&w->threads, ptmd_thread_rec, i);
+        uint64_t tblock = t->pthread - lc->tls_offset, v = 0;
+        if (!t->pthread || t->tcache) continue;
+        if (ar_off >= 0 && ptmd_safe_read(&w->mem, tblock + (uint64_t)ar_off, &v, 8) == 0) t->arena = v;
+        if (ptmd_safe_read(&w->mem, tblock + (uint64_t)tc_off, &v, 8) != 0 || !v) continue;
+        for (j = first_scanned; j < PTMD_BUF_COUNT(&w->threads, ptmd_thread_rec); j++) {
+            ptmd_thread_rec *s = PTMD_BUF_AT(&w->threads, ptmd_thread_rec, j);
+            if (s->tcache != v) continue;
+            t->tcache = v;
+            t->tcache_count = s->tcache_count;
+            t->tcache_bytes = s->tcache_bytes;
+            t->flags |= PTMD_TF_TLS | PTMD_TF_SCAN;
+            /* the scanned record is now this thread's: drop it */
+            *s = *PTMD_BUF_AT(&w->threads, ptmd_thread_rec, PTMD_BUF_COUNT(&w->threads, ptmd_thread_rec) - 1);
+            w->threads.len -= sizeof(ptmd_thread_rec);
+            break;
+        }
+    }
+    PTMD_UNUSED(self);
+}
+
 int ptmd_walk_tcaches(ptmd_walk *w, ptmd_err *err)
 {
-    size_t i, n;
+    size_t i, n, first_scanned;
     if (!w->L->tcache_bins) return 0;
     if (ptmd_walk_sort_heaps(w) != 0) return ptmd_fail_sys(err, errno, "heap index", "mmap");
 
@@ -156,7 +230,8 @@ int ptmd_walk_tcaches(ptmd_walk *w, ptmd_err *err)
         mark_struct(w, t->tcache);
     }
 
-    /* 2. tcache structs no thread pointer led to (threads not enumerable here) */
+    /* 2. tcache structs no thread pointer led to (threads not enumerable here, or no symbols) */
+    first_scanned = PTMD_BUF_COUNT(&w->threads, ptmd_thread_rec);
     n = PTMD_BUF_COUNT(&w->tcache_cands, uint64_t);
     for (i = 0; i < n; i++) {
         uint64_t user = *PTMD_BUF_AT(&w->tcache_cands, uint64_t, i) + PTMD_CHUNK_HDR_SZ;
@@ -174,5 +249,6 @@ int ptmd_walk_tcaches(ptmd_walk *w, ptmd_err *err)
         t->tcache_count = c;
         t->tcache_bytes = b;
     }
+    if (w->lc->tcache_tls < 0) adopt_scanned(w, first_scanned);
     return 0;
 }

@@ -40,6 +40,7 @@ module SpecHelpers
   # Shared structural checks every dump must pass.
   def expect_valid_dump(dump)
     expect(dump.header[:format_version]).to eq(1)
+    expect(dump.header[:symbol_source]).to eq(:heuristic) if ENV["PTMALLOC_DUMP_EXPECT_SYMBOLS"] == "heuristic"
     expect(dump.header[:main_arena]).to be > 0
     expect(dump.arenas.first).to be_main
     cursor = {}
