@@ -14,6 +14,10 @@ require_relative "ptmalloc_dump/json_summary"
 require_relative "ptmalloc_dump/geometry"
 require_relative "ptmalloc_dump/report"
 require_relative "ptmalloc_dump/signal_handler"
+require_relative "ptmalloc_dump/advice"
+require_relative "ptmalloc_dump/diff"
+require_relative "ptmalloc_dump/fleet"
+require_relative "ptmalloc_dump/comparison_report"
 
 # Looks inside glibc's malloc (ptmalloc2) heap of the running Ruby process: every arena, heap and
 # chunk, classified and reconciled with glibc's own counters, written to one file.
@@ -36,22 +40,27 @@ module PtmallocDump
     #   the child (a consistent copy of the heap: glibc holds every arena lock across fork) walks,
     #   writes and exits; this process pauses only for the Ruby pass and the fork
     # @param wait [Boolean] with fork: wait for the child and return the summary
+    # @param trim_check [Boolean] after the walk, call malloc_trim(0) and record the resident bytes it
+    #   really released per arena (pagemap before and after), to check the report's estimate against
+    #   (not with fork: true, where trimming the child would tell nothing about this process)
     # @return [Hash{Symbol=>Object}] the dump's summary (see {Dump#summary}, without :ruby) plus :path;
     #   with `fork: true` and no `wait`, the child's pid (reap it with Process.wait or Process.detach)
     # @raise [SymbolsNotFoundError] when libc's symbols cannot be found
     # @raise [UnsupportedLibcError] when this glibc's malloc is not understood
     # @raise [UnsupportedAllocatorError] when malloc is not glibc's
     # @raise [SystemCallError] when the file cannot be written (the target is left untouched)
-    def dump(path, debug_dir: nil, symbols: :auto, ruby: true, references: false, fork: false, wait: false)
+    def dump(path, debug_dir: nil, symbols: :auto, ruby: true, references: false, fork: false, wait: false,
+             trim_check: false)
       path = path.to_s
       # an absolute path is used as given: no new string is allocated before glibc's counters are taken
       path = File.expand_path(path) unless path.start_with?("/")
       mode = symbols_mode(symbols)
+      raise ArgumentError, "trim_check: and fork: cannot be combined" if fork && trim_check
       return snapshot(path, debug_dir, mode, ruby, references, wait) if fork
 
       gc_was_disabled = GC.disable
       begin
-        summary = _dump(path, debug_dir&.to_s, dump_strings, ruby, references, mode)
+        summary = _dump(path, debug_dir&.to_s, dump_strings, ruby, references, mode, trim_check)
       ensure
         GC.enable unless gc_was_disabled
       end
@@ -74,7 +83,7 @@ module PtmallocDump
     #
     # @param dir [String] where the two dumps (symbols.dump, structure.dump) are written
     # @return [Hash] :agree (true when main_arena, mp_, the arenas and every chunk's state match),
-    #   :main_arena, :chunks and :differences (up to 20 descriptions)
+    #   :main_arena, :chunks and :differences (descriptions; the first differing chunk if any)
     def check_symbol_free(dir, debug_dir: nil)
       with = File.join(File.expand_path(dir), "symbols.dump")
       without = File.join(File.expand_path(dir), "structure.dump")
@@ -86,11 +95,8 @@ module PtmallocDump
       %i[main_arena mp].each { |k| differences << "#{k}: #{a.header[k]} vs #{b.header[k]}" if a.header[k] != b.header[k] }
       differences << "arenas differ" if a.arenas.map(&:address) != b.arenas.map(&:address)
       differences << "chunk counts #{a.chunk_count} vs #{b.chunk_count}" if a.chunk_count != b.chunk_count
-      a.each_chunk.zip(b.each_chunk).each do |x, y|
-        break if differences.size >= 20
-        next if x && y && x.address == y.address && x.size == y.size && x.state == y.state
-
-        differences << "chunk #{x&.inspect} vs #{y&.inspect}"
+      if (i = a.send(:_first_difference, b))
+        differences << "chunk #{i}: #{a.send(:_chunk_by_index, i).inspect} vs #{b.send(:_chunk_by_index, i).inspect}"
       end
       { agree: differences.empty?, main_arena: a.header[:main_arena], chunks: a.chunk_count, differences: differences }
     end

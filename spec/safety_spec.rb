@@ -151,8 +151,8 @@ RSpec.describe "safety in a production worker" do
         PtmallocDump.dump(path, fork: true, wait: true)
         dump = PtmallocDump.load(path)
         expect(dump.header[:fork_snapshot]).to be(true)
-        expect(dump.header[:pid]).not_to eq(Process.pid)
-        expect(dump.header[:ppid]).to eq(Process.pid)
+        expect(dump.header[:pid]).to eq(Process.pid) # the heap dumped is this process's
+        expect(dump.header[:ppid]).to eq(0)
         map = dump.pages[dump.chunk_containing(live).heap.index]
         expect(map.state_at(live + 8192)).to eq(:present)
         expect(map.state_at(gone + 8 * 4096)).to eq(:absent)

@@ -167,6 +167,32 @@ static int collect_strings(ptmd_dump_state *d, const ptmd_libc *lc, const ptmd_d
     return 0;
 }
 
+/* trim_check: malloc_trim(0) after the walk, then the pages that were resident and are not any more,
+ * per arena: what trimming really gave back, against which the report's estimate is checked. */
+static int trim_check(ptmd_dump_state *d, ptmd_err *err)
+{
+    ptmd_walk *w = &d->w;
+    size_t h, nh = PTMD_BUF_COUNT(&w->heaps, ptmd_heap_rec), na = PTMD_BUF_COUNT(&w->arenas, ptmd_arena_rec);
+    uint8_t after[4096];
+    if (!ptmd_buf_push(&d->trim, na * sizeof(uint64_t) + 1)) return ptmd_fail_sys(err, errno, "trim check", "mmap");
+    d->trim.len = na * sizeof(uint64_t);
+    malloc_trim(0);
+    for (h = 0; h < nh; h++) {
+        const ptmd_heap_rec *hp = PTMD_W_HEAP(w, h);
+        uint64_t p = 0;
+        if (hp->arena == PTMD_NO_ARENA) continue;
+        while (p < hp->n_pages) {
+            uint64_t n = hp->n_pages - p < sizeof(after) ? hp->n_pages - p : sizeof(after), k;
+            ptmd_pagemap_read(&w->pagemap, hp->page_base + p * w->page_size, n, after);
+            for (k = 0; k < n; k++)
+                if ((w->pages.base[hp->first_page + p + k] & PTMD_PAGE_PRESENT) && !(after[k] & (PTMD_PAGE_PRESENT | PTMD_PAGE_SWAPPED)))
+                    *PTMD_BUF_AT(&d->trim, uint64_t, hp->arena) += w->page_size;
+            p += n;
+        }
+    }
+    return 0;
+}
+
 /* ---- the sequence ------------------------------------------------------------------------- */
 
 static void fill_meta(ptmd_dump_state *d, const ptmd_libc *lc, const struct timespec *now)
@@ -174,8 +200,9 @@ static void fill_meta(ptmd_dump_state *d, const ptmd_libc *lc, const struct time
     ptmd_meta *m = &d->meta;
     ptmd_walk *w = &d->w;
     const ptmd_layout *L = lc->layout;
-    m->pid = (uint64_t)getpid();
-    m->ppid = (uint64_t)getppid();
+    /* a snapshot child describes its parent's heap: the process dumped is the parent */
+    m->pid = (uint64_t)(d->snapshot ? getppid() : getpid());
+    m->ppid = d->snapshot ? 0 : (uint64_t)getppid();
     m->time_sec = now->tv_sec;
     m->time_nsec = (uint64_t)now->tv_nsec;
     m->page_size = w->page_size;
@@ -250,6 +277,8 @@ static void write_sections(ptmd_dump_state *d)
     }
     if (w->references)
         ptmd_writer_section(wr, PTMD_SEC_REFS, PTMD_BUF_COUNT(&w->refs, ptmd_ref), w->refs.base, w->refs.len);
+    if (d->trim.base)
+        ptmd_writer_section(wr, PTMD_SEC_TRIM_CHECK, PTMD_BUF_COUNT(&d->trim, uint64_t), d->trim.base, d->trim.len);
 }
 
 void ptmd_dump_init(ptmd_dump_state *d)
@@ -305,12 +334,14 @@ int ptmd_dump_run(ptmd_dump_state *d, const ptmd_dump_opts *o, ptmd_err *err)
     if (ptmd_walk_run(&d->w, err) != 0) goto out;
     t1 = ptmd_now_ns();
     if (ptmd_walk_residency(&d->w, err) != 0) goto out;
+    d->snapshot = o->fork_child;
     fill_meta(d, lc, &now);
     if (o->fork_child) d->meta.flags |= PTMD_MF_FORK_CHILD;
     if (!oracles) d->meta.flags |= PTMD_MF_NO_ORACLES;
     d->meta.walk_ns = t1 - t0;
     d->meta.residency_ns = ptmd_now_ns() - t1;
     if (ptmd_walk_references(&d->w, err) != 0) goto out;
+    if (o->trim_check && trim_check(d, err) != 0) goto out;
     if (d->ruby.present) {
         d->ruby.meta.refs_ns = d->w.refs_ns;
         if (o->references) d->ruby.meta.flags |= PTMD_RF_REFERENCES;
@@ -409,10 +440,15 @@ void ptmd_dump_view(const ptmd_dump_state *d, ptmd_view *v)
         v->refs = (const ptmd_ref *)(const void *)w->refs.base;
         v->n_refs = PTMD_BUF_COUNT(&w->refs, ptmd_ref);
     }
+    if (d->trim.base) {
+        v->trim_released = (const uint64_t *)(const void *)d->trim.base;
+        v->n_trim_released = PTMD_BUF_COUNT(&d->trim, uint64_t);
+    }
 }
 
 void ptmd_dump_release(ptmd_dump_state *d)
 {
+    ptmd_buf_release(&d->trim);
     ptmd_buf_release(&d->ruby.pages);
     ptmd_buf_release(&d->ruby.objects);
     ptmd_buf_release(&d->ruby.words);

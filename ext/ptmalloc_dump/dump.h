@@ -25,6 +25,7 @@ typedef struct {
     const char *const *strings;     /* extra key, value, key, value, ..., NULL for the strings section */
     int references;                 /* scan in-use chunks for pointers to other chunks */
     int fork_child;                 /* this is the child of a fork snapshot */
+    int trim_check;                 /* after the walk: malloc_trim(0), and measure what it released */
 } ptmd_dump_opts;
 
 typedef struct {
@@ -36,6 +37,8 @@ typedef struct {
     ptmd_buf strings;
     ptmd_writer writer;
     ptmd_ruby_data ruby;            /* filled by the caller before ptmd_dump_run, if wanted */
+    ptmd_buf trim;                  /* uint64 per arena: resident bytes malloc_trim(0) released */
+    int snapshot;                   /* written by a fork snapshot child */
 } ptmd_dump_state;
 
 /* Prepares a zeroed state (file descriptors closed). Call before ptmd_dump_run or ptmd_dump_fork. */

@@ -35,6 +35,7 @@ enum {
     PTMD_SEC_RUBY_WORDS = 14,   /* uint64[count]: the objects' candidate pointer words, in object order */
     PTMD_SEC_RUBY_NAMES = 15,   /* count entries: u64 key, u32 kind, u32 len, name, zero pad to 8 */
     PTMD_SEC_REFS = 16,         /* ptmd_ref[count]: chunk -> chunk pointers (references: true) */
+    PTMD_SEC_TRIM_CHECK = 17,   /* uint64[count]: bytes malloc_trim(0) released, per arena (trim_check: true) */
     PTMD_SEC_END = 0xffff
 };
 

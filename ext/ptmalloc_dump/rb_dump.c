@@ -36,7 +36,7 @@ static VALUE dump_body(VALUE arg)
 /* _dump(path, debug_dir, strings, ruby, references) -> summary Hash. strings: flat Array of key,
  * value Strings; ruby: record Ruby's heap; references: scan chunks for pointers to chunks. */
 static VALUE rb_ptmd_dump(VALUE self, VALUE path, VALUE debug_dir, VALUE strings, VALUE ruby, VALUE references,
-                          VALUE symbols)
+                          VALUE symbols, VALUE trim)
 {
     dump_call *c;
     VALUE result;
@@ -68,6 +68,7 @@ static VALUE rb_ptmd_dump(VALUE self, VALUE path, VALUE debug_dir, VALUE strings
     c->opts.strings = c->strings;
     c->opts.references = RTEST(references);
     c->opts.symbols = NUM2INT(symbols);
+    c->opts.trim_check = RTEST(trim);
     c->ruby = RTEST(ruby);
     result = rb_protect(dump_body, (VALUE)c, &state);
     ptmd_dump_release(&c->d);
@@ -205,7 +206,7 @@ static VALUE rb_ptmd_libc_info(VALUE self, VALUE debug_dir, VALUE symbols)
 
 void ptmd_rb_dump_init(void)
 {
-    rb_define_singleton_method(ptmd_mPtmallocDump, "_dump", rb_ptmd_dump, 6);
+    rb_define_singleton_method(ptmd_mPtmallocDump, "_dump", rb_ptmd_dump, 7);
     rb_define_singleton_method(ptmd_mPtmallocDump, "_libc_info", rb_ptmd_libc_info, 2);
     rb_define_singleton_method(ptmd_mPtmallocDump, "_dump_fork", rb_ptmd_dump_fork, 5);
     rb_define_singleton_method(ptmd_mPtmallocDump, "_raise_child_error", rb_ptmd_raise_child_error, 1);

@@ -30,6 +30,8 @@ typedef struct {
 static void dump_free(void *p)
 {
     rb_dump_t *d = p;
+    /* the mappings were reported to the GC when loaded: take them back */
+    if (d->loaded) rb_gc_adjust_memory_usage(-(ssize_t)(d->cap + d->recs_cap));
     if (d->data) munmap(d->data, d->cap);
     if (d->recs) munmap(d->recs, d->recs_cap);
     xfree(d->usage);
@@ -180,6 +182,8 @@ static VALUE dump_load(VALUE self, VALUE path)
     mprotect(d->data, d->cap, PROT_READ);
     mprotect(d->recs, d->recs_cap, PROT_READ);
     d->loaded = 1;
+    /* mmapped memory the GC would not otherwise count: let it weigh in on when to collect */
+    rb_gc_adjust_memory_usage((ssize_t)(d->cap + d->recs_cap));
     return self;
 bad:
     munmap(d->data, d->cap);
@@ -446,6 +450,73 @@ static VALUE dump_summary(VALUE self)
     return ptmd_rb_summary(&get_dump(self)->view);
 }
 
+/* Dump#_size_classes -> { size class => [chunks, bytes] } of in-use and mmapped chunks; a class is the
+ * exact chunk size up to 1040 bytes (the tcache's range), then the next power of two */
+static VALUE dump_size_classes(VALUE self)
+{
+    const ptmd_view *v = &get_dump(self)->view;
+    VALUE h = rb_hash_new();
+    uint64_t exact[66][2], pow2[64][2];
+    size_t i;
+    memset(exact, 0, sizeof(exact));
+    memset(pow2, 0, sizeof(pow2));
+    for (i = 0; i < v->n_chunks; i++) {
+        const ptmd_chunk_rec *c = &v->chunks[i];
+        int st = ptmd_rec_state(c);
+        uint64_t size = ptmd_rec_size(c);
+        if (st != PTMD_ST_IN_USE && st != PTMD_ST_MMAPPED) continue;
+        if (size <= 1040) {
+            exact[size / 16][0]++;
+            exact[size / 16][1] += size;
+        } else {
+            int k = 64 - __builtin_clzll(size - 1);
+            pow2[k][0]++;
+            pow2[k][1] += size;
+        }
+    }
+    for (i = 0; i < 66; i++)
+        if (exact[i][0]) rb_hash_aset(h, U64(i * 16), rb_ary_new_from_args(2, U64(exact[i][0]), U64(exact[i][1])));
+    for (i = 0; i < 64; i++)
+        if (pow2[i][0]) rb_hash_aset(h, U64(1ull << i), rb_ary_new_from_args(2, U64(pow2[i][0]), U64(pow2[i][1])));
+    return h;
+}
+
+/* Dump#_first_difference(other) -> index of the first chunk that differs in address, size or state,
+ * the shorter count when one is a prefix of the other, or nil when both have the same chunks */
+static VALUE dump_first_difference(VALUE self, VALUE other)
+{
+    const ptmd_view *a = &get_dump(self)->view, *b = &get_dump(other)->view;
+    size_t i, n = a->n_chunks < b->n_chunks ? a->n_chunks : b->n_chunks;
+    for (i = 0; i < n; i++) {
+        const ptmd_chunk_rec *x = &a->chunks[i], *y = &b->chunks[i];
+        if (x->addr != y->addr || ptmd_rec_size(x) != ptmd_rec_size(y) || ptmd_rec_state(x) != ptmd_rec_state(y))
+            return ULONG2NUM(i);
+    }
+    return a->n_chunks == b->n_chunks ? Qnil : ULONG2NUM(n);
+}
+
+/* Dump#_chunk_by_index(i) -> [address, size, state] */
+static VALUE dump_chunk_by_index(VALUE self, VALUE index)
+{
+    const ptmd_view *v = &get_dump(self)->view;
+    long i = NUM2LONG(index);
+    if (i < 0 || (size_t)i >= v->n_chunks) return Qnil;
+    return rb_ary_new_from_args(3, U64(v->chunks[i].addr), U64(ptmd_rec_size(&v->chunks[i])),
+                                ID2SYM(rb_intern(ptmd_state_names[ptmd_rec_state(&v->chunks[i])])));
+}
+
+/* Dump#trim_released -> Array of bytes per arena that malloc_trim(0) released (trim_check), or nil */
+static VALUE dump_trim_released(VALUE self)
+{
+    const ptmd_view *v = &get_dump(self)->view;
+    VALUE ary;
+    size_t i;
+    if (!v->trim_released) return Qnil;
+    ary = rb_ary_new_capa((long)v->n_trim_released);
+    for (i = 0; i < v->n_trim_released; i++) rb_ary_push(ary, U64(v->trim_released[i]));
+    return ary;
+}
+
 static VALUE dump_file_size(VALUE self)
 {
     return U64(get_dump(self)->len);
@@ -469,4 +540,8 @@ void ptmd_rb_reader_init(void)
     rb_define_method(cDump, "malloc_info", dump_malloc_info, 0);
     rb_define_method(cDump, "chunk_count", dump_chunk_count, 0);
     rb_define_method(cDump, "file_size", dump_file_size, 0);
+    rb_define_method(cDump, "trim_released", dump_trim_released, 0);
+    rb_define_private_method(cDump, "_size_classes", dump_size_classes, 0);
+    rb_define_private_method(cDump, "_first_difference", dump_first_difference, 1);
+    rb_define_private_method(cDump, "_chunk_by_index", dump_chunk_by_index, 1);
 }

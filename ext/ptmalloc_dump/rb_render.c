@@ -2,6 +2,7 @@
 #include "rb_common.h"
 #include "analysis.h"
 #include "render.h"
+#include "diff.h"
 
 #include <string.h>
 
@@ -157,7 +158,7 @@ static VALUE dump_render(VALUE self, VALUE outdir, VALUE owner, VALUE max_px, VA
         const ptmd_image *im = &images[i];
         VALUE e = rb_hash_new();
         SET(e, "file", rb_str_new_cstr(im->file));
-        static const char *const kinds[] = { "?", "page_map", "byte_map", "owner_map", "ruby_pages" };
+        static const char *const kinds[] = { "?", "page_map", "byte_map", "owner_map", "ruby_pages", "diff_map" };
         SET(e, "kind", ID2SYM(rb_intern(kinds[im->kind])));
         SET(e, "group", im->group == -1 ? ID2SYM(rb_intern("mmapped")) : im->group == -2 ? ID2SYM(rb_intern("ruby")) : INT2NUM(im->group));
         SET(e, "tile", UINT2NUM(im->tile));
@@ -167,6 +168,73 @@ static VALUE dump_render(VALUE self, VALUE outdir, VALUE owner, VALUE max_px, VA
         SET(e, "height", UINT2NUM(im->height));
         SET(e, "cell", UINT2NUM(im->cell));
         SET(e, "per_row", UINT2NUM(im->per_row));
+        rb_ary_push(ary, e);
+    }
+    xfree(images);
+    return ary;
+}
+
+/* Dump#_diff_from(older) -> [totals Hash, page change String (one byte per page of self)] */
+static VALUE dump_diff_from(VALUE self, VALUE older)
+{
+    const ptmd_view *b = ptmd_rb_dump_view(self), *a = ptmd_rb_dump_view(older);
+    const ptmd_page_usage *ub = ptmd_rb_dump_usage(self), *ua = ptmd_rb_dump_usage(older);
+    ptmd_diff_totals t;
+    VALUE change = rb_str_new(NULL, (long)b->n_pages), h = rb_hash_new(), pages = rb_hash_new();
+    static const char *const names[PTMD_PCHG_COUNT] = { "unchanged", "new_in_use", "new_free_resident", "released", "new_page" };
+    int i;
+    if (ptmd_diff(a, ua, b, ub, &t, (uint8_t *)RSTRING_PTR(change)) != 0) rb_raise(rb_eNoMemError, "diffing dumps");
+    SET(h, "same_count", U64(t.same_count));
+    SET(h, "same_bytes", U64(t.same_bytes));
+    SET(h, "new_count", U64(t.new_count));
+    SET(h, "new_bytes", U64(t.new_bytes));
+    SET(h, "gone_count", U64(t.gone_count));
+    SET(h, "gone_bytes", U64(t.gone_bytes));
+    SET(h, "pages_became_resident", U64(t.became_resident));
+    for (i = 0; i < PTMD_PCHG_COUNT; i++) rb_hash_aset(pages, ID2SYM(rb_intern(names[i])), U64(t.pages[i]));
+    SET(h, "pages", pages);
+    return rb_ary_new_from_args(2, h, change);
+}
+
+/* Dump#_render_diff(outdir, change) -> Array of image Hashes (the diff maps) */
+static VALUE dump_render_diff(VALUE self, VALUE outdir, VALUE change)
+{
+    const ptmd_view *v = ptmd_rb_dump_view(self);
+    const ptmd_page_usage *usage = ptmd_rb_dump_usage(self);
+    ptmd_render_opts o;
+    ptmd_image *images;
+    ptmd_err err;
+    size_t n;
+    long got, i;
+    VALUE ary;
+    FilePathValue(outdir);
+    StringValue(change);
+    if ((size_t)RSTRING_LEN(change) != v->n_pages) rb_raise(rb_eArgError, "one change byte per page");
+    memset(&o, 0, sizeof(o));
+    o.outdir = StringValueCStr(outdir);
+    o.progress_fd = -1;
+    o.page_change = (const uint8_t *)RSTRING_PTR(change);
+    n = ptmd_render_count(v, &o);
+    images = ALLOC_N(ptmd_image, n ? n : 1);
+    got = ptmd_render(v, usage, &o, images, n, &err);
+    RB_GC_GUARD(change);
+    if (got < 0) {
+        xfree(images);
+        ptmd_rb_raise(&err);
+    }
+    ary = rb_ary_new_capa(got);
+    for (i = 0; i < got; i++) {
+        VALUE e = rb_hash_new();
+        SET(e, "file", rb_str_new_cstr(images[i].file));
+        SET(e, "group", images[i].group < 0 ? ID2SYM(rb_intern("mmapped")) : INT2NUM(images[i].group));
+        SET(e, "tile", UINT2NUM(images[i].tile));
+        SET(e, "width", UINT2NUM(images[i].width));
+        SET(e, "height", UINT2NUM(images[i].height));
+        SET(e, "first_unit", U64(images[i].first_unit));
+        SET(e, "units", U64(images[i].n_units));
+        SET(e, "cell", UINT2NUM(images[i].cell));
+        SET(e, "per_row", UINT2NUM(images[i].per_row));
+        SET(e, "kind", ID2SYM(rb_intern("diff_map")));
         rb_ary_push(ary, e);
     }
     xfree(images);
@@ -188,6 +256,11 @@ static VALUE render_palette(VALUE self)
     SET(h, "page_classes", pages);
     SET(h, "owners", owners);
     {
+        VALUE diff = rb_ary_new();
+        for (i = 0; i < 5; i++) rb_ary_push(diff, hex_color(ptmd_diff_color(i)));
+        SET(h, "diff", diff);
+    }
+    {
         const ptmd_rgb *p = ptmd_palette();
         VALUE all = rb_ary_new_capa(PTMD_PAL_SIZE);
         for (i = 0; i < PTMD_PAL_SIZE; i++) rb_ary_push(all, hex_color(p[i]));
@@ -202,6 +275,8 @@ void ptmd_rb_render_init(void)
     VALUE mRender = rb_define_module_under(ptmd_mPtmallocDump, "Render");
     rb_define_private_method(cDump, "_analysis", dump_analysis, 0);
     rb_define_private_method(cDump, "_render", dump_render, 4);
+    rb_define_private_method(cDump, "_diff_from", dump_diff_from, 1);
+    rb_define_private_method(cDump, "_render_diff", dump_render_diff, 2);
     rb_define_singleton_method(mRender, "palette", render_palette, 0);
     rb_define_const(mRender, "BYTES_PER_PIXEL", INT2NUM(PTMD_BYTE_MAP_BYTES_PER_PX));
     rb_define_const(mRender, "PAGE_CELLS_PER_ROW", INT2NUM(PTMD_PAGE_MAP_CELLS_PER_ROW));

@@ -31,6 +31,7 @@ static const section_rule rules[] = {
     { PTMD_SEC_RUBY_WORDS, sizeof(uint64_t), 0, 1 },
     { PTMD_SEC_RUBY_NAMES, 0, 0, 1 },
     { PTMD_SEC_REFS, sizeof(ptmd_ref), 0, 1 },
+    { PTMD_SEC_TRIM_CHECK, sizeof(uint64_t), 0, 1 },
 };
 #define N_RULES (sizeof(rules) / sizeof(rules[0]))
 
@@ -38,7 +39,8 @@ static const char *section_name(uint32_t type)
 {
     static const char *const names[] = { "?", "meta", "strings", "mallinfo2", "malloc_info", "arenas",
                                          "heaps", "chunks", "pages", "threads", "anomalies", "ruby_meta",
-                                         "ruby_pages", "ruby_objects", "ruby_words", "ruby_names", "refs" };
+                                         "ruby_pages", "ruby_objects", "ruby_words", "ruby_names", "refs",
+                                         "trim_check" };
     return type < sizeof(names) / sizeof(names[0]) ? names[type] : "unknown";
 }
 
@@ -155,6 +157,7 @@ int ptmd_read_view(const unsigned char *data, size_t len, const char *name, ptmd
                 if (!check_names(payload, sh->length, sh->count)) FAIL("%s: damaged ruby_names section", name);
                 break;
             case PTMD_SEC_REFS: v->refs = (const void *)payload; v->n_refs = sh->count; break;
+            case PTMD_SEC_TRIM_CHECK: v->trim_released = (const void *)payload; v->n_trim_released = sh->count; break;
             }
         }
         /* unknown section types of the same format version are skipped */
@@ -202,6 +205,7 @@ int ptmd_read_view(const unsigned char *data, size_t len, const char *name, ptmd
         }
         if (words != v->n_ruby_words) FAIL("%s: the Ruby objects' words do not add up", name);
     }
+    if (v->trim_released && v->n_trim_released != v->n_arenas) FAIL("%s: the trim check does not cover every arena", name);
     for (i = 0; i < v->n_refs; i++)
         if (v->refs[i].from >= v->n_chunks || v->refs[i].to >= v->n_chunks)
             FAIL("%s: reference %zu names a chunk that does not exist", name, i);

@@ -49,6 +49,11 @@ static const ptmd_rgb owner_colors[PTMD_OWNER_MAX] = {
     { 0x55, 0x55, 0x55 }, { 0x55, 0x55, 0x55 }, { 0x55, 0x55, 0x55 }, { 0x55, 0x55, 0x55 },
 };
 
+/* Diff maps: unchanged, newly in use, newly free but resident, released, a new page without live data. */
+static const ptmd_rgb diff_colors[5] = {
+    { 0xdd, 0xe3, 0xea }, { 0x2e, 0x6b, 0xb0 }, { 0xe3, 0x1a, 0x1c }, { 0x9a, 0xd4, 0x8c }, { 0xf6, 0xc7, 0x8d },
+};
+
 static ptmd_rgb palette[PTMD_PAL_SIZE];
 static int palette_ready;
 
@@ -83,6 +88,7 @@ const ptmd_rgb *ptmd_palette(void)
                 ptmd_rgb c = s ? mix(owner_colors[i], white, 28) : owner_colors[i];
                 palette[PTMD_PAL_OWNER(i, s, d)] = d ? mix(c, white, 65) : c;
             }
+    for (i = 0; i < 5; i++) palette[PTMD_PAL_DIFF(i)] = diff_colors[i];
     palette_ready = 1;
     return palette;
 }
@@ -90,6 +96,7 @@ const ptmd_rgb *ptmd_palette(void)
 ptmd_rgb ptmd_state_color(int state) { return state_colors[state]; }
 ptmd_rgb ptmd_page_color(int pc) { return page_colors[pc]; }
 ptmd_rgb ptmd_owner_color(int owner) { return owner_colors[owner]; }
+ptmd_rgb ptmd_diff_color(int change) { return diff_colors[change]; }
 
 /* ---- groups: each arena heap alone, and all mmapped chunks together ----------------------- */
 
@@ -208,8 +215,8 @@ static int shared_page(const ptmd_view *v, uint8_t f)
            (f & PTMD_PAGE_PRESENT) && !(f & PTMD_PAGE_EXCLUSIVE);
 }
 
-static void paint_page_map(const ptmd_view *v, const ptmd_page_usage *usage, const group *g, uint64_t u0,
-                           uint64_t u1, uint32_t cell, uint8_t *px, uint32_t width)
+static void paint_page_map(const ptmd_view *v, const ptmd_page_usage *usage, const uint8_t *change, const group *g,
+                           uint64_t u0, uint64_t u1, uint32_t cell, uint8_t *px, uint32_t width)
 {
     uint64_t off = 0;
     size_t h;
@@ -233,7 +240,8 @@ static void paint_page_map(const ptmd_view *v, const ptmd_page_usage *usage, con
                 for (x = 0; x < cell; x++)
                     /* shared pages get a checker of the darker shade */
                     px[(row * cell + y) * width + col * cell + x] =
-                        (uint8_t)PTMD_PAL_PAGE(pc, sh && ((x + y) & 1) == 0);
+                        change ? (uint8_t)PTMD_PAL_DIFF(change[hp->first_page + p] % 5)
+                               : (uint8_t)PTMD_PAL_PAGE(pc, sh && ((x + y) & 1) == 0);
         }
         off += hp->n_pages;
     }
@@ -347,10 +355,14 @@ static size_t plan(const ptmd_view *v, const ptmd_render_opts *o, const group *g
     for (gi = 0; gi < ng; gi++) {
         const uint64_t pages = group_pages(v, &gs[gi]);
         int kind;
-        for (kind = PTMD_IMG_PAGE_MAP; kind <= PTMD_IMG_OWNER_MAP; kind++) {
-            const int pm = kind == PTMD_IMG_PAGE_MAP;
-            const char *tag = pm ? "pages" : kind == PTMD_IMG_BYTE_MAP ? "bytes" : "owners";
+        for (kind = PTMD_IMG_PAGE_MAP; kind <= PTMD_IMG_DIFF_MAP; kind++) {
+            const int pm = kind == PTMD_IMG_PAGE_MAP || kind == PTMD_IMG_DIFF_MAP;
+            const char *tag = kind == PTMD_IMG_PAGE_MAP ? "pages" : kind == PTMD_IMG_BYTE_MAP ? "bytes"
+                            : kind == PTMD_IMG_OWNER_MAP ? "owners" : "diff";
             if (kind == PTMD_IMG_OWNER_MAP && !o->owner) continue;
+            if (kind == PTMD_IMG_RUBY_PAGES) continue;
+            /* a diff renders its diff maps only; a report everything else */
+            if ((kind == PTMD_IMG_DIFF_MAP) != (o->page_change != NULL)) continue;
             const uint32_t cell = pm ? page_map_cell(pages) : 1;
             const uint32_t per_row = pm ? PTMD_PAGE_MAP_CELLS_PER_ROW : (uint32_t)(gpp * PTMD_BYTE_MAP_PAGES_PER_ROW);
             const uint32_t width = per_row * cell;
@@ -385,7 +397,7 @@ static size_t plan(const ptmd_view *v, const ptmd_render_opts *o, const group *g
         }
     }
     /* Ruby's object pages, one row of slots per page, when the dump has them */
-    if (o->owner_types && v->n_ruby_pages) {
+    if (o->owner_types && v->n_ruby_pages && !o->page_change) {
         uint32_t slots = 0;
         uint64_t rows_per_tile = PTMD_MAX_IMAGE_ROWS / 2, r;
         size_t i;
@@ -450,8 +462,9 @@ long ptmd_render(const ptmd_view *v, const ptmd_page_usage *usage, const ptmd_re
             free(gs);
             return ptmd_fail(err, PTMD_E_NOMEM, "out of memory for a %ux%u image", im->width, im->height);
         }
-        if (im->kind == PTMD_IMG_PAGE_MAP)
-            paint_page_map(v, usage, g, im->first_unit, im->first_unit + im->n_units, im->cell, px, im->width);
+        if (im->kind == PTMD_IMG_PAGE_MAP || im->kind == PTMD_IMG_DIFF_MAP)
+            paint_page_map(v, usage, im->kind == PTMD_IMG_DIFF_MAP ? o->page_change : NULL, g, im->first_unit,
+                           im->first_unit + im->n_units, im->cell, px, im->width);
         else if (im->kind == PTMD_IMG_RUBY_PAGES)
             paint_ruby_pages(v, o->owner_types, im->first_unit, im->first_unit + im->n_units, px, im->width);
         else

@@ -19,7 +19,8 @@
 #define PTMD_PAL_STATE(st, shade, dim) (1 + (st) * 4 + (shade) * 2 + (dim))
 #define PTMD_PAL_PAGE(pc, shared) (40 + (pc) * 2 + (shared))
 #define PTMD_PAL_OWNER(o, shade, dim) (64 + (o) * 4 + (shade) * 2 + (dim))
-#define PTMD_PAL_SIZE (64 + PTMD_OWNER_MAX * 4)
+#define PTMD_PAL_DIFF(c) (128 + (c))      /* diff maps: diff.h's PTMD_PCHG_* */
+#define PTMD_PAL_SIZE (128 + 8)
 
 typedef struct {
     uint8_t r, g, b;
@@ -31,8 +32,9 @@ const ptmd_rgb *ptmd_palette(void);
 ptmd_rgb ptmd_state_color(int state);
 ptmd_rgb ptmd_page_color(int page_class);
 ptmd_rgb ptmd_owner_color(int owner);
+ptmd_rgb ptmd_diff_color(int change);
 
-enum { PTMD_IMG_PAGE_MAP = 1, PTMD_IMG_BYTE_MAP = 2, PTMD_IMG_OWNER_MAP = 3, PTMD_IMG_RUBY_PAGES = 4 };
+enum { PTMD_IMG_PAGE_MAP = 1, PTMD_IMG_BYTE_MAP = 2, PTMD_IMG_OWNER_MAP = 3, PTMD_IMG_RUBY_PAGES = 4, PTMD_IMG_DIFF_MAP = 5 };
 
 #define PTMD_PAGE_MAP_CELLS_PER_ROW 256    /* 1 MiB of heap per row with 4 KiB pages */
 #define PTMD_BYTE_MAP_BYTES_PER_PX 16
@@ -55,6 +57,7 @@ typedef struct {
     const uint8_t *owner_types;     /* per Ruby object its owner category, or NULL: no Ruby pages map */
     uint64_t max_tile_pixels;       /* pixel budget of one image (0: default) */
     int progress_fd;                /* -1: quiet; else progress lines go here */
+    const uint8_t *page_change;     /* per page, diff.h's PTMD_PCHG_*: render diff maps only */
 } ptmd_render_opts;
 
 /* Renders every group. images receives up to max_images entries; returns the number written

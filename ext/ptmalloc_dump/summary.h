@@ -39,6 +39,8 @@ typedef struct {
     size_t ruby_names_len, n_ruby_names;
     const ptmd_ref *refs;
     size_t n_refs;
+    const uint64_t *trim_released;  /* trim_check: bytes malloc_trim(0) released per arena, or NULL */
+    size_t n_trim_released;
 } ptmd_view;
 
 typedef struct {

@@ -192,6 +192,8 @@ static void adopt_scanned(ptmd_walk *w, size_t first_scanned)
         if (!t->pthread || t->tcache) continue;
         if (ar_off >= 0 && ptmd_safe_read(&w->mem, tblock + (uint64_t)ar_off, &v, 8) == 0) t->arena = v;
         if (ptmd_safe_read(&w->mem, tblock + (uint64_t)tc_off, &v, 8) != 0 || !v) continue;
+        t->tcache = v;
+        t->flags |= PTMD_TF_TLS;
         for (j = first_scanned; j < PTMD_BUF_COUNT(&w->threads, ptmd_thread_rec); j++) {
             ptmd_thread_rec *s = PTMD_BUF_AT(&w->threads, ptmd_thread_rec, j);
             if (s->tcache != v) continue;
@@ -202,7 +204,19 @@ static void adopt_scanned(ptmd_walk *w, size_t first_scanned)
             /* the scanned record is now this thread's: drop it */
             *s = *PTMD_BUF_AT(&w->threads, ptmd_thread_rec, PTMD_BUF_COUNT(&w->threads, ptmd_thread_rec) - 1);
             w->threads.len -= sizeof(ptmd_thread_rec);
+            v = 0;
             break;
+        }
+        if (v) {
+            /* a tcache the structural scan did not accept (it may be mid-change, or empty): the thread's
+             * own pointer vouches for it, as with symbols */
+            uint32_t c = 0;
+            uint64_t b = 0;
+            tcache_walk(w, v, 1, &c, &b);
+            t = PTMD_BUF_AT(&w->threads, ptmd_thread_rec, i);
+            t->tcache_count = c;
+            t->tcache_bytes = b;
+            mark_struct(w, v);
         }
     }
     PTMD_UNUSED(self);

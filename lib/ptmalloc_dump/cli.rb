@@ -6,7 +6,9 @@ module PtmallocDump
   # `ptmalloc-visualize`: option parsing and dispatch. The work is done by the library.
   class CLI
     USAGE = "Usage: ptmalloc-visualize [options] DUMP OUTDIR\n" \
-            "       ptmalloc-visualize --summary|--json DUMP"
+            "       ptmalloc-visualize --summary|--json DUMP\n" \
+            "       ptmalloc-visualize --diff OLD NEW OUTDIR\n" \
+            "       ptmalloc-visualize --compare DUMP... OUTDIR"
 
     def initialize(argv, out: $stdout, err: $stderr)
       @argv = argv.dup
@@ -21,6 +23,8 @@ module PtmallocDump
       case @options[:mode]
       when :summary then with_dump(1) { |d| @out.print TextSummary.new(d) }
       when :json then with_dump(1) { |d| @out.puts JSON.pretty_generate(JsonSummary.new(d).to_h) }
+      when :diff then diff
+      when :compare then compare
       else render
       end
     rescue OptionParser::ParseError, UsageError => e
@@ -45,7 +49,9 @@ module PtmallocDump
         o.separator ""
         o.on("--summary", "Print the text summary of DUMP and exit") { @options[:mode] = :summary }
         o.on("--json", "Print the summary of DUMP as JSON and exit") { @options[:mode] = :json }
-        o.on("-f", "--force", "Write into OUTDIR even if it is not empty") { @options[:force] = true }
+        o.on("--diff", "Compare two dumps of one process: OLD NEW OUTDIR") { @options[:mode] = :diff }
+        o.on("--compare", "Compare dumps of several workers: DUMP... OUTDIR") { @options[:mode] = :compare }
+        o.on("-f", "--force", "Write into OUTDIR even if it is not empty; --diff dumps of different processes") { @options[:force] = true }
         o.on("-v", "--version", "Print the version") do
           @out.puts "ptmalloc-visualize #{VERSION}"
           throw :done
@@ -72,6 +78,33 @@ module PtmallocDump
       dump = PtmallocDump.load(dump_path)
       prepare_outdir(outdir)
       Report.new(dump, outdir, progress: @err.tty? ? @err : nil).write
+      @out.puts "wrote #{File.join(outdir, 'index.html')}"
+      0
+    end
+
+    def diff
+      raise UsageError, "--diff expects OLD NEW OUTDIR, got #{@argv.size} argument(s)" unless @argv.size == 3
+
+      old, new, outdir = @argv
+      d = Diff.new(old, new, force: @options[:force])
+      prepare_outdir(outdir)
+      ComparisonReport.new(outdir).write_diff(d)
+      g = d.growth
+      @out.puts "heap #{format('%+d', g[:arena])} B, in use #{format('%+d', g[:in_use_bytes])} B, " \
+                "free resident #{format('%+d', g[:free_resident_bytes])} B, mmapped #{format('%+d', g[:hblkhd])} B"
+      @out.puts "wrote #{File.join(outdir, 'index.html')}"
+      0
+    end
+
+    def compare
+      raise UsageError, "--compare expects DUMP... OUTDIR with at least two dumps" if @argv.size < 3
+
+      outdir = @argv.pop
+      fleet = Fleet.new(@argv)
+      prepare_outdir(outdir)
+      ComparisonReport.new(outdir).write_fleet(fleet)
+      d = fleet.most_deviant
+      @out.puts "deviates most: pid #{d[:pid]} (#{d[:figure]} #{d[:value]} B, median #{d[:median]} B)"
       @out.puts "wrote #{File.join(outdir, 'index.html')}"
       0
     end

@@ -75,6 +75,7 @@ module PtmallocDump
         #{legend}
         #{ruby_section}
         #{heaps_section}
+        #{advice_section}
         #{reclaimable_section}
         #{fragmentation_section}
         #{arenas_section}
@@ -87,7 +88,10 @@ module PtmallocDump
       HTML
     end
 
-    def css
+    def css = self.class.css
+
+    # The report's stylesheet (inline, shared by every page the gem writes).
+    def self.css
       <<~CSS.gsub(/\s+/, " ")
         body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #222; max-width: 1400px; }
         h1 { font-size: 1.5em; margin: 0 0 .2em; } h2 { margin-top: 1.6em; border-bottom: 1px solid #ddd; }
@@ -253,6 +257,15 @@ module PtmallocDump
 
     def reclaimable_total = @analysis[:trim_estimate].sum
 
+    def advice_section
+      lines = Advice.new(@dump).lines
+      items = lines.map { |l| "<li class=\"advice\">#{h(l.text)}</li>" }
+      <<~HTML
+        <h2>Advice</h2>
+        #{lines.empty? ? '<p>Nothing stands out: no figure crosses a threshold for advice.</p>' : "<ul>#{items.join("\n")}</ul>"}
+      HTML
+    end
+
     def reclaimable_section
       rows = @dump.arenas.map do |a|
         s = summary[:arenas][a.index]
@@ -262,10 +275,20 @@ module PtmallocDump
       <<~HTML
         <h2>Reclaimable now</h2>
         <p>What <code>malloc_trim(0)</code> would give back: the whole pages inside free chunks (after fastbins are consolidated) and, for the main arena, the top beyond its first page. Memory in tcaches stays.</p>
+        #{measured_trim}
         <table><tr><th class="l">arena</th><th class="l">address</th><th>free, resident</th><th>malloc_trim(0) would release</th></tr>
         #{rows.join("\n")}
         <tr><th class="l" colspan="2">total</th><th>#{h(human_bytes(summary[:free_resident_bytes]))}</th><th>#{h(human_bytes(reclaimable_total))}</th></tr></table>
       HTML
+    end
+
+    def measured_trim
+      released = @dump.trim_released
+      return "" unless released
+
+      "<p>Measured with <code>trim_check: true</code>: malloc_trim(0), run right after the walk, released " \
+        "<b>#{h(human_bytes(released.sum))}</b> (#{released.sum} B) against #{h(human_bytes(reclaimable_total))} " \
+        "(#{reclaimable_total} B) estimated.</p>"
     end
 
     def fragmentation_section

@@ -15,7 +15,7 @@ module PtmallocDump
 
     # @return [String]
     def to_s
-      (process_lines + totals_lines + arena_lines + verify_lines).join("\n") << "\n"
+      (process_lines + totals_lines + arena_lines + verify_lines + advice_lines).join("\n") << "\n"
     end
 
     private
@@ -56,6 +56,13 @@ module PtmallocDump
                         human_bytes(a[:top_bytes]), a[:chunk_count])
       end
       lines << ""
+    end
+
+    def advice_lines
+      lines = Advice.new(@dump).lines
+      return ["", "advice: none: no figure crosses a threshold"] if lines.empty?
+
+      ["", "advice:"] + lines.map { |l| "- #{l.text}" }
     end
 
     def verify_lines

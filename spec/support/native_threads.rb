@@ -16,6 +16,8 @@ module NativeThreads
   FREE = Fiddle::Function.new(LIB["hw_free"], [INT, VOIDP, SIZE_T], Fiddle::TYPE_VOID)
   FREE_PLAN = Fiddle::Function.new(LIB["hw_free_plan"], [VOIDP, VOIDP, SIZE_T], Fiddle::TYPE_VOID)
   STOP = Fiddle::Function.new(LIB["hw_stop"], [INT], Fiddle::TYPE_VOID)
+  MALLOC_MANY = Fiddle::Function.new(LIB["malloc_many"], [INT, SIZE_T, SIZE_T], INT)
+  FREE_MANY = Fiddle::Function.new(LIB["free_many"], [INT], Fiddle::TYPE_VOID)
   HOLD = Fiddle::Function.new(LIB["hold_blocks"], [SIZE_T, SIZE_T], Fiddle::TYPE_UINTPTR_T)
   RELEASE = Fiddle::Function.new(LIB["release_blocks"], [], Fiddle::TYPE_VOID)
   CHURN_START = Fiddle::Function.new(LIB["churn_start"], [INT], INT)
@@ -60,6 +62,10 @@ module NativeThreads
   end
 
   def self.release = RELEASE.call
+
+  # worker `index` mallocs n blocks of `size`, remembered on the C side only (no Ruby allocation)
+  def self.malloc_many(index, n, size) = MALLOC_MANY.call(index, n, size)
+  def self.free_many(index) = FREE_MANY.call(index)
 
   def self.churn_start(n) = CHURN_START.call(n)
   def self.churn_ops = CHURN_OPS.call

@@ -1,0 +1,97 @@
+# frozen_string_literal: true
+
+require_relative "format_helpers"
+
+module PtmallocDump
+  # Advice computed from a dump's figures. Every line states the number that triggers it and the
+  # expected gain; nothing is advised without its figure.
+  class Advice
+    include FormatHelpers
+
+    MIB = 1024 * 1024
+
+    # One piece of advice: `figure` is the number behind it (bytes unless `unit` says otherwise),
+    # `gain` what acting on it could give back (bytes), `text` the sentence with both in it.
+    Line = Struct.new(:topic, :figure, :unit, :gain, :text) do
+      def to_s = text
+    end
+
+    def initialize(dump)
+      @dump = dump
+      @s = dump.summary
+      @a = dump.analysis
+    end
+
+    # @return [Array<Line>]
+    def lines
+      @lines ||= [trim, arenas, pinned, small_free, mmap_threshold, tcache].compact
+    end
+
+    private
+
+    def b(n) = "#{human_bytes(n)} (#{n} B)"
+
+    def trim
+      est = @a[:trim_estimate].sum
+      return nil if est < MIB || est * 100 < @s[:resident_bytes]
+
+      measured = @dump.trim_released&.sum
+      checked = measured ? "; malloc_trim(0) run after the dump released #{b(measured)}" : ""
+      Line.new(:malloc_trim, est, :bytes, est,
+               "malloc_trim(0) would return #{b(est)} of resident memory now (whole pages inside free chunks and the " \
+               "main arena's top): call it periodically, for example after a major GC, to gain about #{human_bytes(est)}#{checked}.")
+    end
+
+    def arenas
+      others = @s[:arenas].reject { |a| a[:main] }
+      held = others.sum { |a| a[:free_resident_bytes] }
+      return nil if others.size < 2 || held < 4 * MIB
+
+      Line.new(:arena_max, held, :bytes, held,
+               "#{others.size + 1} arenas; the #{others.size} besides the main arena hold #{b(held)} free but resident: " \
+               "MALLOC_ARENA_MAX=2 makes threads share arenas so their free memory is reused, expected gain up to " \
+               "#{human_bytes(held)}.")
+    end
+
+    def pinned
+      bytes = @a[:pinned_bytes]
+      return nil if bytes < MIB && bytes * 20 < @s[:resident_bytes]
+
+      Line.new(:fragmentation, bytes, :bytes, bytes,
+               "#{@a[:pinned_page_count]} pages (#{b(bytes)}) stay resident for less than 10% live data each: " \
+               "fragmentation a compacting or size-segregated allocator (jemalloc) avoids; up to #{human_bytes(bytes)} " \
+               "could be released.")
+    end
+
+    def small_free
+      small = @a[:free_bytes_below_page]
+      return nil if small < 4 * MIB || small * 4 < @s[:resident_bytes]
+
+      Line.new(:small_free_chunks, small, :bytes, small,
+               "#{b(small)} of free memory is in chunks smaller than a page, which no trim can release; it is reused only by " \
+               "requests that fit. Fewer long-lived objects among short-lived ones (or jemalloc) would give back up to " \
+               "#{human_bytes(small)}.")
+    end
+
+    def mmap_threshold
+      threshold = @dump.header[:mmap_threshold]
+      near = @dump.heaps.select { |h| h.kind == :mmapped_chunk && h.size < 2 * threshold }
+      bytes = near.sum(&:size)
+      return nil if near.size < 8
+
+      Line.new(:mmap_threshold, near.size, :chunks, bytes,
+               "#{near.size} mmapped chunks (#{b(bytes)}) are within twice the mmap threshold (#{human_bytes(threshold)}): " \
+               "each malloc and free of them is an mmap and munmap. MALLOC_MMAP_THRESHOLD_=#{2 * threshold} keeps them " \
+               "in the heap, saving those system calls for up to #{human_bytes(bytes)} more heap.")
+    end
+
+    def tcache
+      bytes = @s[:tcache_bytes]
+      return nil if bytes < 8 * MIB
+
+      Line.new(:tcache, bytes, :bytes, bytes,
+               "Threads' tcaches hold #{b(bytes)} in #{@s[:tcache_count]} free chunks that no other thread can use: " \
+               "a smaller GLIBC_TUNABLES=glibc.malloc.tcache_count would return up to #{human_bytes(bytes)} to the arenas.")
+    end
+  end
+end

@@ -1,0 +1,130 @@
+# frozen_string_literal: true
+
+require "cgi"
+require_relative "format_helpers"
+
+module PtmallocDump
+  # The pages `ptmalloc-visualize --diff` and `--compare` write: OUTDIR/index.html, self-contained.
+  class ComparisonReport
+    include FormatHelpers
+
+    def initialize(outdir)
+      @outdir = outdir
+    end
+
+    # @param diff [Diff]
+    # @return [String] the path of index.html
+    def write_diff(diff)
+      images = diff.new.send(:_render_diff, @outdir, diff.page_changes)
+      write("Heap growth of pid #{diff.new.header[:pid]}", diff_body(diff, images))
+    end
+
+    # @param fleet [Fleet]
+    # @return [String] the path of index.html
+    def write_fleet(fleet)
+      write("#{fleet.dumps.size} workers compared", fleet_body(fleet))
+    end
+
+    private
+
+    def h(v) = CGI.escapeHTML(v.to_s)
+
+    def signed(n) = n.negative? ? "-#{human_bytes(-n)}" : "+#{human_bytes(n)}"
+
+    def write(title, body)
+      path = File.join(@outdir, "index.html")
+      File.write(path, <<~HTML)
+        <!DOCTYPE html>
+        <html lang="en">
+        <head>
+        <meta charset="utf-8" />
+        <title>#{h(title)}</title>
+        <style>#{Report.css}</style>
+        </head>
+        <body>
+        <h1>#{h(title)}</h1>
+        #{body}
+        </body>
+        </html>
+      HTML
+      path
+    end
+
+    def row(cells) = "<tr>#{cells.map { |c| "<td>#{c}</td>" }.join}</tr>"
+
+    def diff_body(diff, images)
+      g = diff.growth
+      c = diff.chunks
+      span = diff.new.header[:time] - diff.old.header[:time]
+      totals = Diff::FIGURES.map do |f|
+        row(["<span class=\"l\">#{h(f)}</span>", h(f.to_s.end_with?("count", "hblks") ? diff.old.summary[f] : human_bytes(diff.old.summary[f])),
+             h(f.to_s.end_with?("count", "hblks") ? diff.new.summary[f] : human_bytes(diff.new.summary[f])),
+             h(f.to_s.end_with?("count", "hblks") ? format("%+d", g[f]) : signed(g[f]))])
+      end
+      arenas = diff.arenas.map do |a|
+        row(["<code>#{h(hex(a[:address]))}</code>#{a[:main] ? ' (main)' : ''}#{a[:new] ? ' (new)' : ''}",
+             h(signed(a[:arena])), h(signed(a[:in_use_bytes])), h(signed(a[:free_resident_bytes])), h(signed(a[:free_released_bytes]))])
+      end
+      classes = diff.size_classes.first(20).map do |e|
+        row([h(human_bytes(e[:size_class])), e[:old_count], e[:new_count], format("%+d", e[:count_growth]), h(signed(e[:bytes_growth]))])
+      end
+      pal = Render.palette[:diff]
+      legend = Diff::DIFF_PAGE_STATES.each_with_index.map do |st, i|
+        %(<span><span class="sw" style="background:#{pal[i]}"></span>#{h(st.to_s.tr('_', ' '))}: #{c[:pages][st]}</span>)
+      end
+      maps = images.group_by { |im| im[:group] }.map do |group, ims|
+        label = group == :mmapped ? "mmapped chunks" : "heap #{group}"
+        "<h3>#{h(label)}</h3><div class=\"maps\">#{ims.map { |im| %(<img class="map" src="#{h(im[:file])}" width="#{im[:width]}" height="#{im[:height]}" alt="#{h(label)}" />) }.join}</div>"
+      end
+      <<~HTML
+        <p class="sub">#{h(diff.old.path)} (#{h(diff.old.header[:time].utc)}) to #{h(diff.new.path)} (#{h(diff.new.header[:time].utc)}), #{format('%.1f', span)} s apart#{diff.same_process? ? '' : ' &#183; <b>different processes</b>: addresses are not comparable'}</p>
+        <h2>Growth</h2>
+        <table><tr><th class="l">figure</th><th>before</th><th>after</th><th>growth</th></tr>#{totals.join("\n")}</table>
+        <h2>Chunks</h2>
+        <p>In both dumps (same address, size and state): #{c[:same_count]} (#{h(human_bytes(c[:same_bytes]))}); new: #{c[:new_count]}
+        (#{h(human_bytes(c[:new_bytes]))}); gone: #{c[:gone_count]} (#{h(human_bytes(c[:gone_bytes]))}). Pages that became resident:
+        #{c[:pages_became_resident]}.</p>
+        <h2>Arenas</h2>
+        <table><tr><th class="l">arena</th><th>heap</th><th>in use</th><th>free, resident</th><th>free, released</th></tr>#{arenas.join("\n")}</table>
+        <h2>In-use chunks by size class</h2>
+        <table><tr><th>size class</th><th>before</th><th>after</th><th>chunks</th><th>bytes</th></tr>#{classes.join("\n")}</table>
+        #{owners_section(diff)}
+        <h2>Pages by what changed</h2>
+        <div class="legend">#{legend.join("\n")}</div>
+        #{maps.join("\n")}
+      HTML
+    end
+
+    def owners_section(diff)
+      o = diff.owners
+      return "" unless o
+
+      top = lambda do |hash, title|
+        lines = hash.first(15).map { |k, v| row([h(k), h(signed(v))]) }
+        "<table><tr><th class=\"l\">#{h(title)}</th><th>growth</th></tr>#{lines.join}</table>"
+      end
+      who = diff.top_growth_owner
+      <<~HTML
+        <h2>Growth by owner</h2>
+        <p>Grew most: <b>#{h(who[0])} #{h(who[1])}</b>, #{h(signed(who[2]))}. Native (no Ruby owner): #{h(signed(o[:native]))}.</p>
+        <div class="maps">#{top.call(o[:by_type], 'Ruby type')} #{top.call(o[:by_class], 'class')} #{top.call(o[:by_data_type], 'typed data')}</div>
+      HTML
+    end
+
+    def fleet_body(fleet)
+      rows = fleet.workers.map do |w|
+        row([h(w[:pid]), *Fleet::COLUMNS.map { |c| h(human_bytes(w[c])) }, h(File.basename(w[:path]))])
+      end
+      t = fleet.totals
+      d = fleet.most_deviant
+      <<~HTML
+        <p>The worker that deviates most: <b>pid #{h(d[:pid])}</b>, #{h(d[:figure].to_s.tr('_', ' '))} #{h(human_bytes(d[:value]))} (#{d[:value]} B)
+        against a median of #{h(human_bytes(d[:median]))} (#{d[:median]} B).</p>
+        <table><tr><th>pid</th>#{Fleet::COLUMNS.map { |c| "<th>#{h(c.to_s.tr('_', ' '))}</th>" }.join}<th class="l">dump</th></tr>
+        #{rows.join("\n")}
+        <tr><th>fleet</th>#{Fleet::COLUMNS.map { |c| "<th>#{h(human_bytes(t[c]))}</th>" }.join}<th></th></tr></table>
+        <p class="sub">private = resident pages this worker alone maps; shared = pages still shared copy-on-write with the parent.</p>
+      HTML
+    end
+  end
+end

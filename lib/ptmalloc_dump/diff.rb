@@ -1,0 +1,119 @@
+# frozen_string_literal: true
+
+module PtmallocDump
+  # What changed between two dumps of one process ({PtmallocDump.diff}).
+  class Diff
+    FIGURES = %i[arena in_use_bytes in_use_count free_resident_bytes free_released_bytes hblkhd hblks
+                 tcache_bytes fastbin_bytes resident_bytes chunk_count].freeze
+
+    # @return [Dump]
+    attr_reader :old, :new
+
+    # @param old [Dump, String] the earlier dump (or its path)
+    # @param new [Dump, String] the later dump (or its path)
+    # @param force [Boolean] compare dumps of different processes anyway
+    # @raise [Error] when the dumps are of different processes and force is false
+    def initialize(old, new, force: false)
+      @old = old.is_a?(Dump) ? old : PtmallocDump.load(old)
+      @new = new.is_a?(Dump) ? new : PtmallocDump.load(new)
+      return if force || same_process?
+
+      raise Error, "#{@old.path} is of pid #{@old.header[:pid]}, #{@new.path} of pid #{@new.header[:pid]}: " \
+                   "addresses of different processes cannot be compared (pass force: true, or --force, to do it anyway)"
+    end
+
+    # @return [Boolean] whether both dumps are of the same process
+    def same_process?
+      @old.header[:pid] == @new.header[:pid] && @old.header[:main_arena] == @new.header[:main_arena] &&
+        @old.header[:hostname] == @new.header[:hostname]
+    end
+
+    # @return [Hash{Symbol=>Integer}] growth (new - old) of the totals
+    def growth
+      @growth ||= FIGURES.to_h { |f| [f, @new.summary[f] - @old.summary[f]] }
+    end
+
+    # @return [Array<Hash>] growth per arena, matched by address (arenas of only one dump count from 0)
+    def arenas
+      old = @old.summary[:arenas].to_h { |a| [a[:address], a] }
+      @new.summary[:arenas].map do |a|
+        before = old[a[:address]] || {}
+        { address: a[:address], main: a[:main], new: !old.key?(a[:address]),
+          **%i[arena in_use_bytes free_resident_bytes free_released_bytes].to_h { |f| [f, a[f] - before.fetch(f, 0)] } }
+      end
+    end
+
+    # In-use chunks by size class (exact chunk size up to 1040 bytes, then powers of two).
+    # @return [Array<Hash>] :size_class, :old_count, :new_count, :count_growth, :bytes_growth, largest change first
+    def size_classes
+      @size_classes ||= begin
+        a = @old.send(:_size_classes)
+        b = @new.send(:_size_classes)
+        (a.keys | b.keys).map do |k|
+          oc, ob = a.fetch(k, [0, 0])
+          nc, nb = b.fetch(k, [0, 0])
+          { size_class: k, old_count: oc, new_count: nc, count_growth: nc - oc, bytes_growth: nb - ob }
+        end.sort_by { |e| -e[:bytes_growth].abs }
+      end
+    end
+
+    # Chunks in both (same address, size and state), new and gone; pages by what changed on them.
+    # @return [Hash]
+    def chunks
+      compute_pages unless @chunks
+      @chunks
+    end
+
+    # @return [String] one byte per page of the newer dump (see DIFF_PAGE_STATES)
+    def page_changes
+      compute_pages unless @page_changes
+      @page_changes
+    end
+
+    DIFF_PAGE_STATES = %i[unchanged new_in_use new_free_resident released new_page].freeze
+
+    # Growth by owner (with Ruby data in both dumps): :by_type, :by_class, :by_data_type (largest
+    # growth first) and :native.
+    # @return [Hash, nil]
+    def owners
+      return nil unless @old.ruby && @new.ruby
+
+      a = @old.ruby.summary
+      b = @new.ruby.summary
+      grow = lambda do |key|
+        (a[key].keys | b[key].keys).to_h { |k| [k, b[key].dig(k, :bytes).to_i - a[key].dig(k, :bytes).to_i] }
+                                   .sort_by { |_, v| -v }.to_h
+      end
+      { by_type: grow.call(:by_type), by_class: grow.call(:by_class), by_data_type: grow.call(:by_data_type),
+        native: b[:unattributed_bytes] - a[:unattributed_bytes] }
+    end
+
+    # @return [Array(Symbol, String, Integer), nil] the owner that grew most: [:type or :class or
+    #   :native, name, bytes]
+    def top_growth_owner
+      o = owners
+      return nil unless o
+
+      candidates = [[:type, *o[:by_type].first], [:class, *o[:by_class].first], [:native, "native", o[:native]]]
+      candidates.reject { |c| c[1].nil? }.max_by { |c| c[2] }
+    end
+
+    private
+
+    def compute_pages
+      @chunks, @page_changes = @new.send(:_diff_from, @old)
+    end
+  end
+
+  class << self
+    # Compares two dumps of one process.
+    #
+    # @param old [Dump, String]
+    # @param new [Dump, String]
+    # @param force [Boolean] allow dumps of different processes
+    # @return [Diff]
+    def diff(old, new, force: false)
+      Diff.new(old, new, force: force)
+    end
+  end
+end

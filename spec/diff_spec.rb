@@ -1,0 +1,176 @@
+# frozen_string_literal: true
+
+require "rexml/document"
+require "spec_helper"
+
+RSpec.describe "comparing dumps and advice" do
+  EXE = File.join(SpecHelpers::ROOT, "exe", "ptmalloc-visualize") unless defined?(EXE)
+
+  def visualize(*args)
+    Open3.capture3(RbConfig.ruby, "-I", SpecHelpers::LIB, EXE, *args)
+  end
+
+  it "reports +50,000 chunks in the 528-byte class and in-use growth within a page of 50,000 x 528" do
+    NativeThreads.start(0)
+    a = File.join(tmpdir, "a.dump")
+    b = File.join(tmpdir, "b.dump")
+    GC.disable
+    begin
+      Process.wait(PtmallocDump.dump(a, fork: true, ruby: false)) # snapshots: the walk itself leaves no trace here
+      NativeThreads.malloc_many(0, 50_000, 512)
+      Process.wait(PtmallocDump.dump(b, fork: true, ruby: false))
+    ensure
+      GC.enable
+    end
+    begin
+      diff = PtmallocDump.diff(a, b)
+      klass = diff.size_classes.find { |e| e[:size_class] == 528 }
+      expect(klass[:count_growth]).to eq(50_000)
+      expect(diff.growth[:in_use_bytes]).to be_within(4096).of(50_000 * 528)
+      expect(diff.chunks[:new_count]).to be >= 50_000
+      expect(diff.chunks[:same_count]).to be > 0
+      expect(diff.chunks[:pages_became_resident]).to be >= 50_000 * 528 / 4096 - 64
+      worker = diff.arenas.max_by { |x| x[:in_use_bytes] }
+      expect(worker[:in_use_bytes]).to be_within(4096).of(50_000 * 528)
+    ensure
+      NativeThreads.free_many(0)
+      NativeThreads.stop(0)
+    end
+    out_dir = File.join(tmpdir, "diff")
+    out, err, status = visualize("--diff", a, b, out_dir)
+    expect(status).to be_success, err
+    expect(out).to include("in use +")
+    html = File.read(File.join(out_dir, "index.html"))
+    REXML::Document.new(html)
+    expect(html).to include("Pages by what changed", "new in use")
+    expect(Dir[File.join(out_dir, "*-diff-*.png")]).not_to be_empty
+  end
+
+  it "names T_STRING and String as the top growth owner of a string leak" do
+    a = File.join(tmpdir, "a.dump")
+    b = File.join(tmpdir, "b.dump")
+    leak = []
+    GC.start
+    PtmallocDump.dump(a)
+    20_000.times { |i| leak << ("leak-#{i}-" * 40) }
+    GC.start
+    PtmallocDump.dump(b)
+    diff = PtmallocDump.diff(a, b)
+    expect(diff.owners[:by_type].first[0]).to eq(:T_STRING)
+    expect(diff.owners[:by_type].first[1]).to be >= 20_000 * 400
+    expect(diff.owners[:by_class].first[0]).to eq("String")
+    expect(diff.top_growth_owner[1]).to eq(:T_STRING).or eq("String")
+    expect(leak.size).to eq(20_000)
+  end
+
+  it "refuses dumps of different processes unless forced" do
+    a = File.join(tmpdir, "mine.dump")
+    b = File.join(tmpdir, "other.dump")
+    PtmallocDump.dump(a)
+    _o, err, status = run_ruby("PtmallocDump.dump(#{b.inspect})")
+    expect(status).to be_success, err
+    expect { PtmallocDump.diff(a, b) }.to raise_error(PtmallocDump::Error, /different processes|pid/)
+    expect(PtmallocDump.diff(a, b, force: true).growth).to have_key(:arena)
+    _o, err, status = visualize("--diff", a, b, File.join(tmpdir, "x"))
+    expect(status.exitstatus).to eq(1)
+    expect(err).to include("--force")
+  end
+
+  it "shows which of two forked workers made the inherited heap private" do
+    blocks = Array.new(400) { Fiddle.malloc(64 * 1024) }
+    blocks.each { |blk| Fiddle::Pointer.new(blk)[0, 64 * 1024] = "p" * (64 * 1024) }
+    paths = %w[writer idle].map { |n| File.join(tmpdir, "#{n}.dump") }
+    pids = paths.map.with_index do |path, i|
+      fork do
+        blocks.each { |blk| Fiddle::Pointer.new(blk)[0, 64 * 1024] = "c" * (64 * 1024) } if i.zero?
+        PtmallocDump.dump(path, ruby: false)
+        exit!(0)
+      end
+    end
+    pids.each { |pid| Process.wait(pid) }
+    begin
+      fleet = PtmallocDump::Fleet.new(paths)
+      writer, idle = fleet.workers
+      expect(writer[:private_bytes]).to be > idle[:private_bytes] + 400 * 60 * 1024
+      expect(idle[:shared_bytes]).to be > 400 * 60 * 1024
+      expect(fleet.most_deviant[:pid]).to eq(writer[:pid])
+      out, err, status = visualize("--compare", *paths, File.join(tmpdir, "fleet"))
+      expect(status).to be_success, err
+      expect(out).to include("deviates most: pid #{writer[:pid]}")
+      html = File.read(File.join(tmpdir, "fleet", "index.html"))
+      REXML::Document.new(html)
+      expect(html).to include("pid #{writer[:pid]}", "fleet")
+    ensure
+      blocks.each { |blk| Fiddle.free(blk) }
+    end
+  end
+
+  it "checks the malloc_trim estimate against what malloc_trim(0) really released" do
+    NativeThreads.start(0)
+    blocks = NativeThreads.malloc(-1, [100_000] * 1_000) # main arena: 100 MB, below the mmap threshold
+    blocks.each { |blk| Fiddle::Pointer.new(blk)[0, 100_000] = "t" * 100_000 }
+    freed = blocks.each_slice(2).map(&:first)
+    path = File.join(tmpdir, "trim.dump")
+    begin
+      NativeThreads.prepare_free(-1, freed).call # 50 MB free and resident, in chunks that cannot merge
+      PtmallocDump.dump(path, trim_check: true, ruby: false)
+      dump = PtmallocDump.load(path)
+      main = dump.arenas.find(&:main?).index
+      expect(dump.summary[:arenas][main][:free_resident_bytes]).to be >= 45 * 1024 * 1024
+      estimate = dump.analysis[:trim_estimate][main]
+      released = dump.trim_released[main]
+      expect(estimate).to be >= 40 * 1024 * 1024
+      expect(released).to be_within(estimate / 10).of(estimate)
+      out, _e, status = visualize("--summary", path)
+      expect(status).to be_success
+      expect(out).to include("malloc_trim(0) run after the dump released")
+    ensure
+      NativeThreads.prepare_free(-1, blocks - freed).call
+      NativeThreads.stop(0)
+    end
+  end
+
+  it "gives advice lines that each name the figure behind them" do
+    out_dir = File.join(tmpdir, "advice")
+    path = File.join(tmpdir, "advice.dump")
+    _o, err, status = run_ruby(<<~RUBY)
+      require "fiddle"
+      PtmallocDump.dump(#{path.inspect})
+      threshold = PtmallocDump.load(#{path.inspect}).header[:mmap_threshold] # dynamic: read it first
+      # just above the threshold, while top is small: mmapped chunks
+      near = Array.new(12) { Fiddle.malloc(threshold + 8192) }
+      keep = []
+      threads = Array.new(3) do
+        Thread.new do
+          mine = Array.new(20_000) { Fiddle.malloc(1500) }
+          mine.each_with_index { |b, i| i.odd? ? Fiddle.free(b) : keep << b }
+          sleep 1
+        end
+      end
+      big = Array.new(400) { Fiddle.malloc(100_000) }.each { |b| Fiddle::Pointer.new(b)[0, 100_000] = "a" * 100_000 }
+      big.each_slice(2) { |b, _| Fiddle.free(b) }
+      sleep 0.3
+      PtmallocDump.dump(#{path.inspect})
+      threads.each(&:join)
+    RUBY
+    expect(status).to be_success, err
+    dump = PtmallocDump.load(path)
+    lines = PtmallocDump::Advice.new(dump).lines
+    expect(lines.map(&:topic)).to include(:malloc_trim, :arena_max, :mmap_threshold)
+    out, err, status = visualize("--summary", path)
+    expect(status).to be_success, err
+    printed = out.lines.grep(/\A- /)
+    expect(printed.size).to eq(lines.size)
+    _o, err, status = visualize(path, out_dir)
+    expect(status).to be_success, err
+    html = REXML::Document.new(File.read(File.join(out_dir, "index.html")))
+    in_report = REXML::XPath.match(html, "//li[@class='advice']").map(&:text)
+    expect(in_report.size).to eq(lines.size)
+    lines.zip(printed, in_report).each do |line, text, item|
+      figure = line.unit == :bytes ? "(#{line.figure} B)" : line.figure.to_s
+      expect(text).to include(figure)
+      expect(item).to include(figure)
+      expect(line.gain).to be > 0
+    end
+  end
+end
