@@ -4,10 +4,9 @@ require "rexml/document"
 require "spec_helper"
 
 RSpec.describe "comparing dumps and advice" do
-  EXE = File.join(SpecHelpers::ROOT, "exe", "ptmalloc-visualize") unless defined?(EXE)
 
   def visualize(*args)
-    Open3.capture3(RbConfig.ruby, "-I", SpecHelpers::LIB, EXE, *args)
+    Open3.capture3(RbConfig.ruby, "-I", SpecHelpers::LIB, SpecHelpers::VISUALIZE, *args)
   end
 
   it "reports +50,000 chunks in the 528-byte class and in-use growth within a page of 50,000 x 528" do

@@ -6,6 +6,7 @@ require "rbconfig"
 module SpecHelpers
   ROOT = File.expand_path("../..", __dir__)
   LIB = File.join(ROOT, "lib")
+  VISUALIZE = File.join(ROOT, "exe", "ptmalloc-visualize")
 
   # glibc functions the specs call directly.
   module Libc
