@@ -33,6 +33,31 @@ static VALUE dump_body(VALUE arg)
     return summary;
 }
 
+/* The shared arguments of _dump and _dump_fork, converted before anything is allocated (everything
+ * here may raise): the debug dir and the key/value strings. Returns the C debug dir or NULL. */
+static dump_call *new_call(VALUE debug_dir, VALUE strings, const char **cdir)
+{
+    const char *strs[64];
+    dump_call *c;
+    long i, n;
+    if (!NIL_P(debug_dir)) FilePathValue(debug_dir);
+    Check_Type(strings, T_ARRAY);
+    n = RARRAY_LEN(strings);
+    if (n > 62 || (n & 1)) rb_raise(rb_eArgError, "strings must be at most 31 key/value pairs");
+    for (i = 0; i < n; i++) {
+        VALUE s = RARRAY_AREF(strings, i);
+        strs[i] = StringValueCStr(s);
+    }
+    strs[n] = NULL;
+    *cdir = NIL_P(debug_dir) ? NULL : StringValueCStr(debug_dir);
+    /* mmap, not xmalloc: a dump must not take a chunk the program just freed */
+    c = mmap(NULL, sizeof(*c), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (c == MAP_FAILED) rb_sys_fail("mmap");
+    ptmd_dump_init(&c->d);
+    memcpy(c->strings, strs, sizeof(strs));
+    return c;
+}
+
 /* _dump(path, debug_dir, strings, ruby, references) -> summary Hash. strings: flat Array of key,
  * value Strings; ruby: record Ruby's heap; references: scan chunks for pointers to chunks. */
 static VALUE rb_ptmd_dump(VALUE self, VALUE path, VALUE debug_dir, VALUE strings, VALUE ruby, VALUE references,
@@ -40,29 +65,13 @@ static VALUE rb_ptmd_dump(VALUE self, VALUE path, VALUE debug_dir, VALUE strings
 {
     dump_call *c;
     VALUE result;
-    const char *strs[64], *cpath, *cdir;
+    const char *cpath, *cdir;
     ptmd_err err;
     int state = 0, rc;
-    long i, n;
     PTMD_UNUSED(self);
     FilePathValue(path);
-    if (!NIL_P(debug_dir)) FilePathValue(debug_dir);
-    Check_Type(strings, T_ARRAY);
-    n = RARRAY_LEN(strings);
-    if (n > 62 || (n & 1)) rb_raise(rb_eArgError, "strings must be at most 31 key/value pairs");
-    /* everything that can raise comes before the allocation */
-    for (i = 0; i < n; i++) {
-        VALUE s = RARRAY_AREF(strings, i);
-        strs[i] = StringValueCStr(s);
-    }
-    strs[n] = NULL;
     cpath = StringValueCStr(path);
-    cdir = NIL_P(debug_dir) ? NULL : StringValueCStr(debug_dir);
-    /* mmap, not xmalloc: a dump must not take a chunk the program just freed */
-    c = mmap(NULL, sizeof(*c), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (c == MAP_FAILED) rb_sys_fail("mmap");
-    ptmd_dump_init(&c->d);
-    memcpy(c->strings, strs, sizeof(strs));
+    c = new_call(debug_dir, strings, &cdir);
     c->opts.path = cpath;
     c->opts.debug_dir = cdir;
     c->opts.strings = c->strings;
@@ -106,11 +115,11 @@ static VALUE rb_ptmd_dump_fork(VALUE self, VALUE targets, VALUE debug_dir, VALUE
 {
     dump_call *c;
     fork_call f;
-    const char *strs[64], *cpaths[8], *cdir;
+    const char *cpaths[8], *cdir;
     int modes[8];
     ptmd_err err;
     int state = 0, rc;
-    long i, n, nt;
+    long i, nt;
     PTMD_UNUSED(self);
     Check_Type(targets, T_ARRAY);
     nt = RARRAY_LEN(targets);
@@ -124,20 +133,7 @@ static VALUE rb_ptmd_dump_fork(VALUE self, VALUE targets, VALUE debug_dir, VALUE
         cpaths[i] = StringValueCStr(p);
         modes[i] = NUM2INT(RARRAY_AREF(t, 1));
     }
-    if (!NIL_P(debug_dir)) FilePathValue(debug_dir);
-    Check_Type(strings, T_ARRAY);
-    n = RARRAY_LEN(strings);
-    if (n > 62 || (n & 1)) rb_raise(rb_eArgError, "strings must be at most 31 key/value pairs");
-    for (i = 0; i < n; i++) {
-        VALUE s = RARRAY_AREF(strings, i);
-        strs[i] = StringValueCStr(s);
-    }
-    strs[n] = NULL;
-    cdir = NIL_P(debug_dir) ? NULL : StringValueCStr(debug_dir);
-    c = mmap(NULL, sizeof(*c), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (c == MAP_FAILED) rb_sys_fail("mmap");
-    ptmd_dump_init(&c->d);
-    memcpy(c->strings, strs, sizeof(strs));
+    c = new_call(debug_dir, strings, &cdir);
     c->ruby = RTEST(ruby);
     memset(&f, 0, sizeof(f));
     f.c = c;
