@@ -21,13 +21,17 @@ module DumpBench
     Fiddle.dlopen(out)
   end
 
-  def median(times) = times.sort[times.size / 2]
+  def median(times)
+    times.sort[times.size / 2]
+  end
 
   def measure(runs)
     Array.new(runs) { Benchmark.realtime { yield } }.then { |t| median(t) }
   end
 
-  def ms(seconds) = format("%.1f ms", seconds * 1000)
+  def ms(seconds)
+    format("%.1f ms", seconds * 1000)
+  end
 
   def run(chunks: Integer(ENV.fetch("BENCH_CHUNKS", 1_000_000)), runs: 5)
     lib = build_helper

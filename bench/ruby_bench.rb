@@ -11,7 +11,9 @@ require "ptmalloc_dump"
 module RubyBench
   module_function
 
-  def ms(s) = format("%.0f ms", s * 1000)
+  def ms(s)
+    format("%.0f ms", s * 1000)
+  end
 
   def run(objects: Integer(ENV.fetch("BENCH_OBJECTS", 1_000_000)))
     keep = Array.new(objects * 3 / 4) do |i|

@@ -72,7 +72,7 @@ RSpec.describe PtmallocDump do
       v = dump.verify
       expect(v).to be_ok
       expect(v.consistent_arenas).to eq(dump.arenas.map(&:index))
-      expect(v.to_s).to include("reproduces mallinfo2 and malloc_info exactly")
+      expect(v.to_s).to include("reproduces #{Gem::Version.new(PtmallocDump.libc_info[:glibc_version]) >= Gem::Version.new('2.33') ? 'mallinfo2' : 'mallinfo'} and malloc_info exactly")
     end
 
     it "reports a difference when the captured counters disagree" do
@@ -86,7 +86,7 @@ RSpec.describe PtmallocDump do
       File.binwrite(dump.path, bytes)
       v = PtmallocDump.load(dump.path).verify
       expect(v).not_to be_ok
-      expect(v.differences.map(&:to_s)).to eq(["mallinfo2 arena: glibc says #{arena + 4096}, the walk found #{arena}"])
+      expect(v.differences.map(&:to_s)).to eq(["#{v.mallinfo_name} arena: glibc says #{arena + 4096}, the walk found #{arena}"])
     end
   end
 end

@@ -7,7 +7,9 @@ require "spec_helper"
 RSpec.describe "PtmallocDump.dump on randomised heaps" do
   BIN_STATES = %i[tcache fastbin unsorted smallbin largebin].freeze
 
-  def request2size(n) = [(n + 8 + 15) & ~15, 32].max
+  def request2size(n)
+    [(n + 8 + 15) & ~15, 32].max
+  end
 
   def check_pointers(dump, scenario)
     scenario.live.each do |addr, size|

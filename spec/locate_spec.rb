@@ -35,7 +35,7 @@ RSpec.describe "finding main_arena" do
 
   it "follows .gnu_debuglink into <debugdir><libdir>/ when there is no .build-id link, checking the CRC" do
     libdir = File.dirname(File.realpath(info[:libc_path]))
-    link_name = `readelf --string-dump=.gnu_debuglink #{info[:libc_path]} 2>/dev/null`[/\]\s+(\S+)/, 1]
+    link_name = `readelf --string-dump=.gnu_debuglink #{info[:libc_path]} 2>/dev/null`.b[/\]\s+(\S+)/, 1]
     expect(link_name).not_to be_nil
     dir = File.join(tmpdir, "debug")
     FileUtils.mkdir_p(File.join(dir, libdir))
@@ -49,7 +49,7 @@ RSpec.describe "finding main_arena" do
 
   it "rejects a debuglink target whose CRC does not match" do
     libdir = File.dirname(File.realpath(info[:libc_path]))
-    link_name = `readelf --string-dump=.gnu_debuglink #{info[:libc_path]} 2>/dev/null`[/\]\s+(\S+)/, 1]
+    link_name = `readelf --string-dump=.gnu_debuglink #{info[:libc_path]} 2>/dev/null`.b[/\]\s+(\S+)/, 1]
     dir = File.join(tmpdir, "debug")
     FileUtils.mkdir_p(File.join(dir, libdir))
     File.binwrite(File.join(dir, libdir, link_name), File.binread(debug_file) + "tampered")

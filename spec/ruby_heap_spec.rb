@@ -4,7 +4,9 @@ require "objspace"
 require "spec_helper"
 
 RSpec.describe "correlating the malloc heap with Ruby's ObjectSpace" do
-  def address_of(obj) = Integer(ObjectSpace.dump(obj)[/"address":"(0x\h+)"/, 1])
+  def address_of(obj)
+    Integer(ObjectSpace.dump(obj)[/"address":"(0x\h+)"/, 1])
+  end
 
   # dumps with GC already settled (a full GC reconciles Ruby's slot counters) and loads
   def settled_dump(**opts)

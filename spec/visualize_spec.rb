@@ -22,7 +22,9 @@ RSpec.describe "ptmalloc-visualize" do
     [idx[1 + st * 4], idx[1 + st * 4 + 2]]
   end
 
-  def page_color(klass) = PtmallocDump::Render.palette[:page_classes][klass]
+  def page_color(klass)
+    PtmallocDump::Render.palette[:page_classes][klass]
+  end
 
   describe "the maps" do
     it "draws known chunks and pages in their colours (read back from the PNGs)" do

@@ -111,25 +111,14 @@ static int capture_oracles(ptmd_dump_state *d, ptmd_err *err)
 {
     size_t cap = mi_cap ? mi_cap : 1u << 20;
     for (;;) {
-        struct mallinfo2 mi;
         long n;
         if (mi_stream(cap, err) != 0) return -1;
         malloc_info(0, mi_fp);
-        mi = mallinfo2();
+        d->mallinfo_exact = ptmd_mallinfo(&d->mallinfo2);
         n = ftell(mi_fp);
         if (n >= 0 && (size_t)n < mi_cap - 1) {
             d->malloc_info = mi_buf;
             d->malloc_info_len = (size_t)n;
-            d->mallinfo2.arena = mi.arena;
-            d->mallinfo2.ordblks = mi.ordblks;
-            d->mallinfo2.smblks = mi.smblks;
-            d->mallinfo2.hblks = mi.hblks;
-            d->mallinfo2.hblkhd = mi.hblkhd;
-            d->mallinfo2.usmblks = mi.usmblks;
-            d->mallinfo2.fsmblks = mi.fsmblks;
-            d->mallinfo2.uordblks = mi.uordblks;
-            d->mallinfo2.fordblks = mi.fordblks;
-            d->mallinfo2.keepcost = mi.keepcost;
             return 0;
         }
         if (mi_cap >= PTMD_MALLOC_INFO_MAX)
@@ -338,6 +327,7 @@ int ptmd_dump_run(ptmd_dump_state *d, const ptmd_dump_opts *o, ptmd_err *err)
     fill_meta(d, lc, &now);
     if (o->fork_child) d->meta.flags |= PTMD_MF_FORK_CHILD;
     if (!oracles) d->meta.flags |= PTMD_MF_NO_ORACLES;
+    else if (!d->mallinfo_exact) d->meta.flags |= PTMD_MF_MALLINFO32;
     d->meta.walk_ns = t1 - t0;
     d->meta.residency_ns = ptmd_now_ns() - t1;
     if (ptmd_walk_references(&d->w, err) != 0) goto out;

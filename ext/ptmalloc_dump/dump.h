@@ -32,6 +32,7 @@ typedef struct {
     ptmd_walk w;
     ptmd_meta meta;
     ptmd_mallinfo2_rec mallinfo2;
+    int mallinfo_exact;             /* 0: glibc < 2.33, mallinfo()'s low 32 bits only */
     const char *malloc_info;        /* the process-wide capture buffer */
     size_t malloc_info_len;
     ptmd_buf strings;

@@ -268,6 +268,8 @@ static int locate_fresh(ptmd_libc *lc, const char *debug_dir, int symbols, ptmd_
     return -1;
 }
 
+static int foreign_malloc(const char *libc_path, char *who, size_t cap);
+
 int ptmd_locate(const char *debug_dir, int symbols, const ptmd_libc **out, ptmd_err *err)
 {
     const char *dir = debug_dir;
@@ -282,6 +284,17 @@ int ptmd_locate(const char *debug_dir, int symbols, const ptmd_libc **out, ptmd_
     }
     pthread_mutex_unlock(&cache_lock);
     if (rc == 0) *out = &cache;
+    else if (err->code == PTMD_E_SYMBOLS && cache.libc_path[0]) {
+        /* Under another allocator glibc's arenas were never set up, so they cannot be found by their
+         * structure: say what the real obstacle is. */
+        char who[PATH_MAX];
+        if (foreign_malloc(cache.libc_path, who, sizeof(who)))
+            return ptmd_fail(err, PTMD_E_ALLOCATOR,
+                             "malloc in this process is not glibc's ptmalloc2: it comes from %s, which "
+                             "ptmalloc_dump cannot read (remove it from LD_PRELOAD or the link to dump "
+                             "glibc's heap); glibc's main_arena was not found either (no symbol file, and "
+                             "its structure is not that of a used arena)", who);
+    }
     return rc;
 }
 
@@ -306,6 +319,18 @@ int ptmd_check_allocator(const ptmd_libc *lc, ptmd_memreader *mem, ptmd_err *err
     rc = check_allocator(lc, mem, err);
     if (rc == 0) __atomic_store_n(&allocator_ok, 1, __ATOMIC_RELEASE);
     return rc;
+}
+
+/* 1 when `malloc` binds to an object other than libc, whose name goes to `who`. */
+static int foreign_malloc(const char *libc_path, char *who, size_t cap)
+{
+    void *libc = dlopen(libc_path, RTLD_NOLOAD | RTLD_LAZY);
+    void *def = dlsym(RTLD_DEFAULT, "malloc"), *own = libc ? dlsym(libc, "malloc") : NULL;
+    Dl_info di;
+    if (libc) dlclose(libc);
+    if (!def || !own || def == own) return 0;
+    ptmd_strlcpy(who, dladdr(def, &di) && di.dli_fname ? di.dli_fname : "an unknown object", cap);
+    return 1;
 }
 
 static int check_allocator(const ptmd_libc *lc, ptmd_memreader *mem, ptmd_err *err)

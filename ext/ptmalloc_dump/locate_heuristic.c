@@ -106,7 +106,7 @@ static uintptr_t find_main_arena(const ptmd_libc *lc, const ptmd_layout *L, ptmd
     return hits == 1 ? hit : 0;
 }
 
-static int mp_shape(const ptmd_layout *L, uintptr_t mp, uint64_t top_end, uint64_t system_mem, const struct mallinfo2 *mi)
+static int mp_shape(const ptmd_layout *L, uintptr_t mp, uint64_t top_end, uint64_t system_mem, const ptmd_mallinfo2_rec *mi, int exact)
 {
     uint64_t sbrk_base, mmapped_mem, mmap_threshold, tcache_bins, tcache_count;
     int32_t n_mmaps;
@@ -116,7 +116,8 @@ static int mp_shape(const ptmd_layout *L, uintptr_t mp, uint64_t top_end, uint64
     memcpy(&mmap_threshold, (const void *)(mp + L->mp_mmap_threshold), 8);
     memcpy(&tcache_bins, (const void *)(mp + L->mp_tcache_bins), 8);
     memcpy(&tcache_count, (const void *)(mp + L->mp_tcache_count), 8);
-    if (n_mmaps < 0 || (size_t)n_mmaps != mi->hblks || mmapped_mem != mi->hblkhd) return 0;
+    if (n_mmaps < 0 || (uint64_t)n_mmaps != mi->hblks) return 0;
+    if (exact ? mmapped_mem != mi->hblkhd : (mmapped_mem & 0xffffffffu) != mi->hblkhd) return 0;
     if (mmap_threshold > (64ull << 20) || tcache_bins > PTMD_TCACHE_MAX_BINS_MAX || tcache_count > 65535) return 0;
     if (top_end) return sbrk_base <= top_end && top_end - sbrk_base == system_mem;
     return sbrk_base == 0;
@@ -124,12 +125,13 @@ static int mp_shape(const ptmd_layout *L, uintptr_t mp, uint64_t top_end, uint64
 
 static uintptr_t find_mp(const ptmd_libc *lc, const ptmd_layout *L, uint64_t top_end, uint64_t system_mem)
 {
-    struct mallinfo2 mi = mallinfo2();
+    ptmd_mallinfo2_rec mi;
+    int exact = ptmd_mallinfo(&mi);
     uintptr_t mp, hit = 0;
     size_t hits = 0;
     for (mp = (lc->rw_start + 7) & ~(uintptr_t)7; mp + L->mp_size <= lc->rw_end; mp += 8) {
         if (mp + L->mp_size > lc->main_arena && mp < lc->main_arena + L->ms_size) continue;
-        if (mp_shape(L, mp, top_end, system_mem, &mi)) {
+        if (mp_shape(L, mp, top_end, system_mem, &mi, exact)) {
             hit = mp;
             hits++;
         }

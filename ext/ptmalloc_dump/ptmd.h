@@ -6,6 +6,8 @@
 #include <stdint.h>
 #include <stdarg.h>
 
+#include "format.h"
+
 #define PTMD_UNUSED(x) ((void)(x))
 #define PTMD_LIKELY(x) __builtin_expect(!!(x), 1)
 #define PTMD_UNLIKELY(x) __builtin_expect(!!(x), 0)
@@ -45,5 +47,9 @@ size_t ptmd_strlcat(char *dst, const char *src, size_t size);
 uint64_t ptmd_now_ns(void);         /* CLOCK_MONOTONIC */
 /* Lower-case hex of bytes into out (2*len+1 bytes). */
 void ptmd_hex(const unsigned char *id, size_t len, char *out);
+
+/* mallinfo2(), or mallinfo() where glibc is older than 2.33, into `out` (a ptmd_mallinfo2_rec).
+ * Returns 1 when the figures are exact, 0 when they are mallinfo()'s low 32 bits. */
+int ptmd_mallinfo(ptmd_mallinfo2_rec *out);
 
 #endif

@@ -7,6 +7,8 @@
 #include "threads.h"
 
 #include <errno.h>
+#include <link.h>
+#include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -103,6 +105,48 @@ bad:
     return 0;
 }
 
+/* Before glibc 2.34 the thread lists (stack_used, __stack_user) are libpthread's own data. */
+typedef struct {
+    uint64_t start[4], end[4];
+    int n;
+} rw_segments;
+
+static int libpthread_cb(struct dl_phdr_info *info, size_t size, void *data)
+{
+    rw_segments *seg = data;
+    const char *name = info->dlpi_name, *slash;
+    int i;
+    PTMD_UNUSED(size);
+    if (!name || !*name) return 0;
+    slash = strrchr(name, '/');
+    if (strncmp(slash ? slash + 1 : name, "libpthread.so", 13) != 0) return 0;
+    for (i = 0; i < info->dlpi_phnum && seg->n < 4; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_W)) continue;
+        seg->start[seg->n] = info->dlpi_addr + ph->p_vaddr;
+        seg->end[seg->n] = info->dlpi_addr + ph->p_vaddr + ph->p_memsz;
+        seg->n++;
+    }
+    return 1;
+}
+
+/* Walks every other non-empty thread list head found in libpthread's writable data. */
+static void walk_libpthread_lists(ptmd_walk *w, uint64_t known_head, size_t list_off, uint64_t self)
+{
+    rw_segments seg;
+    int i;
+    memset(&seg, 0, sizeof(seg));
+    dl_iterate_phdr(libpthread_cb, &seg);
+    for (i = 0; i < seg.n; i++) {
+        uint64_t a;
+        for (a = (seg.start[i] + 7) & ~7ull; a + 16 <= seg.end[i]; a += 8) {
+            uint64_t first;
+            if (a == known_head || !is_list_head(w, a, list_off)) continue;
+            if (rd(w, a, &first) == 0 && first != a) walk_list(w, first, list_off, self);
+        }
+    }
+}
+
 static int thread_listed(ptmd_walk *w, int tid)
 {
     size_t i, n = PTMD_BUF_COUNT(&w->threads, ptmd_thread_rec);
@@ -141,9 +185,11 @@ int ptmd_threads_collect(ptmd_walk *w)
             uint64_t first;
             if (rd(w, other, &first) == 0 && first != other) walk_list(w, first, list_off, self);
         }
+    } else {
+        /* before 2.34 the other list is in libpthread's data */
+        walk_libpthread_lists(w, head, list_off, self);
     }
-    /* pre-2.34 the other list lives in libpthread's data: threads not found here are still covered
-     * by the structural tcache scan. */
+    /* threads still not found (a list changing under us) are covered by the structural tcache scan */
     if (ntids > 0 && ntids <= PTMD_MAX_TIDS) {
         for (i = 0; i < ntids; i++) found += thread_listed(w, tids[i]);
         w->threads_complete = found == ntids && (long)PTMD_BUF_COUNT(&w->threads, ptmd_thread_rec) == ntids;

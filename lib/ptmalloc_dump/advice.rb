@@ -13,7 +13,9 @@ module PtmallocDump
     # One piece of advice: `figure` is the number behind it (bytes unless `unit` says otherwise),
     # `gain` what acting on it could give back (bytes), `text` the sentence with both in it.
     Line = Struct.new(:topic, :figure, :unit, :gain, :text) do
-      def to_s = text
+      def to_s
+        text
+      end
     end
 
     def initialize(dump)
@@ -29,7 +31,9 @@ module PtmallocDump
 
     private
 
-    def b(n) = "#{human_bytes(n)} (#{n} B)"
+    def b(n)
+      "#{human_bytes(n)} (#{n} B)"
+    end
 
     def trim
       est = @a[:trim_estimate].sum

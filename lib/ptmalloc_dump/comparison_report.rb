@@ -27,9 +27,13 @@ module PtmallocDump
 
     private
 
-    def h(v) = CGI.escapeHTML(v.to_s)
+    def h(v)
+      CGI.escapeHTML(v.to_s)
+    end
 
-    def signed(n) = n.negative? ? "-#{human_bytes(-n)}" : "+#{human_bytes(n)}"
+    def signed(n)
+      n.negative? ? "-#{human_bytes(-n)}" : "+#{human_bytes(n)}"
+    end
 
     def write(title, body)
       path = File.join(@outdir, "index.html")
@@ -50,7 +54,9 @@ module PtmallocDump
       path
     end
 
-    def row(cells) = "<tr>#{cells.map { |c| "<td>#{c}</td>" }.join}</tr>"
+    def row(cells)
+      "<tr>#{cells.map { |c| "<td>#{c}</td>" }.join}</tr>"
+    end
 
     def diff_body(diff, images)
       g = diff.growth

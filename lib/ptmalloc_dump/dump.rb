@@ -29,7 +29,8 @@ module PtmallocDump
     #
     # @return [Hash{Symbol=>Object}] with at least :format_version, :pid, :time (Time), :glibc_version,
     #   :page_size, :main_arena (Integer), :symbol_source (Symbol), :symbol_file, :residency_source,
-    #   :mallinfo2 (Hash keyed by glibc's field names) and :malloc_info (the XML String)
+    #   :mallinfo2 (Hash keyed by glibc's field names; before glibc 2.33 mallinfo()'s, whose int fields
+    #   keep only the low 32 bits: then :mallinfo_32bit is true) and :malloc_info (the XML String)
     def header
       @header ||= begin
         m = _meta
@@ -50,6 +51,7 @@ module PtmallocDump
           threads_complete: m[:flags].anybits?(1 << 5),
           fork_snapshot: m[:flags].anybits?(1 << 4),
           oracles_captured: !m[:flags].anybits?(1 << 6),
+          mallinfo_32bit: m[:flags].anybits?(1 << 7),
           mallinfo2: _mallinfo2,
           malloc_info: malloc_info
         ).freeze

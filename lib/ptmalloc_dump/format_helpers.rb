@@ -26,6 +26,8 @@ module PtmallocDump
     end
 
     # @return [String] "0x7f..."
-    def hex(address) = address ? format("0x%x", address) : "-"
+    def hex(address)
+      address ? format("0x%x", address) : "-"
+    end
   end
 end

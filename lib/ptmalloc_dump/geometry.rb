@@ -35,11 +35,17 @@ module PtmallocDump
 
     private
 
-    def unit_bytes(kind) = kind == :page_map ? @page_size : Render::BYTES_PER_PIXEL
+    def unit_bytes(kind)
+      kind == :page_map ? @page_size : Render::BYTES_PER_PIXEL
+    end
 
-    def page_base(heap) = heap.start & ~(@page_size - 1)
+    def page_base(heap)
+      heap.start & ~(@page_size - 1)
+    end
 
-    def pages(heap) = (heap.end - page_base(heap) + @page_size - 1) / @page_size
+    def pages(heap)
+      (heap.end - page_base(heap) + @page_size - 1) / @page_size
+    end
 
     def unit_offset(heap, group, kind)
       before = group == :mmapped ? @dump.heaps.select { |h| h.kind == :mmapped_chunk && h.index < heap.index } : []

@@ -30,19 +30,29 @@ module PtmallocDump
   #   @return [Integer] {ChunkFlags} bits
   Chunk = Struct.new(:address, :size, :state, :arena, :heap, :flags) do
     # @return [Integer] the address malloc returned for this chunk
-    def user_address = address + 16
+    def user_address
+      address + 16
+    end
 
     # @return [Integer] the address just past the chunk
-    def end_address = address + size
+    def end_address
+      address + size
+    end
 
     # @return [Boolean] whether the chunk holds free memory
-    def free? = FREE_STATES.include?(state)
+    def free?
+      FREE_STATES.include?(state)
+    end
 
     # @return [Boolean] whether this chunk is a thread's tcache_perthread_struct
-    def tcache_struct? = flags.anybits?(ChunkFlags::TCACHE_STRUCT)
+    def tcache_struct?
+      flags.anybits?(ChunkFlags::TCACHE_STRUCT)
+    end
 
     # @return [Boolean] whether an anomaly record names this chunk
-    def anomaly? = flags.anybits?(ChunkFlags::ANOMALY)
+    def anomaly?
+      flags.anybits?(ChunkFlags::ANOMALY)
+    end
 
     def inspect
       format("#<PtmallocDump::Chunk 0x%x size=%d %s>", address, size, state)
@@ -54,7 +64,9 @@ module PtmallocDump
   Arena = Struct.new(:index, :address, :main, :system_mem, :max_system_mem, :top, :top_size,
                      :last_remainder, :attached_threads, :noncontiguous, :corrupt, :heaps) do
     # @return [Boolean] whether this is glibc's main_arena
-    def main? = main
+    def main?
+      main
+    end
 
     def inspect
       format("#<PtmallocDump::Arena %d 0x%x%s system_mem=%d heaps=%d>", index, address,
@@ -67,10 +79,14 @@ module PtmallocDump
   # mapping of one mmapped chunk.
   Heap = Struct.new(:index, :kind, :arena, :start, :end, :reserved_end, :chunk_count, :truncated) do
     # @return [Integer] bytes in the region
-    def size = self.end - start
+    def size
+      self.end - start
+    end
 
     # @return [Range] the address range
-    def range = (start...self.end)
+    def range
+      (start...self.end)
+    end
 
     def inspect
       format("#<PtmallocDump::Heap %d %s 0x%x-0x%x>", index, kind, start, self.end)
@@ -102,7 +118,9 @@ module PtmallocDump
     end
 
     # @return [Integer] number of pages
-    def size = flags.bytesize
+    def size
+      flags.bytesize
+    end
 
     # @param address [Integer]
     # @return [Symbol, nil] :present, :swapped or :absent; nil outside this heap

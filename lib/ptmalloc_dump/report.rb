@@ -53,11 +53,17 @@ module PtmallocDump
 
     private
 
-    def h(value) = CGI.escapeHTML(value.to_s)
+    def h(value)
+      CGI.escapeHTML(value.to_s)
+    end
 
-    def summary = @dump.summary
+    def summary
+      @dump.summary
+    end
 
-    def header = @dump.header
+    def header
+      @dump.header
+    end
 
     def html
       <<~HTML
@@ -88,7 +94,9 @@ module PtmallocDump
       HTML
     end
 
-    def css = self.class.css
+    def css
+      self.class.css
+    end
 
     # The report's stylesheet (inline, shared by every page the gem writes).
     def self.css
@@ -112,7 +120,7 @@ module PtmallocDump
 
     def masthead
       v = @dump.verify
-      check = if v.ok? then %(<span class="ok">reproduces glibc's mallinfo2() and malloc_info() exactly</span>)
+      check = if v.ok? then %(<span class="ok">reproduces glibc's #{v.mallinfo_name}() and malloc_info() exactly</span>)
               else %(<span class="warn">#{v.differences.size} figure(s) differ from glibc's, #{v.anomalies.size} anomaly(ies) recorded</span>)
               end
       <<~HTML
@@ -255,7 +263,9 @@ module PtmallocDump
       "#{hex(first)} +#{human_bytes(im[:units] * Render::BYTES_PER_PIXEL)}"
     end
 
-    def reclaimable_total = @analysis[:trim_estimate].sum
+    def reclaimable_total
+      @analysis[:trim_estimate].sum
+    end
 
     def advice_section
       lines = Advice.new(@dump).lines

@@ -8,7 +8,9 @@ module PtmallocDump
   class RubyHeap
     # One ObjectSpace page.
     RubyPage = Struct.new(:start, :end, :stride, :total_slots, :live_slots, :free_slots) do
-      def size = self.end - start
+      def size
+        self.end - start
+      end
     end
 
     # A live Ruby object. `address` is the same number as ObjectSpace.dump's "address".

@@ -46,7 +46,9 @@ module PtmallocDump
       ]
     end
 
-    def row(label, text) = format("%-16s %s", label, text)
+    def row(label, text)
+      format("%-16s %s", label, text)
+    end
 
     def arena_lines
       lines = [format("%-5s %-16s %10s %10s %12s %10s %7s", "arena", "address", "heap", "in use", "free resident", "top", "chunks")]

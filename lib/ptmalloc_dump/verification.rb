@@ -9,7 +9,9 @@ module PtmallocDump
 
     # One figure that disagrees.
     Difference = Struct.new(:scope, :field, :glibc, :walk) do
-      def to_s = "#{scope} #{field}: glibc says #{glibc.inspect}, the walk found #{walk.inspect}"
+      def to_s
+        "#{scope} #{field}: glibc says #{glibc.inspect}, the walk found #{walk.inspect}"
+      end
     end
 
     # @return [Array<Difference>]
@@ -46,21 +48,34 @@ module PtmallocDump
     end
 
     # @return [Array<Anomaly>] anomalies found in the arenas themselves (each walked under its lock)
-    def arena_anomalies = anomalies.select(&:arena)
+    def arena_anomalies
+      anomalies.select(&:arena)
+    end
 
     # @return [Array<Anomaly>] anomalies from reading threads' tcaches (which can change meanwhile)
-    def tcache_anomalies = anomalies.reject(&:arena)
+    def tcache_anomalies
+      anomalies.reject(&:arena)
+    end
 
     # @return [Boolean] true when nothing differs and no anomaly was recorded
-    def ok? = differences.empty? && anomalies.empty?
+    def ok?
+      differences.empty? && anomalies.empty?
+    end
 
     # @return [Boolean] whether arena i's own figures all agree with malloc_info
-    def arena_consistent?(index) = consistent_arenas.include?(index)
+    def arena_consistent?(index)
+      consistent_arenas.include?(index)
+    end
 
     def to_s
-      return "verified: the walk reproduces mallinfo2 and malloc_info exactly" if ok?
+      return "verified: the walk reproduces #{mallinfo_name} and malloc_info exactly" if ok?
 
       (differences.map(&:to_s) + anomalies.map { |a| "anomaly: #{a}" }).join("\n")
+    end
+
+    # @return [String] the glibc counter the dump captured: "mallinfo2", or "mallinfo" before glibc 2.33
+    def mallinfo_name
+      @dump.header[:mallinfo_32bit] ? "mallinfo" : "mallinfo2"
     end
 
     private
@@ -72,7 +87,9 @@ module PtmallocDump
     def check_mallinfo
       mi = @dump.header[:mallinfo2]
       s = @dump.summary
-      MALLINFO_FIELDS.each { |f| differ("mallinfo2", f, mi[f], s[f]) }
+      # glibc before 2.33 has only mallinfo(), whose int fields keep the low 32 bits
+      mask = @dump.header[:mallinfo_32bit] ? 0xffff_ffff : -1
+      MALLINFO_FIELDS.each { |f| differ(mallinfo_name, f, mi[f], s[f] & mask) }
     end
 
     def check_malloc_info

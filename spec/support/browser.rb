@@ -11,7 +11,9 @@ class Browser
   CHROMIUM = ENV.fetch("CHROMIUM", "/usr/bin/chromium")
   CHROMEDRIVER = ENV.fetch("CHROMEDRIVER", "/usr/bin/chromedriver")
 
-  def self.available? = File.executable?(CHROMIUM) && File.executable?(CHROMEDRIVER)
+  def self.available?
+    File.executable?(CHROMIUM) && File.executable?(CHROMEDRIVER)
+  end
 
   def self.open(profile_dir)
     browser = new(profile_dir)
@@ -37,16 +39,24 @@ class Browser
     @session = request(:post, "/session", capabilities: { alwaysMatch: caps })["sessionId"]
   end
 
-  def visit(url) = command(:post, "url", url: url)
+  def visit(url)
+    command(:post, "url", url: url)
+  end
 
   # Runs JavaScript in the page and returns its result.
-  def script(source) = command(:post, "execute/sync", script: source, args: [])
+  def script(source)
+    command(:post, "execute/sync", script: source, args: [])
+  end
 
   # @return [Array<Hash>] console entries (level, message)
-  def console = command(:post, "se/log", type: "browser")
+  def console
+    command(:post, "se/log", type: "browser")
+  end
 
   # @return [String] PNG bytes
-  def screenshot = Base64.decode64(command(:get, "screenshot"))
+  def screenshot
+    Base64.decode64(command(:get, "screenshot"))
+  end
 
   def close
     request(:delete, "/session/#{@session}") if @session
@@ -73,7 +83,9 @@ class Browser
     end
   end
 
-  def command(verb, path, body = nil) = request(verb, "/session/#{@session}/#{path}", body)
+  def command(verb, path, body = nil)
+    request(verb, "/session/#{@session}/#{path}", body)
+  end
 
   def request(verb, path, body = nil)
     http = Net::HTTP.new("127.0.0.1", @port)

@@ -45,7 +45,9 @@ class HeapScenario
   private
 
   # -1 is the calling thread, 0... the workers
-  def random_thread = @rng.rand(@threads + 1) - 1
+  def random_thread
+    @rng.rand(@threads + 1) - 1
+  end
 
   # log-uniform from 16 B to 1 MiB, so mmapped sizes (>= 128 KiB) appear in most scenarios
   def random_size

@@ -13,7 +13,9 @@ module SpecHelpers
     HANDLE = Fiddle::Handle::DEFAULT
     MALLOC_TRIM = Fiddle::Function.new(HANDLE["malloc_trim"], [Fiddle::TYPE_SIZE_T], Fiddle::TYPE_INT)
 
-    def self.malloc_trim(pad = 0) = MALLOC_TRIM.call(pad)
+    def self.malloc_trim(pad = 0)
+      MALLOC_TRIM.call(pad)
+    end
   end
 
   def tmpdir
@@ -36,7 +38,9 @@ module SpecHelpers
     Open3.capture3(env, RbConfig.ruby, "-I", LIB, "-rptmalloc_dump", "-e", code, timeout_opts(timeout))
   end
 
-  def timeout_opts(_timeout) = {}
+  def timeout_opts(_timeout)
+    {}
+  end
 
   # Shared structural checks every dump must pass.
   def expect_valid_dump(dump)

@@ -25,8 +25,12 @@ module NativeThreads
   CHURN_STOP = Fiddle::Function.new(LIB["churn_stop_all"], [], Fiddle::TYPE_VOID)
 
   # Starts worker thread i; returns its tid.
-  def self.start(index) = START.call(index)
-  def self.stop(index) = STOP.call(index)
+  def self.start(index)
+    START.call(index)
+  end
+  def self.stop(index)
+    STOP.call(index)
+  end
 
   # mallocs each size on worker `index` (-1: the calling thread); returns the addresses.
   def self.malloc(index, sizes)
@@ -61,13 +65,25 @@ module NativeThreads
     Fiddle::Pointer.new(array)[0, 8 * n].unpack("Q*")
   end
 
-  def self.release = RELEASE.call
+  def self.release
+    RELEASE.call
+  end
 
   # worker `index` mallocs n blocks of `size`, remembered on the C side only (no Ruby allocation)
-  def self.malloc_many(index, n, size) = MALLOC_MANY.call(index, n, size)
-  def self.free_many(index) = FREE_MANY.call(index)
+  def self.malloc_many(index, n, size)
+    MALLOC_MANY.call(index, n, size)
+  end
+  def self.free_many(index)
+    FREE_MANY.call(index)
+  end
 
-  def self.churn_start(n) = CHURN_START.call(n)
-  def self.churn_ops = CHURN_OPS.call
-  def self.churn_stop = CHURN_STOP.call
+  def self.churn_start(n)
+    CHURN_START.call(n)
+  end
+  def self.churn_ops
+    CHURN_OPS.call
+  end
+  def self.churn_stop
+    CHURN_STOP.call
+  end
 end
