@@ -4,11 +4,12 @@ require "spec_helper"
 
 # Without symbol files: malloc's globals found by structure, the same answers as with symbols.
 RSpec.describe "the symbol-free path" do
-  it "finds the same main_arena and mp_ as the symbol file" do
-    file = PtmallocDump.libc_info(symbols: :file)
+  it "finds the same main_arena and mp_ as the symbol file and as glibc itself reveals them" do
+    file = PtmallocDump.libc_info(debug_dir: LibcFacts.debug_dir, symbols: :file)
     heuristic = PtmallocDump.libc_info(symbols: :heuristic)
     expect(heuristic[:symbol_source]).to eq(:heuristic)
     expect(heuristic.slice(:main_arena, :mp)).to eq(file.slice(:main_arena, :mp))
+    expect(heuristic.values_at(:main_arena, :mp)).to eq([LibcFacts.main_arena, LibcFacts.mp])
   end
 
   # One fork snapshot dumped twice from the same frozen heap: with symbols and by structure alone.
@@ -18,7 +19,7 @@ RSpec.describe "the symbol-free path" do
       GC.disable
       begin
         scenario.build
-        result = PtmallocDump.check_symbol_free(tmpdir)
+        result = PtmallocDump.check_symbol_free(tmpdir, debug_dir: LibcFacts.debug_dir)
       ensure
         GC.enable
         scenario.cleanup

@@ -2,25 +2,37 @@
 
 require "spec_helper"
 
+# The symbol file is libc6-dbg's where it is installed; elsewhere one made from what glibc itself
+# reveals (spec/support/libc_facts.rb), so that every lookup path runs either way.
 RSpec.describe "finding main_arena" do
-  let(:info) { PtmallocDump.libc_info }
-  let(:debug_file) { info[:symbol_file] }
+  let(:debug_dir) { LibcFacts.debug_dir }
+  let(:info) { PtmallocDump.libc_info(debug_dir: debug_dir) }
+  let(:debug_file) { LibcFacts.symbol_file }
+
+  it "agrees with the arena address glibc links into a chunk it frees" do
+    dump = dump_and_load
+    expect(dump.header[:main_arena]).to eq(LibcFacts.main_arena)
+    expect(dump.header[:mp]).to eq(LibcFacts.mp)
+  end
 
   it "agrees with gdb on &main_arena for the same process" do
     path = File.join(tmpdir, "child.dump")
     code = <<~RUBY
-      PtmallocDump.dump(#{path.inspect})
+      PtmallocDump.dump(#{path.inspect}, debug_dir: #{debug_dir.inspect})
       $stdout.puts "ready"
       $stdout.flush
       sleep
     RUBY
     Open3.popen3(RbConfig.ruby, "-I", SpecHelpers::LIB, "-rptmalloc_dump", "-e", code) do |stdin, stdout, _err, wait|
       expect(stdout.gets).to eq("ready\n")
-      gdb, gdb_err, status = Open3.capture3("gdb", "-batch", "-nx", "-p", wait.pid.to_s, "-ex", "p &main_arena")
+      gdb, gdb_err, status = Open3.capture3("gdb", "-batch", "-nx", "-iex", "set debug-file-directory #{debug_dir}",
+                                             "-p", wait.pid.to_s, "-ex", "p &main_arena")
       expect(status).to be_success, gdb_err
-      address = gdb[/\(struct malloc_state \*\) (0x\h+)/, 1]
+      # "(struct malloc_state *) 0x…" with libc6-dbg; an untyped pointer with the made symbol file
+      address = gdb[/^\$1 = .*?\) (0x\h+)/, 1]
       expect(address).not_to be_nil, gdb
       expect(PtmallocDump.load(path).header[:main_arena]).to eq(Integer(address))
+      expect(PtmallocDump.load(path).header[:symbol_source]).to eq(:build_id)
     ensure
       Process.kill("KILL", wait.pid)
       stdin.close
@@ -29,8 +41,13 @@ RSpec.describe "finding main_arena" do
 
   it "finds the symbol file by build-id under the debug directory" do
     expect(info[:build_id]).to match(/\A\h{40}\z/)
+    expect(info[:build_id]).to eq(LibcFacts.build_id)
+    expect(info[:symbol_file]).to eq(debug_file)
     expect(debug_file).to end_with("/.build-id/#{info[:build_id][0, 2]}/#{info[:build_id][2..]}.debug")
-    expect(dump_and_load.header[:symbol_source]).to eq(:build_id)
+    dump = dump_and_load(debug_dir: debug_dir)
+    expect(dump.header[:symbol_source]).to eq(:build_id)
+    expect(dump.header.values_at(:main_arena, :mp)).to eq([LibcFacts.main_arena, LibcFacts.mp])
+    expect_valid_dump(dump)
   end
 
   it "follows .gnu_debuglink into <debugdir><libdir>/ when there is no .build-id link, checking the CRC" do
@@ -43,7 +60,7 @@ RSpec.describe "finding main_arena" do
     dump = dump_and_load(debug_dir: dir)
     expect(dump.header[:symbol_source]).to eq(:debuglink)
     expect(dump.header[:symbol_file]).to eq(File.join(dir, libdir, link_name))
-    expect(dump.header[:main_arena]).to eq(info[:main_arena])
+    expect(dump.header[:main_arena]).to eq(LibcFacts.main_arena)
     expect_valid_dump(dump)
   end
 
@@ -86,8 +103,8 @@ RSpec.describe "finding main_arena" do
     Dir.mkdir(empty)
     dump = dump_and_load(debug_dir: empty)
     expect(dump.header[:symbol_source]).to eq(:heuristic)
-    expect(dump.header[:main_arena]).to eq(info[:main_arena])
-    expect(dump.header[:mp]).to eq(info[:mp])
+    expect(dump.header[:main_arena]).to eq(LibcFacts.main_arena)
+    expect(dump.header[:mp]).to eq(LibcFacts.mp)
     expect_valid_dump(dump)
   end
 

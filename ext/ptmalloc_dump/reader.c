@@ -44,6 +44,15 @@ static const char *section_name(uint32_t type)
     return type < sizeof(names) / sizeof(names[0]) ? names[type] : "unknown";
 }
 
+/* malloc_info() writes XML in plain ASCII: tabs, newlines and printable characters only. */
+static int check_text(const unsigned char *p, uint64_t n)
+{
+    uint64_t i;
+    for (i = 0; i < n; i++)
+        if (!(p[i] == '\n' || p[i] == '\t' || (p[i] >= 0x20 && p[i] < 0x7f))) return 0;
+    return 1;
+}
+
 static int check_strings(const unsigned char *p, size_t len)
 {
     size_t off = 0;
@@ -141,7 +150,9 @@ int ptmd_read_view(const unsigned char *data, size_t len, const char *name, ptmd
                 if (!check_strings(payload, sh->length)) FAIL("%s: damaged strings section", name);
                 v->strings = payload; v->strings_len = sh->length; break;
             case PTMD_SEC_MALLINFO2: v->mallinfo2 = (const void *)payload; if (sh->count != 1) FAIL("%s: bad mallinfo2 section", name); break;
-            case PTMD_SEC_MALLOC_INFO: v->malloc_info = (const char *)payload; v->malloc_info_len = sh->length; break;
+            case PTMD_SEC_MALLOC_INFO:
+                if (!check_text(payload, sh->length)) FAIL("%s: damaged malloc_info section (not ASCII text)", name);
+                v->malloc_info = (const char *)payload; v->malloc_info_len = sh->length; break;
             case PTMD_SEC_ARENAS: v->arenas = (const void *)payload; v->n_arenas = sh->count; break;
             case PTMD_SEC_HEAPS: v->heaps = (const void *)payload; v->n_heaps = sh->count; break;
             case PTMD_SEC_CHUNKS: v->chunk_words = (const void *)payload; v->n_chunks = sh->count; break;
