@@ -215,7 +215,7 @@ RSpec.describe "safety in a production worker" do
     { "jemalloc" => "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2",
       "tcmalloc" => "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4" }.each do |name, lib|
       it "refuses #{name} before any walk, naming it" do
-        skip "#{lib} is installed by bin/setup" unless File.exist?(lib)
+        expect(File).to exist(lib), "#{lib} is missing: bin/setup installs it"
 
         target = File.join(tmpdir, "#{name}.dump")
         out, err, status = run_ruby(<<~RUBY, env: { "LD_PRELOAD" => lib })

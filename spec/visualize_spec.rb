@@ -183,7 +183,7 @@ RSpec.describe "ptmalloc-visualize" do
     end
 
     it "loads in headless Chromium: every image, no console error, the totals on the page" do
-      skip "chromium and chromedriver are installed by bin/setup" unless Browser.available?
+      expect(Browser).to be_available, "chromium and chromedriver are missing: bin/setup installs them"
 
       Browser.open(File.join(tmpdir, "chrome-profile")) do |b|
         b.visit("file://#{File.join(out_dir, 'index.html')}")

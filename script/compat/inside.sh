@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Runs inside a Debian chroot made by `rake compat` (tasks/compat.rake), with the work tree in /src.
+#   inside.sh provision          bin/setup: the release's packages (libc6-dbg among them) and the gems
+#   inside.sh libc6-dbg with     install libc's debug symbols (libc6-dbg)
+#   inside.sh libc6-dbg without  remove them
+#   inside.sh test               record the system's facts, run the README's test command's rake part
+set -euo pipefail
+export DEBIAN_FRONTEND=noninteractive
+export BUNDLE_PATH=/var/cache/ptmalloc-dump-compat/bundle
+
+installed() { [[ $(dpkg-query -W -f='${Status}' "$1" 2>/dev/null) == "install ok installed" ]]; }
+
+provision() {
+  update-ca-certificates >/dev/null # with the host's own CAs, copied to /usr/local/share/ca-certificates
+  dpkg --configure -a               # after an interrupted install
+  apt-get update -qq
+  apt-get dist-upgrade -y -qq
+  cd /src
+  bin/setup
+  apt-get clean
+}
+
+libc6_dbg() {
+  case "$1" in
+    with) installed libc6-dbg || apt-get install -y -qq --no-install-recommends libc6-dbg ;;
+    without) if installed libc6-dbg; then apt-get remove -y -qq libc6-dbg; fi ;;
+    *) echo "inside.sh: libc6-dbg with|without" >&2; exit 2 ;;
+  esac
+}
+
+run_tests() {
+  cd /src
+  mkdir -p tmp
+  ruby script/compat/facts.rb >tmp/compat-facts.json
+  export SPEC_OPTS="--format progress --format json --out tmp/compat-rspec.json"
+  timeout --kill-after=60 "${PTMALLOC_DUMP_COMPAT_TIMEOUT:-3600}" bundle exec rake
+}
+
+case "${1:-}" in
+  provision) provision ;;
+  libc6-dbg) libc6_dbg "${2:-}" ;;
+  test) run_tests ;;
+  *) echo "usage: inside.sh provision | libc6-dbg with|without | test" >&2; exit 2 ;;
+esac

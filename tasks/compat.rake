@@ -1,0 +1,388 @@
+# frozen_string_literal: true
+
+require "fileutils"
+require "json"
+require "open3"
+require "tempfile"
+require "time"
+
+# `rake compat`: the whole suite (`bundle exec rake`) inside Debian releases built with debootstrap,
+# each with and without libc's debug symbols. The chroots are kept in a directory of your choice and
+# reused; the results go to tmp/compat/results.md, one log per run to tmp/compat/logs/.
+# (This file is loaded by the Rakefile inside the chroots too: it must stay valid Ruby 2.7.)
+module Compat
+  RELEASES = %w[bullseye bookworm trixie sid].freeze # glibc 2.31, 2.36, 2.41 and the newest
+  VARIANTS = %w[with without].freeze                 # libc6-dbg installed or removed
+  MIRROR = ENV.fetch("PTMALLOC_DUMP_COMPAT_MIRROR", "http://deb.debian.org/debian")
+  ROOT = File.expand_path("..", __dir__)
+  OUT = File.join(ROOT, "tmp", "compat")
+  SRC = "src" # where the work tree goes, under the chroot's /
+  INSIDE = "/#{SRC}/script/compat/inside.sh"
+  MOUNTS = %w[proc dev dev/pts sys].freeze
+  CHROOT_ENV = %w[HOME=/root LANG=C.UTF-8 TERM=dumb
+                  PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin].freeze
+
+  class Error < StandardError; end
+
+  module_function
+
+  def run(dir)
+    check_host!
+    report(releases.flat_map { |name| run_release(Chroot.new(dir, name)) })
+  end
+
+  # The runs of one release; if its chroot cannot be made, they are recorded as failed and the
+  # next release goes on.
+  def run_release(chroot)
+    chroot.create unless chroot.exist?
+    chroot.configure
+    chroot.mounted do
+      chroot.copy_tree(ROOT)
+      chroot.provision
+      variants.map { |variant| Run.new(chroot, variant).call }
+    end
+  rescue Error => e
+    warn "rake compat: #{e.message}"
+    variants.map { |variant| Run.new(chroot, variant).not_run }
+  end
+
+  def check_host!
+    raise Error, "debootstrap is missing: apt-get install debootstrap" unless debootstrap?
+    raise Error, "it must run as root (debootstrap, chroot and mounts need it)" unless Process.uid.zero?
+  end
+
+  def debootstrap?
+    (ENV.fetch("PATH", "").split(File::PATH_SEPARATOR) | %w[/usr/sbin /sbin]).any? do |dir|
+      File.executable?(File.join(dir, "debootstrap"))
+    end
+  end
+
+  def report(results)
+    puts Table.write, "(#{Table::PATH}; logs in #{File.join(OUT, 'logs')})"
+    failed = results.reject { |r| r["ok"] }
+    return if failed.empty?
+
+    raise Error, "#{failed.size} of #{results.size} runs failed: #{failed.map { |r| r['log'] }.join(', ')}"
+  end
+
+  def default_dir
+    ENV.fetch("PTMALLOC_DUMP_COMPAT_DIR", File.join(OUT, "roots"))
+  end
+
+  def releases
+    list("PTMALLOC_DUMP_COMPAT_RELEASES", RELEASES)
+  end
+
+  def variants
+    list("PTMALLOC_DUMP_COMPAT_LIBC6_DBG", VARIANTS)
+  end
+
+  def list(name, known)
+    chosen = ENV.fetch(name, known.join(" ")).split(/[\s,]+/)
+    unknown = chosen - known
+    raise Error, "#{name}: unknown #{unknown.join(', ')} (known: #{known.join(', ')})" unless unknown.empty?
+
+    chosen
+  end
+
+  def log_path(name)
+    File.join(OUT, "logs", "#{name}.log")
+  end
+
+  # Runs a command with its output appended to `log`; true when it succeeded.
+  def logged(log, *cmd)
+    FileUtils.mkdir_p(File.dirname(log))
+    File.open(log, "a") { |f| f.puts "$ #{cmd.join(' ')}" }
+    system(*cmd, %i[out err] => [log, "a"])
+  end
+
+  def tail(log, lines = 20)
+    File.exist?(log) ? File.readlines(log).last(lines).join : ""
+  end
+
+  # Mount points at or under `path` (from this process's mountinfo), deepest first.
+  def mounts_under(path)
+    path = File.realpath(path) if File.exist?(path)
+    File.readlines("/proc/self/mountinfo")
+        .map { |line| line.split[4].gsub(/\\(\d{3})/) { Regexp.last_match(1).to_i(8).chr } }
+        .select { |point| point == path || point.start_with?("#{path}/") }
+        .sort_by { |point| -point.length }
+  end
+
+  def unmount(point)
+    return if system("umount", point, err: File::NULL) || system("umount", "--lazy", point)
+
+    warn "rake compat: could not unmount #{point}"
+  end
+
+  # Tracked files and untracked ones that are not ignored (what a commit of the tree would hold).
+  def tree_files(dir)
+    out, status = Open3.capture2("git", "-C", dir, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
+    raise Error, "git ls-files failed in #{dir}" unless status.success?
+
+    out.split("\0").uniq.select { |f| File.file?(File.join(dir, f)) || File.symlink?(File.join(dir, f)) }
+  end
+
+  def tree_version
+    @tree_version ||= Open3.capture2("git", "-C", ROOT, "describe", "--always", "--dirty").first.strip
+  end
+
+  def duration(seconds)
+    seconds = seconds.round
+    seconds >= 60 ? format("%<m>dm %<s>02ds", m: seconds / 60, s: seconds % 60) : "#{seconds}s"
+  end
+
+  # One Debian release's chroot: `dir`/`name`.
+  class Chroot
+    attr_reader :name, :root
+
+    def initialize(dir, name)
+      @name = name
+      @root = File.expand_path(name, dir)
+    end
+
+    def exist?
+      File.directory?(root)
+    end
+
+    def setup_log
+      Compat.log_path("#{name}-setup")
+    end
+
+    # debootstrap into `root`.partial, renamed when complete: a broken attempt is never reused.
+    def create
+      partial = "#{root}.partial"
+      remove(partial)
+      puts "rake compat: #{name}: debootstrap into #{root} (log: #{setup_log})"
+      debootstrap = %w[debootstrap --variant=minbase --components=main --include=ca-certificates]
+      fail_with("debootstrap failed") unless Compat.logged(setup_log, *debootstrap, name, partial, MIRROR)
+      File.rename(partial, root)
+    end
+
+    # Written afresh before every use: apt's sources (with -updates and -security but for sid), no
+    # services started by packages, and the host's name servers and the CAs it added (a proxy's).
+    def configure
+      write("etc/apt/sources.list", sources)
+      # A mirror's Release files may be older than their Valid-Until (a snapshot, a clock ahead); their
+      # signatures are still checked.
+      write("etc/apt/apt.conf.d/99ptmalloc-dump-compat", %(Acquire::Check-Valid-Until "false";\n))
+      write("usr/sbin/policy-rc.d", "#!/bin/sh\nexit 101\n", perm: 0o755)
+      write("etc/resolv.conf", File.read("/etc/resolv.conf"))
+      write("etc/hosts", File.read("/etc/hosts")) # minbase has none: localhost would not resolve
+      Dir["/usr/local/share/ca-certificates/*.crt"].each do |ca|
+        write("usr/local/share/ca-certificates/#{File.basename(ca)}", File.read(ca))
+      end
+    end
+
+    def sources
+      return "deb #{MIRROR} sid main\n" if name == "sid"
+
+      security = MIRROR.sub(%r{/debian/?\z}, "/debian-security")
+      ["deb #{MIRROR} #{name} main", "deb #{MIRROR} #{name}-updates main",
+       "deb #{security} #{name}-security main"].join("\n") << "\n"
+    end
+
+    # Binds /proc, /dev, /dev/pts and /sys into the chroot for the block, and always unmounts them.
+    def mounted
+      unmount_all # left over by a run that was killed
+      MOUNTS.each do |m|
+        fail_with("mount --bind /#{m} failed") unless system("mount", "--bind", "/#{m}", File.join(root, m))
+      end
+      yield
+    ensure
+      unmount_all
+    end
+
+    # The work tree into /src, afresh.
+    def copy_tree(from)
+      dest = src_path
+      remove(dest)
+      FileUtils.mkdir_p(dest)
+      Tempfile.create("compat-files") do |list|
+        list.write(Compat.tree_files(from).join("\0"))
+        list.flush
+        statuses = Open3.pipeline(["tar", "-C", from, "--null", "-T", list.path, "-cf", "-"], ["tar", "-C", dest, "-xf", "-"])
+        fail_with("copying the work tree failed") unless statuses.all?(&:success?)
+      end
+    end
+
+    def provision
+      puts "rake compat: #{name}: installing packages (log: #{setup_log})"
+      fail_with("installing packages failed") unless inside(setup_log, "provision")
+    end
+
+    # Runs script/compat/inside.sh in the chroot with a clean environment; nothing it started stays.
+    def inside(log, *args)
+      env = CHROOT_ENV + ENV.select { |k, _| k == "PTMALLOC_DUMP_COMPAT_TIMEOUT" }.map { |k, v| "#{k}=#{v}" }
+      Compat.logged(log, "chroot", root, "/usr/bin/env", "-i", *env, "/bin/bash", INSIDE, *args)
+    ensure
+      end_leftovers(log)
+    end
+
+    def src_path(path = nil)
+      File.join(*[root, SRC, path].compact)
+    end
+
+    private
+
+    # Replaces the file (a symlink in its place too: /etc/resolv.conf often is one).
+    def write(path, content, perm: 0o644)
+      path = File.join(root, path)
+      FileUtils.mkdir_p(File.dirname(path))
+      FileUtils.rm_f(path)
+      File.write(path, content, perm: perm)
+    end
+
+    def unmount_all
+      Compat.mounts_under(root).each { |point| Compat.unmount(point) }
+    end
+
+    # Ends the processes still running in the chroot (a browser driver a spec left behind), and says so.
+    def end_leftovers(log)
+      pids = processes_inside
+      return if pids.empty?
+
+      message = "rake compat: #{name}: ending what was left running: #{pids.map { |pid| command_line(pid) }.join(', ')}"
+      warn message
+      File.write(log, "#{message}\n", mode: "a")
+      signal_all("TERM", pids)
+      sleep 2
+      signal_all("KILL", processes_inside & pids)
+    end
+
+    def processes_inside
+      real = File.realpath(root)
+      Dir["/proc/[0-9]*"].select { |dir| proc_link(dir, "root") == real }.map { |dir| File.basename(dir).to_i }
+    end
+
+    def proc_link(dir, name)
+      File.readlink(File.join(dir, name))
+    rescue SystemCallError
+      nil
+    end
+
+    def command_line(pid)
+      "#{pid} #{File.read("/proc/#{pid}/cmdline").tr("\0", ' ').strip}"
+    rescue SystemCallError
+      pid.to_s
+    end
+
+    def signal_all(signal, pids)
+      pids.each do |pid|
+        Process.kill(signal, pid)
+      rescue Errno::ESRCH
+        nil
+      end
+    end
+
+    def remove(path)
+      return unless File.exist?(path)
+      raise Error, "#{path} still has mounts: #{Compat.mounts_under(path).join(', ')}" unless Compat.mounts_under(path).empty?
+
+      fail_with("could not remove #{path}") unless system("rm", "-rf", "--one-file-system", path)
+    end
+
+    def fail_with(message)
+      raise Error, "#{name}: #{message}; the end of #{setup_log}:\n#{Compat.tail(setup_log)}"
+    end
+  end
+
+  # One run of the suite: a release, with or without libc6-dbg. Recorded in tmp/compat/runs/.
+  class Run
+    OUTPUTS = %w[tmp/compat-facts.json tmp/compat-rspec.json].freeze # written by inside.sh test
+
+    def initialize(chroot, variant)
+      @chroot = chroot
+      @variant = variant
+    end
+
+    def id
+      "#{@chroot.name}-#{@variant}-libc6-dbg"
+    end
+
+    def log
+      Compat.log_path(id)
+    end
+
+    def call
+      FileUtils.rm_f([log, *OUTPUTS.map { |f| @chroot.src_path(f) }])
+      puts "rake compat: #{@chroot.name}, #{@variant} libc6-dbg: bundle exec rake (log: #{log})"
+      started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+      ok = @chroot.inside(log, "libc6-dbg", @variant) && @chroot.inside(log, "test")
+      rspec = read_json("tmp/compat-rspec.json")
+      File.write(log.sub(/\.log\z/, ".rspec.json"), JSON.pretty_generate(rspec)) if rspec
+      record(ok: ok, seconds: Process.clock_gettime(Process::CLOCK_MONOTONIC) - started, log: log,
+             facts: read_json("tmp/compat-facts.json"), summary: rspec && rspec["summary"])
+    end
+
+    # The chroot could not be made or provisioned: see its setup log.
+    def not_run
+      record(ok: false, seconds: 0, log: @chroot.setup_log, facts: nil, summary: nil)
+    end
+
+    private
+
+    def record(ok:, seconds:, log:, facts:, summary:)
+      result = { "release" => @chroot.name, "libc6_dbg" => @variant, "ok" => ok, "seconds" => seconds.round,
+                 "at" => Time.now.utc.iso8601, "tree" => Compat.tree_version, "log" => log,
+                 "facts" => facts, "summary" => summary }
+      path = File.join(OUT, "runs", "#{id}.json")
+      FileUtils.mkdir_p(File.dirname(path))
+      File.write(path, JSON.pretty_generate(result))
+      result
+    end
+
+    def read_json(path)
+      JSON.parse(File.read(@chroot.src_path(path)))
+    rescue Errno::ENOENT, JSON::ParserError
+      nil
+    end
+  end
+
+  # tmp/compat/results.md: the latest run of every release and variant recorded so far.
+  module Table
+    PATH = File.join(OUT, "results.md")
+    HEADER = ["release", "glibc (libc6)", "Ruby", "libc6-dbg", "examples", "failures", "pending",
+              "errors outside examples", "duration", "result", "run at (UTC)", "tree"].freeze
+    COUNTS = %w[example_count failure_count pending_count errors_outside_of_examples_count].freeze
+
+    module_function
+
+    def write
+      lines = [HEADER, HEADER.map { "---" }, *records.map { |r| row(r) }].map { |cells| "| #{cells.join(' | ')} |\n" }
+      File.write(PATH, "# rake compat\n\n#{lines.join}")
+      lines.join
+    end
+
+    def records
+      Dir[File.join(OUT, "runs", "*.json")].map { |f| JSON.parse(File.read(f)) }
+                                          .sort_by { |r| [RELEASES.index(r["release"]).to_i, VARIANTS.index(r["libc6_dbg"]).to_i] }
+    end
+
+    def row(run)
+      facts = run["facts"] || {}
+      counts = (run["summary"] || {}).values_at(*COUNTS).map { |n| n || "?" }
+      glibc = facts["glibc"] ? "#{facts['glibc']} (#{facts['libc6']})" : "?"
+      [run["release"], glibc, facts["ruby"] || "?", run["libc6_dbg"], *counts, Compat.duration(run["seconds"]),
+       run["ok"] ? "passed" : "**FAILED**", run["at"].sub("T", " ").delete_suffix("Z"), run["tree"]]
+    end
+  end
+end
+
+desc "Run the suite in Debian bullseye, bookworm, trixie and sid chroots (debootstrap; as root), with and " \
+     "without libc6-dbg: rake compat[DIR] keeps the chroots in DIR (or $PTMALLOC_DUMP_COMPAT_DIR, default " \
+     "tmp/compat/roots); $PTMALLOC_DUMP_COMPAT_RELEASES and $PTMALLOC_DUMP_COMPAT_LIBC6_DBG (with, without) pick"
+task :compat, [:dir] do |_t, args|
+  Compat.run(args[:dir] || Compat.default_dir)
+rescue Compat::Error => e
+  abort "rake compat: #{e.message}"
+end
+
+namespace :compat do
+  # `rake clean` deletes tmp/ and all in it: never while a chroot there has /proc, /dev or /sys bound.
+  task :unmounted do
+    busy = Compat.mounts_under(File.join(Compat::ROOT, "tmp"))
+    abort "rake clean: refusing, #{busy.join(', ')} mounted under tmp/ (is rake compat running?)" unless busy.empty?
+  end
+end
+task clean: "compat:unmounted"
