@@ -239,7 +239,7 @@ typedef struct {
     uint64_t pass_ns;               /* the Ruby pass */
     uint64_t refs_ns;               /* the reference scan */
     uint32_t flags;                 /* PTMD_RF_* */
-    uint32_t reserved;
+    uint32_t heap_tomb_pages;       /* GC.stat: empty pages kept for reuse, which the pass does not see */
 } ptmd_ruby_meta;
 
 typedef struct {

@@ -257,6 +257,12 @@ static int locate_fresh(ptmd_libc *lc, const char *debug_dir, int symbols, ptmd_
     if (!ctx.found || !lc->libc_path[0])
         return ptmd_fail(err, PTMD_E_PLATFORM, "glibc's libc.so was not found among the loaded objects");
     lc->layout = ptmd_layout_for(lc->major, lc->minor);
+    if (!lc->layout && lc->major == 2 && lc->minor > ptmd_layout_newest_minor()) {
+        /* A newer glibc is walked only if its structures pass every check with the newest layout
+         * (ptmd_walk_validate, then the list pre-checks); otherwise the dump is refused. */
+        lc->layout = ptmd_layout_for(2, ptmd_layout_newest_minor());
+        lc->layout_assumed = 1;
+    }
     for (i = 0; i < sizeof(locators) / sizeof(locators[0]); i++) {
         int heuristic = locators[i].resolve == ptmd_locate_heuristic, r;
         if ((symbols == PTMD_SYMBOLS_FILE && heuristic) || (symbols == PTMD_SYMBOLS_HEURISTIC && !heuristic)) continue;

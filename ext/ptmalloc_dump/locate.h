@@ -23,6 +23,7 @@ typedef struct {
     char glibc_version[32];
     int major, minor;
     const ptmd_layout *layout;
+    int layout_assumed;                 /* glibc is newer than the table: its newest layout, on trial */
 
     /* where the symbols came from */
     int symbol_source;                  /* PTMD_SYMSRC_* */

@@ -79,6 +79,7 @@ static VALUE dump_ruby_meta(VALUE self)
     const ptmd_ruby_meta *m = v->ruby_meta;
     VALUE h = rb_hash_new();
     SET(h, "heap_allocated_pages", U64(m->heap_allocated_pages));
+    SET(h, "heap_tomb_pages", U64(m->heap_tomb_pages));
     SET(h, "heap_live_slots", U64(m->heap_live_slots));
     SET(h, "heap_free_slots", U64(m->heap_free_slots));
     SET(h, "total_allocated_objects", U64(m->total_allocated_objects));

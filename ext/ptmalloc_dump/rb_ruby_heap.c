@@ -205,11 +205,12 @@ static VALUE class_name(const ptmd_ruby_data *rd, VALUE klass)
 }
 
 /* GC.stat keys, interned at load time: interning a new symbol would allocate objects here */
-static VALUE sym_pages, sym_live, sym_free, sym_total;
+static VALUE sym_pages, sym_tomb, sym_live, sym_free, sym_total;
 
 void ptmd_rb_ruby_heap_init(void)
 {
     sym_pages = ID2SYM(rb_intern("heap_allocated_pages"));
+    sym_tomb = ID2SYM(rb_intern("heap_tomb_pages"));
     sym_live = ID2SYM(rb_intern("heap_live_slots"));
     sym_free = ID2SYM(rb_intern("heap_free_slots"));
     sym_total = ID2SYM(rb_intern("total_allocated_objects"));
@@ -257,6 +258,7 @@ void ptmd_rb_ruby_pass(ptmd_ruby_data *rd)
     rb_objspace_each_objects(each_page, &c);
     sort_pages(rd);
     rd->meta.heap_allocated_pages = rb_gc_stat(sym_pages);
+    rd->meta.heap_tomb_pages = (uint32_t)rb_gc_stat(sym_tomb);
     rd->meta.heap_live_slots = rb_gc_stat(sym_live);
     rd->meta.heap_free_slots = rb_gc_stat(sym_free);
     rd->meta.total_allocated_objects = rb_gc_stat(sym_total);

@@ -514,6 +514,12 @@ int ptmd_walk_validate(ptmd_walk *w, ptmd_err *err)
     } while (av != lc->main_arena);
     return 0;
 fail:
+    if (lc->layout_assumed)
+        return ptmd_fail(err, PTMD_E_LIBC,
+                         "glibc %s is newer than the newest glibc ptmalloc_dump knows (2.%d), and its malloc "
+                         "structures at main_arena %#lx do not match that version's layout (%s); refusing to "
+                         "walk them", lc->glibc_version, ptmd_layout_newest_minor(),
+                         (unsigned long)lc->main_arena, what);
     return ptmd_fail(err, PTMD_E_LIBC,
                      "glibc %s: the malloc structures at main_arena %#lx do not match the layout "
                      "known for this version (%s); refusing to walk them",

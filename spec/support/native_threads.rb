@@ -28,6 +28,7 @@ module NativeThreads
   def self.start(index)
     START.call(index)
   end
+
   def self.stop(index)
     STOP.call(index)
   end
@@ -73,6 +74,7 @@ module NativeThreads
   def self.malloc_many(index, n, size)
     MALLOC_MANY.call(index, n, size)
   end
+
   def self.free_many(index)
     FREE_MANY.call(index)
   end
@@ -80,9 +82,11 @@ module NativeThreads
   def self.churn_start(n)
     CHURN_START.call(n)
   end
+
   def self.churn_ops
     CHURN_OPS.call
   end
+
   def self.churn_stop
     CHURN_STOP.call
   end
