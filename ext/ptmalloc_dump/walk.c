@@ -145,6 +145,7 @@ typedef struct {
     uint64_t top, top_size, top_end;
     uint32_t first_heap, n_heaps;   /* into w->heaps */
     uint64_t bound;                 /* most chunks the arena's memory could hold */
+    int maps_reloaded;              /* /proc/self/maps read again under this arena's lock */
     size_t fast_entries;
 } arena_ctx;
 
@@ -179,6 +180,17 @@ static int heap_info_ok(ptmd_walk *w, uintptr_t h, uintptr_t av)
     return ptmd_maps_readable(&w->maps, h, size);
 }
 
+/* The mappings were read before this arena's lock was taken: a heap made or grown since (new_heap's
+ * mmap, grow_heap's mprotect, sbrk) is missing from them or still PROT_NONE there. Reads them again,
+ * at most once per arena; true when that happened, so that a failed check is worth repeating. */
+static int maps_reload(ptmd_walk *w, arena_ctx *a)
+{
+    ptmd_err ignored;
+    if (a->maps_reloaded) return 0;
+    a->maps_reloaded = 1;
+    return ptmd_maps_load(&w->maps, &ignored) == 0;
+}
+
 static ptmd_heap_rec *new_heap(ptmd_walk *w, arena_ctx *a, uint32_t kind, uint64_t start, uint64_t end)
 {
     ptmd_heap_rec *h = ptmd_buf_push(&w->heaps, sizeof(*h));
@@ -205,6 +217,7 @@ static int collect_heaps(ptmd_walk *w, arena_ctx *a, ptmd_err *err)
             m = ptmd_maps_find(&w->maps, a->top);
             start = m ? m->start : a->top;
         }
+        if (start <= a->top && !ptmd_maps_readable(&w->maps, start, a->top_end - start)) maps_reload(w, a);
         if (start > a->top || !ptmd_maps_readable(&w->maps, start, a->top_end - start)) {
             ptmd_walk_anomaly(w, PTMD_AN_TOP, a->top, start, a->index);
             start = a->top;     /* walk only what can be read */
@@ -219,6 +232,7 @@ static int collect_heaps(ptmd_walk *w, arena_ctx *a, ptmd_err *err)
         while (h) {
             uint64_t size, prev;
             ptmd_heap_rec *hr;
+            if (n < PTMD_MAX_HEAPS_PER_ARENA && !heap_info_ok(w, h, a->av) && maps_reload(w, a)) continue;
             if (n >= PTMD_MAX_HEAPS_PER_ARENA || !heap_info_ok(w, h, a->av)) {
                 ptmd_walk_anomaly(w, PTMD_AN_HEAP_INFO, h, n, a->index);
                 break;
@@ -418,6 +432,7 @@ static int walk_arena(ptmd_walk *w, uintptr_t av, uint32_t index, ptmd_err *err)
     if (L->ms_have_fastchunks != PTMD_NONE && (uint32_t)ptmd_rd64(av + L->ms_have_fastchunks))
         ar->flags |= PTMD_AF_HAVE_FASTCHUNKS;
     a.top = arena_field(w, av, L->ms_top);
+    if (!ptmd_maps_readable(&w->maps, a.top, 16)) maps_reload(w, &a);
     a.top_size = ptmd_maps_readable(&w->maps, a.top, 16) ? ptmd_chunksize(ptmd_rd64(a.top + 8)) : 0;
     a.top_end = a.top + a.top_size;
     ar->top = a.top;
@@ -561,6 +576,7 @@ int ptmd_walk_precheck(ptmd_walk *w)
         a.index = PTMD_NO_ARENA;
         ptmd_arena_lock(w, mutex);
         a.top = arena_field(w, av, L->ms_top);
+        if (!ptmd_maps_readable(&w->maps, a.top, 16)) maps_reload(w, &a);
         a.top_size = ptmd_maps_readable(&w->maps, a.top, 16) ? ptmd_chunksize(ptmd_rd64(a.top + 8)) : 0;
         a.top_end = a.top + a.top_size;
         if (collect_heaps(w, &a, &ignored) != 0) sane = 0;
