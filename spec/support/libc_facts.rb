@@ -152,29 +152,23 @@ module LibcFacts
       .map { |name, address, size| [name, address.to_i(16), size.to_i(16)] }
   end
 
-  # A shared object with libc's build-id whose .data/.bss sit at libc's addresses and hold main_arena
-  # and mp_ as object symbols, as in a real symbol file (debuggers place such symbols by section).
+  # libc's own sections with their contents dropped (objcopy --only-keep-debug: what a distribution's
+  # debug file is built from, build-id note included) plus main_arena and mp_ as object symbols of
+  # the section that holds them, so that debuggers place them as they place real symbols.
   def made_symbol_file(dir)
     base = libc_base
-    symbols = { "main_arena" => main_arena - base, "mp_" => mp - base }
-    asm = File.join(dir, "symbols.s")
-    out = File.join(dir, "symbols.so")
-    placed = symbols.group_by { |_, at| data_sections.find { |_, start, size| at >= start && at < start + size } }
-    raise "main_arena or mp_ lies outside libc's .data and .bss" if placed.key?(nil)
+    out = File.join(dir, "symbols.debug")
+    skeleton = File.join(dir, "skeleton.debug")
+    symbols = { "main_arena" => main_arena - base, "mp_" => mp - base }.map do |name, at|
+      section, start, = data_sections.find { |_, from, size| at >= from && at < from + size }
+      raise "#{name} lies outside libc's .data and .bss" unless section
 
-    File.write(asm, placed.map { |(section, start, _), syms|
-      flags = section == ".bss" ? '"aw",@nobits' : '"aw",@progbits'
-      lines = [".section #{section},#{flags}", "#{section.delete(".")}_start:"]
-      syms.each do |name, at|
-        lines << ".globl #{name}" << ".type #{name}, @object" << ".set #{name}, #{section.delete(".")}_start + #{at - start}"
-      end
-      lines << ".zero #{syms.map(&:last).max - start + 8}"
-      lines.join("\n")
-    }.join("\n") + "\n")
-    starts = placed.keys.map { |section, start, _| format("-Wl,--section-start=%<s>s=0x%<a>x", s: section, a: start) }
-    _o, e, s = Open3.capture3("cc", "-shared", "-nostdlib", "-Wl,--build-id=0x#{build_id}", *starts, "-o", out, asm)
-    raise "making a symbol file failed: #{e}" unless s.success?
-
+      ["--add-symbol", format("%<n>s=%<s>s:0x%<o>x,global,object", n: name, s: section, o: at - start)]
+    end
+    [["objcopy", "--only-keep-debug", libc_path, skeleton], ["objcopy", *symbols.flatten, skeleton, out]].each do |cmd|
+      _o, e, s = Open3.capture3(*cmd)
+      raise "making a symbol file failed: #{cmd.join(' ')}: #{e}" unless s.success?
+    end
     forge_crc(File.binread(out), debuglink[1])
   end
 
