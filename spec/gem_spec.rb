@@ -9,7 +9,8 @@ RSpec.describe "the gem" do
       out, err, status = Open3.capture3("gem", "build", "ptmalloc_dump.gemspec", "--output", File.join(tmpdir, "ptmalloc_dump.gem"))
       expect(status).to be_success, out + err
     end
-    env = { "GEM_HOME" => gem_home, "GEM_PATH" => gem_home, "RUBYOPT" => nil, "BUNDLE_GEMFILE" => nil }
+    # as a user's shell would have it: no Bundler (RubyGems 3.4+ loads BUNDLER_SETUP by itself)
+    env = ENV.keys.grep(/\ABUNDLE/).to_h { |k| [k, nil] }.merge("GEM_HOME" => gem_home, "GEM_PATH" => gem_home, "RUBYOPT" => nil)
     out, err, status = Open3.capture3(env, "gem", "install", "--local", "--no-document", File.join(tmpdir, "ptmalloc_dump.gem"))
     expect(status).to be_success, out + err
     dump = File.join(tmpdir, "x.dump")

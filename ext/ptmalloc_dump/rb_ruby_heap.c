@@ -7,6 +7,7 @@
 #include "dump.h"
 #include <ruby/re.h>
 #include <ruby/io.h>
+#include <ruby/version.h>
 
 #include <string.h>
 
@@ -144,9 +145,29 @@ static int each_page(void *start, void *end, size_t stride, void *data)
             if (!(flags & ROBJECT_EMBED)) kept = keep_word(c, (uint64_t)(uintptr_t)ROBJECT(v)->as.heap.ivptr);
             break;
         case T_HASH:
+#if RUBY_API_VERSION_MAJOR * 100 + RUBY_API_VERSION_MINOR >= 303
+            /* Ruby 3.3 keeps the table in the slot, after basic and ifnone (internal/hash.h:
+             * RHASH_ST_TABLE). An st_table (RHASH_ST_TABLE_FLAG, FL_USER3) owns its bins and entries;
+             * an ar_table holds its pairs in the slot and owns nothing. */
+            if ((flags & RUBY_FL_USER3) && stride >= 3 * sizeof(VALUE) + sizeof(st_table)) {
+                const st_table *t = (const st_table *)(p + 3 * sizeof(VALUE));
+                kept = (uint16_t)(keep_word(c, (uint64_t)(uintptr_t)t->bins) +
+                                  keep_word(c, (uint64_t)(uintptr_t)t->entries));
+            }
+#else
             kept = keep_word(c, w[2]);           /* RHash.as.st / as.ar, the only pointer (internal/hash.h) */
+#endif
             break;
         case T_DATA:
+#ifdef TYPED_DATA_EMBEDDED
+            /* Ruby 3.3's embeddable typed data keeps its struct in the slot (RTYPEDDATA_GET_DATA): its
+             * words are the ones that may point into malloc memory */
+            if (RTYPEDDATA_P(v) && RTYPEDDATA_EMBEDDED_P(v)) {
+                for (k = sizeof(struct RTypedData) / sizeof(VALUE) - 1; k < nw; k++)
+                    kept = (uint16_t)(kept + keep_word(c, w[k]));
+                break;
+            }
+#endif
             kept = keep_word(c, (uint64_t)(uintptr_t)DATA_PTR(v));
             break;
         case T_REGEXP:

@@ -1,6 +1,5 @@
 # frozen_string_literal: true
 
-require "base64"
 require "json"
 require "net/http"
 require "socket"
@@ -55,7 +54,7 @@ class Browser
 
   # @return [String] PNG bytes
   def screenshot
-    Base64.decode64(command(:get, "screenshot"))
+    command(:get, "screenshot").unpack1("m")
   end
 
   def close
