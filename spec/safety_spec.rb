@@ -85,10 +85,12 @@ RSpec.describe "safety in a production worker" do
       Dir.mkdir(dir)
       code = <<~RUBY
         $stdout.sync = true
-        Signal.trap("USR2") { $stdout.puts "previous handler" }
+        # syswrite: a handler that runs while the main thread is inside IO#write (Ruby 3.3 runs traps
+        # there) must not take the IO's write lock again
+        Signal.trap("USR2") { $stdout.syswrite("previous handler\n") }
         PtmallocDump.install_signal_handler("USR2", dir: #{dir.inspect})
         PtmallocDump.install_signal_handler("USR2", dir: #{dir.inspect}) # idempotent
-        $stdout.puts "ready"
+        $stdout.syswrite("ready\n")
         keep = []
         loop do
           keep << ("x" * rand(2000))
@@ -117,6 +119,27 @@ RSpec.describe "safety in a production worker" do
         expect(File.stat(f).mode & 0o777).to eq(0o600)
         expect(PtmallocDump.load(f).arenas).not_to be_empty
       end
+    end
+
+    it "logs from the handler while the worker itself is writing to the same log" do
+      log = File.join(tmpdir, "worker.log")
+      out, err, status = child(<<~RUBY)
+        log = File.open(#{log.inspect}, "a")
+        log.sync = true
+        PtmallocDump.install_signal_handler("USR2", dir: #{tmpdir.inspect}, log: log)
+        signaller = Thread.new do
+          3.times do |n|
+            Process.kill("USR2", Process.pid)
+            sleep 0.01 until Dir[File.join(#{tmpdir.inspect}, "*.dump")].size > n
+          end
+        end
+        # the trap handler runs on this thread, here mostly inside IO#write
+        log.write("worker line " * 20 + "\n") while signaller.alive?
+        puts "alive"
+      RUBY
+      expect(status).to be_success, err
+      expect(out).to eq("alive\n")
+      expect(File.read(log).scan(/^ptmalloc_dump: wrote /).size).to eq(3)
     end
 
     it "uses fork snapshots when asked" do

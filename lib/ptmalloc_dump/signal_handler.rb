@@ -37,16 +37,28 @@ module PtmallocDump
           if fork
             pid = PtmallocDump.dump(path, fork: true, **dump_options)
             Process.detach(pid)
-            log&.puts "ptmalloc_dump: snapshot process #{pid} is writing #{path}"
+            say(log, "ptmalloc_dump: snapshot process #{pid} is writing #{path}")
           else
             s = PtmallocDump.dump(path, **dump_options)
-            log&.puts "ptmalloc_dump: wrote #{path}: " + line(s)
+            say(log, "ptmalloc_dump: wrote #{path}: #{line(s)}")
           end
         rescue StandardError => e
-          log&.puts "ptmalloc_dump: dump to #{path} failed: #{e.class}: #{e.message}"
+          say(log, "ptmalloc_dump: dump to #{path} failed: #{e.class}: #{e.message}")
         end
         prev = state[:previous]
         prev.call(signo) if prev.respond_to?(:call)
+      end
+
+      # One line to the log from inside a trap handler. IO#puts takes the IO's write lock, which the
+      # interrupted thread may hold (Ruby 3.3 runs traps inside IO#write) and which would then raise
+      # ThreadError in the worker; IO#syswrite takes no such lock. A log that cannot be written to
+      # loses the line, not the worker.
+      def say(log, text)
+        return unless log
+
+        log.respond_to?(:syswrite) ? log.syswrite("#{text}\n") : log.puts(text)
+      rescue ThreadError, IOError, SystemCallError
+        nil
       end
 
       def line(s)
