@@ -6,7 +6,7 @@ class HeapScenario
   MIN = 16
   MAX = 1 << 20
 
-  attr_reader :live, :freed, :tids
+  attr_reader :live, :freed, :freed_by, :tids
 
   # @param seed [Integer]
   # @param threads [Integer] extra native threads besides the calling one
@@ -17,6 +17,7 @@ class HeapScenario
     @allocations = allocations
     @live = {}    # user address => requested size
     @freed = {}   # user address => requested size
+    @freed_by = {} # user address => the thread that freed it (-1: the calling thread)
     @tids = Array.new(threads) { |i| NativeThreads.start(i) }
   end
 
@@ -31,6 +32,7 @@ class HeapScenario
     threads = to_free.chunk_while { @rng.rand < 0.8 }.flat_map { |batch| [random_thread] * batch.size }
     plan = NativeThreads.prepare_free_plan(threads, to_free)
     to_free.each { |a| @freed[a] = @live[a] }
+    to_free.zip(threads) { |a, t| @freed_by[a] = t }
     to_free.each { |a| @live.delete(a) }
     plan.call
     self
