@@ -88,9 +88,14 @@ RSpec.describe "comparing dumps and advice" do
         blocks.each { |blk| Fiddle::Pointer.new(blk)[0, 64 * 1024] = "c" * (64 * 1024) } if i.zero?
         PtmallocDump.dump(path, ruby: false)
         exit!(0)
+      rescue Exception => e # whatever ends the child is reported by the parent
+        File.write("#{path}.error", "#{e.class}: #{e.message}\n#{e.backtrace.join("\n")}")
+        exit!(1)
       end
     end
-    pids.each { |pid| Process.wait(pid) }
+    pids.zip(paths) do |pid, path|
+      expect(Process.wait2(pid)[1]).to be_success, -> { File.read("#{path}.error") }
+    end
     begin
       fleet = PtmallocDump::Fleet.new(paths)
       writer, idle = fleet.workers

@@ -97,12 +97,18 @@ RSpec.describe "PtmallocDump.dump on randomised heaps" do
       dump = PtmallocDump.load(path)
       states = blocks.map { |b| dump.chunk_at(b - 16)&.state }
       # a new thread: the first 7 fill its empty tcache bin, the others are fastbin chunks whose next
-      # chunk still says "in use" (another thread sharing the arena may have moved a few of them on)
+      # chunk still says "in use"
       expect(states.first(7)).to eq([:tcache] * 7)
-      expect(states.drop(7) - %i[tcache fastbin]).to eq([])
-      expect(states.count(:fastbin)).to be >= 8
+      arena = dump.arenas[dump.chunk_containing(blocks.first - 16).arena]
+      if arena.attached_threads == 1
+        expect(states.drop(7)).to all(eq(:fastbin))
+        expect(dump.summary[:fsmblks]).to be >= 13 * 48
+      else
+        # glibc gave the thread an arena another thread is attached to, whose large requests
+        # consolidate the fastbins: then each block is cached or inside a free chunk
+        expect(blocks.drop(7).map { |b| dump.chunk_containing(b - 16) }).to all(be_free)
+      end
       expect(dump.summary[:smblks]).to eq(dump.header[:mallinfo2][:smblks])
-      expect(dump.summary[:fsmblks]).to be >= 13 * 48
       expect_valid_dump(dump)
     ensure
       NativeThreads.prepare_free(0, guard).call
