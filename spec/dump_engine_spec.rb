@@ -96,17 +96,18 @@ RSpec.describe "PtmallocDump.dump on randomised heaps" do
       PtmallocDump.dump(path, ruby: false)
       dump = PtmallocDump.load(path)
       states = blocks.map { |b| dump.chunk_at(b - 16)&.state }
-      # a new thread: the first 7 fill its empty tcache bin, the others are fastbin chunks whose next
-      # chunk still says "in use"
-      expect(states.first(7)).to eq([:tcache] * 7)
-      arena = dump.arenas[dump.chunk_containing(blocks.first - 16).arena]
+      # a new thread: the first ones fill its tcache bin (7 slots, fewer when the thread's start-up
+      # freed a chunk of that size), the others are fastbin chunks whose next chunk still says "in use"
+      cached = states.index { |s| s != :tcache } || states.size
+      arena = dump.chunk_containing(blocks.first - 16).arena
       if arena.attached_threads == 1
-        expect(states.drop(7)).to all(eq(:fastbin))
+        expect(cached).to be_between(5, 7)
+        expect(states.drop(cached)).to all(eq(:fastbin))
         expect(dump.summary[:fsmblks]).to be >= 13 * 48
       else
-        # glibc gave the thread an arena another thread is attached to, whose large requests
-        # consolidate the fastbins: then each block is cached or inside a free chunk
-        expect(blocks.drop(7).map { |b| dump.chunk_containing(b - 16) }).to all(be_free)
+        # glibc gave the thread an arena another thread is attached to: that thread's mallocs may
+        # have moved some fastbin chunks into its own tcache, or consolidated them into a free chunk
+        expect(blocks.map { |b| dump.chunk_containing(b - 16) }).to all(be_free)
       end
       expect(dump.summary[:smblks]).to eq(dump.header[:mallinfo2][:smblks])
       expect_valid_dump(dump)

@@ -485,13 +485,36 @@ static int arena_ok(ptmd_walk *w, uintptr_t av)
     return heap_info_ok(w, h, av) && ptmd_maps_readable(&w->maps, av, L->ms_size);
 }
 
+static const char *validate_once(ptmd_walk *w);
+
+/* The mappings were read before any lock was taken: another thread may have grown the heap since
+ * (sbrk, a new arena's heap). A failed check is repeated once over a fresh read of them. */
 int ptmd_walk_validate(ptmd_walk *w, ptmd_err *err)
+{
+    const ptmd_libc *lc = w->lc;
+    const char *what = validate_once(w);
+    ptmd_err ignored;
+    if (what && ptmd_maps_load(&w->maps, &ignored) == 0) what = validate_once(w);
+    if (!what) return 0;
+    if (lc->layout_assumed)
+        return ptmd_fail(err, PTMD_E_LIBC,
+                         "glibc %s is newer than the newest glibc ptmalloc_dump knows (2.%d), and its malloc "
+                         "structures at main_arena %#lx do not match that version's layout (%s); refusing to "
+                         "walk them", lc->glibc_version, ptmd_layout_newest_minor(),
+                         (unsigned long)lc->main_arena, what);
+    return ptmd_fail(err, PTMD_E_LIBC,
+                     "glibc %s: the malloc structures at main_arena %#lx do not match the layout "
+                     "known for this version (%s); refusing to walk them",
+                     lc->glibc_version, (unsigned long)lc->main_arena, what);
+}
+
+/* NULL when main_arena and the arena ring pass every check, else what failed. */
+static const char *validate_once(ptmd_walk *w)
 {
     const ptmd_layout *L = w->L;
     const ptmd_libc *lc = w->lc;
     uintptr_t av = lc->main_arena, top;
     uint64_t top_size, system_mem;
-    const ptmd_map *m;
     unsigned n = 0;
     const char *what = NULL;
 
@@ -507,8 +530,7 @@ int ptmd_walk_validate(ptmd_walk *w, ptmd_err *err)
             goto fail;
         }
         top_size = ptmd_chunksize(ptmd_rd64(top + 8));
-        m = ptmd_maps_find(&w->maps, top);
-        if (!m || top_size < PTMD_MINSIZE || top + top_size > m->end) {
+        if (top_size < PTMD_MINSIZE || !ptmd_maps_readable(&w->maps, top, top_size)) {
             what = "main_arena.top does not lie inside its heap";
             goto fail;
         }
@@ -527,18 +549,9 @@ int ptmd_walk_validate(ptmd_walk *w, ptmd_err *err)
         if (!arena_ok(w, next)) { what = "an arena on the ring fails its heap_info check"; goto fail; }
         av = next;
     } while (av != lc->main_arena);
-    return 0;
+    return NULL;
 fail:
-    if (lc->layout_assumed)
-        return ptmd_fail(err, PTMD_E_LIBC,
-                         "glibc %s is newer than the newest glibc ptmalloc_dump knows (2.%d), and its malloc "
-                         "structures at main_arena %#lx do not match that version's layout (%s); refusing to "
-                         "walk them", lc->glibc_version, ptmd_layout_newest_minor(),
-                         (unsigned long)lc->main_arena, what);
-    return ptmd_fail(err, PTMD_E_LIBC,
-                     "glibc %s: the malloc structures at main_arena %#lx do not match the layout "
-                     "known for this version (%s); refusing to walk them",
-                     lc->glibc_version, (unsigned long)lc->main_arena, what);
+    return what;
 }
 
 /* Follows one list (fd or bk links) from a bin head or fastbin, checking every step. */
