@@ -80,23 +80,45 @@ RSpec.describe "PtmallocDump.dump on randomised heaps" do
     end
   end
 
-  it "classifies fastbin chunks, which look in use, by walking the fastbin lists" do
+  it "classifies the chunks freed past a full tcache bin: fastbin chunks (which look in use) by their lists, " \
+     "or without fastbins (glibc 2.43) the bin chunks they merge into" do
     path = File.join(tmpdir, "heap.dump")
     NativeThreads.start(0)
-    blocks = NativeThreads.malloc(0, [40] * 20)
+    # mp_.tcache_count: TCACHE_FILL_COUNT, 7 until glibc 2.42 and 16 since 2.43
+    fill = dump_and_load("fill.dump", ruby: false).header[:tcache_count]
+    fastbins = LibcFacts.glibc_version < Gem::Version.new("2.43")
+    expect(fill).to eq(fastbins ? 7 : 16)
+    blocks = NativeThreads.malloc(0, [40] * (fill + 13))
     guard = NativeThreads.malloc(0, [40])
     begin
+      # an arena an earlier thread used may hand out a recycled chunk a size class up
+      sizes = dump_and_load("before.dump", ruby: false).then { |d| blocks.map { |b| d.chunk_at(b - 16).size } }
       NativeThreads.prepare_free(0, blocks).call
       PtmallocDump.dump(path, ruby: false)
       dump = PtmallocDump.load(path)
       states = blocks.map { |b| dump.chunk_at(b - 16)&.state }
-      # a new thread: the first 7 fill its empty tcache bin, the others are fastbin chunks whose next
-      # chunk still says "in use" (another thread sharing the arena may have moved a few of them on)
-      expect(states.first(7)).to eq([:tcache] * 7)
-      expect(states.drop(7) - %i[tcache fastbin]).to eq([])
-      expect(states.count(:fastbin)).to be >= 8
-      expect(dump.summary[:smblks]).to eq(dump.header[:mallinfo2][:smblks])
-      expect(dump.summary[:fsmblks]).to be >= 13 * 48
+      # a new thread: the first `fill` fill its empty tcache bins
+      expect(states.first(fill)).to eq([:tcache] * fill)
+      if fastbins
+        # the others are fastbin chunks whose next chunk still says "in use" (another thread sharing
+        # the arena may have moved a few of them on)
+        expect(states.drop(fill) - %i[tcache fastbin]).to eq([])
+        expect(states.count(:fastbin)).to be >= 8
+        expect(dump.summary[:smblks]).to eq(dump.header[:mallinfo2][:smblks])
+        expect(dump.summary[:fsmblks]).to be >= 13 * 48
+      else
+        # per size class, the chunks past a full bin go to _int_free_chunk, which merges neighbours:
+        # each lies in a free bin chunk
+        past = blocks.zip(sizes).group_by(&:last).values.flat_map { |same| same.drop(fill).map(&:first) }
+        expect(past).not_to be_empty
+        past.each do |b|
+          chunk = dump.chunk_containing(b - 16)
+          expect(%i[unsorted smallbin largebin]).to include(chunk.state), "0x#{b.to_s(16)} lies in #{chunk.inspect}"
+        end
+        expect(states.count(:tcache)).to eq(blocks.size - past.size)
+        expect(dump.summary.values_at(:fastbin_count, :smblks, :fsmblks)).to eq([0, 0, 0])
+        expect(dump.header[:mallinfo2].values_at(:smblks, :fsmblks)).to eq([0, 0])
+      end
       expect_valid_dump(dump)
     ensure
       NativeThreads.prepare_free(0, guard).call
