@@ -93,8 +93,8 @@ static const ptmd_layout layouts[] = {
      * slot. */
     { .minor_from = 43, .minor_to = 43, MS_2_43, MP_2_43, HI_2_35, TC_2_42,
       .tcache_entry_has_key = 1, .tcache_key_is_random = 1, .safe_linking = 1,
-      .tcache_dummy = 1, .tcache_struct_csize_int_malloc = 784, .tcache_holds_mmapped = 1,
-      .mmap_chunk_tail_hdr = 1, .mremap_overcounts = 1, .heap_max_fixed = 1 },
+      .tcache_dummy = 1, .tcache_struct_csize_int_malloc = 784 /* request2size (768) */,
+      .tcache_holds_mmapped = 1, .mmap_chunk_tail_hdr = 1, .mremap_overcounts = 1, .heap_max_fixed = 1 },
 };
 
 const ptmd_layout *ptmd_layout_for(int major, int minor)
