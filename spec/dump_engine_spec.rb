@@ -86,30 +86,58 @@ RSpec.describe "PtmallocDump.dump on randomised heaps" do
     end
   end
 
-  it "classifies fastbin chunks, which look in use, by walking the fastbin lists" do
+  it "classifies the chunks freed past a full tcache bin: fastbin chunks (which look in use) by their lists, " \
+     "or without fastbins (glibc 2.43) the bin chunks they merge into" do
     path = File.join(tmpdir, "heap.dump")
     NativeThreads.start(0)
-    blocks = NativeThreads.malloc(0, [40] * 20)
+    # mp_.tcache_count: TCACHE_FILL_COUNT, 7 until glibc 2.42 and 16 since 2.43
+    fill = dump_and_load("fill.dump", ruby: false).header[:tcache_count]
+    fastbins = LibcFacts.glibc_version < Gem::Version.new("2.43")
+    expect(fill).to eq(fastbins ? 7 : 16)
+    blocks = NativeThreads.malloc(0, [40] * (fill + 13))
     guard = NativeThreads.malloc(0, [40])
     begin
+      # an arena an earlier thread used may hand out a recycled chunk a size class up
+      sizes = dump_and_load("before.dump", ruby: false).then { |d| blocks.map { |b| d.chunk_at(b - 16).size } }
       NativeThreads.prepare_free(0, blocks).call
       PtmallocDump.dump(path, ruby: false)
       dump = PtmallocDump.load(path)
       states = blocks.map { |b| dump.chunk_at(b - 16)&.state }
-      # a new thread: the first ones fill its tcache bin (7 slots, fewer when the thread's start-up
-      # freed a chunk of that size), the others are fastbin chunks whose next chunk still says "in use"
-      cached = states.index { |s| s != :tcache } || states.size
-      arena = dump.chunk_containing(blocks.first - 16).arena
-      if arena.attached_threads == 1
-        expect(cached).to be_between(5, 7)
-        expect(states.drop(cached)).to all(eq(:fastbin))
-        expect(dump.summary[:fsmblks]).to be >= 13 * 48
+      if fastbins
+        # a new thread: the first ones fill its tcache bin (`fill` slots, fewer when the thread's
+        # start-up freed a chunk of that size), the others are fastbin chunks whose next chunk still
+        # says "in use"; per size class, as an arena an earlier thread used may hand out a recycled
+        # chunk a size class up
+        arena = dump.chunk_containing(blocks.first - 16).arena
+        if arena.attached_threads == 1
+          blocks.each_index.group_by { |i| sizes[i] }.each_value do |same|
+            in_class = states.values_at(*same)
+            cached = in_class.index { |s| s != :tcache } || in_class.size
+            expect(cached).to be <= fill
+            expect(in_class.drop(cached)).to all(eq(:fastbin))
+          end
+          expect(states.count(:fastbin)).to be >= 13 - fill
+          expect(dump.summary[:fsmblks]).to be >= states.count(:fastbin) * 48
+        else
+          # glibc gave the thread an arena another thread is attached to: that thread's mallocs may
+          # have moved some fastbin chunks into its own tcache, or consolidated them into a free chunk
+          expect(blocks.map { |b| dump.chunk_containing(b - 16) }).to all(be_free)
+        end
+        expect(dump.summary[:smblks]).to eq(dump.header[:mallinfo2][:smblks])
       else
-        # glibc gave the thread an arena another thread is attached to: that thread's mallocs may
-        # have moved some fastbin chunks into its own tcache, or consolidated them into a free chunk
-        expect(blocks.map { |b| dump.chunk_containing(b - 16) }).to all(be_free)
+        expect(states.first(fill)).to eq([:tcache] * fill)
+        # per size class, the chunks past a full bin go to _int_free_chunk, which merges neighbours:
+        # each lies in a free bin chunk
+        past = blocks.zip(sizes).group_by(&:last).values.flat_map { |same| same.drop(fill).map(&:first) }
+        expect(past).not_to be_empty
+        past.each do |b|
+          chunk = dump.chunk_containing(b - 16)
+          expect(%i[unsorted smallbin largebin]).to include(chunk.state), "0x#{b.to_s(16)} lies in #{chunk.inspect}"
+        end
+        expect(states.count(:tcache)).to eq(blocks.size - past.size)
+        expect(dump.summary.values_at(:fastbin_count, :smblks, :fsmblks)).to eq([0, 0, 0])
+        expect(dump.header[:mallinfo2].values_at(:smblks, :fsmblks)).to eq([0, 0])
       end
-      expect(dump.summary[:smblks]).to eq(dump.header[:mallinfo2][:smblks])
       expect_valid_dump(dump)
     ensure
       NativeThreads.prepare_free(0, guard).call

@@ -41,8 +41,8 @@ int ptmd_walk_prepare(ptmd_walk *w, const ptmd_libc *lc, ptmd_err *err)
         w->mmapped_mem = ptmd_rd64(lc->mp + L->mp_mmapped_mem);
         if (L->mp_tcache_count != PTMD_NONE) w->tcache_count_max = ptmd_rd64(lc->mp + L->mp_tcache_count);
         if (L->mp_tcache_bins != PTMD_NONE) w->tcache_bins = ptmd_rd64(lc->mp + L->mp_tcache_bins);
-        /* heap_max_size(): 4 huge pages when hugetlb arenas are configured (2.35+) */
-        if (L->mp_hp_pagesize != PTMD_NONE) {
+        /* heap_max_size(): 4 huge pages when hugetlb arenas are configured (2.35 .. 2.41) */
+        if (L->mp_hp_pagesize != PTMD_NONE && !L->heap_max_fixed) {
             uint64_t hp = ptmd_rd64(lc->mp + L->mp_hp_pagesize);
             if (hp && (hp & (hp - 1)) == 0) w->heap_max = hp * 4;
         }
@@ -74,8 +74,11 @@ void ptmd_walk_release(ptmd_walk *w)
 int ptmd_walk_run(ptmd_walk *w, ptmd_err *err)
 {
     if (ptmd_walk_arenas(w, err) != 0) return -1;
-    if (ptmd_walk_tcaches(w, err) != 0) return -1;
+    /* the mmapped-chunk scan skips thread stacks, and from glibc 2.43 a tcache can hold mmapped
+     * chunks: threads, then mmapped chunks, then the tcaches */
+    if (ptmd_walk_threads(w, err) != 0) return -1;
     if (ptmd_walk_mmapped(w, err) != 0) return -1;
+    if (ptmd_walk_tcaches(w, err) != 0) return -1;
     return 0;
 }
 
@@ -220,7 +223,8 @@ static void fill_meta(ptmd_dump_state *d, const ptmd_libc *lc, const struct time
     m->glibc_minor = (uint32_t)lc->minor;
     m->flags = (L->safe_linking ? PTMD_MF_SAFE_LINKING : 0) | (L->tcache_bins ? PTMD_MF_TCACHE : 0) |
                (w->have_tcache_key ? PTMD_MF_TCACHE_KEY : 0) | (w->have_mp ? PTMD_MF_MP : 0) |
-               (w->threads_complete ? PTMD_MF_THREADS_COMPLETE : 0);
+               (w->threads_complete ? PTMD_MF_THREADS_COMPLETE : 0) |
+               (L->mremap_overcounts ? PTMD_MF_MREMAP_OVERCOUNT : 0);
     m->thread_count = w->thread_count;
 }
 

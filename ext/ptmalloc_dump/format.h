@@ -100,6 +100,7 @@ enum {
 #define PTMD_MF_THREADS_COMPLETE (1u << 5) /* every thread in /proc/self/task was found */
 #define PTMD_MF_NO_ORACLES (1u << 6)       /* malloc_info/mallinfo2 not captured: the lists are corrupt */
 #define PTMD_MF_MALLINFO32 (1u << 7)       /* glibc < 2.33: MALLINFO2 holds mallinfo()'s low 32 bits */
+#define PTMD_MF_MREMAP_OVERCOUNT (1u << 8) /* glibc 2.43: mmapped_mem gains 16 bytes too many per mremap_chunk */
 
 typedef struct {
     uint64_t pid;

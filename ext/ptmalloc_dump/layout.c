@@ -27,6 +27,17 @@
     .mp_tcache_max_bytes = 112, .mp_tcache_count = 120, .mp_tcache_unsorted_limit = 128,             \
     .mp_size = 136
 
+/* 2.43 added enum malloc_thp_mode_t thp_mode after arena_max (4 bytes and a 4-byte hole), moving
+ * every later field 8 bytes on ("malloc: Enable THP always support on hugetlb tunable");
+ * tcache_bins is tcache_small_bins. */
+#define MP_2_43                                                                                    \
+    .mp_trim_threshold = 0, .mp_top_pad = 8, .mp_mmap_threshold = 16, .mp_arena_test = 24,           \
+    .mp_arena_max = 32, .mp_hp_pagesize = 56, .mp_n_mmaps = 68, .mp_n_mmaps_max = 72,                \
+    .mp_max_n_mmaps = 76, .mp_no_dyn_threshold = 80, .mp_mmapped_mem = 88,                           \
+    .mp_max_mmapped_mem = 96, .mp_sbrk_base = 104, .mp_tcache_bins = 112,                            \
+    .mp_tcache_max_bytes = 120, .mp_tcache_count = 128, .mp_tcache_unsorted_limit = 136,             \
+    .mp_size = 144
+
 /* heap_info: 2.35 added pagesize (hugetlb arenas), growing it from 32 to 48 bytes. */
 #define HI_2_27 .hi_ar_ptr = 0, .hi_prev = 8, .hi_size = 16, .hi_mprotect_size = 24, \
                 .hi_pagesize = PTMD_NONE, .hi_size_total = 32
@@ -47,7 +58,8 @@
 #define TC_2_42 .tcache_bins = 64, .tcache_large_bins = 12, .tcache_count_width = 2, \
                 .tcache_counts_are_slots = 1, .tcache_entries_off = 152, .tcache_struct_size = 760
 
-/* 2.43: fastbins removed from malloc_state ("malloc: Remove fastbins"): top follows flags. */
+/* 2.43: fastbins removed from malloc_state ("malloc: Remove fastbin infrastructure"): top follows
+ * flags. */
 #define MS_2_43                                                                                    \
     .ms_mutex = 0, .ms_flags = 4, .ms_have_fastchunks = PTMD_NONE, .ms_fastbins = PTMD_NONE,         \
     .ms_top = 8, .ms_last_remainder = 16, .ms_bins = 24, .ms_binmap = 2056, .ms_next = 2072,         \
@@ -73,8 +85,16 @@ static const ptmd_layout layouts[] = {
       .tcache_entry_has_key = 1, .tcache_key_is_random = 1, .safe_linking = 1 },
     { .minor_from = 42, .minor_to = 42, MS_2_27, MP_2_35, HI_2_35, TC_2_42,
       .tcache_entry_has_key = 1, .tcache_key_is_random = 1, .safe_linking = 1 },
-    { .minor_from = 43, .minor_to = 43, MS_2_43, MP_2_35, HI_2_35, TC_2_42,
-      .tcache_entry_has_key = 1, .tcache_key_is_random = 1, .safe_linking = 1 },
+    /* 2.43: no fastbins; thp_mode in mp_; `tcache` points at __tcache_dummy instead of NULL and
+     * tcache_shutting_down is gone ("malloc: avoid need for tcache == NULL checks"); the tcache
+     * is made lazily (first free, or _int_malloc's stash via tcache_init (av)); default fill 16;
+     * mmapped chunks keep a trailing header slot and may sit in tcache ("malloc: Change mmap chunk
+     * layout", "malloc: Improve mmap interface"); mremap_chunk's mmapped_mem update forgets that
+     * slot. */
+    { .minor_from = 43, .minor_to = 43, MS_2_43, MP_2_43, HI_2_35, TC_2_42,
+      .tcache_entry_has_key = 1, .tcache_key_is_random = 1, .safe_linking = 1,
+      .tcache_dummy = 1, .tcache_struct_csize_int_malloc = 784 /* request2size (768) */,
+      .tcache_holds_mmapped = 1, .mmap_chunk_tail_hdr = 1, .mremap_overcounts = 1, .heap_max_fixed = 1 },
 };
 
 const ptmd_layout *ptmd_layout_for(int major, int minor)

@@ -20,6 +20,22 @@
  *     112 bins[254] | 2144 binmap[4] | 2160 next | 2168 next_free | 2176 attached_threads
  *     2184 system_mem | 2192 max_system_mem | sizeof 2200
  *
+ *   malloc_state, 2.43 (no fastbins):
+ *
+ *     0 mutex | 4 flags | 8 top | 16 last_remainder | 24 bins[254] | 2056 binmap[4] | 2072 next
+ *     2080 next_free | 2088 attached_threads | 2096 system_mem | 2104 max_system_mem | sizeof 2112
+ *
+ *   mmapped chunk (sysmalloc_mmap, _int_memalign; mmap_set_chunk from 2.43):
+ *
+ *     base ->  +-----------------------------------------------+  page aligned
+ *              | lead (memalign'd chunks only)                 |
+ *     chunk -> | prev_size: offset from base [| MMAP_HP, 2.43+] |
+ *              | size | IS_MMAPPED                             |
+ *              | user data ...                                 |
+ *              +-----------------------------------------------+  up to 2.42: base + offset + size
+ *              | next-chunk header slot (16 bytes, 2.43+)      |
+ *     end ->   +-----------------------------------------------+  2.43: base + offset + size + 16
+ *
  *   heap_info (a non-main heap, aligned to heap_max_size()):
  *
  *     0 ar_ptr | 8 prev | 16 size | 24 mprotect_size | [32 pagesize, 2.35+] | pad to 16
@@ -44,6 +60,7 @@
 #define PTMD_IS_MMAPPED 0x2
 #define PTMD_NON_MAIN_ARENA 0x4
 #define PTMD_SIZE_BITS 0x7
+#define PTMD_MMAP_HP 0x1                   /* prev_size bit of an mmapped chunk on huge pages (2.43+) */
 
 #define PTMD_NBINS 128
 #define PTMD_NSMALLBINS 64
@@ -86,6 +103,24 @@ typedef struct {
     int tcache_entry_has_key;          /* 2.29+ */
     int tcache_key_is_random;          /* 2.34+: key == tcache_key, before: key == the tcache itself */
     int safe_linking;                  /* 2.32+ */
+    /* 2.43+: a thread without a live tcache has `tcache` pointing at the all-zero __tcache_dummy
+     * in libc's read-only data (.inactive, or .disabled 8 bytes on), never NULL */
+    int tcache_dummy;
+    /* 2.43+: tcache_init (av) from _int_malloc asks _int_malloc for request2size (sizeof (struct)),
+     * padding the request twice: the struct's chunk is this size (0 when it is never allocated so) */
+    size_t tcache_struct_csize_int_malloc;
+    /* 2.43+: __libc_free puts mmapped chunks into the large tcache bins (no !chunk_is_mmapped test) */
+    int tcache_holds_mmapped;
+    /* 2.43+: mmap_set_chunk: an mmapped chunk's size is mapping - offset - CHUNK_HDR_SZ (the last 16
+     * bytes are a next-chunk header slot) and bit 0 of prev_size is MMAP_HP; before, size was
+     * mapping - offset and prev_size the offset alone */
+    int mmap_chunk_tail_hdr;
+    /* 2.43: mremap_chunk adds new_size - size - offset to mp_.mmapped_mem, CHUNK_HDR_SZ more than the
+     * mapping grew: mmapped_mem exceeds the mappings by 16 per remap, for good */
+    int mremap_overcounts;
+    /* heap_max_size () is HEAP_MAX_SIZE whatever mp_.hp_pagesize (2.42+: "malloc: Improve
+     * arena_for_chunk()"); before, 4 * hp_pagesize when hugetlb arenas are set */
+    int heap_max_fixed;
 } ptmd_layout;
 
 /* The layout for glibc 2.<minor>, or NULL when the table has none. */

@@ -47,11 +47,16 @@ static int find_libc_cb(struct dl_phdr_info *info, size_t size, void *data)
     if (!inside) return 0;
     ptmd_strlcpy(lc->libc_path, info->dlpi_name ? info->dlpi_name : "", sizeof(lc->libc_path));
     lc->libc_base = info->dlpi_addr;
-    lc->rw_start = UINTPTR_MAX;
-    lc->rw_end = 0;
+    lc->rw_start = lc->image_start = UINTPTR_MAX;
+    lc->rw_end = lc->image_end = 0;
     for (i = 0; i < info->dlpi_phnum; i++) {
         const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
         if (ph->p_type == PT_TLS) lc->tls_size = ph->p_memsz;
+        if (ph->p_type == PT_LOAD) {
+            uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
+            if (lo < lc->image_start) lc->image_start = lo;
+            if (hi > lc->image_end) lc->image_end = hi;
+        }
         if (ph->p_type == PT_LOAD && (ph->p_flags & PF_W)) {
             uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
             if (lo < lc->rw_start) lc->rw_start = lo;
@@ -119,7 +124,7 @@ static int resolve_from_file(ptmd_libc *lc, const ptmd_elf_file *f, int source, 
     ptmd_elf_sym syms[] = {
         { "main_arena", 0, 0, 0, 0 }, { "mp_", 0, 0, 0, 0 }, { "tcache_key", 0, 0, 0, 0 },
         { "global_max_fast", 0, 0, 0, 0 }, { "tcache", 0, 0, 0, 0 }, { "thread_arena", 0, 0, 0, 0 },
-        { "tcache_shutting_down", 0, 0, 0, 0 },
+        { "tcache_shutting_down", 0, 0, 0, 0 }, { "__tcache_dummy", 0, 0, 0, 0 },
     };
     if (ptmd_elf_lookup(f, syms, sizeof(syms) / sizeof(syms[0])) <= 0 || !syms[0].found) return 0;
     if (syms[0].type != STT_OBJECT) return 0;
@@ -130,6 +135,7 @@ static int resolve_from_file(ptmd_libc *lc, const ptmd_elf_file *f, int source, 
     lc->tcache_tls = syms[4].found && syms[4].type == STT_TLS ? (long)syms[4].value : -1;
     lc->thread_arena_tls = syms[5].found && syms[5].type == STT_TLS ? (long)syms[5].value : -1;
     lc->tcache_shutting_down_tls = syms[6].found && syms[6].type == STT_TLS ? (long)syms[6].value : -1;
+    lc->tcache_dummy = syms[7].found && syms[7].type == STT_OBJECT ? lc->libc_base + syms[7].value : 0;
     lc->symbol_source = source;
     ptmd_strlcpy(lc->symbol_file, path, sizeof(lc->symbol_file));
     return 1;

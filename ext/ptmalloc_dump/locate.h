@@ -15,6 +15,7 @@ typedef struct {
     char libc_path[PATH_MAX];
     uintptr_t libc_base;                /* load bias (dlpi_addr) */
     uintptr_t rw_start, rw_end;         /* libc's writable PT_LOAD segment(s) */
+    uintptr_t image_start, image_end;   /* all of libc's PT_LOAD segments */
     size_t tls_modid;                   /* dlpi_tls_modid, 0 if libc has no TLS */
     size_t tls_size;                    /* libc's PT_TLS p_memsz */
     uintptr_t tls_offset;               /* static TLS: TP - tls_offset = libc's TLS block (x86-64) */
@@ -41,6 +42,7 @@ typedef struct {
     long tcache_tls;                    /* offset of `tcache` in libc's TLS block, -1 if unknown */
     long thread_arena_tls;              /* offset of `thread_arena`, -1 if unknown */
     long tcache_shutting_down_tls;
+    uintptr_t tcache_dummy;             /* &__tcache_dummy (2.43+), 0 if unknown */
 } ptmd_libc;
 
 /* A way to resolve malloc's globals once libc is known; tried in order until one succeeds. */

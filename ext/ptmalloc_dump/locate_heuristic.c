@@ -8,7 +8,8 @@
  * - mp_: the struct in libc's writable segment whose sbrk_base starts the main heap (top's end minus
  *   system_mem), whose n_mmaps and mmapped_mem equal mallinfo2()'s hblks and hblkhd, and whose tcache
  *   settings are in range.
- * - tcache_key and every thread's tcache are found during the walk, by structure (tcache.c).
+ * - tcache_key and every thread's tcache are found during the walk, by structure (tcache.c), which
+ *   also tells glibc 2.43's __tcache_dummy (all zero, inside libc's image) from a live tcache.
  * Field offsets come from the version's layout and are confirmed by these structural checks; a glibc
  * newer than the table is tried with the newest layout and accepted only if they pass. */
 #define _GNU_SOURCE
@@ -157,6 +158,7 @@ int ptmd_locate_heuristic(ptmd_libc *lc, ptmd_err *err)
     lc->main_arena = av;
     lc->mp = find_mp(lc, L, top_end, system_mem);
     lc->tcache_key = 0;
+    lc->tcache_dummy = 0;
     lc->global_max_fast = 0;
     lc->tcache_tls = lc->thread_arena_tls = lc->tcache_shutting_down_tls = -1;
     lc->symbol_source = PTMD_SYMSRC_HEURISTIC;

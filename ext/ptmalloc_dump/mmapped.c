@@ -77,10 +77,18 @@ static int add_range(ptmd_buf *ex, uint64_t start, uint64_t end)
     return ptmd_buf_append(ex, &r, sizeof(r));
 }
 
-/* munmap_chunk's own checks, plus: the block lies inside the mapping [vs, ve). */
+/* The chunk's offset in its mapping (mmap_base_offset): prev_size, less the MMAP_HP bit from 2.43. */
+static uint64_t base_offset(const ptmd_walk *w, uint64_t prev_size)
+{
+    return w->L->mmap_chunk_tail_hdr ? prev_size & ~(uint64_t)PTMD_MMAP_HP : prev_size;
+}
+
+/* munmap_chunk's own checks, plus: the block lies inside the mapping [vs, ve). Returns the mapping's
+ * length: mmap_size (), offset + size, and since 2.43 the trailing CHUNK_HDR_SZ too. */
 static uint64_t valid_header(const ptmd_walk *w, uint64_t q, const uint64_t hdr[2], uint64_t vs, uint64_t ve)
 {
-    uint64_t ps = hdr[0], sw = hdr[1], sz = ptmd_chunksize(sw), block = q - ps, total = ps + sz;
+    uint64_t ps = base_offset(w, hdr[0]), sw = hdr[1], sz = ptmd_chunksize(sw), block = q - ps;
+    uint64_t total = ps + sz + (w->L->mmap_chunk_tail_hdr ? PTMD_CHUNK_HDR_SZ : 0);
     uint64_t mask = w->page_size - 1, mem = q + PTMD_CHUNK_HDR_SZ, mis = mem & mask;
     if ((sw & PTMD_SIZE_BITS) != PTMD_IS_MMAPPED || sz < w->page_size - PTMD_CHUNK_HDR_SZ) return 0;
     if (ps > q || block < vs || (block & mask) || (total & mask) || total < sz) return 0;
@@ -89,27 +97,31 @@ static uint64_t valid_header(const ptmd_walk *w, uint64_t q, const uint64_t hdr[
     return total;
 }
 
+static int push_rec(ptmd_walk *w, uint64_t addr, uint64_t size, int state, ptmd_err *err)
+{
+    ptmd_chunk_rec *c = ptmd_buf_push(&w->chunks, sizeof(*c));
+    if (!c) return ptmd_fail_sys(err, errno, "chunk table", "mmap");
+    c->addr = addr;
+    c->word = (size & PTMD_SIZE_MASK) | (uint64_t)state;
+    return 0;
+}
+
+/* One heap record for the mapping: the lead of a memalign'd chunk (meta), the chunk, and from 2.43
+ * the next-chunk header slot mmap_set_chunk leaves at the end (meta). */
 static int record_chunk(ptmd_walk *w, uint64_t block, uint64_t q, uint64_t total, ptmd_err *err)
 {
     ptmd_heap_rec *h = ptmd_buf_push(&w->heaps, sizeof(*h));
-    ptmd_chunk_rec *c;
+    const uint64_t tail = w->L->mmap_chunk_tail_hdr ? PTMD_CHUNK_HDR_SZ : 0;
     if (!h) return ptmd_fail_sys(err, errno, "heap table", "mmap");
     h->start = block;
     h->end = h->reserved_end = block + total;
     h->arena = PTMD_NO_ARENA;
     h->kind = PTMD_HEAP_MMAPPED_CHUNK;
     h->first_chunk = PTMD_BUF_COUNT(&w->chunks, ptmd_chunk_rec);
-    h->n_chunks = q > block ? 2 : 1;
-    if (q > block) {
-        c = ptmd_buf_push(&w->chunks, sizeof(*c));
-        if (!c) return ptmd_fail_sys(err, errno, "chunk table", "mmap");
-        c->addr = block;
-        c->word = (q - block) | PTMD_ST_META;
-    }
-    c = ptmd_buf_push(&w->chunks, sizeof(*c));
-    if (!c) return ptmd_fail_sys(err, errno, "chunk table", "mmap");
-    c->addr = q;
-    c->word = ((block + total - q) & PTMD_SIZE_MASK) | PTMD_ST_MMAPPED;
+    h->n_chunks = (q > block ? 1 : 0) + 1 + (tail ? 1 : 0);
+    if (q > block && push_rec(w, block, q - block, PTMD_ST_META, err) != 0) return -1;
+    if (push_rec(w, q, block + total - tail - q, PTMD_ST_MMAPPED, err) != 0) return -1;
+    if (tail && push_rec(w, block + total - tail, tail, PTMD_ST_META, err) != 0) return -1;
     return 0;
 }
 
@@ -138,7 +150,7 @@ static int scan_mapping(ptmd_walk *w, uint64_t vs, uint64_t ve, const ptmd_buf *
         for (i = 0; i < n && !jump; i++) {
             uint64_t total;
             if (!ok[i]) continue;
-            if (hdrs[i][0] == 0 && (total = valid_header(w, addrs[i], hdrs[i], vs, ve))) {
+            if (base_offset(w, hdrs[i][0]) == 0 && (total = valid_header(w, addrs[i], hdrs[i], vs, ve))) {
                 if (record_chunk(w, addrs[i], addrs[i], total, err) != 0) return -1;
                 (*found)++;
                 *bytes += total;
@@ -151,8 +163,8 @@ static int scan_mapping(ptmd_walk *w, uint64_t vs, uint64_t ve, const ptmd_buf *
                 for (k = 0; k < N_ALIGNED; k++) sub[k] = addrs[i] + aligned_offsets[k];
                 ptmd_safe_read_many(&w->mem, sub, N_ALIGNED, 16, sh, sok);
                 for (k = 0; k < N_ALIGNED; k++) {
-                    if (sok[k] && sh[k][0] && (total = valid_header(w, sub[k], sh[k], vs, ve))) {
-                        uint64_t block = sub[k] - sh[k][0];
+                    if (sok[k] && base_offset(w, sh[k][0]) && (total = valid_header(w, sub[k], sh[k], vs, ve))) {
+                        uint64_t block = sub[k] - base_offset(w, sh[k][0]);
                         if (record_chunk(w, block, sub[k], total, err) != 0) return -1;
                         (*found)++;
                         *bytes += total;
@@ -167,6 +179,15 @@ static int scan_mapping(ptmd_walk *w, uint64_t vs, uint64_t ve, const ptmd_buf *
     return 0;
 }
 
+/* mp_.mmapped_mem against the mappings found. glibc 2.43's mremap_chunk adds new_size - size -
+ * offset, which counts the old mapping's trailing CHUNK_HDR_SZ as growth: every remap leaves
+ * mmapped_mem 16 bytes above the mappings, even after the chunk is freed. */
+static int mmapped_mem_agrees(const ptmd_walk *w, uint64_t bytes)
+{
+    if (!w->L->mremap_overcounts) return bytes == w->mmapped_mem;
+    return w->mmapped_mem >= bytes && (w->mmapped_mem - bytes) % PTMD_CHUNK_HDR_SZ == 0;
+}
+
 int ptmd_walk_mmapped(ptmd_walk *w, ptmd_err *err)
 {
     ptmd_buf ex = { 0 };
@@ -176,7 +197,7 @@ int ptmd_walk_mmapped(ptmd_walk *w, ptmd_err *err)
 
     /* room for the records up front, so our own buffers stay put while mappings are read */
     if (ptmd_buf_reserve(&w->heaps, (w->n_mmaps + 256) * sizeof(ptmd_heap_rec)) != 0 ||
-        ptmd_buf_reserve(&w->chunks, (w->n_mmaps + 256) * 2 * sizeof(ptmd_chunk_rec)) != 0 ||
+        ptmd_buf_reserve(&w->chunks, (w->n_mmaps + 256) * 3 * sizeof(ptmd_chunk_rec)) != 0 ||
         ptmd_buf_reserve(&w->anomalies, 64 * sizeof(ptmd_anomaly_rec)) != 0 ||
         ptmd_buf_reserve(&ex, (PTMD_BUF_COUNT(&w->heaps, ptmd_heap_rec) + PTMD_BUF_COUNT(&w->threads, ptmd_thread_rec) +
                                PTMD_BUF_COUNT(&w->exclude, range) + 64) * sizeof(range)) != 0) {
@@ -233,7 +254,7 @@ int ptmd_walk_mmapped(ptmd_walk *w, ptmd_err *err)
         }
         if (scan_mapping(w, m->start, m->end, &ex, &found, &bytes, err) != 0) goto out;
     }
-    if (w->have_mp && (found != w->n_mmaps || bytes != w->mmapped_mem))
+    if (w->have_mp && (found != w->n_mmaps || !mmapped_mem_agrees(w, bytes)))
         ptmd_walk_anomaly(w, PTMD_AN_MMAPPED_MISMATCH, (found << 32) | (w->n_mmaps & 0xffffffffu),
                           bytes, PTMD_NO_ARENA);
     rc = 0;

@@ -53,6 +53,25 @@ static int tc_size_fits(const ptmd_walk *w, int i, uint64_t size)
     return w->L->tcache_bins + __builtin_clz(max_small) - __builtin_clz((uint32_t)size) == i;
 }
 
+int ptmd_tcache_is_dummy(ptmd_walk *w, uint64_t v)
+{
+    const ptmd_layout *L = w->L;
+    const ptmd_libc *lc = w->lc;
+    tcache_image t;
+    size_t i;
+    if (!L->tcache_dummy || !v) return 0;
+    /* tcache_inactive () and tcache_disabled (): &__tcache_dummy.inactive, &__tcache_dummy.disabled
+     * (after a char pad, so 8 bytes on) */
+    if (lc->tcache_dummy) return v == lc->tcache_dummy || v == lc->tcache_dummy + 8;
+    if (v < lc->image_start || v >= lc->image_end || L->tcache_struct_size > lc->image_end - v ||
+        L->tcache_struct_size > sizeof(t.raw))
+        return 0;
+    if (ptmd_safe_read(&w->mem, v, t.raw, L->tcache_struct_size) != 0) return 0;
+    for (i = 0; i < L->tcache_struct_size; i++)
+        if (t.raw[i]) return 0;
+    return 1;
+}
+
 /* Walks one tcache. With apply == 0 only checks it (strict: any fault fails); with apply != 0 marks
  * its entries' chunks as tcache and records anomalies. Returns 1 when it checks out. */
 static int tcache_walk(ptmd_walk *w, uint64_t user, int apply, uint32_t *count_out, uint64_t *bytes_out)
@@ -80,8 +99,10 @@ static int tcache_walk(ptmd_walk *w, uint64_t user, int apply, uint32_t *count_o
             uint64_t words[2], size;
             long ci = (e & PTMD_MALLOC_ALIGN_MASK) ? -1 : ptmd_walk_find_chunk(w, e - PTMD_CHUNK_HDR_SZ);
             ptmd_chunk_rec *r = ci >= 0 ? PTMD_W_CHUNK(w, ci) : NULL;
+            /* glibc 2.43's __libc_free caches mmapped chunks too (tcache_put_large) */
             int good = r && !(r->word & PTMD_CF_FREE_BIT) &&
-                       (ptmd_rec_state(r) == PTMD_ST_IN_USE || ptmd_rec_state(r) == PTMD_ST_TCACHE);
+                       (ptmd_rec_state(r) == PTMD_ST_IN_USE || ptmd_rec_state(r) == PTMD_ST_TCACHE ||
+                        (L->tcache_holds_mmapped && ptmd_rec_state(r) == PTMD_ST_MMAPPED));
             if (good && ptmd_safe_read(&w->mem, e, words, sizeof(words)) != 0) good = 0;
             size = r ? ptmd_rec_size(r) : 0;
             if (good && !tc_size_fits(w, i, size)) good = 0;
@@ -191,7 +212,8 @@ static void adopt_scanned(ptmd_walk *w, size_t first_scanned)
         uint64_t tblock = t->pthread - lc->tls_offset, v = 0;
         if (!t->pthread || t->tcache) continue;
         if (ar_off >= 0 && ptmd_safe_read(&w->mem, tblock + (uint64_t)ar_off, &v, 8) == 0) t->arena = v;
-        if (ptmd_safe_read(&w->mem, tblock + (uint64_t)tc_off, &v, 8) != 0 || !v) continue;
+        if (ptmd_safe_read(&w->mem, tblock + (uint64_t)tc_off, &v, 8) != 0 || !v || ptmd_tcache_is_dummy(w, v))
+            continue;
         t->tcache = v;
         t->flags |= PTMD_TF_TLS;
         for (j = first_scanned; j < PTMD_BUF_COUNT(&w->threads, ptmd_thread_rec); j++) {
@@ -222,14 +244,20 @@ static void adopt_scanned(ptmd_walk *w, size_t first_scanned)
     PTMD_UNUSED(self);
 }
 
+int ptmd_walk_threads(ptmd_walk *w, ptmd_err *err)
+{
+    if (!w->L->tcache_bins) return 0;
+    if (ptmd_threads_collect(w) != 0) return ptmd_fail_sys(err, errno, "thread table", "mmap");
+    return 0;
+}
+
 int ptmd_walk_tcaches(ptmd_walk *w, ptmd_err *err)
 {
     size_t i, n, first_scanned;
     if (!w->L->tcache_bins) return 0;
     if (ptmd_walk_sort_heaps(w) != 0) return ptmd_fail_sys(err, errno, "heap index", "mmap");
 
-    /* 1. every thread we can enumerate: its tcache pointer from TLS */
-    if (ptmd_threads_collect(w) != 0) return ptmd_fail_sys(err, errno, "thread table", "mmap");
+    /* 1. every thread enumerated (ptmd_walk_threads): its tcache pointer from TLS */
     n = PTMD_BUF_COUNT(&w->threads, ptmd_thread_rec);
     for (i = 0; i < n; i++) {
         ptmd_thread_rec *t = PTMD_BUF_AT(&w->threads, ptmd_thread_rec, i);

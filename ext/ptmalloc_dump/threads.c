@@ -73,6 +73,7 @@ static int push_thread(ptmd_walk *w, uint64_t base, int32_t tid, uint32_t flags)
     t->tid = (uint32_t)tid;
     t->flags = flags;
     if (lc->tcache_tls >= 0 && rd(w, block + (uint64_t)lc->tcache_tls, &v) == 0) {
+        if (ptmd_tcache_is_dummy(w, v)) v = 0;
         t->tcache = v;
         if (v) t->flags |= PTMD_TF_TLS;
     }

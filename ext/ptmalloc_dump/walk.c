@@ -371,7 +371,7 @@ static int walk_heap_chunks(ptmd_walk *w, arena_ctx *a, uint32_t heap_index, uin
             } else if (size == PTMD_MINSIZE && !has_top && next + PTMD_CHUNK_HDR_SZ == end &&
                        ptmd_chunksize(ptmd_rd64(next + 8)) == 0) {
                 state = PTMD_ST_META;       /* the old top too small to free, kept as a fencepost */
-            } else if (size == tcache_csize && L->tcache_bins) {
+            } else if ((size == tcache_csize || size == L->tcache_struct_csize_int_malloc) && L->tcache_bins) {
                 uint64_t *c = ptmd_buf_push(&w->tcache_cands, sizeof(uint64_t));
                 if (!c) goto oom;
                 *c = p;

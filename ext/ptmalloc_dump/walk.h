@@ -57,12 +57,16 @@ int ptmd_walk_run(ptmd_walk *w, ptmd_err *err);
 
 /* pieces, in walk order */
 int ptmd_walk_arenas(ptmd_walk *w, ptmd_err *err);
-int ptmd_walk_tcaches(ptmd_walk *w, ptmd_err *err);
+int ptmd_walk_threads(ptmd_walk *w, ptmd_err *err);
 int ptmd_walk_mmapped(ptmd_walk *w, ptmd_err *err);
+int ptmd_walk_tcaches(ptmd_walk *w, ptmd_err *err);
 int ptmd_walk_residency(ptmd_walk *w, ptmd_err *err);
 int ptmd_walk_references(ptmd_walk *w, ptmd_err *err);
 
 /* helpers shared between the walk files */
+/* 1 when a thread's `tcache` value v stands for "no tcache": glibc 2.43's __tcache_dummy (.inactive
+ * or .disabled), an all-zero struct in libc's image that no list starts from. */
+int ptmd_tcache_is_dummy(ptmd_walk *w, uint64_t v);
 /* glibc's arena mutex protocol (lll_lock / lll_unlock, private futex) */
 void ptmd_arena_lock(ptmd_walk *w, int *futex);
 void ptmd_arena_unlock(int *futex);

@@ -52,6 +52,7 @@ module PtmallocDump
           fork_snapshot: m[:flags].anybits?(1 << 4),
           oracles_captured: !m[:flags].anybits?(1 << 6),
           mallinfo_32bit: m[:flags].anybits?(1 << 7),
+          mremap_overcounts: m[:flags].anybits?(1 << 8),
           mallinfo2: _mallinfo2,
           malloc_info: malloc_info
         ).freeze

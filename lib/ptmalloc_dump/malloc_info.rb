@@ -44,8 +44,11 @@ module PtmallocDump
         else bins << h
         end
       end
+      # glibc 2.43 has no fastbins, and its malloc_info prints no <total type="fast"/>: none is zero
+      fast_total = body.include?('<total type="fast"')
       HeapInfo.new(nr: nr, fastbins: fast, bins: bins, unsorted: unsorted,
-                   fast_count: attr(body, "total", "fast", :count), fast_size: attr(body, "total", "fast", :size),
+                   fast_count: fast_total ? attr(body, "total", "fast", :count) : 0,
+                   fast_size: fast_total ? attr(body, "total", "fast", :size) : 0,
                    rest_count: attr(body, "total", "rest", :count), rest_size: attr(body, "total", "rest", :size),
                    system_current: attr(body, "system", "current", :size),
                    system_max: attr(body, "system", "max", :size))

@@ -1,0 +1,150 @@
+# frozen_string_literal: true
+
+require "json"
+require "spec_helper"
+
+# glibc's allocator called directly, on the calling thread.
+module GlibcCalls
+  MALLOC = Fiddle::Function.new(Fiddle::Handle::DEFAULT["malloc"], [Fiddle::TYPE_SIZE_T], Fiddle::TYPE_VOIDP)
+  REALLOC = Fiddle::Function.new(Fiddle::Handle::DEFAULT["realloc"], [Fiddle::TYPE_VOIDP, Fiddle::TYPE_SIZE_T],
+                                 Fiddle::TYPE_VOIDP)
+  FREE = Fiddle::Function.new(Fiddle::Handle::DEFAULT["free"], [Fiddle::TYPE_VOIDP], Fiddle::TYPE_VOID)
+  # Far above DEFAULT_MMAP_THRESHOLD_MAX (32 MiB), the most the dynamic threshold grows to, and
+  # above any top or free chunk the earlier examples can have left (trimming starts at 64 MiB at
+  # most): mmapped.
+  BIG = 256 << 20
+end
+
+# Rules that changed between glibc versions, each asserted on every version with what that version
+# does: mmapped chunks' layout and accounting, threads without a tcache, mmapped chunks in a tcache.
+RSpec.describe "the walk under this glibc's own rules" do
+  def glibc_at_least?(version)
+    LibcFacts.glibc_version >= Gem::Version.new(version)
+  end
+
+  # [prev_size, size] of the chunk whose user pointer is mem
+  def header(mem)
+    Fiddle::Pointer.new(mem - 16)[0, 16].unpack("Q<2")
+  end
+
+  it "finds an mmapped chunk where its mapping starts, sized as its header says" do
+    mem = GlibcCalls::MALLOC.call(GlibcCalls::BIG).to_i
+    begin
+      prev_size, size = header(mem)
+      expect(size & 7).to eq(2) # IS_MMAPPED alone
+      dump = dump_and_load(ruby: false)
+      chunk = dump.chunk_at(mem - 16)
+      expect(chunk.state).to eq(:mmapped)
+      expect(chunk.size).to eq(size & ~7)
+      expect(chunk.heap.kind).to eq(:mmapped_chunk)
+      # glibc 2.43 (mmap_set_chunk) keeps bit 0 of prev_size for MMAP_HP and ends the mapping with a
+      # 16-byte next-chunk header slot; before, prev_size is the offset and the chunk ends the mapping
+      offset = glibc_at_least?("2.43") ? prev_size & ~1 : prev_size
+      slot = glibc_at_least?("2.43") ? 16 : 0
+      expect(chunk.heap.start).to eq(mem - 16 - offset)
+      expect(chunk.heap.end).to eq(chunk.end_address + slot)
+      expect(chunk.heap.size % 4096).to eq(0)
+      expect(dump.chunk_at(chunk.end_address)).to have_attributes(state: :meta, size: 16) if slot.positive?
+      expect_valid_dump(dump)
+    ensure
+      GlibcCalls::FREE.call(mem)
+    end
+  end
+
+  it "reconciles glibc's mmapped byte count after mremap, or says what glibc miscounted" do
+    mem = GlibcCalls::MALLOC.call(GlibcCalls::BIG).to_i
+    begin
+      mem = GlibcCalls::REALLOC.call(mem, GlibcCalls::BIG + (8 << 20)).to_i # mremap_chunk
+      mem = GlibcCalls::REALLOC.call(mem, GlibcCalls::BIG + (16 << 20)).to_i
+      dump = dump_and_load(ruby: false)
+      expect(dump.chunk_at(mem - 16).state).to eq(:mmapped)
+      glibc = dump.header[:mallinfo2][:hblkhd]
+      verification = dump.verify
+      expect(dump.header[:mremap_overcounts]).to be(glibc_at_least?("2.43"))
+      if glibc_at_least?("2.43")
+        # mremap_chunk adds 16 bytes (CHUNK_HDR_SZ) too many to mp_.mmapped_mem per remap, for good:
+        # the two above, and whatever this process remapped before
+        expect(glibc - dump.summary[:hblkhd]).to be >= 32
+        expect((glibc - dump.summary[:hblkhd]) % 16).to eq(0)
+        expect(verification.notes.join).to include("mremap_chunk counted")
+      else
+        expect(glibc).to eq(dump.summary[:hblkhd])
+        expect(verification.notes).to eq([])
+      end
+      expect_valid_dump(dump)
+    ensure
+      GlibcCalls::FREE.call(mem)
+    end
+  end
+
+  it "reports no tcache for a thread that has none, whatever glibc's `tcache` holds then" do
+    tid = NativeThreads.start(0)
+    begin
+      # an mmapped request: glibc before 2.42 makes the thread's tcache on any malloc; 2.42 only for
+      # tcache sizes; 2.43 only on a free or when _int_malloc stashes, and until then points `tcache`
+      # at __tcache_dummy, an all-zero struct in libc's read-only data
+      big = NativeThreads.malloc(0, [GlibcCalls::BIG])
+      dump = dump_and_load(ruby: false)
+      thread = dump.threads.find { |t| t.tid == tid }
+      expect(thread).not_to be_nil
+      if glibc_at_least?("2.42")
+        expect(thread.tcache).to be_nil
+        expect(thread.tcache_count).to eq(0)
+      elsif dump.header[:symbol_source] != :heuristic
+        expect(thread.tcache).not_to be_nil
+        expect(dump.chunk_at(thread.tcache - 16)).to be_tcache_struct
+      end
+      expect_valid_dump(dump)
+
+      # a small block freed by the thread: every version caches it in a tcache of the thread's own
+      small = NativeThreads.malloc(0, [24])
+      NativeThreads.prepare_free(0, small).call
+      dump = dump_and_load(ruby: false)
+      thread = dump.threads.find { |t| t.tid == tid }
+      expect(thread.tcache).not_to be_nil
+      expect(dump.chunk_at(thread.tcache - 16)).to be_tcache_struct
+      expect(dump.chunk_at(small.first - 16).state).to eq(:tcache)
+      expect_valid_dump(dump)
+      NativeThreads.prepare_free(0, big).call
+    ensure
+      NativeThreads.stop(0)
+    end
+  end
+
+  it "classifies an mmapped chunk that glibc keeps in a large tcache bin" do
+    # A fixed mmap threshold from the start keeps a 3 MB block mmapped; glibc.malloc.tcache_max
+    # raises tcache_max_bytes into the large tcache bins (2.42+: the block goes to the 2-4 MiB bin,
+    # which Ruby itself hardly fills; above 1032 the tunable means nothing before, and is not set)
+    env = { "MALLOC_MMAP_THRESHOLD_" => "131072" }
+    env["GLIBC_TUNABLES"] = "glibc.malloc.tcache_max=4000000" if glibc_at_least?("2.42")
+    path = File.join(tmpdir, "tcache_mmapped.dump")
+    out, err, status = run_ruby(<<~RUBY, env: env)
+      require "fiddle"
+      require "json"
+      f = Fiddle::Handle::DEFAULT
+      malloc = Fiddle::Function.new(f["malloc"], [Fiddle::TYPE_SIZE_T], Fiddle::TYPE_VOIDP)
+      free = Fiddle::Function.new(f["free"], [Fiddle::TYPE_VOIDP], Fiddle::TYPE_VOID)
+      mem = malloc.call(3_000_000).to_i
+      flags = Fiddle::Pointer.new(mem - 8)[0, 8].unpack1("Q<") & 7
+      PtmallocDump.dump(#{path.inspect}, ruby: false)
+      free.call(mem)
+      PtmallocDump.dump(#{path.inspect}, ruby: false)
+      d = PtmallocDump.load(#{path.inspect})
+      c = d.chunk_at(mem - 16)
+      v = d.verify
+      puts JSON.generate(flags: flags, state: c&.state, kind: c&.heap&.kind,
+                         problems: v.differences.map(&:to_s) + v.anomalies.map(&:to_s))
+    RUBY
+    expect(status).to be_success, out + err
+    result = JSON.parse(out.lines.last, symbolize_names: true)
+    expect(result[:flags]).to eq(2) # mmapped
+    if glibc_at_least?("2.43")
+      # __libc_free no longer keeps mmapped chunks out of the tcache: the mapping stays, cached
+      expect(result.values_at(:state, :kind)).to eq(%w[tcache mmapped_chunk])
+    else
+      # munmap_chunk: the mapping is gone
+      expect(result[:state]).to be_nil
+    end
+    expect(result[:problems]).to eq([])
+  end
+end
