@@ -295,6 +295,20 @@ RSpec.describe "safety in a production worker" do
   end
 
   describe "damaged dump files" do
+    it "names a malloc_info section whose elements lost a figure, even under a valid checksum" do
+      base = File.join(tmpdir, "base.dump")
+      PtmallocDump.dump(base)
+      bytes = File.binread(base).b
+      at = bytes.index('<size from="'.b)
+      expect(at).not_to be_nil
+      at = bytes.index(' to="'.b, at)
+      bytes[at, 5] = ' tx="'.b
+      bytes[-56 + 24 + 24, 4] = [Zlib.crc32(bytes[0, bytes.size - 56])].pack("V")
+      File.binwrite(base, bytes)
+      expect { PtmallocDump.load(base) }
+        .to raise_error(PtmallocDump::FormatError, /#{Regexp.escape(base)}: damaged malloc_info section \(malloc_info heap 0: <size .*lacks to\)/)
+    end
+
     it "loads each of 1,000 mutated or truncated dumps or raises FormatError, and never crashes on what loads" do
       base = File.join(tmpdir, "base.dump")
       PtmallocDump.dump(base, references: true)

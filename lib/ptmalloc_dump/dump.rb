@@ -13,7 +13,13 @@ module PtmallocDump
     # @raise [FormatError] when the file is not a valid dump
     # @raise [SystemCallError] when it cannot be read
     def self.open(path)
-      new.tap { |d| d.send(:_load, path.to_s) }.freeze_path(path.to_s)
+      dump = new.tap { |d| d.send(:_load, path.to_s) }.freeze_path(path.to_s)
+      begin
+        dump.malloc_info_figures
+      rescue FormatError => e
+        raise FormatError, "#{path}: damaged malloc_info section (#{e.message})"
+      end
+      dump
     end
 
     # @return [String] the file this dump was loaded from
@@ -142,6 +148,15 @@ module PtmallocDump
     # @return [Hash{Symbol=>Object}]
     def analysis
       @analysis ||= _analysis.freeze
+    end
+
+    # glibc's malloc_info() output captured before the walk, parsed.
+    #
+    # @return [MallocInfo, nil] nil when the dump holds no glibc counters
+    def malloc_info_figures
+      return @malloc_info_figures if defined?(@malloc_info_figures)
+
+      @malloc_info_figures = header[:oracles_captured] ? MallocInfo.new(header[:malloc_info]) : nil
     end
 
     # Compares {#summary} with glibc's own counters captured just before the walk.

@@ -9,6 +9,8 @@ module PtmallocDump
                           :rest_size, :system_current, :system_max, keyword_init: true)
 
     ATTR = /(\w+)="(\d+)"/
+    # What every <size> and <unsorted> element carries.
+    SIZE_ATTRS = %i[from to total count].freeze
 
     # @return [Array<HeapInfo>] one per arena, in ring order (main_arena first)
     attr_reader :heaps
@@ -16,12 +18,14 @@ module PtmallocDump
     attr_reader :totals
 
     # @param xml [String]
-    # @raise [FormatError] when the text is not malloc_info output
+    # @raise [FormatError] when the text is not malloc_info output, or an element lacks a figure
     def initialize(xml)
       raise FormatError, "malloc_info text is empty" if xml.nil? || xml.empty?
       raise FormatError, "not malloc_info output" unless xml.start_with?("<malloc version=")
 
       @heaps = xml.scan(%r{<heap nr="(\d+)">(.*?)</heap>}m).map { |nr, body| parse_heap(nr.to_i, body) }
+      raise FormatError, "malloc_info has no <heap> element" if @heaps.empty?
+
       tail = xml[(xml.rindex("</heap>") || 0)..]
       @totals = {}
       tail.scan(/<(total|system|aspace) type="(\w+)" (?:count="(\d+)" )?size="(\d+)"/) do |tag, type, count, size|
@@ -39,6 +43,9 @@ module PtmallocDump
       unsorted = nil
       sizes.scan(/<(size|unsorted) ([^>]*)\/>/) do |tag, attrs|
         h = attrs.scan(ATTR).to_h { |k, v| [k.to_sym, v.to_i] }
+        missing = SIZE_ATTRS - h.keys
+        raise FormatError, "malloc_info heap #{nr}: <#{tag} #{attrs}/> lacks #{missing.join(", ")}" unless missing.empty?
+
         if tag == "unsorted" then unsorted = h
         elsif h[:to] <= 176 && h[:from] == h[:to] - 15 then fast << h
         else bins << h
@@ -47,16 +54,20 @@ module PtmallocDump
       # glibc 2.43 has no fastbins, and its malloc_info prints no <total type="fast"/>: none is zero
       fast_total = body.include?('<total type="fast"')
       HeapInfo.new(nr: nr, fastbins: fast, bins: bins, unsorted: unsorted,
-                   fast_count: fast_total ? attr(body, "total", "fast", :count) : 0,
-                   fast_size: fast_total ? attr(body, "total", "fast", :size) : 0,
-                   rest_count: attr(body, "total", "rest", :count), rest_size: attr(body, "total", "rest", :size),
-                   system_current: attr(body, "system", "current", :size),
-                   system_max: attr(body, "system", "max", :size))
+                   fast_count: fast_total ? attr(nr, body, "total", "fast", :count) : 0,
+                   fast_size: fast_total ? attr(nr, body, "total", "fast", :size) : 0,
+                   rest_count: attr(nr, body, "total", "rest", :count),
+                   rest_size: attr(nr, body, "total", "rest", :size),
+                   system_current: attr(nr, body, "system", "current", :size),
+                   system_max: attr(nr, body, "system", "max", :size))
     end
 
-    def attr(body, tag, type, name)
+    def attr(nr, body, tag, type, name)
       m = body.match(/<#{tag} type="#{type}"([^>]*)\/>/)
-      m && m[1][/#{name}="(\d+)"/, 1].to_i
+      value = m && m[1][/#{name}="(\d+)"/, 1]
+      raise FormatError, "malloc_info heap #{nr}: no #{name} in <#{tag} type=\"#{type}\"/>" unless value
+
+      value.to_i
     end
   end
 end

@@ -113,7 +113,7 @@ module PtmallocDump
     end
 
     def check_malloc_info
-      info = MallocInfo.new(@dump.header[:malloc_info])
+      info = @dump.malloc_info_figures
       arenas = @dump.summary[:arenas]
       differ("malloc_info", :heap_count, info.heaps.size, arenas.size)
       info.heaps.zip(arenas).each do |heap, arena|
