@@ -340,6 +340,8 @@ RSpec.describe "safety in a production worker" do
         d.verify
         d.each_chunk.count
         d.ruby&.summary
+        PtmallocDump::TextSummary.new(d).to_s
+        JSON.generate(PtmallocDump::JsonSummary.new(d).to_h)
         next unless (loaded % 25) == 1
 
         out = File.join(tmpdir, "render#{i}")

@@ -1,8 +1,10 @@
 # frozen_string_literal: true
 
+require "cgi"
 require "chunky_png"
 require "json"
 require "rexml/document"
+require "zlib"
 require "spec_helper"
 
 RSpec.describe "ptmalloc-visualize" do
@@ -101,6 +103,25 @@ RSpec.describe "ptmalloc-visualize" do
       expect(status).to be_success, err
       json = JSON.parse(out, symbolize_names: true)
       expect(json[:summary]).to eq(JSON.parse(JSON.dump(PtmallocDump.load(dump_path).summary), symbolize_names: true))
+    end
+
+    it "prints JSON and writes a UTF-8 report when a string in the dump is not UTF-8" do
+      bytes = File.binread(dump_path).b
+      host = PtmallocDump.load(dump_path).header[:hostname]
+      key = bytes.index([8].pack("v") + "hostname".b)
+      expect(bytes[key + 10, 4].unpack1("V")).to eq(host.bytesize)
+      bytes.setbyte(key + 14, 0xff)
+      bytes[-56 + 24 + 24, 4] = [Zlib.crc32(bytes[0, bytes.size - 56])].pack("V")
+      File.binwrite(dump_path, bytes)
+      out, err, status = visualize("--json", dump_path)
+      expect(status).to be_success, err
+      expect(JSON.parse(out).dig("header", "hostname")).to eq("\uFFFD#{host[1..]}")
+      out_dir = File.join(tmpdir, "report")
+      _o, err, status = visualize(dump_path, out_dir)
+      expect(status).to be_success, err
+      html = File.read(File.join(out_dir, "index.html"), encoding: "UTF-8")
+      expect(html).to be_valid_encoding
+      expect(html).to include(CGI.escapeHTML("\uFFFD#{host[1..]}"))
     end
 
     it "prints a text summary whose exact figures are Dump#summary's" do

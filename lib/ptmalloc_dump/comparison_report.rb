@@ -28,7 +28,7 @@ module PtmallocDump
     private
 
     def h(v)
-      CGI.escapeHTML(v.to_s)
+      CGI.escapeHTML(utf8(v.to_s))
     end
 
     def signed(n)

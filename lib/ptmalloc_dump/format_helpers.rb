@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
 module PtmallocDump
-  # Number formatting shared by the text summary and the HTML report.
+  # Formatting shared by the text summary, the HTML report and the JSON summary.
   module FormatHelpers
     UNITS = %w[B KiB MiB GiB TiB].freeze
 
@@ -23,6 +23,20 @@ module PtmallocDump
       return "-" if whole.nil? || whole.zero?
 
       format("%.1f%%", 100.0 * part / whole)
+    end
+
+    # Strings from a dump (paths, host and class names) as valid UTF-8, for HTML and JSON: bytes that
+    # are not UTF-8 (another encoding, a damaged file) become U+FFFD.
+    #
+    # @param str [String]
+    # @return [String]
+    def utf8(str)
+      if [Encoding::UTF_8, Encoding::BINARY, Encoding::US_ASCII].include?(str.encoding)
+        s = str.encoding == Encoding::UTF_8 ? str : str.dup.force_encoding(Encoding::UTF_8)
+        s.valid_encoding? ? s : s.scrub("\uFFFD")
+      else
+        str.encode(Encoding::UTF_8, invalid: :replace, undef: :replace, replace: "\uFFFD")
+      end
     end
 
     # @return [String] "0x7f..."

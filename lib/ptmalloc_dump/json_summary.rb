@@ -2,7 +2,9 @@
 
 module PtmallocDump
   # The summary as plain data for JSON: the header (without the malloc_info XML), {Dump#summary}
-  # unchanged, and the verification result.
+  # unchanged, and the verification result. JSON carries UTF-8 only: a string from the dump that is not
+  # valid UTF-8 (a path or class name in another encoding, a damaged file) has those bytes replaced with
+  # U+FFFD.
   class JsonSummary
     def initialize(dump)
       @dump = dump
@@ -13,12 +15,23 @@ module PtmallocDump
       header = @dump.header.reject { |k, _| k == :malloc_info }
       header = header.merge(time: header[:time].utc.strftime("%Y-%m-%dT%H:%M:%S.%6NZ"))
       v = @dump.verify
-      {
+      utf8_tree(
         file: @dump.path,
         header: header,
         summary: @dump.summary,
         verify: { ok: v.ok?, differences: v.differences.map(&:to_s), anomalies: v.anomalies.map(&:to_s) }
-      }
+      )
+    end
+
+    private
+
+    def utf8_tree(value)
+      case value
+      when Hash then value.to_h { |k, v| [utf8_tree(k), utf8_tree(v)] }
+      when Array then value.map { |v| utf8_tree(v) }
+      when String then FormatHelpers.utf8(value)
+      else value
+      end
     end
   end
 end

@@ -54,7 +54,7 @@ module PtmallocDump
     private
 
     def h(value)
-      CGI.escapeHTML(value.to_s)
+      CGI.escapeHTML(utf8(value.to_s))
     end
 
     def summary
