@@ -4,7 +4,7 @@ require "json"
 require "spec_helper"
 
 # The walk against glibc's own oracles: mallinfo2(), malloc_info() and the pointers malloc returned.
-RSpec.describe "PtmallocDump.dump on randomised heaps" do
+RSpec.describe "PtmallocDump.dump on randomised heaps", :quiescent do
   BIN_STATES = %i[tcache fastbin unsorted smallbin largebin].freeze
 
   def request2size(n)

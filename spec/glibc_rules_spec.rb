@@ -17,7 +17,7 @@ end
 
 # Rules that changed between glibc versions, each asserted on every version with what that version
 # does: mmapped chunks' layout and accounting, threads without a tcache, mmapped chunks in a tcache.
-RSpec.describe "the walk under this glibc's own rules" do
+RSpec.describe "the walk under this glibc's own rules", :quiescent do
   def glibc_at_least?(version)
     LibcFacts.glibc_version >= Gem::Version.new(version)
   end

@@ -3,7 +3,7 @@
 require "spec_helper"
 
 # Without symbol files: malloc's globals found by structure, the same answers as with symbols.
-RSpec.describe "the symbol-free path" do
+RSpec.describe "the symbol-free path", :quiescent do
   it "finds the same main_arena and mp_ as the symbol file and as glibc itself reveals them" do
     file = PtmallocDump.libc_info(debug_dir: LibcFacts.debug_dir, symbols: :file)
     heuristic = PtmallocDump.libc_info(symbols: :heuristic)

@@ -4,7 +4,7 @@ require "spec_helper"
 
 # The symbol file is libc6-dbg's where it is installed; elsewhere one made from what glibc itself
 # reveals (spec/support/libc_facts.rb), so that every lookup path runs either way.
-RSpec.describe "finding main_arena" do
+RSpec.describe "finding main_arena", :quiescent do
   let(:debug_dir) { LibcFacts.debug_dir }
   let(:info) { PtmallocDump.libc_info(debug_dir: debug_dir) }
   let(:debug_file) { LibcFacts.symbol_file }

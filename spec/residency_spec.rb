@@ -2,7 +2,7 @@
 
 require "spec_helper"
 
-RSpec.describe "page residency" do
+RSpec.describe "page residency", :quiescent do
   it "shows the interior pages of a block released by malloc_trim(0) as absent, live written pages as present" do
     NativeThreads.start(0)
     big, guard = NativeThreads.malloc(0, [96 * 1024, 64]) # below the mmap threshold: an arena chunk
@@ -59,7 +59,7 @@ RSpec.describe "page residency" do
   end
 end
 
-RSpec.describe "the mincore fallback" do
+RSpec.describe "the mincore fallback", :quiescent do
   it "records residency from mincore when pagemap is not used, and says so" do
     path = File.join(tmpdir, "mincore.dump")
     _out, err, status = run_ruby("PtmallocDump.dump(#{path.inspect})", env: { "PTMALLOC_DUMP_RESIDENCY" => "mincore" })

@@ -79,6 +79,39 @@ RSpec.describe "safety in a production worker" do
     end
   end
 
+  describe "threads exiting during dumps" do
+    it "marks a thread that empties its tcache on exit as exiting and records no anomaly for it" do
+      out, err, status = child(<<~RUBY, timeout: 300)
+        path = File.join(#{tmpdir.inspect}, "exit.dump")
+        PtmallocDump.dump(path, ruby: false)
+        stats = { dumps: 0, anomalies: [], exiting: 0, exiting_tcache_bytes: 0, threads: 0 }
+        rounds = 0
+        until (stats[:exiting] >= 5 && rounds >= 10) || rounds == 200
+          NativeThreads.exiters_start(16) # each fills its tcache, before any dump of this round
+          NativeThreads.exiters_release(200, 3000)
+          until NativeThreads.exiters_done?
+            PtmallocDump.dump(path, ruby: false)
+            d = PtmallocDump.load(path)
+            stats[:dumps] += 1
+            stats[:anomalies].concat(d.anomalies.map(&:to_s))
+            stats[:threads] = [stats[:threads], d.threads.size].max
+            d.threads.select(&:exiting).each do |t|
+              stats[:exiting] += 1
+              stats[:exiting_tcache_bytes] += t.tcache_bytes
+            end
+          end
+          rounds += 1
+        end
+        puts JSON.dump(stats)
+      RUBY
+      expect(status).to be_success, err
+      s = JSON.parse(out, symbolize_names: true)
+      expect(s[:threads]).to be > 10 # the filled threads were seen
+      expect(s[:anomalies]).to eq([])
+      expect(s[:exiting]).to be >= 5 # threads were caught emptying their tcache
+    end
+  end
+
   describe "the signal handler" do
     it "dumps on each USR2, chains the previous handler, and the worker keeps running" do
       dir = File.join(tmpdir, "dumps")

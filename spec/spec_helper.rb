@@ -13,6 +13,7 @@ RSpec.configure do |config|
   config.order = :defined
   config.example_status_persistence_file_path = "spec/examples.txt"
   config.include SpecHelpers
+  config.before(:example, :quiescent) { settle_threads }
 
   config.before(:suite) do
     # The first dump in a process creates the stream malloc_info() writes to; do it once up front so

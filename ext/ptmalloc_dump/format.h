@@ -186,6 +186,7 @@ typedef struct {
 #define PTMD_TF_CURRENT (1u << 0)      /* the thread that wrote the dump */
 #define PTMD_TF_TLS (1u << 1)          /* tcache pointer read from the thread's TLS */
 #define PTMD_TF_SCAN (1u << 2)         /* tcache found by structure among in-use chunks */
+#define PTMD_TF_EXITING (1u << 3)      /* the thread was emptying its tcache on exit while it was read */
 
 typedef struct {
     uint64_t pthread;           /* struct pthread (0 when unknown) */

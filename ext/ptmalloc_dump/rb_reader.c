@@ -342,6 +342,7 @@ static VALUE dump_thread_records(VALUE self)
         SET(h, "tcache_count", UINT2NUM(t->tcache_count));
         SET(h, "tcache_bytes", U64(t->tcache_bytes));
         SET(h, "current", (t->flags & PTMD_TF_CURRENT) ? Qtrue : Qfalse);
+        SET(h, "exiting", (t->flags & PTMD_TF_EXITING) ? Qtrue : Qfalse);
         SET(h, "found_by", (t->flags & PTMD_TF_TLS) ? ID2SYM(rb_intern("tls"))
                            : (t->flags & PTMD_TF_SCAN) ? ID2SYM(rb_intern("scan")) : Qnil);
         rb_ary_push(ary, h);

@@ -168,28 +168,88 @@ static ptmd_thread_rec *find_thread_by_tcache(ptmd_walk *w, uint64_t user)
 static void mark_struct(ptmd_walk *w, uint64_t user)
 {
     long ci = ptmd_walk_find_chunk(w, user - PTMD_CHUNK_HDR_SZ);
-    if (ci >= 0) PTMD_W_CHUNK(w, ci)->word |= PTMD_CF_TCACHE_STRUCT;
+    if (ci >= 0 && ptmd_rec_state(PTMD_W_CHUNK(w, ci)) == PTMD_ST_IN_USE)
+        PTMD_W_CHUNK(w, ci)->word |= PTMD_CF_TCACHE_STRUCT;
+}
+
+/* Thread i's `tcache` pointer as it is now, read again from its TLS block at tc_off (its first value
+ * when that cannot be done); 0 when it has none. */
+static uint64_t tcache_now(ptmd_walk *w, size_t i, long tc_off)
+{
+    const ptmd_thread_rec *t = PTMD_BUF_AT(&w->threads, ptmd_thread_rec, i);
+    uint64_t v = 0;
+    if (!t->pthread || tc_off < 0) return t->tcache;
+    if (ptmd_safe_read(&w->mem, t->pthread - w->lc->tls_offset + (uint64_t)tc_off, &v, 8) != 0) return 0;
+    return ptmd_tcache_is_dummy(w, v) ? 0 : v;
+}
+
+/* Walks thread i's tcache (the pointer read from its TLS) and records what it holds. A thread that
+ * exits runs tcache_thread_shutdown: it clears its `tcache` pointer first, then empties each list
+ * without lowering its count, then frees the struct. So when the pointer is no longer the same
+ * before or after the lists are read, the thread is exiting: it is marked so, and the count
+ * mismatches its half-emptied lists show are not recorded as anomalies. The chunks read from its
+ * lists stay tcache: they were there when read, on their way back to the arena. */
+static void apply_thread_tcache(ptmd_walk *w, size_t i, long tc_off)
+{
+    uint64_t user = PTMD_BUF_AT(&w->threads, ptmd_thread_rec, i)->tcache;
+    size_t mark = w->anomalies.len;
+    uint32_t c = 0;
+    uint64_t b = 0;
+    int exiting = tcache_now(w, i, tc_off) != user;
+    ptmd_thread_rec *t;
+    if (!exiting) {
+        /* an uninitialised tcache (all zero) is valid too: apply directly, anomalies recorded */
+        tcache_walk(w, user, 1, &c, &b);
+        exiting = tcache_now(w, i, tc_off) != user;
+        if (exiting) w->anomalies.len = mark;
+    }
+    t = PTMD_BUF_AT(&w->threads, ptmd_thread_rec, i);
+    if (exiting) t->flags |= PTMD_TF_EXITING;
+    t->tcache_count = c;
+    t->tcache_bytes = b;
+    mark_struct(w, user);
+}
+
+/* Keeps in w->tcache_cands only the structs no thread pointer has led to that check out as tcaches
+ * (checking them also learns tcache_key when there is no symbol for it). */
+static void keep_valid_candidates(ptmd_walk *w)
+{
+    size_t i, k = 0, n = PTMD_BUF_COUNT(&w->tcache_cands, uint64_t);
+    for (i = 0; i < n; i++) {
+        uint64_t chunk = *PTMD_BUF_AT(&w->tcache_cands, uint64_t, i);
+        if (find_thread_by_tcache(w, chunk + PTMD_CHUNK_HDR_SZ)) continue;
+        if (!tcache_walk(w, chunk + PTMD_CHUNK_HDR_SZ, 0, NULL, NULL)) continue;
+        *PTMD_BUF_AT(&w->tcache_cands, uint64_t, k++) = chunk;
+    }
+    w->tcache_cands.len = k * sizeof(uint64_t);
+}
+
+static int is_candidate(ptmd_walk *w, uint64_t user)
+{
+    size_t i, n = PTMD_BUF_COUNT(&w->tcache_cands, uint64_t);
+    for (i = 0; i < n; i++)
+        if (*PTMD_BUF_AT(&w->tcache_cands, uint64_t, i) + PTMD_CHUNK_HDR_SZ == user) return 1;
+    return 0;
 }
 
 /* Without symbols the TLS offsets of `tcache` and `thread_arena` are unknown: find them in the calling
  * thread's own libc TLS block (the word that holds one of the tcaches found by structure, and the word
- * that holds the arena that tcache was allocated from), then read every listed thread's. */
-static void adopt_scanned(ptmd_walk *w, size_t first_scanned)
+ * that holds the arena that tcache was allocated from), then read every listed thread's tcache there
+ * and walk it as with symbols. */
+static void find_tls_tcaches(ptmd_walk *w)
 {
     const ptmd_libc *lc = w->lc;
-    uintptr_t block = ptmd_libc_tls_block_self(lc), self;
-    size_t i, j, n = PTMD_BUF_COUNT(&w->threads, ptmd_thread_rec), k;
+    uintptr_t block = ptmd_libc_tls_block_self(lc);
+    size_t i, n = PTMD_BUF_COUNT(&w->threads, ptmd_thread_rec), k;
     long tc_off = -1, ar_off = -1;
     uint64_t my_tcache = 0, my_arena = 0;
-    if (!block || !lc->tls_size || first_scanned >= n) return;
-    __asm__("mov %%fs:16, %0" : "=r"(self));
+    if (!block || !lc->tls_size || !PTMD_BUF_COUNT(&w->tcache_cands, uint64_t)) return;
     for (k = 0; k + 8 <= lc->tls_size && tc_off < 0; k += 8) {
         uint64_t v = ptmd_rd64(block + k);
-        for (j = first_scanned; j < n; j++)
-            if (v && PTMD_BUF_AT(&w->threads, ptmd_thread_rec, j)->tcache == v) {
-                tc_off = (long)k;
-                my_tcache = v;
-            }
+        if (v && is_candidate(w, v)) {
+            tc_off = (long)k;
+            my_tcache = v;
+        }
     }
     if (tc_off < 0) return;
     /* the arena the tcache struct lives in is the thread's arena */
@@ -207,7 +267,7 @@ static void adopt_scanned(ptmd_walk *w, size_t first_scanned)
                 break;
             }
     }
-    for (i = 0; i < first_scanned; i++) {
+    for (i = 0; i < n; i++) {
         ptmd_thread_rec *t = PTMD_BUF_AT(&w->threads, ptmd_thread_rec, i);
         uint64_t tblock = t->pthread - lc->tls_offset, v = 0;
         if (!t->pthread || t->tcache) continue;
@@ -215,33 +275,11 @@ static void adopt_scanned(ptmd_walk *w, size_t first_scanned)
         if (ptmd_safe_read(&w->mem, tblock + (uint64_t)tc_off, &v, 8) != 0 || !v || ptmd_tcache_is_dummy(w, v))
             continue;
         t->tcache = v;
-        t->flags |= PTMD_TF_TLS;
-        for (j = first_scanned; j < PTMD_BUF_COUNT(&w->threads, ptmd_thread_rec); j++) {
-            ptmd_thread_rec *s = PTMD_BUF_AT(&w->threads, ptmd_thread_rec, j);
-            if (s->tcache != v) continue;
-            t->tcache = v;
-            t->tcache_count = s->tcache_count;
-            t->tcache_bytes = s->tcache_bytes;
-            t->flags |= PTMD_TF_TLS | PTMD_TF_SCAN;
-            /* the scanned record is now this thread's: drop it */
-            *s = *PTMD_BUF_AT(&w->threads, ptmd_thread_rec, PTMD_BUF_COUNT(&w->threads, ptmd_thread_rec) - 1);
-            w->threads.len -= sizeof(ptmd_thread_rec);
-            v = 0;
-            break;
-        }
-        if (v) {
-            /* a tcache the structural scan did not accept (it may be mid-change, or empty): the thread's
-             * own pointer vouches for it, as with symbols */
-            uint32_t c = 0;
-            uint64_t b = 0;
-            tcache_walk(w, v, 1, &c, &b);
-            t = PTMD_BUF_AT(&w->threads, ptmd_thread_rec, i);
-            t->tcache_count = c;
-            t->tcache_bytes = b;
-            mark_struct(w, v);
-        }
+        t->flags |= PTMD_TF_TLS | (is_candidate(w, v) ? PTMD_TF_SCAN : 0);
+        /* a tcache the structural check did not accept (mid-change, or empty): the thread's own
+         * pointer vouches for it, as with symbols */
+        apply_thread_tcache(w, i, tc_off);
     }
-    PTMD_UNUSED(self);
 }
 
 int ptmd_walk_threads(ptmd_walk *w, ptmd_err *err)
@@ -253,44 +291,41 @@ int ptmd_walk_threads(ptmd_walk *w, ptmd_err *err)
 
 int ptmd_walk_tcaches(ptmd_walk *w, ptmd_err *err)
 {
-    size_t i, n, first_scanned;
+    size_t i, n;
     if (!w->L->tcache_bins) return 0;
     if (ptmd_walk_sort_heaps(w) != 0) return ptmd_fail_sys(err, errno, "heap index", "mmap");
 
     /* 1. every thread enumerated (ptmd_walk_threads): its tcache pointer from TLS */
     n = PTMD_BUF_COUNT(&w->threads, ptmd_thread_rec);
-    for (i = 0; i < n; i++) {
-        ptmd_thread_rec *t = PTMD_BUF_AT(&w->threads, ptmd_thread_rec, i);
-        uint32_t c = 0;
-        uint64_t b = 0;
-        if (!t->tcache) continue;
-        /* an uninitialised tcache (all zero) is valid too: apply directly, anomalies recorded */
-        tcache_walk(w, t->tcache, 1, &c, &b);
-        t = PTMD_BUF_AT(&w->threads, ptmd_thread_rec, i);
-        t->tcache_count = c;
-        t->tcache_bytes = b;
-        mark_struct(w, t->tcache);
-    }
+    for (i = 0; i < n; i++)
+        if (PTMD_BUF_AT(&w->threads, ptmd_thread_rec, i)->tcache) apply_thread_tcache(w, i, w->lc->tcache_tls);
 
-    /* 2. tcache structs no thread pointer led to (threads not enumerable here, or no symbols) */
-    first_scanned = PTMD_BUF_COUNT(&w->threads, ptmd_thread_rec);
+    /* 2. without the `tcache` symbol, the same through the TLS offset the structs found reveal */
+    keep_valid_candidates(w);
+    if (w->lc->tcache_tls < 0) find_tls_tcaches(w);
+
+    /* 3. tcache structs no thread pointer led to (threads not enumerable here, or exiting) */
     n = PTMD_BUF_COUNT(&w->tcache_cands, uint64_t);
     for (i = 0; i < n; i++) {
         uint64_t user = *PTMD_BUF_AT(&w->tcache_cands, uint64_t, i) + PTMD_CHUNK_HDR_SZ;
+        size_t mark = w->anomalies.len;
         ptmd_thread_rec *t;
         uint32_t c = 0;
         uint64_t b = 0;
+        int exiting;
         if (find_thread_by_tcache(w, user)) continue;
-        if (!tcache_walk(w, user, 0, NULL, NULL)) continue;
         tcache_walk(w, user, 1, &c, &b);
+        /* it checked out just before: if it no longer does, it changed while read. No listed thread
+         * points at it, so its thread has cleared its `tcache` pointer and is emptying it on exit. */
+        exiting = w->anomalies.len != mark && !tcache_walk(w, user, 0, NULL, NULL);
+        if (exiting) w->anomalies.len = mark;
         mark_struct(w, user);
         t = ptmd_buf_push(&w->threads, sizeof(*t));
         if (!t) return ptmd_fail_sys(err, errno, "thread table", "mmap");
         t->tcache = user;
-        t->flags = PTMD_TF_SCAN;
+        t->flags = PTMD_TF_SCAN | (exiting ? PTMD_TF_EXITING : 0);
         t->tcache_count = c;
         t->tcache_bytes = b;
     }
-    if (w->lc->tcache_tls < 0) adopt_scanned(w, first_scanned);
     return 0;
 }

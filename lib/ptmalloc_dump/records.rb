@@ -157,8 +157,10 @@ module PtmallocDump
     end
   end
 
-  # A live thread seen in the dump, with the tcache and arena it uses.
-  ThreadInfo = Struct.new(:tid, :pthread, :tcache, :arena, :tcache_count, :tcache_bytes, :current, :found_by)
+  # A live thread seen in the dump, with the tcache and arena it uses. #exiting is true for a thread
+  # that was emptying its tcache on exit while the dump read it (its count then is what was read).
+  ThreadInfo = Struct.new(:tid, :pthread, :tcache, :arena, :tcache_count, :tcache_bytes, :current, :found_by,
+                          :exiting)
 
   # Something the walk found that a healthy heap would not have; the walk records it and carries on.
   Anomaly = Struct.new(:kind, :address, :detail, :arena) do

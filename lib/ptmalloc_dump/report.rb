@@ -365,7 +365,7 @@ module PtmallocDump
 
     def threads_section
       rows = @dump.threads.map do |t|
-        "<tr><td class=\"l\">#{h(t.tid || '?')}#{t.current ? ' (dumping)' : ''}</td><td class=\"l\"><code>#{h(hex(t.arena))}</code></td>" \
+        "<tr><td class=\"l\">#{h(t.tid || '?')}#{t.current ? ' (dumping)' : ''}#{t.exiting ? ' (exiting)' : ''}</td><td class=\"l\"><code>#{h(hex(t.arena))}</code></td>" \
           "<td>#{t.tcache_count}</td><td>#{h(human_bytes(t.tcache_bytes))}</td><td class=\"l\">#{h(t.found_by)}</td></tr>"
       end
       <<~HTML

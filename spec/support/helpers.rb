@@ -18,6 +18,22 @@ module SpecHelpers
     end
   end
 
+  # Tasks of this process that are not Ruby threads, counted when the suite loads.
+  OTHER_TASKS = Dir.children("/proc/self/task").size - Thread.list.size
+
+  # Ruby keeps the native thread of a finished Ruby thread (Open3's reader threads, say) for a few
+  # seconds in case a new Ruby thread wants it; then that thread exits and empties its tcache into its
+  # arena, concurrently with whatever runs. An example that reproduces glibc's counters exactly waits
+  # for those exits first (tagged :quiescent).
+  def settle_threads(limit: 5)
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + limit
+    while Dir.children("/proc/self/task").size > Thread.list.size + OTHER_TASKS
+      break if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+
+      sleep 0.02
+    end
+  end
+
   def tmpdir
     @tmpdir ||= Dir.mktmpdir("ptmd-spec")
   end

@@ -23,6 +23,9 @@ module NativeThreads
   CHURN_START = Fiddle::Function.new(LIB["churn_start"], [INT], INT)
   CHURN_OPS = Fiddle::Function.new(LIB["churn_ops_done"], [], Fiddle::TYPE_LONG)
   CHURN_STOP = Fiddle::Function.new(LIB["churn_stop_all"], [], Fiddle::TYPE_VOID)
+  EXITERS_START = Fiddle::Function.new(LIB["exiters_start"], [INT], INT)
+  EXITERS_RELEASE = Fiddle::Function.new(LIB["exiters_release"], [INT, INT], INT)
+  EXITERS_DONE = Fiddle::Function.new(LIB["exiters_done"], [], INT)
 
   # Starts worker thread i; returns its tid.
   def self.start(index)
@@ -89,5 +92,21 @@ module NativeThreads
 
   def self.churn_stop
     CHURN_STOP.call
+  end
+
+  # Starts n threads that each fill their tcache (8 bins of 7 blocks) and wait; returns once all are
+  # filled, so no tcache changes but by the exits that follow.
+  def self.exiters_start(n)
+    EXITERS_START.call(n)
+  end
+
+  # Lets the waiting threads exit one at a time, min_us..max_us apart, from a native pacer thread.
+  def self.exiters_release(min_us, max_us)
+    raise "pthread_create failed" unless EXITERS_RELEASE.call(min_us, max_us).zero?
+  end
+
+  # @return [Boolean] whether every released thread has exited (and been joined)
+  def self.exiters_done?
+    EXITERS_DONE.call == 1
   end
 end
