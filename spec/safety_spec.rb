@@ -41,7 +41,10 @@ RSpec.describe "safety in a production worker" do
         dir = #{tmpdir.inspect}
         NativeThreads.churn_start(4)
         sleep 0.01 until NativeThreads.churn_ops > 10_000 # every thread has its arena by now
-        stats = { inproc: 0, fork: 0, arena_anomalies: [], fork_differences: [], tcache_anomalies: 0, arenas: [], ops: 0 }
+        # what other threads change outside any arena lock: their tcaches, and mmapped chunks (made and
+        # unmapped while the mapping scan reads them)
+        concurrent = PtmallocDump::Verification::TCACHE_KINDS + %i[mmapped_mismatch]
+        stats = { inproc: 0, fork: 0, arena_anomalies: [], other_anomalies: [], fork_differences: [], tcache_anomalies: 0, arenas: [], ops: 0 }
         500.times do |i|
           path = File.join(dir, "in.dump")
           PtmallocDump.dump(path, ruby: i.even?)
@@ -49,6 +52,7 @@ RSpec.describe "safety in a production worker" do
           stats[:inproc] += 1
           stats[:arena_anomalies].concat(v.arena_anomalies.map(&:to_s))
           stats[:tcache_anomalies] += v.tcache_anomalies.size
+          stats[:other_anomalies].concat(v.tcache_anomalies.reject { |a| concurrent.include?(a.kind) }.map(&:to_s))
           stats[:arenas] << v.arenas.size if v.arenas.all? { |a| a.key?(:consistent) && a[:anomalies].zero? }
         end
         500.times do |i|
@@ -59,6 +63,7 @@ RSpec.describe "safety in a production worker" do
           raise "not a snapshot" unless d.header[:fork_snapshot]
           stats[:fork] += 1
           stats[:arena_anomalies].concat(v.arena_anomalies.map(&:to_s))
+          stats[:other_anomalies].concat(v.tcache_anomalies.reject { |a| concurrent.include?(a.kind) }.map(&:to_s))
           stats[:fork_differences].concat(v.differences.map(&:to_s))
         end
         stats[:ops] = NativeThreads.churn_ops
@@ -72,10 +77,49 @@ RSpec.describe "safety in a production worker" do
       expect(s[:ops]).to be > 100_000 # the threads really ran meanwhile
       # every arena, walked under its own lock, was consistent in itself in every dump
       expect(s[:arena_anomalies]).to eq([])
+      # outside the arenas, only what threads change without a lock (a fork copies it as it was): the
+      # ring led to every arena every time, though arenas were made and heaps grew meanwhile
+      expect(s[:other_anomalies]).to eq([])
       expect(s[:arenas].size).to eq(500)
       expect(s[:arenas].min).to be >= 2
       # a fork snapshot is one frozen heap: glibc's counters and the walk agree exactly
       expect(s[:fork_differences]).to eq([])
+    end
+  end
+
+  describe "threads making arenas and growing heaps during dumps" do
+    it "follows the ring to every arena and never refuses the layout, in ten fresh processes" do
+      results = Array.new(10) do
+        out, err, status = child(<<~RUBY, timeout: 120)
+          path = File.join(#{tmpdir.inspect}, "ring-\#{Process.pid}.dump")
+          PtmallocDump.dump(path, ruby: false)
+          concurrent = PtmallocDump::Verification::TCACHE_KINDS + %i[mmapped_mismatch]
+          NativeThreads.churn_start(4) # new threads: new arenas, whose first heaps grow from here on
+          stats = { other_anomalies: [], arenas: [], errors: [] }
+          30.times do
+            PtmallocDump.dump(path, ruby: false)
+            d = PtmallocDump.load(path)
+            stats[:other_anomalies].concat(d.verify.tcache_anomalies.reject { |a| concurrent.include?(a.kind) }.map(&:to_s))
+            stats[:arenas] << d.arenas.size
+          rescue PtmallocDump::Error => e
+            stats[:errors] << e.message
+          end
+          NativeThreads.churn_stop
+          PtmallocDump.dump(path, ruby: false)
+          stats[:arenas_after] = PtmallocDump.load(path).arenas.size
+          puts JSON.dump(stats)
+        RUBY
+        expect(status).to be_success, err
+        JSON.parse(out, symbolize_names: true)
+      end
+      expect(results.flat_map { |r| r[:errors] }).to eq([])
+      expect(results.flat_map { |r| r[:other_anomalies] }).to eq([])
+      results.each do |r|
+        # arenas are never freed: the count only grows, up to the main arena and one per churning thread
+        expect(r[:arenas]).to eq(r[:arenas].sort)
+        expect(r[:arenas_after]).to be >= 5
+        expect(r[:arenas].max).to be <= r[:arenas_after]
+      end
     end
   end
 

@@ -474,15 +474,25 @@ out:
 }
 
 /* Next arena on the ring, validated: main_arena itself, or an arena behind its first heap_info. */
+/* A non-main arena on the ring: its malloc_state follows the heap_info at the start of its first heap,
+ * which points back at it. Checked before the arena's lock is taken, while threads may be making
+ * arenas and growing heaps: the two structs are read fault-free (an arena made since the mappings were
+ * read is not in them), and the heap's extent is checked under the lock. */
 static int arena_ok(ptmd_walk *w, uintptr_t av)
 {
     const ptmd_layout *L = w->L;
+    unsigned char head[4096];
+    size_t n = L->hi_size_total + L->ms_size;
     uintptr_t h;
+    uint64_t ar, size;
     if (av == w->lc->main_arena) return 1;
-    if (!av || (av & 7)) return 0;
+    if (!av || (av & 7) || n > sizeof(head)) return 0;
     h = av - L->hi_size_total;
     if ((h & (w->heap_max - 1)) != 0) return 0;
-    return heap_info_ok(w, h, av) && ptmd_maps_readable(&w->maps, av, L->ms_size);
+    if (ptmd_safe_read(&w->mem, h, head, n) != 0) return 0;
+    memcpy(&ar, head + L->hi_ar_ptr, 8);
+    memcpy(&size, head + L->hi_size, 8);
+    return ar == av && size >= n && size <= w->heap_max;
 }
 
 static const char *validate_once(ptmd_walk *w);
