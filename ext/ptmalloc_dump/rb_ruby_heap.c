@@ -13,6 +13,9 @@
 
 /* Exported by libruby, not declared in its public headers. */
 void rb_objspace_each_objects(int (*callback)(void *start, void *end, size_t stride, void *data), void *data);
+#ifdef TYPED_DATA_EMBEDDED
+size_t rb_objspace_data_type_memsize(VALUE obj); /* exported (gc.c), not in the public headers */
+#endif
 
 #define PTMD_RUBY_USHIFT 12              /* FL_USHIFT: T_IMEMO keeps its imemo_type above it */
 #define PTMD_MIN_POINTER 0x10000ull
@@ -163,7 +166,13 @@ static int each_page(void *start, void *end, size_t stride, void *data)
             /* Ruby 3.3's embeddable typed data keeps its struct in the slot (RTYPEDDATA_GET_DATA): its
              * words are the ones that may point into malloc memory */
             if (RTYPEDDATA_P(v) && RTYPEDDATA_EMBEDDED_P(v)) {
-                for (k = sizeof(struct RTypedData) / sizeof(VALUE) - 1; k < nw; k++)
+                /* the slot past the struct may hold stale words of an earlier object: the type's own
+                 * dsize (what ObjectSpace.memsize_of reports) bounds the struct when it has one */
+                size_t first = sizeof(struct RTypedData) / sizeof(VALUE) - 1, end = nw;
+                size_t dsize = rb_objspace_data_type_memsize(v);
+                if (dsize && first + (dsize + sizeof(VALUE) - 1) / sizeof(VALUE) < end)
+                    end = first + (dsize + sizeof(VALUE) - 1) / sizeof(VALUE);
+                for (k = first; k < end; k++)
                     kept = (uint16_t)(kept + keep_word(c, w[k]));
                 break;
             }
