@@ -41,9 +41,7 @@ RSpec.describe "safety in a production worker" do
         dir = #{tmpdir.inspect}
         NativeThreads.churn_start(4)
         sleep 0.01 until NativeThreads.churn_ops > 10_000 # every thread has its arena by now
-        # what other threads change outside any arena lock: their tcaches, and mmapped chunks (made and
-        # unmapped while the mapping scan reads them)
-        concurrent = PtmallocDump::Verification::TCACHE_KINDS + %i[mmapped_mismatch]
+        unlocked_only = ->(v) { v.tcache_anomalies.reject { |a| SpecHelpers::UNLOCKED_KINDS.include?(a.kind) }.map(&:to_s) }
         stats = { inproc: 0, fork: 0, arena_anomalies: [], other_anomalies: [], fork_differences: [], tcache_anomalies: 0, arenas: [], ops: 0 }
         500.times do |i|
           path = File.join(dir, "in.dump")
@@ -52,7 +50,7 @@ RSpec.describe "safety in a production worker" do
           stats[:inproc] += 1
           stats[:arena_anomalies].concat(v.arena_anomalies.map(&:to_s))
           stats[:tcache_anomalies] += v.tcache_anomalies.size
-          stats[:other_anomalies].concat(v.tcache_anomalies.reject { |a| concurrent.include?(a.kind) }.map(&:to_s))
+          stats[:other_anomalies].concat(unlocked_only.call(v))
           stats[:arenas] << v.arenas.size if v.arenas.all? { |a| a.key?(:consistent) && a[:anomalies].zero? }
         end
         500.times do |i|
@@ -63,7 +61,7 @@ RSpec.describe "safety in a production worker" do
           raise "not a snapshot" unless d.header[:fork_snapshot]
           stats[:fork] += 1
           stats[:arena_anomalies].concat(v.arena_anomalies.map(&:to_s))
-          stats[:other_anomalies].concat(v.tcache_anomalies.reject { |a| concurrent.include?(a.kind) }.map(&:to_s))
+          stats[:other_anomalies].concat(unlocked_only.call(v))
           stats[:fork_differences].concat(v.differences.map(&:to_s))
         end
         stats[:ops] = NativeThreads.churn_ops
@@ -93,13 +91,12 @@ RSpec.describe "safety in a production worker" do
         out, err, status = child(<<~RUBY, timeout: 120)
           path = File.join(#{tmpdir.inspect}, "ring-\#{Process.pid}.dump")
           PtmallocDump.dump(path, ruby: false)
-          concurrent = PtmallocDump::Verification::TCACHE_KINDS + %i[mmapped_mismatch]
           NativeThreads.churn_start(4) # new threads: new arenas, whose first heaps grow from here on
           stats = { other_anomalies: [], arenas: [], errors: [] }
           30.times do
             PtmallocDump.dump(path, ruby: false)
             d = PtmallocDump.load(path)
-            stats[:other_anomalies].concat(d.verify.tcache_anomalies.reject { |a| concurrent.include?(a.kind) }.map(&:to_s))
+            stats[:other_anomalies].concat(d.verify.tcache_anomalies.reject { |a| SpecHelpers::UNLOCKED_KINDS.include?(a.kind) }.map(&:to_s))
             stats[:arenas] << d.arenas.size
           rescue PtmallocDump::Error => e
             stats[:errors] << e.message

@@ -169,9 +169,8 @@ static int each_page(void *start, void *end, size_t stride, void *data)
                 /* the slot past the struct may hold stale words of an earlier object: the type's own
                  * dsize (what ObjectSpace.memsize_of reports) bounds the struct when it has one */
                 size_t first = sizeof(struct RTypedData) / sizeof(VALUE) - 1, end = nw;
-                size_t dsize = rb_objspace_data_type_memsize(v);
-                if (dsize && first + (dsize + sizeof(VALUE) - 1) / sizeof(VALUE) < end)
-                    end = first + (dsize + sizeof(VALUE) - 1) / sizeof(VALUE);
+                size_t words = (rb_objspace_data_type_memsize(v) + sizeof(VALUE) - 1) / sizeof(VALUE);
+                if (words && first + words < end) end = first + words;
                 for (k = first; k < end; k++)
                     kept = (uint16_t)(kept + keep_word(c, w[k]));
                 break;

@@ -53,7 +53,9 @@ static int tc_size_fits(const ptmd_walk *w, int i, uint64_t size)
     return w->L->tcache_bins + __builtin_clz(max_small) - __builtin_clz((uint32_t)size) == i;
 }
 
-int ptmd_tcache_is_dummy(ptmd_walk *w, uint64_t v)
+/* 1 when a thread's `tcache` value v stands for "no tcache": glibc 2.43's __tcache_dummy (.inactive
+ * or .disabled), an all-zero struct in libc's image that no list starts from. */
+static int tcache_is_dummy(ptmd_walk *w, uint64_t v)
 {
     const ptmd_layout *L = w->L;
     const ptmd_libc *lc = w->lc;
@@ -70,6 +72,14 @@ int ptmd_tcache_is_dummy(ptmd_walk *w, uint64_t v)
     for (i = 0; i < L->tcache_struct_size; i++)
         if (t.raw[i]) return 0;
     return 1;
+}
+
+uint64_t ptmd_thread_tcache(ptmd_walk *w, uint64_t pthread, long tc_off)
+{
+    uint64_t v = 0;
+    if (!pthread || tc_off < 0) return 0;
+    if (ptmd_safe_read(&w->mem, pthread - w->lc->tls_offset + (uint64_t)tc_off, &v, sizeof(v)) != 0) return 0;
+    return tcache_is_dummy(w, v) ? 0 : v;
 }
 
 /* Walks one tcache. With apply == 0 only checks it (strict: any fault fails); with apply != 0 marks
@@ -177,10 +187,7 @@ static void mark_struct(ptmd_walk *w, uint64_t user)
 static uint64_t tcache_now(ptmd_walk *w, size_t i, long tc_off)
 {
     const ptmd_thread_rec *t = PTMD_BUF_AT(&w->threads, ptmd_thread_rec, i);
-    uint64_t v = 0;
-    if (!t->pthread || tc_off < 0) return t->tcache;
-    if (ptmd_safe_read(&w->mem, t->pthread - w->lc->tls_offset + (uint64_t)tc_off, &v, 8) != 0) return 0;
-    return ptmd_tcache_is_dummy(w, v) ? 0 : v;
+    return !t->pthread || tc_off < 0 ? t->tcache : ptmd_thread_tcache(w, t->pthread, tc_off);
 }
 
 /* Walks thread i's tcache (the pointer read from its TLS) and records what it holds. A thread that
@@ -269,11 +276,11 @@ static void find_tls_tcaches(ptmd_walk *w)
     }
     for (i = 0; i < n; i++) {
         ptmd_thread_rec *t = PTMD_BUF_AT(&w->threads, ptmd_thread_rec, i);
-        uint64_t tblock = t->pthread - lc->tls_offset, v = 0;
+        uint64_t v = 0;
         if (!t->pthread || t->tcache) continue;
-        if (ar_off >= 0 && ptmd_safe_read(&w->mem, tblock + (uint64_t)ar_off, &v, 8) == 0) t->arena = v;
-        if (ptmd_safe_read(&w->mem, tblock + (uint64_t)tc_off, &v, 8) != 0 || !v || ptmd_tcache_is_dummy(w, v))
-            continue;
+        if (ar_off >= 0 && ptmd_safe_read(&w->mem, t->pthread - lc->tls_offset + (uint64_t)ar_off, &v, 8) == 0)
+            t->arena = v;
+        if (!(v = ptmd_thread_tcache(w, t->pthread, tc_off))) continue;
         t->tcache = v;
         t->flags |= PTMD_TF_TLS | (is_candidate(w, v) ? PTMD_TF_SCAN : 0);
         /* a tcache the structural check did not accept (mid-change, or empty): the thread's own

@@ -72,11 +72,8 @@ static int push_thread(ptmd_walk *w, uint64_t base, int32_t tid, uint32_t flags)
     t->pthread = base;
     t->tid = (uint32_t)tid;
     t->flags = flags;
-    if (lc->tcache_tls >= 0 && rd(w, block + (uint64_t)lc->tcache_tls, &v) == 0) {
-        if (ptmd_tcache_is_dummy(w, v)) v = 0;
-        t->tcache = v;
-        if (v) t->flags |= PTMD_TF_TLS;
-    }
+    t->tcache = ptmd_thread_tcache(w, base, lc->tcache_tls);
+    if (t->tcache) t->flags |= PTMD_TF_TLS;
     if (lc->thread_arena_tls >= 0 && rd(w, block + (uint64_t)lc->thread_arena_tls, &v) == 0) t->arena = v;
     return 0;
 }

@@ -64,9 +64,9 @@ int ptmd_walk_residency(ptmd_walk *w, ptmd_err *err);
 int ptmd_walk_references(ptmd_walk *w, ptmd_err *err);
 
 /* helpers shared between the walk files */
-/* 1 when a thread's `tcache` value v stands for "no tcache": glibc 2.43's __tcache_dummy (.inactive
- * or .disabled), an all-zero struct in libc's image that no list starts from. */
-int ptmd_tcache_is_dummy(ptmd_walk *w, uint64_t v);
+/* The `tcache` pointer of the thread whose struct pthread is at `pthread`, read fault-free from its
+ * TLS block at tc_off; 0 when unreadable, unknown (tc_off < 0), none, or glibc 2.43's __tcache_dummy. */
+uint64_t ptmd_thread_tcache(ptmd_walk *w, uint64_t pthread, long tc_off);
 /* glibc's arena mutex protocol (lll_lock / lll_unlock, private futex) */
 void ptmd_arena_lock(ptmd_walk *w, int *futex);
 void ptmd_arena_unlock(int *futex);

@@ -18,6 +18,10 @@ module SpecHelpers
     end
   end
 
+  # Anomaly kinds from what other threads change outside any arena lock while a dump runs: their
+  # tcaches, and mmapped chunks (made and unmapped while the mapping scan reads them).
+  UNLOCKED_KINDS = (PtmallocDump::Verification::TCACHE_KINDS + %i[mmapped_mismatch]).freeze
+
   # Tasks of this process that are not Ruby threads, counted when the suite loads.
   OTHER_TASKS = Dir.children("/proc/self/task").size - Thread.list.size
 
