@@ -111,6 +111,61 @@ RSpec.describe "the walk under this glibc's own rules", :quiescent do
     end
   end
 
+  it "leaves out what heap_trim gives back: a block freed into a thread's top, past the shrunk heap's end" do
+    # A fresh process, so the worker's arena is new and its blocks come from top in order; a fixed
+    # trim threshold, so no earlier free of an mmapped chunk has raised it
+    support = File.join(SpecHelpers::ROOT, "spec", "support")
+    path = File.join(tmpdir, "trim.dump")
+    out, err, status = run_ruby(<<~RUBY, env: { "MALLOC_TRIM_THRESHOLD_" => "131072" })
+      require "fiddle"
+      require "json"
+      require "rspec"
+      require #{File.join(support, 'helpers').inspect}
+      require #{File.join(support, 'native_threads').inspect}
+      NativeThreads.start(0)
+      PtmallocDump.dump(#{path.inspect}, ruby: false)
+      fill = PtmallocDump.load(#{path.inspect}).header[:tcache_count]
+      small = NativeThreads.malloc(0, [300] * fill)
+      big = NativeThreads.malloc(0, [64 << 10] * 40)
+      last = NativeThreads.malloc(0, [300]).first
+      PtmallocDump.dump(#{path.inspect}, ruby: false)
+      before = PtmallocDump.load(#{path.inspect})
+      b = before.chunk_at(last - 16)
+      NativeThreads.prepare_free(0, small).call # the thread's tcache bin for 320-byte chunks is full now
+      NativeThreads.prepare_free(0, big + [last]).call # to the arena: merged with each other and with top
+      PtmallocDump.dump(#{path.inspect}, ruby: false)
+      after = PtmallocDump.load(#{path.inspect})
+      heap = after.heaps.find { |h| h.start == b.heap.start }
+      top = after.chunk_containing(heap.end - 1)
+      v = after.verify
+      puts JSON.generate(
+        before: { kind: b.heap.kind, state: b.state, next: before.chunk_at(b.address + b.size)&.state,
+                  big: big.map { |m| before.chunk_at(m - 16)&.state }.uniq, end: b.heap.end },
+        after: { last: after.chunk_containing(last - 16)&.address, covered: after.heaps.any? { |h| h.range.cover?(last) },
+                 end: heap.end, top: top.state, top_start: top.address, small: small.map { |m| after.chunk_at(m - 16)&.state }.uniq,
+                 top_pad: after.header[:top_pad], page: after.header[:page_size],
+                 problems: v.differences.map(&:to_s) + v.anomalies.map(&:to_s) },
+        first_big: big.first - 16, last: last - 16)
+      NativeThreads.stop(0)
+    RUBY
+    expect(status).to be_success, out + err
+    r = JSON.parse(out.lines.last, symbolize_names: true)
+    # before the frees: the last block is the thread heap's last chunk before top, the big ones in use
+    expect(r[:before].values_at(:kind, :state, :next, :big)).to eq(["mmap_heap", "in_use", "top", ["in_use"]])
+    a = r[:after]
+    expect(a[:small]).to eq(["tcache"])
+    # after them: top starts at or before the first big block, and heap_trim cut the heap down to
+    # top's pad, so the last block's address is past the heap's end, in no chunk and no region
+    expect(a[:top]).to eq("top")
+    expect(a[:top_start]).to be <= r[:first_big]
+    expect(a[:end]).to be < r[:last]
+    expect(a[:end]).to be < r[:before][:end]
+    expect(a[:end] - a[:top_start]).to be <= a[:top_pad] + 2 * a[:page]
+    expect(a[:last]).to be_nil
+    expect(a[:covered]).to be(false)
+    expect(a[:problems]).to eq([]) # mallinfo2 and malloc_info agree with the smaller heap
+  end
+
   it "classifies an mmapped chunk that glibc keeps in a large tcache bin" do
     # A fixed mmap threshold from the start keeps a 3 MB block mmapped; glibc.malloc.tcache_max
     # raises tcache_max_bytes into the large tcache bins (2.42+: the block goes to the 2-4 MiB bin,

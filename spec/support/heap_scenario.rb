@@ -21,11 +21,13 @@ class HeapScenario
     @tids = Array.new(threads) { |i| NativeThreads.start(i) }
   end
 
+  # Mallocs, then frees half of it. A block given runs between the two (nothing is freed yet).
   def build
     sizes = Array.new(@allocations) { random_size }
     sizes.chunk_while { @rng.rand < 0.8 }.each do |batch|
       NativeThreads.malloc(random_thread, batch).zip(batch) { |addr, size| @live[addr] = size }
     end
+    yield if block_given?
     to_free = @live.keys.shuffle(random: @rng).first(@live.size / 2)
     # every free is prepared before the first one runs, and the record of what is freed too: an
     # allocation between a free and the dump may legitimately reuse the freed chunk
