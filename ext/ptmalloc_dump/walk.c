@@ -473,9 +473,8 @@ out:
     return rc;
 }
 
-/* Next arena on the ring, validated: main_arena itself, or an arena behind its first heap_info. */
-/* A non-main arena on the ring: its malloc_state follows the heap_info at the start of its first heap,
- * which points back at it. Checked before the arena's lock is taken, while threads may be making
+/* Next arena on the ring, validated: main_arena itself, or a non-main arena, whose malloc_state
+ * follows the heap_info at the start of its first heap, which points back at it. Checked before the arena's lock is taken, while threads may be making
  * arenas and growing heaps: the two structs are read fault-free (an arena made since the mappings were
  * read is not in them), and the heap's extent is checked under the lock. */
 static int arena_ok(ptmd_walk *w, uintptr_t av)
