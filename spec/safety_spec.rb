@@ -41,7 +41,6 @@ RSpec.describe "safety in a production worker" do
         dir = #{tmpdir.inspect}
         NativeThreads.churn_start(4)
         sleep 0.01 until NativeThreads.churn_ops > 10_000 # every thread has its arena by now
-        unlocked_only = ->(v) { v.tcache_anomalies.reject { |a| SpecHelpers::UNLOCKED_KINDS.include?(a.kind) }.map(&:to_s) }
         stats = { inproc: 0, fork: 0, arena_anomalies: [], other_anomalies: [], fork_differences: [], tcache_anomalies: 0, arenas: [], ops: 0 }
         500.times do |i|
           path = File.join(dir, "in.dump")
@@ -50,7 +49,7 @@ RSpec.describe "safety in a production worker" do
           stats[:inproc] += 1
           stats[:arena_anomalies].concat(v.arena_anomalies.map(&:to_s))
           stats[:tcache_anomalies] += v.tcache_anomalies.size
-          stats[:other_anomalies].concat(unlocked_only.call(v))
+          stats[:other_anomalies].concat(SpecHelpers.locked_anomalies(v))
           stats[:arenas] << v.arenas.size if v.arenas.all? { |a| a.key?(:consistent) && a[:anomalies].zero? }
         end
         500.times do |i|
@@ -61,7 +60,7 @@ RSpec.describe "safety in a production worker" do
           raise "not a snapshot" unless d.header[:fork_snapshot]
           stats[:fork] += 1
           stats[:arena_anomalies].concat(v.arena_anomalies.map(&:to_s))
-          stats[:other_anomalies].concat(unlocked_only.call(v))
+          stats[:other_anomalies].concat(SpecHelpers.locked_anomalies(v))
           stats[:fork_differences].concat(v.differences.map(&:to_s))
         end
         stats[:ops] = NativeThreads.churn_ops
@@ -96,7 +95,7 @@ RSpec.describe "safety in a production worker" do
           30.times do
             PtmallocDump.dump(path, ruby: false)
             d = PtmallocDump.load(path)
-            stats[:other_anomalies].concat(d.verify.tcache_anomalies.reject { |a| SpecHelpers::UNLOCKED_KINDS.include?(a.kind) }.map(&:to_s))
+            stats[:other_anomalies].concat(SpecHelpers.locked_anomalies(d.verify))
             stats[:arenas] << d.arenas.size
           rescue PtmallocDump::Error => e
             stats[:errors] << e.message

@@ -22,6 +22,11 @@ module SpecHelpers
   # tcaches, and mmapped chunks (made and unmapped while the mapping scan reads them).
   UNLOCKED_KINDS = (PtmallocDump::Verification::TCACHE_KINDS + %i[mmapped_mismatch]).freeze
 
+  # The anomalies outside the arenas that no unlocked change by another thread explains, as text.
+  def self.locked_anomalies(verification)
+    verification.tcache_anomalies.reject { |a| UNLOCKED_KINDS.include?(a.kind) }.map(&:to_s)
+  end
+
   # Tasks of this process that are not Ruby threads, counted when the suite loads.
   OTHER_TASKS = Dir.children("/proc/self/task").size - Thread.list.size
 
