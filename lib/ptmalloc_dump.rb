@@ -3,6 +3,7 @@
 require_relative "ptmalloc_dump/version"
 require_relative "ptmalloc_dump/errors"
 require "ptmalloc_dump/ptmalloc_dump"
+require_relative "ptmalloc_dump/ruby_layer"
 require_relative "ptmalloc_dump/records"
 require_relative "ptmalloc_dump/malloc_info"
 require_relative "ptmalloc_dump/dump"
@@ -33,7 +34,8 @@ module PtmallocDump
     #   +ENV["PTMALLOC_DUMP_DEBUG_DIR"]+, else /usr/lib/debug)
     # @param symbols [Symbol] :auto (a symbol file if there is one, else find malloc's globals by
     #   their structure), :file (a symbol file or SymbolsNotFoundError), :heuristic (by structure only)
-    # @param ruby [Boolean] also record ObjectSpace's pages and live objects (see {Dump#ruby})
+    # @param ruby [Boolean] also record ObjectSpace's pages and live objects (see {Dump#ruby}); skipped,
+    #   with the reason in the dump's header, where this Ruby does not allow it (see {ruby_layer})
     # @param references [Boolean] also record, for every in-use chunk, which of its aligned words
     #   equal another chunk's user address, so ownership follows pointers between chunks (slower)
     # @param fork [Boolean] snapshot mode: Ruby's heap is recorded here, then the process forks and
@@ -60,7 +62,8 @@ module PtmallocDump
 
       gc_was_disabled = GC.disable
       begin
-        summary = _dump(path, debug_dir&.to_s, dump_strings, ruby, references, mode, trim_check)
+        summary = _dump(path, debug_dir&.to_s, dump_strings(ruby), ruby && ruby_layer.available?, references, mode,
+                        trim_check)
       ensure
         GC.enable unless gc_was_disabled
       end
@@ -101,6 +104,14 @@ module PtmallocDump
       { agree: differences.empty?, main_arena: a.header[:main_arena], chunks: a.chunk_count, differences: differences }
     end
 
+    # Whether dumps in this process can record Ruby's heap, and if not why (decided when the gem
+    # loads, which warns once when they cannot).
+    #
+    # @return [RubyLayer]
+    def ruby_layer
+      RubyLayer.current
+    end
+
     # Where libc, its build-id and its symbols were found, without dumping.
     #
     # @param debug_dir [String, nil] as for {dump}
@@ -130,7 +141,7 @@ module PtmallocDump
     def fork_dumps(targets, debug_dir, ruby, references)
       gc_was_disabled = GC.disable
       begin
-        pid, fd = _dump_fork(targets, debug_dir&.to_s, dump_strings, ruby, references)
+        pid, fd = _dump_fork(targets, debug_dir&.to_s, dump_strings(ruby), ruby && ruby_layer.available?, references)
       ensure
         GC.enable unless gc_was_disabled
       end
@@ -147,11 +158,19 @@ module PtmallocDump
       raise Error, "the snapshot process #{pid} failed: #{status}"
     end
 
-    # Built once: a dump should allocate as little as possible before glibc's counters are taken.
-    def dump_strings
+    # Built once per value of +ruby+: a dump should allocate as little as possible before glibc's
+    # counters are taken.
+    def dump_strings(ruby)
       program = $PROGRAM_NAME.to_s
-      @dump_strings = nil unless @dump_strings && @dump_strings[5].equal?(program)
-      @dump_strings ||= ["ruby_version", RUBY_DESCRIPTION, "gem_version", VERSION, "program", program].freeze
+      unless @dump_strings_program.equal?(program)
+        @dump_strings_program = program
+        @dump_strings = {}
+      end
+      @dump_strings[ruby ? true : false] ||=
+        ["ruby_version", RUBY_DESCRIPTION, "gem_version", VERSION, "program", program,
+         "ruby_layer", ruby_layer.status(ruby)].freeze
     end
   end
 end
+
+PtmallocDump.ruby_layer.warning&.then { |message| warn(message) }

@@ -9,13 +9,18 @@
 #include <ruby/io.h>
 #include <ruby/version.h>
 
+#include <dlfcn.h>
+#include <stdlib.h>
 #include <string.h>
 
-/* Exported by libruby, not declared in its public headers. */
-void rb_objspace_each_objects(int (*callback)(void *start, void *end, size_t stride, void *data), void *data);
-#ifdef TYPED_DATA_EMBEDDED
-size_t rb_objspace_data_type_memsize(VALUE obj); /* exported (gc.c), not in the public headers */
-#endif
+/* rb_objspace_each_objects (gc.c) is exported by libruby for the objspace extension but is not in the
+ * public headers, so Ruby does not promise to keep it: it is looked up when the extension loads, never
+ * linked, and without it the Ruby pass is skipped (PtmallocDump.ruby_layer says why). */
+typedef void each_objects_fn(int (*callback)(void *start, void *end, size_t stride, void *data), void *data);
+static each_objects_fn *each_objects;
+
+/* The internal functions the pass needs, for PtmallocDump._ruby_functions_missing. */
+static const char *const internal_functions[] = { "rb_objspace_each_objects" };
 
 #define PTMD_RUBY_USHIFT 12              /* FL_USHIFT: T_IMEMO keeps its imemo_type above it */
 #define PTMD_MIN_POINTER 0x10000ull
@@ -167,9 +172,12 @@ static int each_page(void *start, void *end, size_t stride, void *data)
              * words are the ones that may point into malloc memory */
             if (RTYPEDDATA_P(v) && RTYPEDDATA_EMBEDDED_P(v)) {
                 /* the slot past the struct may hold stale words of an earlier object: the type's own
-                 * dsize (what ObjectSpace.memsize_of reports) bounds the struct when it has one */
-                size_t first = sizeof(struct RTypedData) / sizeof(VALUE) - 1, end = nw;
-                size_t words = (rb_objspace_data_type_memsize(v) + sizeof(VALUE) - 1) / sizeof(VALUE);
+                 * dsize bounds the struct when it has one (what ObjectSpace.memsize_of reports:
+                 * rb_objspace_data_type_memsize calls it, but Ruby 3.4 no longer exports that) */
+                const rb_data_type_t *dt = RTYPEDDATA_TYPE(v);
+                size_t first = (size_t)((uintptr_t)RTYPEDDATA_GET_DATA(v) - p) / sizeof(VALUE), end = nw;
+                size_t words = dt->function.dsize
+                    ? (dt->function.dsize(RTYPEDDATA_GET_DATA(v)) + sizeof(VALUE) - 1) / sizeof(VALUE) : 0;
                 if (words && first + words < end) end = first + words;
                 for (k = first; k < end; k++)
                     kept = (uint16_t)(kept + keep_word(c, w[k]));
@@ -233,16 +241,49 @@ static VALUE class_name(const ptmd_ruby_data *rd, VALUE klass)
     return rb_class_path(real);
 }
 
-/* GC.stat keys, interned at load time: interning a new symbol would allocate objects here */
+/* GC.stat keys, interned at load time: interning a new symbol would allocate objects here. Ruby 3.4
+ * has no heap_tomb_pages (rb_gc_stat raises for an unknown key): it is read only where it exists. */
 static VALUE sym_pages, sym_tomb, sym_live, sym_free, sym_total;
+static int have_tomb;
+
+/* A name listed in PTMALLOC_DUMP_HIDE_RUBY_FUNCTIONS (comma-separated) is treated as absent, so that
+ * the fallback can be tried on a Ruby that has the function. */
+static void *lookup(const char *name)
+{
+    const char *hidden = getenv("PTMALLOC_DUMP_HIDE_RUBY_FUNCTIONS");
+    size_t len = strlen(name);
+    while (hidden && *hidden) {
+        size_t n = strcspn(hidden, ",");
+        if (n == len && memcmp(hidden, name, len) == 0) return NULL;
+        hidden += n + (hidden[n] == ',');
+    }
+    return dlsym(RTLD_DEFAULT, name);
+}
+
+/* PtmallocDump._ruby_functions_missing -> Array of the internal functions this Ruby lacks */
+static VALUE rb_ptmd_ruby_functions_missing(VALUE self)
+{
+    VALUE missing = rb_ary_new();
+    size_t i;
+    PTMD_UNUSED(self);
+    for (i = 0; i < sizeof(internal_functions) / sizeof(internal_functions[0]); i++)
+        if (!lookup(internal_functions[i])) rb_ary_push(missing, rb_str_new_cstr(internal_functions[i]));
+    return missing;
+}
 
 void ptmd_rb_ruby_heap_init(void)
 {
+    VALUE stat = rb_hash_new();
+    each_objects = (each_objects_fn *)lookup("rb_objspace_each_objects");
     sym_pages = ID2SYM(rb_intern("heap_allocated_pages"));
     sym_tomb = ID2SYM(rb_intern("heap_tomb_pages"));
     sym_live = ID2SYM(rb_intern("heap_live_slots"));
     sym_free = ID2SYM(rb_intern("heap_free_slots"));
     sym_total = ID2SYM(rb_intern("total_allocated_objects"));
+    rb_gc_stat(stat);
+    have_tomb = rb_hash_lookup2(stat, sym_tomb, Qundef) != Qundef;
+    RB_GC_GUARD(stat);
+    rb_define_singleton_method(ptmd_mPtmallocDump, "_ruby_functions_missing", rb_ptmd_ruby_functions_missing, 0);
 }
 
 static void page_sift(ptmd_ruby_page *p, size_t i, size_t n)
@@ -284,10 +325,11 @@ void ptmd_rb_ruby_pass(ptmd_ruby_data *rd)
     memset(&c, 0, sizeof(c));
     c.rd = rd;
     c.last_klass = 0;
-    rb_objspace_each_objects(each_page, &c);
+    if (!each_objects) rb_raise(rb_eNotImpError, "this Ruby does not export rb_objspace_each_objects");
+    each_objects(each_page, &c);
     sort_pages(rd);
     rd->meta.heap_allocated_pages = rb_gc_stat(sym_pages);
-    rd->meta.heap_tomb_pages = (uint32_t)rb_gc_stat(sym_tomb);
+    rd->meta.heap_tomb_pages = have_tomb ? (uint32_t)rb_gc_stat(sym_tomb) : 0;
     rd->meta.heap_live_slots = rb_gc_stat(sym_live);
     rd->meta.heap_free_slots = rb_gc_stat(sym_free);
     rd->meta.total_allocated_objects = rb_gc_stat(sym_total);

@@ -36,7 +36,9 @@ module PtmallocDump
     # @return [Hash{Symbol=>Object}] with at least :format_version, :pid, :time (Time), :glibc_version,
     #   :page_size, :main_arena (Integer), :symbol_source (Symbol), :symbol_file, :residency_source,
     #   :mallinfo2 (Hash keyed by glibc's field names; before glibc 2.33 mallinfo()'s, whose int fields
-    #   keep only the low 32 bits: then :mallinfo_32bit is true) and :malloc_info (the XML String)
+    #   keep only the low 32 bits: then :mallinfo_32bit is true), :malloc_info (the XML String),
+    #   :ruby_layer (:recorded, :off for +ruby: false+, :skipped where this Ruby did not allow the Ruby
+    #   pass) and :ruby_layer_reason (why it was skipped, or the caveat it was recorded with; nil)
     def header
       @header ||= begin
         m = _meta
@@ -52,6 +54,8 @@ module PtmallocDump
           residency_source: RESIDENCY_SOURCES.fetch(m.delete(:residency_source_code), :unknown),
           hostname: strings["hostname"],
           ruby_version: strings["ruby_version"],
+          ruby_layer: ruby_layer_status(strings["ruby_layer"]),
+          ruby_layer_reason: strings["ruby_layer"]&.[](/\A\w+(?::| \()\s*(.*?)\)?\z/, 1),
           gem_version: strings["gem_version"],
           strings: strings,
           threads_complete: m[:flags].anybits?(1 << 5),
@@ -172,6 +176,13 @@ module PtmallocDump
     end
 
     private
+
+    # Dumps written before the header said it: recorded when Ruby data is present.
+    def ruby_layer_status(text)
+      return _ruby? ? :recorded : :off if text.nil?
+
+      text[/\A\w+/].to_sym
+    end
 
     def build_structure
       heap_recs = heap_records

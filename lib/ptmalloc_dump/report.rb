@@ -185,9 +185,18 @@ module PtmallocDump
       HTML
     end
 
+    # Says why a dump holds no Ruby objects, so nobody reads its in-use memory as native.
+    def no_ruby_section
+      why = header[:ruby_layer] == :skipped ? "this Ruby did not allow it: #{header[:ruby_layer_reason]}" : "the dump was taken with ruby: false"
+      <<~HTML
+        <h2>Where the heap goes</h2>
+        <p class="warn">No Ruby owners: this dump holds no Ruby objects (#{h(why)}), so its in-use memory is not divided among Ruby objects and native code.</p>
+      HTML
+    end
+
     # Where the heap goes: in-use bytes by owner, then free and metadata, as a table and a bar.
     def ruby_section
-      return "" unless @dump.ruby
+      return no_ruby_section unless @dump.ruby
 
       r = summary[:ruby]
       rows = OWNER_LABELS.keys.map { |k| [OWNER_LABELS[k], r[:by_category][k][:bytes], owner_color(k)] }

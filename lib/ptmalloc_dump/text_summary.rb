@@ -42,8 +42,17 @@ module PtmallocDump
         row("largest free", human_bytes(s[:largest_free])),
         row("resident", "#{human_bytes(s[:resident_bytes])} (#{human_bytes(s[:shared_bytes])} still shared with a parent), " \
                         "swapped #{human_bytes(s[:swapped_bytes])}, not resident #{human_bytes(s[:absent_bytes])}"),
+        row("ruby owners", ruby_text),
         ""
       ]
+    end
+
+    def ruby_text
+      r = @s[:ruby]
+      return "#{human_bytes(r[:owned_bytes])} owned by #{r[:objects]} Ruby objects, #{human_bytes(r[:unattributed_bytes])} native" if r
+      return "none: the dump was taken with ruby: false" unless @h[:ruby_layer] == :skipped
+
+      "none: this Ruby did not allow the Ruby pass (#{@h[:ruby_layer_reason]})"
     end
 
     def row(label, text)
