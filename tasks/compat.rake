@@ -7,12 +7,17 @@ require "tempfile"
 require "time"
 
 # `rake compat`: the whole suite (`bundle exec rake`) inside Debian releases built with debootstrap,
-# each with and without libc's debug symbols. The chroots are kept in a directory of your choice and
-# reused; the results go to tmp/compat/results.md, one log per run to tmp/compat/logs/.
+# each with and without libc's debug symbols, and sid once more with a newer Ruby from experimental
+# (PTMALLOC_DUMP_COMPAT_RUBY). The chroots are kept in a directory of your choice and reused; the
+# results go to tmp/compat/results.md, one log per run to tmp/compat/logs/.
 # (This file is loaded by the Rakefile inside the chroots too: it must stay valid Ruby 2.7.)
 module Compat
   RELEASES = %w[bullseye bookworm trixie sid].freeze # glibc 2.31, 2.36, 2.41 and the newest
   VARIANTS = %w[with without].freeze                 # libc6-dbg installed or removed
+  # Rubies newer than sid's own, from Debian's experimental suite: PTMALLOC_DUMP_COMPAT_RUBY=3.4 adds a
+  # sid chroot with ruby3.4 as its `ruby` (bin/setup installs it there when the variable is set).
+  EXTRA_RUBIES = %w[3.4].freeze
+  EXTRA_RUBY_RELEASE = "sid"
   MIRROR = ENV.fetch("PTMALLOC_DUMP_COMPAT_MIRROR", "http://deb.debian.org/debian")
   ROOT = File.expand_path("..", __dir__)
   OUT = File.join(ROOT, "tmp", "compat")
@@ -28,7 +33,9 @@ module Compat
 
   def run(dir)
     check_host!
-    report(releases.flat_map { |name| run_release(Chroot.new(dir, name)) })
+    chroots = releases.map { |name| Chroot.new(dir, name) }
+    chroots += rubies.map { |ruby| Chroot.new(dir, EXTRA_RUBY_RELEASE, ruby: ruby) }
+    report(chroots.flat_map { |chroot| run_release(chroot) })
   end
 
   # The runs of one release; if its chroot cannot be made, they are recorded as failed and the
@@ -71,6 +78,11 @@ module Compat
 
   def releases
     list("PTMALLOC_DUMP_COMPAT_RELEASES", RELEASES)
+  end
+
+  # Extra Rubies asked for; none unless PTMALLOC_DUMP_COMPAT_RUBY names them.
+  def rubies
+    ENV["PTMALLOC_DUMP_COMPAT_RUBY"].to_s.empty? ? [] : list("PTMALLOC_DUMP_COMPAT_RUBY", EXTRA_RUBIES)
   end
 
   def variants
@@ -132,13 +144,19 @@ module Compat
     seconds >= 60 ? format("%<m>dm %<s>02ds", m: seconds / 60, s: seconds % 60) : "#{seconds}s"
   end
 
-  # One Debian release's chroot: `dir`/`name`.
+  # One Debian release's chroot: `dir`/`name`, or `dir`/`name`-ruby`ruby` with experimental's Ruby.
   class Chroot
-    attr_reader :name, :root
+    attr_reader :name, :root, :ruby
 
-    def initialize(dir, name)
+    def initialize(dir, name, ruby: nil)
       @name = name
-      @root = File.expand_path(name, dir)
+      @ruby = ruby
+      @root = File.expand_path(id, dir)
+    end
+
+    # The release and the extra Ruby, if any: names the chroot, its logs and its runs.
+    def id
+      ruby ? "#{name}-ruby#{ruby}" : name
     end
 
     def exist?
@@ -146,14 +164,14 @@ module Compat
     end
 
     def setup_log
-      Compat.log_path("#{name}-setup")
+      Compat.log_path("#{id}-setup")
     end
 
     # debootstrap into `root`.partial, renamed when complete: a broken attempt is never reused.
     def create
       partial = "#{root}.partial"
       remove(partial)
-      puts "rake compat: #{name}: debootstrap into #{root} (log: #{setup_log})"
+      puts "rake compat: #{id}: debootstrap into #{root} (log: #{setup_log})"
       debootstrap = %w[debootstrap --variant=minbase --components=main --include=ca-certificates]
       fail_with("debootstrap failed") unless Compat.logged(setup_log, *debootstrap, name, partial, MIRROR)
       File.rename(partial, root)
@@ -175,7 +193,7 @@ module Compat
     end
 
     def sources
-      return "deb #{MIRROR} sid main\n" if name == "sid"
+      return "deb #{MIRROR} sid main\n#{ruby ? "deb #{MIRROR} experimental main\n" : ''}" if name == "sid"
 
       security = MIRROR.sub(%r{/debian/?\z}, "/debian-security")
       ["deb #{MIRROR} #{name} main", "deb #{MIRROR} #{name}-updates main",
@@ -207,13 +225,14 @@ module Compat
     end
 
     def provision
-      puts "rake compat: #{name}: installing packages (log: #{setup_log})"
+      puts "rake compat: #{id}: installing packages (log: #{setup_log})"
       fail_with("installing packages failed") unless inside(setup_log, "provision")
     end
 
     # Runs script/compat/inside.sh in the chroot with a clean environment; nothing it started stays.
     def inside(log, *args)
       env = CHROOT_ENV + ENV.select { |k, _| k == "PTMALLOC_DUMP_COMPAT_TIMEOUT" }.map { |k, v| "#{k}=#{v}" }
+      env << "PTMALLOC_DUMP_COMPAT_RUBY=#{ruby}" if ruby
       Compat.logged(log, "chroot", root, "/usr/bin/env", "-i", *env, "/bin/bash", INSIDE, *args)
     ensure
       end_leftovers(log)
@@ -242,7 +261,7 @@ module Compat
       pids = processes_inside
       return if pids.empty?
 
-      message = "rake compat: #{name}: ending what was left running: #{pids.map { |pid| command_line(pid) }.join(', ')}"
+      message = "rake compat: #{id}: ending what was left running: #{pids.map { |pid| command_line(pid) }.join(', ')}"
       warn message
       File.write(log, "#{message}\n", mode: "a")
       signal_all("TERM", pids)
@@ -283,7 +302,7 @@ module Compat
     end
 
     def fail_with(message)
-      raise Error, "#{name}: #{message}; the end of #{setup_log}:\n#{Compat.tail(setup_log)}"
+      raise Error, "#{id}: #{message}; the end of #{setup_log}:\n#{Compat.tail(setup_log)}"
     end
   end
 
@@ -297,7 +316,7 @@ module Compat
     end
 
     def id
-      "#{@chroot.name}-#{@variant}-libc6-dbg"
+      "#{@chroot.id}-#{@variant}-libc6-dbg"
     end
 
     def log
@@ -306,7 +325,7 @@ module Compat
 
     def call
       FileUtils.rm_f([log, *OUTPUTS.map { |f| @chroot.src_path(f) }])
-      puts "rake compat: #{@chroot.name}, #{@variant} libc6-dbg: bundle exec rake (log: #{log})"
+      puts "rake compat: #{@chroot.id}, #{@variant} libc6-dbg: bundle exec rake (log: #{log})"
       started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
       ok = @chroot.inside(log, "libc6-dbg", @variant) && @chroot.inside(log, "test")
       rspec = read_json("tmp/compat-rspec.json")
@@ -323,7 +342,7 @@ module Compat
     private
 
     def record(ok:, seconds:, log:, facts:, summary:)
-      result = { "release" => @chroot.name, "libc6_dbg" => @variant, "ok" => ok, "seconds" => seconds.round,
+      result = { "release" => @chroot.name, "extra_ruby" => @chroot.ruby, "libc6_dbg" => @variant, "ok" => ok, "seconds" => seconds.round,
                  "at" => Time.now.utc.iso8601, "tree" => Compat.tree_version, "log" => log,
                  "facts" => facts, "summary" => summary }
       path = File.join(OUT, "runs", "#{id}.json")
@@ -356,14 +375,15 @@ module Compat
 
     def records
       Dir[File.join(OUT, "runs", "*.json")].map { |f| JSON.parse(File.read(f)) }
-                                          .sort_by { |r| [RELEASES.index(r["release"]).to_i, VARIANTS.index(r["libc6_dbg"]).to_i] }
+                                          .sort_by { |r| [RELEASES.index(r["release"]).to_i, r["extra_ruby"].to_s, VARIANTS.index(r["libc6_dbg"]).to_i] }
     end
 
     def row(run)
       facts = run["facts"] || {}
       counts = (run["summary"] || {}).values_at(*COUNTS).map { |n| n || "?" }
       glibc = facts["glibc"] ? "#{facts['glibc']} (#{facts['libc6']})" : "?"
-      [run["release"], glibc, facts["ruby"] || "?", run["libc6_dbg"], *counts, Compat.duration(run["seconds"]),
+      release = run["extra_ruby"] ? "#{run['release']} + experimental's ruby#{run['extra_ruby']}" : run["release"]
+      [release, glibc, facts["ruby"] || "?", run["libc6_dbg"], *counts, Compat.duration(run["seconds"]),
        run["ok"] ? "passed" : "**FAILED**", run["at"].sub("T", " ").delete_suffix("Z"), run["tree"]]
     end
   end
@@ -371,7 +391,8 @@ end
 
 desc "Run the suite in Debian bullseye, bookworm, trixie and sid chroots (debootstrap; as root), with and " \
      "without libc6-dbg: rake compat[DIR] keeps the chroots in DIR (or $PTMALLOC_DUMP_COMPAT_DIR, default " \
-     "tmp/compat/roots); $PTMALLOC_DUMP_COMPAT_RELEASES and $PTMALLOC_DUMP_COMPAT_LIBC6_DBG (with, without) pick"
+     "tmp/compat/roots); $PTMALLOC_DUMP_COMPAT_RELEASES and $PTMALLOC_DUMP_COMPAT_LIBC6_DBG (with, without) pick; " \
+     "$PTMALLOC_DUMP_COMPAT_RUBY=3.4 adds sid with experimental's Ruby 3.4"
 task :compat, [:dir] do |_t, args|
   Compat.run(args[:dir] || Compat.default_dir)
 rescue Compat::Error => e
