@@ -41,4 +41,12 @@ elsif ENV["PTMALLOC_DUMP_DEBUG"]
   append_cflags(%w[-O0 -g3])
 end
 
+# The sources, by direction (README, "How it works"): capture/ runs inside the worker and never
+# allocates, format/ is the file and what both directions share, analysis/ is plain C over a loaded
+# dump (what `rake fuzz` covers), bindings/ converts to and from Ruby. Includes name the folder.
+FOLDERS = %w[format capture analysis bindings].freeze
+$VPATH.concat(FOLDERS.map { |folder| "$(srcdir)/#{folder}" })
+$srcs = FOLDERS.flat_map { |folder| Dir[File.join(__dir__, folder, "*.c")].sort.map { |f| File.basename(f) } }
+$INCFLAGS << " -I$(srcdir)"
+
 create_makefile("ptmalloc_dump/ptmalloc_dump")

@@ -1,0 +1,126 @@
+/* The diff: one merge over both dumps' chunks in address order, and a page-by-page comparison. */
+#include "analysis/diff.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const ptmd_view *sort_view;
+
+static int by_start(const void *x, const void *y)
+{
+    uint64_t a = sort_view->heaps[*(const uint32_t *)x].start, b = sort_view->heaps[*(const uint32_t *)y].start;
+    return a < b ? -1 : a > b;
+}
+
+/* Heap indices in address order (heaps never overlap, so their chunks in this order are sorted). */
+static uint32_t *heap_order(const ptmd_view *v)
+{
+    uint32_t *o = malloc((v->n_heaps ? v->n_heaps : 1) * sizeof(uint32_t));
+    size_t i;
+    if (!o) return NULL;
+    for (i = 0; i < v->n_heaps; i++) o[i] = (uint32_t)i;
+    sort_view = v;
+    qsort(o, v->n_heaps, sizeof(uint32_t), by_start);
+    return o;
+}
+
+typedef struct {
+    const ptmd_view *v;
+    const uint32_t *order;
+    size_t h;           /* position in order */
+    uint64_t c;         /* chunk index, or the end of the current heap */
+} cursor;
+
+static const ptmd_chunk_rec *cur(cursor *k)
+{
+    while (k->h < k->v->n_heaps) {
+        const ptmd_heap_rec *hp = &k->v->heaps[k->order[k->h]];
+        if (k->c < hp->first_chunk) k->c = hp->first_chunk;
+        if (k->c < hp->first_chunk + hp->n_chunks) return &k->v->chunks[k->c];
+        k->h++;
+        k->c = 0;
+    }
+    return NULL;
+}
+
+/* Finds the page at addr in v: its index into PAGES, or -1. */
+static long page_at(const ptmd_view *v, const uint32_t *order, uint64_t addr)
+{
+    size_t lo = 0, hi = v->n_heaps;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        const ptmd_heap_rec *hp = &v->heaps[order[mid]];
+        if (addr < hp->page_base) hi = mid;
+        else if (addr >= hp->page_base + hp->n_pages * v->meta->page_size) lo = mid + 1;
+        else return (long)(hp->first_page + (addr - hp->page_base) / v->meta->page_size);
+    }
+    return -1;
+}
+
+int ptmd_diff(const ptmd_view *a, const ptmd_page_usage *ua, const ptmd_view *b, const ptmd_page_usage *ub,
+              ptmd_diff_totals *t, uint8_t *change)
+{
+    uint32_t *oa = heap_order(a), *ob = heap_order(b);
+    cursor ka, kb;
+    const ptmd_chunk_rec *x, *y;
+    size_t h;
+    memset(t, 0, sizeof(*t));
+    if (!oa || !ob) {
+        free(oa);
+        free(ob);
+        return -1;
+    }
+    ka.v = a; ka.order = oa; ka.h = 0; ka.c = 0;
+    kb.v = b; kb.order = ob; kb.h = 0; kb.c = 0;
+    x = cur(&ka);
+    y = cur(&kb);
+    while (x || y) {
+        if (x && y && x->addr == y->addr) {
+            if (x->word == y->word || (ptmd_rec_size(x) == ptmd_rec_size(y) && ptmd_rec_state(x) == ptmd_rec_state(y))) {
+                t->same_count++;
+                t->same_bytes += ptmd_rec_size(y);
+            } else {
+                t->gone_count++;
+                t->gone_bytes += ptmd_rec_size(x);
+                t->new_count++;
+                t->new_bytes += ptmd_rec_size(y);
+            }
+            ka.c++;
+            kb.c++;
+        } else if (y && (!x || y->addr < x->addr)) {
+            t->new_count++;
+            t->new_bytes += ptmd_rec_size(y);
+            kb.c++;
+        } else {
+            t->gone_count++;
+            t->gone_bytes += ptmd_rec_size(x);
+            ka.c++;
+        }
+        x = cur(&ka);
+        y = cur(&kb);
+    }
+    for (h = 0; h < b->n_heaps; h++) {
+        const ptmd_heap_rec *hp = &b->heaps[h];
+        uint64_t p;
+        for (p = 0; p < hp->n_pages; p++) {
+            uint64_t addr = hp->page_base + p * b->meta->page_size, bi = hp->first_page + p;
+            long ai = page_at(a, oa, addr);
+            uint8_t fb = b->pages[bi], fa = ai >= 0 ? a->pages[ai] : 0;
+            int pres_b = fb & PTMD_PAGE_PRESENT, pres_a = ai >= 0 && (fa & PTMD_PAGE_PRESENT);
+            int live_b = ub[bi].in_use > 0, live_a = ai >= 0 && ua[ai].in_use > 0;
+            int free_b = ub[bi].free + ub[bi].top > 0;
+            uint8_t c;
+            if (pres_a && !pres_b && !(fb & PTMD_PAGE_SWAPPED)) c = PTMD_PCHG_RELEASED;
+            else if (pres_b && live_b && !(pres_a && live_a)) c = PTMD_PCHG_NEW_IN_USE;
+            else if (pres_b && !live_b && free_b && live_a) c = PTMD_PCHG_NEW_FREE_RESIDENT;
+            else if (ai < 0) c = PTMD_PCHG_NEW_PAGE;
+            else c = PTMD_PCHG_UNCHANGED;
+            change[bi] = c;
+            t->pages[c]++;
+            if (pres_b && !pres_a) t->became_resident++;
+        }
+    }
+    free(oa);
+    free(ob);
+    return 0;
+}

@@ -1,0 +1,71 @@
+/* Heap pictures as indexed-colour PNGs (libpng): a page map (one cell per page, coloured by what the
+ * page holds) and a byte map (one pixel per 16 bytes, coloured by chunk state or owner) per heap,
+ * and one strip for all mmapped chunks. Every colour comes from the one palette table here. */
+#ifndef PTMD_RENDER_H
+#define PTMD_RENDER_H
+
+#include "analysis/analysis.h"
+#include "format/ptmd.h"
+
+#define PTMD_OWNER_MAX 16          /* owner categories (0 = no owner layer for this chunk) */
+
+/* Palette layout (index -> colour), shared with the report's legend:
+ *   0                       background
+ *   1 + state*4 + shade*2 + dim       byte map, chunk states (shade: alternating neighbours,
+ *                                      dim: page not resident)
+ *   40 + class*2 + shared             page map classes (shared: still shared with a parent)
+ *   64 + owner*4 + shade*2 + dim      owner map: in-use chunks by owner (owner 1..15), owner 0 = free
+ * The Ruby pages map uses the owner colours of the object types for live slots, background for free. */
+#define PTMD_PAL_STATE(st, shade, dim) (1 + (st) * 4 + (shade) * 2 + (dim))
+#define PTMD_PAL_PAGE(pc, shared) (40 + (pc) * 2 + (shared))
+#define PTMD_PAL_OWNER(o, shade, dim) (64 + (o) * 4 + (shade) * 2 + (dim))
+#define PTMD_PAL_DIFF(c) (128 + (c))      /* diff maps: diff.h's PTMD_PCHG_* */
+#define PTMD_PAL_SIZE (128 + 8)
+
+typedef struct {
+    uint8_t r, g, b;
+} ptmd_rgb;
+
+/* The palette; built on first use. */
+const ptmd_rgb *ptmd_palette(void);
+/* Base colours a legend shows: states, page classes, owners. */
+ptmd_rgb ptmd_state_color(int state);
+ptmd_rgb ptmd_page_color(int page_class);
+ptmd_rgb ptmd_owner_color(int owner);
+ptmd_rgb ptmd_diff_color(int change);
+
+enum { PTMD_IMG_PAGE_MAP = 1, PTMD_IMG_BYTE_MAP = 2, PTMD_IMG_OWNER_MAP = 3, PTMD_IMG_RUBY_PAGES = 4, PTMD_IMG_DIFF_MAP = 5 };
+
+#define PTMD_PAGE_MAP_CELLS_PER_ROW 256    /* 1 MiB of heap per row with 4 KiB pages */
+#define PTMD_BYTE_MAP_BYTES_PER_PX 16
+#define PTMD_BYTE_MAP_PAGES_PER_ROW 4      /* 1024 px wide with 4 KiB pages */
+
+typedef struct {
+    char file[96];                  /* relative to the output directory */
+    int kind;                       /* PTMD_IMG_* */
+    int32_t group;                  /* heap index, or -1 for the strip of all mmapped chunks */
+    uint32_t tile;                  /* 0-based tile number within the group's map */
+    uint64_t first_unit, n_units;   /* pages (page map) or 16-byte granules (byte map) of the group */
+    uint32_t width, height;         /* pixels */
+    uint32_t cell;                  /* pixels per unit side (page map) or 1 (byte map) */
+    uint32_t per_row;               /* units per row */
+} ptmd_image;
+
+typedef struct {
+    const char *outdir;
+    const uint8_t *owner;           /* per chunk owner category, or NULL: no owner maps */
+    const uint8_t *owner_types;     /* per Ruby object its owner category, or NULL: no Ruby pages map */
+    uint64_t max_tile_pixels;       /* pixel budget of one image (0: default) */
+    int progress_fd;                /* -1: quiet; else progress lines go here */
+    const uint8_t *page_change;     /* per page, diff.h's PTMD_PCHG_*: render diff maps only */
+} ptmd_render_opts;
+
+/* Renders every group. images receives up to max_images entries; returns the number written
+ * (or -1 with err set). */
+long ptmd_render(const ptmd_view *v, const ptmd_page_usage *usage, const ptmd_render_opts *o,
+                 ptmd_image *images, size_t max_images, ptmd_err *err);
+
+/* How many images ptmd_render will produce (to size the images array). */
+size_t ptmd_render_count(const ptmd_view *v, const ptmd_render_opts *o);
+
+#endif

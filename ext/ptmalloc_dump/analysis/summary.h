@@ -1,0 +1,78 @@
+/* Figures computed from the chunk records alone (never copied from glibc's counters), so they can be
+ * checked against mallinfo2() and malloc_info(). Shared by the dump (its return value) and the reader. */
+#ifndef PTMD_SUMMARY_H
+#define PTMD_SUMMARY_H
+
+#include "format/format.h"
+#include <stddef.h>
+
+/* Everything a dump holds, as arrays: filled from the walk's buffers or from a loaded file. */
+typedef struct {
+    const ptmd_meta *meta;
+    const ptmd_mallinfo2_rec *mallinfo2;
+    const char *malloc_info;
+    size_t malloc_info_len;
+    const unsigned char *strings;
+    size_t strings_len;
+    const ptmd_arena_rec *arenas;
+    size_t n_arenas;
+    const ptmd_heap_rec *heaps;
+    size_t n_heaps;
+    const ptmd_chunk_rec *chunks;  /* with addresses (built by ptmd_view_build_chunks for a file) */
+    size_t n_chunks;
+    const uint64_t *chunk_words;    /* the file's address-less records */
+    const uint8_t *pages;
+    size_t n_pages;
+    const ptmd_thread_rec *threads;
+    size_t n_threads;
+    const ptmd_anomaly_rec *anomalies;
+    size_t n_anomalies;
+    /* Ruby's heap (absent when the dump has none) */
+    const ptmd_ruby_meta *ruby_meta;
+    const ptmd_ruby_page *ruby_pages;
+    size_t n_ruby_pages;
+    const ptmd_ruby_object *ruby_objects;
+    size_t n_ruby_objects;
+    const uint64_t *ruby_words;
+    size_t n_ruby_words;
+    const unsigned char *ruby_names;
+    size_t ruby_names_len, n_ruby_names;
+    const ptmd_ref *refs;
+    size_t n_refs;
+    const uint64_t *trim_released;  /* trim_check: bytes malloc_trim(0) released per arena, or NULL */
+    size_t n_trim_released;
+} ptmd_view;
+
+typedef struct {
+    uint64_t count[PTMD_ST_COUNT], bytes[PTMD_ST_COUNT];
+    /* mallinfo2's fields, by glibc's rules */
+    uint64_t arena, ordblks, smblks, hblks, hblkhd, usmblks, fsmblks, uordblks, fordblks, keepcost;
+    /* residency of all bytes accounted (heaps and mmapped chunks) */
+    uint64_t resident_bytes, swapped_bytes, absent_bytes, shared_bytes;
+    /* free chunks (tcache, fastbin, bins, top) by residency: free_resident is the bloat */
+    uint64_t free_resident_bytes, free_swapped_bytes, free_released_bytes;
+    uint64_t largest_free;          /* largest free chunk other than top */
+    uint64_t heap_count, chunk_count;
+    /* malloc_info's "rest" size: top plus the bin chunks' sizes with their flag bits (it reads
+     * chunksize_nomask) */
+    uint64_t malloc_info_rest_size;
+} ptmd_totals;
+
+typedef struct {
+    uint64_t from, to, total, count;
+} ptmd_binstat;
+
+typedef struct {
+    ptmd_totals t;
+    ptmd_binstat fast[10];          /* per fastbin index */
+    ptmd_binstat bins[128];         /* bins[1] unsorted, 2..63 small, 64..126 large (bin_index) */
+} ptmd_arena_summary;
+
+/* Fills *total and per_arena[0 .. v->n_arenas). */
+void ptmd_summarize(const ptmd_view *v, ptmd_totals *total, ptmd_arena_summary *per_arena);
+
+extern const char *const ptmd_state_names[PTMD_ST_COUNT];
+extern const char *const ptmd_anomaly_names[PTMD_AN_COUNT];
+int ptmd_state_is_free(int state);
+
+#endif

@@ -1,0 +1,453 @@
+/* The dump sequence. Everything that may allocate (locating libc, opening files, reading mappings)
+ * happens before malloc_info() and mallinfo2() are captured; from there to the rename of the file
+ * nothing calls malloc, so the walk sees exactly the heap those counters describe. */
+#define _GNU_SOURCE
+#include "capture/dump.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <malloc.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#define PTMD_MALLOC_INFO_MAX (256u << 20)
+
+static int dump_busy;
+
+/* ---- walk lifecycle ----------------------------------------------------------------------- */
+
+int ptmd_walk_prepare(ptmd_walk *w, const ptmd_libc *lc, ptmd_err *err)
+{
+    const ptmd_layout *L = lc->layout;
+    long ps = sysconf(_SC_PAGESIZE);
+    w->lc = lc;
+    w->L = L;
+    w->page_size = ps > 0 ? (size_t)ps : 4096;
+    w->pagemap.fd = -1;
+    w->mem.mem_fd = -1;
+    if (ptmd_maps_load(&w->maps, err) != 0) return -1;
+    if (ptmd_memreader_open(&w->mem, err) != 0) return -1;
+    if (ptmd_pagemap_open(&w->pagemap, err) != 0) return -1;
+    w->heap_max = PTMD_DEFAULT_HEAP_MAX_SIZE;
+    if (lc->mp && ptmd_maps_readable(&w->maps, lc->mp, L->mp_size)) {
+        uint32_t n;
+        w->have_mp = 1;
+        w->sbrk_base = ptmd_rd64(lc->mp + L->mp_sbrk_base);
+        memcpy(&n, (const void *)(lc->mp + L->mp_n_mmaps), 4);
+        w->n_mmaps = n;
+        w->mmapped_mem = ptmd_rd64(lc->mp + L->mp_mmapped_mem);
+        if (L->mp_tcache_count != PTMD_NONE) w->tcache_count_max = ptmd_rd64(lc->mp + L->mp_tcache_count);
+        if (L->mp_tcache_bins != PTMD_NONE) w->tcache_bins = ptmd_rd64(lc->mp + L->mp_tcache_bins);
+        /* heap_max_size(): 4 huge pages when hugetlb arenas are configured (2.35 .. 2.41) */
+        if (L->mp_hp_pagesize != PTMD_NONE && !L->heap_max_fixed) {
+            uint64_t hp = ptmd_rd64(lc->mp + L->mp_hp_pagesize);
+            if (hp && (hp & (hp - 1)) == 0) w->heap_max = hp * 4;
+        }
+    }
+    if (lc->tcache_key && ptmd_maps_readable(&w->maps, lc->tcache_key, 8)) {
+        w->tcache_key = ptmd_rd64(lc->tcache_key);
+        w->have_tcache_key = 1;
+    }
+    /* the walk's buffers are mapped now, so the mmapped-chunk scan sees them and their growth is rare */
+    if (ptmd_buf_reserve(&w->chunks, 1u << 20) != 0 || ptmd_buf_reserve(&w->heaps, 1u << 16) != 0 ||
+        ptmd_buf_reserve(&w->arenas, 1u << 16) != 0 || ptmd_buf_reserve(&w->anomalies, 1u << 16) != 0 ||
+        ptmd_buf_reserve(&w->threads, 1u << 16) != 0 || ptmd_buf_reserve(&w->tcache_cands, 1u << 16) != 0 ||
+        ptmd_buf_reserve(&w->lists, 1u << 16) != 0)
+        return ptmd_fail_sys(err, errno, "walk buffers", "mmap");
+    return 0;
+}
+
+void ptmd_walk_release(ptmd_walk *w)
+{
+    ptmd_buf *bufs[] = { PTMD_WALK_BUFFERS(w) };
+    size_t i;
+    for (i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) ptmd_buf_release(bufs[i]);
+    ptmd_maps_release(&w->maps);
+    ptmd_memreader_close(&w->mem);
+    ptmd_pagemap_close(&w->pagemap);
+}
+
+int ptmd_walk_run(ptmd_walk *w, ptmd_err *err)
+{
+    if (ptmd_walk_arenas(w, err) != 0) return -1;
+    /* the mmapped-chunk scan skips thread stacks, and from glibc 2.43 a tcache can hold mmapped
+     * chunks: threads, then mmapped chunks, then the tcaches */
+    if (ptmd_walk_threads(w, err) != 0) return -1;
+    if (ptmd_walk_mmapped(w, err) != 0) return -1;
+    if (ptmd_walk_tcaches(w, err) != 0) return -1;
+    return 0;
+}
+
+/* ---- glibc's own view, captured right before the walk ------------------------------------- */
+
+/* One unbuffered FILE over an mmapped buffer, kept for the life of the process: creating it
+ * mallocs, so it is made once (the first dump) and merely rewound afterwards. */
+static FILE *mi_fp;
+static char *mi_buf;
+static size_t mi_cap;
+
+static int mi_stream(size_t cap, ptmd_err *err)
+{
+    if (mi_fp && mi_cap >= cap) return fseek(mi_fp, 0, SEEK_SET) == 0 ? 0 : ptmd_fail_sys(err, errno, "malloc_info", "rewind the stream for");
+    if (mi_fp) fclose(mi_fp);
+    if (mi_buf) munmap(mi_buf, mi_cap);
+    mi_fp = NULL;
+    mi_buf = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mi_buf == MAP_FAILED) {
+        mi_buf = NULL;
+        return ptmd_fail_sys(err, errno, "malloc_info", "mmap a buffer for");
+    }
+    mi_cap = cap;
+    mi_fp = fmemopen(mi_buf, cap, "w");
+    if (!mi_fp) return ptmd_fail_sys(err, errno, "malloc_info", "fmemopen for");
+    /* unbuffered: stdio would otherwise malloc a buffer on the first write */
+    setvbuf(mi_fp, NULL, _IONBF, 0);
+    return 0;
+}
+
+/* malloc_info() then mallinfo2(), back to back; the walk follows with no allocation in between. */
+static int capture_oracles(ptmd_dump_state *d, ptmd_err *err)
+{
+    size_t cap = mi_cap ? mi_cap : 1u << 20;
+    for (;;) {
+        long n;
+        if (mi_stream(cap, err) != 0) return -1;
+        malloc_info(0, mi_fp);
+        d->mallinfo_exact = ptmd_mallinfo(&d->mallinfo2);
+        n = ftell(mi_fp);
+        if (n >= 0 && (size_t)n < mi_cap - 1) {
+            d->malloc_info = mi_buf;
+            d->malloc_info_len = (size_t)n;
+            return 0;
+        }
+        if (mi_cap >= PTMD_MALLOC_INFO_MAX)
+            return ptmd_fail(err, PTMD_E_LIBC, "malloc_info() output exceeds %u bytes", PTMD_MALLOC_INFO_MAX);
+        cap = mi_cap * 4;
+    }
+}
+
+/* ---- strings ------------------------------------------------------------------------------ */
+
+static int add_string(ptmd_buf *b, const char *k, const char *v)
+{
+    uint16_t kl = (uint16_t)strnlen(k, 1024);
+    uint32_t vl = (uint32_t)strnlen(v, 1u << 20);
+    return ptmd_buf_append(b, &kl, 2) || ptmd_buf_append(b, k, kl) || ptmd_buf_append(b, &vl, 4) ||
+           ptmd_buf_append(b, v, vl) ? -1 : 0;
+}
+
+static int collect_strings(ptmd_dump_state *d, const ptmd_libc *lc, const ptmd_dump_opts *o)
+{
+    char host[256] = "", hex[2 * sizeof(lc->build_id) + 1];
+    static const char *const src[] = { "?", "symtab", "build_id", "debuglink", "heuristic" };
+    const char *const *s;
+    gethostname(host, sizeof(host) - 1);
+    ptmd_hex(lc->build_id, lc->build_id_len, hex);
+    if (add_string(&d->strings, "glibc_version", lc->glibc_version) ||
+        add_string(&d->strings, "libc_path", lc->libc_path) ||
+        add_string(&d->strings, "libc_build_id", hex) ||
+        add_string(&d->strings, "symbol_file", lc->symbol_file) ||
+        add_string(&d->strings, "symbol_source", src[lc->symbol_source <= 4 ? lc->symbol_source : 0]) ||
+        add_string(&d->strings, "hostname", host))
+        return -1;
+    for (s = o->strings; s && s[0] && s[1]; s += 2)
+        if (add_string(&d->strings, s[0], s[1])) return -1;
+    return 0;
+}
+
+/* trim_check: malloc_trim(0) after the walk, then the pages that were resident and are not any more,
+ * per arena: what trimming really gave back, against which the report's estimate is checked. */
+static int trim_check(ptmd_dump_state *d, ptmd_err *err)
+{
+    ptmd_walk *w = &d->w;
+    size_t h, nh = PTMD_BUF_COUNT(&w->heaps, ptmd_heap_rec), na = PTMD_BUF_COUNT(&w->arenas, ptmd_arena_rec);
+    uint8_t after[4096];
+    if (!ptmd_buf_push(&d->trim, na * sizeof(uint64_t) + 1)) return ptmd_fail_sys(err, errno, "trim check", "mmap");
+    d->trim.len = na * sizeof(uint64_t);
+    malloc_trim(0);
+    for (h = 0; h < nh; h++) {
+        const ptmd_heap_rec *hp = PTMD_W_HEAP(w, h);
+        uint64_t p = 0;
+        if (hp->arena == PTMD_NO_ARENA) continue;
+        while (p < hp->n_pages) {
+            uint64_t n = hp->n_pages - p < sizeof(after) ? hp->n_pages - p : sizeof(after), k;
+            ptmd_pagemap_read(&w->pagemap, hp->page_base + p * w->page_size, n, after);
+            for (k = 0; k < n; k++)
+                if ((w->pages.base[hp->first_page + p + k] & PTMD_PAGE_PRESENT) && !(after[k] & (PTMD_PAGE_PRESENT | PTMD_PAGE_SWAPPED)))
+                    *PTMD_BUF_AT(&d->trim, uint64_t, hp->arena) += w->page_size;
+            p += n;
+        }
+    }
+    return 0;
+}
+
+/* ---- the sequence ------------------------------------------------------------------------- */
+
+static void fill_meta(ptmd_dump_state *d, const ptmd_libc *lc, const struct timespec *now)
+{
+    ptmd_meta *m = &d->meta;
+    ptmd_walk *w = &d->w;
+    const ptmd_layout *L = lc->layout;
+    /* a snapshot child describes its parent's heap: the process dumped is the parent */
+    m->pid = (uint64_t)(d->snapshot ? getppid() : getpid());
+    m->ppid = d->snapshot ? 0 : (uint64_t)getppid();
+    m->time_sec = now->tv_sec;
+    m->time_nsec = (uint64_t)now->tv_nsec;
+    m->page_size = w->page_size;
+    m->main_arena = lc->main_arena;
+    m->mp_addr = lc->mp;
+    m->libc_base = lc->libc_base;
+    m->sbrk_base = w->sbrk_base;
+    m->heap_max_size = w->heap_max;
+    if (w->have_mp) {
+        m->mmap_threshold = ptmd_rd64(lc->mp + L->mp_mmap_threshold);
+        m->trim_threshold = ptmd_rd64(lc->mp + L->mp_trim_threshold);
+        m->top_pad = ptmd_rd64(lc->mp + L->mp_top_pad);
+        m->arena_max = ptmd_rd64(lc->mp + L->mp_arena_max);
+        m->arena_test = ptmd_rd64(lc->mp + L->mp_arena_test);
+        m->max_mmapped_mem = ptmd_rd64(lc->mp + L->mp_max_mmapped_mem);
+        if (L->mp_tcache_max_bytes != PTMD_NONE) m->tcache_max_bytes = ptmd_rd64(lc->mp + L->mp_tcache_max_bytes);
+    }
+    m->n_mmaps = w->n_mmaps;
+    m->mmapped_mem = w->mmapped_mem;
+    m->tcache_bins = w->tcache_bins;
+    m->tcache_count = w->tcache_count_max;
+    m->lock_wait_ns = w->lock_wait_ns;
+    m->symbol_source = (uint32_t)lc->symbol_source;
+    m->residency_source = w->pagemap.source;
+    m->glibc_major = (uint32_t)lc->major;
+    m->glibc_minor = (uint32_t)lc->minor;
+    m->flags = (L->safe_linking ? PTMD_MF_SAFE_LINKING : 0) | (L->tcache_bins ? PTMD_MF_TCACHE : 0) |
+               (w->have_tcache_key ? PTMD_MF_TCACHE_KEY : 0) | (w->have_mp ? PTMD_MF_MP : 0) |
+               (w->threads_complete ? PTMD_MF_THREADS_COMPLETE : 0) |
+               (L->mremap_overcounts ? PTMD_MF_MREMAP_OVERCOUNT : 0);
+    m->thread_count = w->thread_count;
+}
+
+/* The chunk table goes out without addresses (each heap's chunks tile it), staged through a fixed
+ * stack buffer. */
+static void write_chunk_words(ptmd_writer *wr, const ptmd_walk *w)
+{
+    uint64_t words[4096];
+    size_t n = PTMD_BUF_COUNT(&w->chunks, ptmd_chunk_rec), i = 0;
+    const ptmd_chunk_rec *r = (const ptmd_chunk_rec *)(const void *)w->chunks.base;
+    ptmd_writer_begin(wr, PTMD_SEC_CHUNKS, n, (uint64_t)n * 8);
+    while (i < n) {
+        size_t k, m = n - i < 4096 ? n - i : 4096;
+        for (k = 0; k < m; k++) words[k] = r[i + k].word;
+        ptmd_writer_put(wr, words, m * 8);
+        i += m;
+    }
+    ptmd_writer_end(wr, (uint64_t)n * 8);
+}
+
+static void write_sections(ptmd_dump_state *d)
+{
+    ptmd_writer *wr = &d->writer;
+    ptmd_walk *w = &d->w;
+    ptmd_writer_section(wr, PTMD_SEC_META, 1, &d->meta, sizeof(d->meta));
+    ptmd_writer_section(wr, PTMD_SEC_STRINGS, 0, d->strings.base, d->strings.len);
+    ptmd_writer_section(wr, PTMD_SEC_MALLINFO2, 1, &d->mallinfo2, sizeof(d->mallinfo2));
+    ptmd_writer_section(wr, PTMD_SEC_MALLOC_INFO, d->malloc_info_len, d->malloc_info, d->malloc_info_len);
+    ptmd_writer_section(wr, PTMD_SEC_ARENAS, PTMD_BUF_COUNT(&w->arenas, ptmd_arena_rec), w->arenas.base, w->arenas.len);
+    ptmd_writer_section(wr, PTMD_SEC_HEAPS, PTMD_BUF_COUNT(&w->heaps, ptmd_heap_rec), w->heaps.base, w->heaps.len);
+    write_chunk_words(wr, w);
+    ptmd_writer_section(wr, PTMD_SEC_PAGES, w->pages.len, w->pages.base, w->pages.len);
+    ptmd_writer_section(wr, PTMD_SEC_THREADS, PTMD_BUF_COUNT(&w->threads, ptmd_thread_rec), w->threads.base, w->threads.len);
+    ptmd_writer_section(wr, PTMD_SEC_ANOMALIES, PTMD_BUF_COUNT(&w->anomalies, ptmd_anomaly_rec), w->anomalies.base, w->anomalies.len);
+    if (d->ruby.present) {
+        const ptmd_ruby_data *r = &d->ruby;
+        ptmd_writer_section(wr, PTMD_SEC_RUBY_META, 1, &r->meta, sizeof(r->meta));
+        ptmd_writer_section(wr, PTMD_SEC_RUBY_PAGES, PTMD_BUF_COUNT(&r->pages, ptmd_ruby_page), r->pages.base, r->pages.len);
+        ptmd_writer_section(wr, PTMD_SEC_RUBY_OBJECTS, PTMD_BUF_COUNT(&r->objects, ptmd_ruby_object), r->objects.base,
+                            r->objects.len);
+        ptmd_writer_section(wr, PTMD_SEC_RUBY_WORDS, PTMD_BUF_COUNT(&r->words, uint64_t), r->words.base, r->words.len);
+        ptmd_writer_section(wr, PTMD_SEC_RUBY_NAMES, r->n_names, r->names.base, r->names.len);
+    }
+    if (w->references)
+        ptmd_writer_section(wr, PTMD_SEC_REFS, PTMD_BUF_COUNT(&w->refs, ptmd_ref), w->refs.base, w->refs.len);
+    if (d->trim.base)
+        ptmd_writer_section(wr, PTMD_SEC_TRIM_CHECK, PTMD_BUF_COUNT(&d->trim, uint64_t), d->trim.base, d->trim.len);
+}
+
+void ptmd_dump_init(ptmd_dump_state *d)
+{
+    memset(d, 0, sizeof(*d));
+    d->writer.fd = -1;
+    d->w.mem.mem_fd = -1;
+    d->w.pagemap.fd = -1;
+}
+
+int ptmd_dump_run(ptmd_dump_state *d, const ptmd_dump_opts *o, ptmd_err *err)
+{
+    const ptmd_libc *lc;
+    struct timespec now;
+    struct sigaction ign, old_xfsz;
+    uint64_t t0, t1;
+    int rc = -1, expected = 0, oracles = 1;
+
+    if (!__atomic_compare_exchange_n(&dump_busy, &expected, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+        return ptmd_fail(err, PTMD_E_BUSY, "a dump is already running in this process");
+    if (ptmd_locate(o->debug_dir, o->symbols, &lc, err) != 0) goto out;
+    if (!lc->layout) {
+        ptmd_fail(err, PTMD_E_LIBC, "glibc %s is not supported: ptmalloc_dump knows the malloc layouts of "
+                  "glibc 2.27 to 2.%d", lc->glibc_version, ptmd_layout_newest_minor());
+        goto out;
+    }
+    if (ptmd_walk_prepare(&d->w, lc, err) != 0) goto out;
+    d->w.references = o->references;
+    if (d->ruby.present) {
+        /* Ruby's object pages hold no malloc chunk header unless they are malloc chunks themselves:
+         * the mmapped-chunk scan skips them (they are reported through the Ruby sections) */
+        size_t i, n = PTMD_BUF_COUNT(&d->ruby.pages, ptmd_ruby_page);
+        for (i = 0; i < n; i++) {
+            const ptmd_ruby_page *pg = PTMD_BUF_AT(&d->ruby.pages, ptmd_ruby_page, i);
+            uint64_t r[2] = { pg->start, pg->end };
+            if (ptmd_buf_append(&d->w.exclude, r, sizeof(r)) != 0) {
+                ptmd_fail_sys(err, errno, "exclusions", "mmap");
+                goto out;
+            }
+        }
+    }
+    if (ptmd_check_allocator(lc, &d->w.mem, err) != 0) goto out;
+    if (ptmd_walk_validate(&d->w, err) != 0) goto out;
+    if (collect_strings(d, lc, o) != 0) { ptmd_fail_sys(err, errno, "strings", "mmap"); goto out; }
+    if (ptmd_writer_open(&d->writer, o->path, err) != 0) goto out;
+
+    /* glibc's own counters, unless a corrupt list would make glibc crash the process reading it */
+    oracles = ptmd_walk_precheck(&d->w);
+    if (oracles && capture_oracles(d, err) != 0) goto out;
+    /* from here until the rename: no malloc */
+    clock_gettime(CLOCK_REALTIME, &now);
+    t0 = ptmd_now_ns();
+    if (ptmd_walk_run(&d->w, err) != 0) goto out;
+    t1 = ptmd_now_ns();
+    if (ptmd_walk_residency(&d->w, err) != 0) goto out;
+    d->snapshot = o->fork_child;
+    fill_meta(d, lc, &now);
+    if (o->fork_child) d->meta.flags |= PTMD_MF_FORK_CHILD;
+    if (!oracles) d->meta.flags |= PTMD_MF_NO_ORACLES;
+    else if (!d->mallinfo_exact) d->meta.flags |= PTMD_MF_MALLINFO32;
+    d->meta.walk_ns = t1 - t0;
+    d->meta.residency_ns = ptmd_now_ns() - t1;
+    if (ptmd_walk_references(&d->w, err) != 0) goto out;
+    if (o->trim_check && trim_check(d, err) != 0) goto out;
+    if (d->ruby.present) {
+        d->ruby.meta.refs_ns = d->w.refs_ns;
+        if (o->references) d->ruby.meta.flags |= PTMD_RF_REFERENCES;
+    }
+
+    /* a file size limit must fail the write with EFBIG, not kill the process */
+    memset(&ign, 0, sizeof(ign));
+    ign.sa_handler = SIG_IGN;
+    sigaction(SIGXFSZ, &ign, &old_xfsz);
+    write_sections(d);
+    rc = ptmd_writer_finish(&d->writer, PTMD_BUF_COUNT(&d->w.chunks, ptmd_chunk_rec), err);
+    sigaction(SIGXFSZ, &old_xfsz, NULL);
+out:
+    if (rc != 0) ptmd_writer_abort(&d->writer);
+    __atomic_store_n(&dump_busy, 0, __ATOMIC_RELEASE);
+    return rc;
+}
+
+int ptmd_dump_fork(ptmd_dump_state *d, const ptmd_dump_opts *opts, size_t n_opts, int *pid_out, int *errfd_out,
+                   ptmd_err *err)
+{
+    int fds[2];
+    pid_t pid;
+    if (pipe2(fds, O_CLOEXEC) != 0) return ptmd_fail_sys(err, errno, "pipe", "cannot create a pipe for the snapshot");
+    /* glibc's fork takes every arena lock around the fork: the child's heap is one consistent state */
+    pid = fork();
+    if (pid < 0) {
+        int e = errno;
+        close(fds[0]);
+        close(fds[1]);
+        return ptmd_fail_sys(err, e, "fork", "cannot fork the snapshot process");
+    }
+    if (pid == 0) {
+        size_t i;
+        int rc = 0;
+        close(fds[0]);
+        signal(SIGPIPE, SIG_IGN);
+        /* several dumps of the same frozen heap, one after the other: nothing runs in between */
+        for (i = 0; i < n_opts && rc == 0; i++) {
+            ptmd_dump_opts co = opts[i];
+            ptmd_dump_state di;
+            ptmd_err cerr;
+            ptmd_dump_init(&di);
+            di.ruby = d->ruby;                  /* recorded by the parent, shared read-only */
+            co.fork_child = 1;
+            memset(&cerr, 0, sizeof(cerr));
+            rc = ptmd_dump_run(&di, &co, &cerr);
+            if (rc != 0) {
+                ssize_t k = write(fds[1], &cerr, sizeof(cerr));
+                PTMD_UNUSED(k);
+            }
+        }
+        _exit(rc == 0 ? 0 : 1);
+    }
+    close(fds[1]);
+    *pid_out = (int)pid;
+    *errfd_out = fds[0];
+    return 0;
+}
+
+void ptmd_dump_view(const ptmd_dump_state *d, ptmd_view *v)
+{
+    const ptmd_walk *w = &d->w;
+    memset(v, 0, sizeof(*v));
+    v->meta = &d->meta;
+    v->mallinfo2 = &d->mallinfo2;
+    v->malloc_info = d->malloc_info;
+    v->malloc_info_len = d->malloc_info_len;
+    v->strings = d->strings.base;
+    v->strings_len = d->strings.len;
+    v->arenas = (const ptmd_arena_rec *)(const void *)w->arenas.base;
+    v->n_arenas = PTMD_BUF_COUNT(&w->arenas, ptmd_arena_rec);
+    v->heaps = (const ptmd_heap_rec *)(const void *)w->heaps.base;
+    v->n_heaps = PTMD_BUF_COUNT(&w->heaps, ptmd_heap_rec);
+    v->chunks = (const ptmd_chunk_rec *)(const void *)w->chunks.base;
+    v->n_chunks = PTMD_BUF_COUNT(&w->chunks, ptmd_chunk_rec);
+    v->pages = w->pages.base;
+    v->n_pages = w->pages.len;
+    v->threads = (const ptmd_thread_rec *)(const void *)w->threads.base;
+    v->n_threads = PTMD_BUF_COUNT(&w->threads, ptmd_thread_rec);
+    v->anomalies = (const ptmd_anomaly_rec *)(const void *)w->anomalies.base;
+    v->n_anomalies = PTMD_BUF_COUNT(&w->anomalies, ptmd_anomaly_rec);
+    if (d->ruby.present) {
+        v->ruby_meta = &d->ruby.meta;
+        v->ruby_pages = (const ptmd_ruby_page *)(const void *)d->ruby.pages.base;
+        v->n_ruby_pages = PTMD_BUF_COUNT(&d->ruby.pages, ptmd_ruby_page);
+        v->ruby_objects = (const ptmd_ruby_object *)(const void *)d->ruby.objects.base;
+        v->n_ruby_objects = PTMD_BUF_COUNT(&d->ruby.objects, ptmd_ruby_object);
+        v->ruby_words = (const uint64_t *)(const void *)d->ruby.words.base;
+        v->n_ruby_words = PTMD_BUF_COUNT(&d->ruby.words, uint64_t);
+        v->ruby_names = d->ruby.names.base;
+        v->ruby_names_len = d->ruby.names.len;
+        v->n_ruby_names = d->ruby.n_names;
+    }
+    if (w->references) {
+        v->refs = (const ptmd_ref *)(const void *)w->refs.base;
+        v->n_refs = PTMD_BUF_COUNT(&w->refs, ptmd_ref);
+    }
+    if (d->trim.base) {
+        v->trim_released = (const uint64_t *)(const void *)d->trim.base;
+        v->n_trim_released = PTMD_BUF_COUNT(&d->trim, uint64_t);
+    }
+}
+
+void ptmd_dump_release(ptmd_dump_state *d)
+{
+    ptmd_buf_release(&d->trim);
+    ptmd_buf_release(&d->ruby.pages);
+    ptmd_buf_release(&d->ruby.objects);
+    ptmd_buf_release(&d->ruby.words);
+    ptmd_buf_release(&d->ruby.names);
+    ptmd_writer_abort(&d->writer);
+    ptmd_walk_release(&d->w);
+    ptmd_buf_release(&d->strings);
+    d->malloc_info = NULL;
+}

@@ -1,0 +1,59 @@
+/* One dump from start to finish: locate, validate, capture glibc's own counters, walk, write. */
+#ifndef PTMD_DUMP_H
+#define PTMD_DUMP_H
+
+#include "analysis/summary.h"
+#include "capture/walk.h"
+#include "capture/writer.h"
+#include <stdio.h>
+
+/* What the Ruby pass collected (before the malloc walk; mmap-backed). */
+typedef struct {
+    int present;
+    ptmd_ruby_meta meta;
+    ptmd_buf pages;                 /* ptmd_ruby_page */
+    ptmd_buf objects;               /* ptmd_ruby_object */
+    ptmd_buf words;                 /* uint64 */
+    ptmd_buf names;                 /* serialized RUBY_NAMES entries */
+    uint64_t n_names;
+} ptmd_ruby_data;
+
+typedef struct {
+    const char *path;
+    const char *debug_dir;          /* NULL: PTMALLOC_DUMP_DEBUG_DIR or /usr/lib/debug */
+    int symbols;                    /* PTMD_SYMBOLS_* */
+    const char *const *strings;     /* extra key, value, key, value, ..., NULL for the strings section */
+    int references;                 /* scan in-use chunks for pointers to other chunks */
+    int fork_child;                 /* this is the child of a fork snapshot */
+    int trim_check;                 /* after the walk: malloc_trim(0), and measure what it released */
+} ptmd_dump_opts;
+
+typedef struct {
+    ptmd_walk w;
+    ptmd_meta meta;
+    ptmd_mallinfo2_rec mallinfo2;
+    int mallinfo_exact;             /* 0: glibc < 2.33, mallinfo()'s low 32 bits only */
+    const char *malloc_info;        /* the process-wide capture buffer */
+    size_t malloc_info_len;
+    ptmd_buf strings;
+    ptmd_writer writer;
+    ptmd_ruby_data ruby;            /* filled by the caller before ptmd_dump_run, if wanted */
+    ptmd_buf trim;                  /* uint64 per arena: resident bytes malloc_trim(0) released */
+    int snapshot;                   /* written by a fork snapshot child */
+} ptmd_dump_state;
+
+/* Prepares a zeroed state (file descriptors closed). Call before ptmd_dump_run or ptmd_dump_fork. */
+void ptmd_dump_init(ptmd_dump_state *d);
+/* Runs a whole dump into `path`. d must come from ptmd_dump_init; release it with ptmd_dump_release. */
+int ptmd_dump_run(ptmd_dump_state *d, const ptmd_dump_opts *opts, ptmd_err *err);
+/* Fork snapshot: forks; the child runs ptmd_dump_run for each of opts[0..n_opts) on the same frozen
+ * heap (sharing d's Ruby data) and _exits (status 0 on success; on failure it writes the error to the
+ * pipe first). The parent gets the child's pid and the pipe's read end. */
+int ptmd_dump_fork(ptmd_dump_state *d, const ptmd_dump_opts *opts, size_t n_opts, int *pid_out, int *errfd_out,
+                   ptmd_err *err);
+
+/* The dump's records as a view (valid until release). */
+void ptmd_dump_view(const ptmd_dump_state *d, ptmd_view *v);
+void ptmd_dump_release(ptmd_dump_state *d);
+
+#endif

@@ -1,0 +1,265 @@
+/* Mmapped chunks: no arena lists them, so they are found among the process's anonymous private
+ * read-write mappings. The kernel merges neighbouring mappings, so every resident page start is a
+ * candidate header; memalign'd ones sit at block + alignment - 16. Each header is validated the way
+ * munmap_chunk checks it (block and total page-aligned, IS_MMAPPED only), and the result is checked
+ * against mp_.n_mmaps and mp_.mmapped_mem. Headers are read fault-free: another thread may munmap
+ * a chunk at any moment. */
+#define _GNU_SOURCE
+#include "capture/walk.h"
+
+#include <errno.h>
+#include <string.h>
+
+#define PTMD_SCAN_WINDOW 512
+
+typedef struct {
+    uint64_t start, end;
+} range;
+
+/* Offsets inside a page where a memalign'd mmapped chunk header can sit (alignment 32 .. page). */
+static const uint64_t aligned_offsets[] = { 48, 112, 240, 496, 1008, 2032, 4080 };
+#define N_ALIGNED (sizeof(aligned_offsets) / sizeof(aligned_offsets[0]))
+
+/* Ranges are sorted and merged before the scan (ranges_sort), so lookups are a binary search. */
+static int excluded(const ptmd_buf *ex, uint64_t lo, uint64_t hi)
+{
+    const range *r = (const range *)(const void *)ex->base;
+    size_t a = 0, b = PTMD_BUF_COUNT(ex, range);
+    while (a < b) {                       /* first range ending after lo */
+        size_t mid = a + (b - a) / 2;
+        if (r[mid].end <= lo) a = mid + 1;
+        else b = mid;
+    }
+    return a < PTMD_BUF_COUNT(ex, range) && r[a].start < hi;
+}
+
+static void sift(range *r, size_t i, size_t n)
+{
+    for (;;) {
+        size_t big = i, l = 2 * i + 1, rr = l + 1;
+        range t;
+        if (l < n && r[l].start > r[big].start) big = l;
+        if (rr < n && r[rr].start > r[big].start) big = rr;
+        if (big == i) return;
+        t = r[i];
+        r[i] = r[big];
+        r[big] = t;
+        i = big;
+    }
+}
+
+/* Heapsort (qsort may allocate) then merge overlapping or touching ranges. */
+static void ranges_sort(ptmd_buf *ex)
+{
+    range *r = (range *)(void *)ex->base;
+    size_t n = PTMD_BUF_COUNT(ex, range), i, k = 0;
+    if (n < 2) return;
+    for (i = n / 2; i-- > 0;) sift(r, i, n);
+    for (i = n - 1; i > 0; i--) {
+        range t = r[0];
+        r[0] = r[i];
+        r[i] = t;
+        sift(r, 0, i);
+    }
+    for (i = 1; i < n; i++) {
+        if (r[i].start <= r[k].end) {
+            if (r[i].end > r[k].end) r[k].end = r[i].end;
+        } else {
+            r[++k] = r[i];
+        }
+    }
+    ex->len = (k + 1) * sizeof(range);
+}
+
+static int add_range(ptmd_buf *ex, uint64_t start, uint64_t end)
+{
+    range r = { start, end };
+    return ptmd_buf_append(ex, &r, sizeof(r));
+}
+
+/* The chunk's offset in its mapping (mmap_base_offset): prev_size, less the MMAP_HP bit from 2.43. */
+static uint64_t base_offset(const ptmd_walk *w, uint64_t prev_size)
+{
+    return w->L->mmap_chunk_tail_hdr ? prev_size & ~(uint64_t)PTMD_MMAP_HP : prev_size;
+}
+
+/* munmap_chunk's own checks, plus: the block lies inside the mapping [vs, ve). Returns the mapping's
+ * length: mmap_size (), offset + size, and since 2.43 the trailing CHUNK_HDR_SZ too. */
+static uint64_t valid_header(const ptmd_walk *w, uint64_t q, const uint64_t hdr[2], uint64_t vs, uint64_t ve)
+{
+    uint64_t ps = base_offset(w, hdr[0]), sw = hdr[1], sz = ptmd_chunksize(sw), block = q - ps;
+    uint64_t total = ps + sz + (w->L->mmap_chunk_tail_hdr ? PTMD_CHUNK_HDR_SZ : 0);
+    uint64_t mask = w->page_size - 1, mem = q + PTMD_CHUNK_HDR_SZ, mis = mem & mask;
+    if ((sw & PTMD_SIZE_BITS) != PTMD_IS_MMAPPED || sz < w->page_size - PTMD_CHUNK_HDR_SZ) return 0;
+    if (ps > q || block < vs || (block & mask) || (total & mask) || total < sz) return 0;
+    if (block + total > ve || block + total < block) return 0;
+    if (mis & (mis - 1)) return 0;      /* mem & (pagesize - 1) must be 0 or a power of two */
+    return total;
+}
+
+static int push_rec(ptmd_walk *w, uint64_t addr, uint64_t size, int state, ptmd_err *err)
+{
+    ptmd_chunk_rec *c = ptmd_buf_push(&w->chunks, sizeof(*c));
+    if (!c) return ptmd_fail_sys(err, errno, "chunk table", "mmap");
+    c->addr = addr;
+    c->word = (size & PTMD_SIZE_MASK) | (uint64_t)state;
+    return 0;
+}
+
+/* One heap record for the mapping: the lead of a memalign'd chunk (meta), the chunk, and from 2.43
+ * the next-chunk header slot mmap_set_chunk leaves at the end (meta). */
+static int record_chunk(ptmd_walk *w, uint64_t block, uint64_t q, uint64_t total, ptmd_err *err)
+{
+    ptmd_heap_rec *h = ptmd_buf_push(&w->heaps, sizeof(*h));
+    const uint64_t tail = w->L->mmap_chunk_tail_hdr ? PTMD_CHUNK_HDR_SZ : 0;
+    if (!h) return ptmd_fail_sys(err, errno, "heap table", "mmap");
+    h->start = block;
+    h->end = h->reserved_end = block + total;
+    h->arena = PTMD_NO_ARENA;
+    h->kind = PTMD_HEAP_MMAPPED_CHUNK;
+    h->first_chunk = PTMD_BUF_COUNT(&w->chunks, ptmd_chunk_rec);
+    h->n_chunks = (q > block ? 1 : 0) + 1 + (tail ? 1 : 0);
+    if (q > block && push_rec(w, block, q - block, PTMD_ST_META, err) != 0) return -1;
+    if (push_rec(w, q, block + total - tail - q, PTMD_ST_MMAPPED, err) != 0) return -1;
+    if (tail && push_rec(w, block + total - tail, tail, PTMD_ST_META, err) != 0) return -1;
+    return 0;
+}
+
+/* Scans [vs, ve) page by page; returns -1 on a hard error. */
+static int scan_mapping(ptmd_walk *w, uint64_t vs, uint64_t ve, const ptmd_buf *ex,
+                        uint64_t *found, uint64_t *bytes, ptmd_err *err)
+{
+    uint8_t flags[PTMD_SCAN_WINDOW];
+    uintptr_t addrs[PTMD_SCAN_WINDOW];
+    uint64_t hdrs[PTMD_SCAN_WINDOW][2];
+    unsigned char ok[PTMD_SCAN_WINDOW];
+    uint64_t pos = vs;
+
+    while (pos < ve) {
+        size_t npages = (ve - pos) / w->page_size, i, n = 0, k;
+        uint64_t jump = 0;
+        if (npages > PTMD_SCAN_WINDOW) npages = PTMD_SCAN_WINDOW;
+        if (npages == 0) break;
+        ptmd_pagemap_read(&w->pagemap, pos, npages, flags);
+        for (i = 0; i < npages; i++) {
+            uint64_t p = pos + i * w->page_size;
+            if ((flags[i] & (PTMD_PAGE_PRESENT | PTMD_PAGE_SWAPPED)) && !excluded(ex, p, p + w->page_size))
+                addrs[n++] = p;
+        }
+        ptmd_safe_read_many(&w->mem, addrs, n, 16, hdrs, ok);
+        for (i = 0; i < n && !jump; i++) {
+            uint64_t total;
+            if (!ok[i]) continue;
+            if (base_offset(w, hdrs[i][0]) == 0 && (total = valid_header(w, addrs[i], hdrs[i], vs, ve))) {
+                if (record_chunk(w, addrs[i], addrs[i], total, err) != 0) return -1;
+                (*found)++;
+                *bytes += total;
+                jump = addrs[i] + total;
+            } else if (hdrs[i][0] == 0 && hdrs[i][1] == 0) {
+                /* an untouched page start: maybe the lead of a memalign'd chunk */
+                uintptr_t sub[N_ALIGNED];
+                uint64_t sh[N_ALIGNED][2];
+                unsigned char sok[N_ALIGNED];
+                for (k = 0; k < N_ALIGNED; k++) sub[k] = addrs[i] + aligned_offsets[k];
+                ptmd_safe_read_many(&w->mem, sub, N_ALIGNED, 16, sh, sok);
+                for (k = 0; k < N_ALIGNED; k++) {
+                    if (sok[k] && base_offset(w, sh[k][0]) && (total = valid_header(w, sub[k], sh[k], vs, ve))) {
+                        uint64_t block = sub[k] - base_offset(w, sh[k][0]);
+                        if (record_chunk(w, block, sub[k], total, err) != 0) return -1;
+                        (*found)++;
+                        *bytes += total;
+                        jump = block + total;
+                        break;
+                    }
+                }
+            }
+        }
+        pos = jump ? jump : pos + npages * w->page_size;
+    }
+    return 0;
+}
+
+/* mp_.mmapped_mem against the mappings found. glibc 2.43's mremap_chunk adds new_size - size -
+ * offset, which counts the old mapping's trailing CHUNK_HDR_SZ as growth: every remap leaves
+ * mmapped_mem 16 bytes above the mappings, even after the chunk is freed. */
+static int mmapped_mem_agrees(const ptmd_walk *w, uint64_t bytes)
+{
+    if (!w->L->mremap_overcounts) return bytes == w->mmapped_mem;
+    return w->mmapped_mem >= bytes && (w->mmapped_mem - bytes) % PTMD_CHUNK_HDR_SZ == 0;
+}
+
+int ptmd_walk_mmapped(ptmd_walk *w, ptmd_err *err)
+{
+    ptmd_buf ex = { 0 };
+    uint64_t found = 0, bytes = 0;
+    size_t i, n;
+    int rc = -1;
+
+    /* room for the records up front, so our own buffers stay put while mappings are read */
+    if (ptmd_buf_reserve(&w->heaps, (w->n_mmaps + 256) * sizeof(ptmd_heap_rec)) != 0 ||
+        ptmd_buf_reserve(&w->chunks, (w->n_mmaps + 256) * 3 * sizeof(ptmd_chunk_rec)) != 0 ||
+        ptmd_buf_reserve(&w->anomalies, 64 * sizeof(ptmd_anomaly_rec)) != 0 ||
+        ptmd_buf_reserve(&ex, (PTMD_BUF_COUNT(&w->heaps, ptmd_heap_rec) + PTMD_BUF_COUNT(&w->threads, ptmd_thread_rec) +
+                               PTMD_BUF_COUNT(&w->exclude, range) + 64) * sizeof(range)) != 0) {
+        rc = ptmd_fail_sys(err, errno, "mmapped-chunk scan", "mmap");
+        goto out;
+    }
+    n = PTMD_BUF_COUNT(&w->heaps, ptmd_heap_rec);
+    for (i = 0; i < n; i++) {
+        const ptmd_heap_rec *h = PTMD_W_HEAP(w, i);
+        if (add_range(&ex, h->start, h->reserved_end) != 0) goto oom;
+    }
+    n = PTMD_BUF_COUNT(&w->threads, ptmd_thread_rec);
+    for (i = 0; i < n; i++) {
+        uint64_t t = PTMD_BUF_AT(&w->threads, ptmd_thread_rec, i)->pthread;
+        if (t && add_range(&ex, t, t + 1) != 0) goto oom;
+    }
+    {
+        const ptmd_buf *own[] = { PTMD_WALK_BUFFERS(w), &w->maps.text, &w->maps.maps, &ex };
+        for (i = 0; i < sizeof(own) / sizeof(own[0]); i++)
+            if (own[i]->base && add_range(&ex, (uint64_t)(uintptr_t)own[i]->base,
+                                          (uint64_t)(uintptr_t)own[i]->base + own[i]->cap) != 0)
+                goto oom;
+        if (w->pagemap.entries &&
+            add_range(&ex, (uint64_t)(uintptr_t)w->pagemap.entries,
+                      (uint64_t)(uintptr_t)w->pagemap.entries + w->pagemap.cap * 8) != 0)
+            goto oom;
+    }
+    n = PTMD_BUF_COUNT(&w->exclude, range);
+    for (i = 0; i < n; i++) {
+        const range *r = PTMD_BUF_AT(&w->exclude, range, i);
+        if (add_range(&ex, r->start, r->end) != 0) goto oom;
+    }
+    ranges_sort(&ex);
+    /* mappings as they are now (the walk's own scratch has been mapped since prepare) */
+    if (ptmd_maps_load(&w->maps, err) != 0) goto out;
+    for (i = 0; i < w->maps.count; i++) {
+        const ptmd_map *m = PTMD_BUF_AT(&w->maps.maps, ptmd_map, i);
+        /* a thread stack holds its struct pthread: skip the whole mapping */
+        if (m->kind != PTMD_MAPKIND_ANON) continue;
+        if ((m->prot & (PTMD_MAP_R | PTMD_MAP_W | PTMD_MAP_PRIVATE)) != (PTMD_MAP_R | PTMD_MAP_W | PTMD_MAP_PRIVATE))
+            continue;
+        if (excluded(&ex, m->start, m->end) && m->end - m->start <= w->heap_max) {
+            /* small mappings that touch our own or an arena's memory are skipped whole; large ones are
+             * scanned page by page with the exclusions applied */
+            size_t t, nt = PTMD_BUF_COUNT(&w->threads, ptmd_thread_rec);
+            int stack = 0;
+            for (t = 0; t < nt; t++) {
+                uint64_t pt = PTMD_BUF_AT(&w->threads, ptmd_thread_rec, t)->pthread;
+                if (pt >= m->start && pt < m->end) stack = 1;
+            }
+            if (stack) continue;
+        }
+        if (scan_mapping(w, m->start, m->end, &ex, &found, &bytes, err) != 0) goto out;
+    }
+    if (w->have_mp && (found != w->n_mmaps || !mmapped_mem_agrees(w, bytes)))
+        ptmd_walk_anomaly(w, PTMD_AN_MMAPPED_MISMATCH, (found << 32) | (w->n_mmaps & 0xffffffffu),
+                          bytes, PTMD_NO_ARENA);
+    rc = 0;
+    goto out;
+oom:
+    rc = ptmd_fail_sys(err, errno, "mmapped-chunk scan", "mmap");
+out:
+    ptmd_buf_release(&ex);
+    return rc;
+}

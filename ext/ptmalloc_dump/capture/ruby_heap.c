@@ -1,0 +1,359 @@
+/* The Ruby pass: every ObjectSpace page and every live object (address, builtin type, class, typed
+ * data type, and the slot words that may point into malloc memory), collected into mmap-backed
+ * buffers while the GVL is held and GC is disabled. Runs before the malloc walk: it may allocate
+ * (class names are resolved at the end), the walk may not. Raw facts only: matching objects to
+ * chunks happens when a dump is loaded. */
+#include "bindings/bindings.h"
+#include "capture/dump.h"
+#include <ruby/re.h>
+#include <ruby/io.h>
+#include <ruby/version.h>
+
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* rb_objspace_each_objects (gc.c) is exported by libruby for the objspace extension but is not in the
+ * public headers, so Ruby does not promise to keep it: it is looked up when the extension loads, never
+ * linked, and without it the Ruby pass is skipped (PtmallocDump.ruby_layer says why). */
+typedef void each_objects_fn(int (*callback)(void *start, void *end, size_t stride, void *data), void *data);
+static each_objects_fn *each_objects;
+
+/* The internal functions the pass needs, for PtmallocDump._ruby_functions_missing. */
+static const char *const internal_functions[] = { "rb_objspace_each_objects" };
+
+#define PTMD_RUBY_USHIFT 12              /* FL_USHIFT: T_IMEMO keeps its imemo_type above it */
+#define PTMD_MIN_POINTER 0x10000ull
+#define PTMD_MAX_POINTER 0x800000000000ull
+
+typedef struct {
+    uint64_t key;
+    uint32_t index;
+    uint32_t kind;
+} name_slot;
+
+typedef struct {
+    ptmd_ruby_data *rd;
+    ptmd_buf table;                      /* open addressing of name_slot */
+    size_t cap, used;
+    ptmd_buf keys;                       /* name_slot in index order */
+    uint64_t last_klass;
+    uint32_t last_index;
+    int oom;
+} pass_ctx;
+
+static uint32_t name_index(pass_ctx *c, uint64_t key, uint32_t kind)
+{
+    name_slot *t;
+    size_t mask, i;
+    if (c->used * 2 >= c->cap) {
+        ptmd_buf old = c->table;
+        size_t old_cap = c->cap, k;
+        memset(&c->table, 0, sizeof(c->table));
+        c->cap = old_cap ? old_cap * 2 : 1024;
+        if (!ptmd_buf_push(&c->table, c->cap * sizeof(name_slot))) {
+            c->table = old;
+            c->cap = old_cap;
+            c->oom = 1;
+            return PTMD_NO_NAME;
+        }
+        for (k = 0; k < old_cap; k++) {
+            name_slot *s = &((name_slot *)(void *)old.base)[k];
+            if (!s->key) continue;
+            t = (name_slot *)(void *)c->table.base;
+            mask = c->cap - 1;
+            for (i = (size_t)((s->key >> 3) * 0x9E3779B97F4A7C15ull >> 17) & mask; t[i].key; i = (i + 1) & mask) {}
+            t[i] = *s;
+        }
+        ptmd_buf_release(&old);
+    }
+    t = (name_slot *)(void *)c->table.base;
+    mask = c->cap - 1;
+    for (i = (size_t)((key >> 3) * 0x9E3779B97F4A7C15ull >> 17) & mask; t[i].key; i = (i + 1) & mask)
+        if (t[i].key == key && t[i].kind == kind) return t[i].index;
+    t[i].key = key;
+    t[i].kind = kind;
+    t[i].index = (uint32_t)c->used++;
+    if (ptmd_buf_append(&c->keys, &t[i], sizeof(name_slot)) != 0) c->oom = 1;
+    return t[i].index;
+}
+
+/* Records x when it could be a malloc'd user pointer (16-aligned, in range); returns 1 if kept. */
+static uint16_t keep_word(pass_ctx *c, uint64_t x)
+{
+    if ((x & 15) || x < PTMD_MIN_POINTER || x >= PTMD_MAX_POINTER) return 0;
+    if (ptmd_buf_append(&c->rd->words, &x, sizeof(x)) != 0) {
+        c->oom = 1;
+        return 0;
+    }
+    return 1;
+}
+
+static int each_page(void *start, void *end, size_t stride, void *data)
+{
+    pass_ctx *c = data;
+    ptmd_ruby_page *pg = ptmd_buf_push(&c->rd->pages, sizeof(*pg));
+    uintptr_t p;
+    if (!pg || !stride) {
+        c->oom = 1;
+        return 1;
+    }
+    pg->start = (uint64_t)(uintptr_t)start;
+    pg->end = (uint64_t)(uintptr_t)end;
+    pg->stride = (uint32_t)stride;
+    for (p = (uintptr_t)start; p + stride <= (uintptr_t)end; p += stride) {
+        VALUE v = (VALUE)p;
+        VALUE flags = RBASIC(v)->flags;
+        int type = (int)(flags & T_MASK);
+        ptmd_ruby_object *o;
+        const uint64_t *w;
+        size_t k, nw = stride / sizeof(VALUE);
+        uint16_t kept = 0;
+        pg->total++;
+        if (!flags || type == T_NONE) {
+            pg->free++;
+            continue;
+        }
+        if (type == T_ZOMBIE || type == T_MOVED) continue;     /* not live: finalizer pending, or moved */
+        pg->live++;
+        o = ptmd_buf_push(&c->rd->objects, sizeof(*o));
+        if (!o) {
+            c->oom = 1;
+            return 1;
+        }
+        o->address = (uint64_t)v;
+        o->type = (uint8_t)type;
+        o->subtype = type == T_IMEMO ? (uint8_t)((flags >> PTMD_RUBY_USHIFT) & 0x0f) : 0;
+        {
+            /* T_IMEMO keeps other data in the klass word */
+            uint64_t klass = type == T_IMEMO ? 0 : (uint64_t)RBASIC(v)->klass;
+            if (!klass || RB_SPECIAL_CONST_P((VALUE)klass)) o->klass = PTMD_NO_NAME;
+            else if (klass == c->last_klass) o->klass = c->last_index;
+            else {
+                o->klass = name_index(c, klass, PTMD_NAME_CLASS);
+                c->last_klass = klass;
+                c->last_index = o->klass;
+            }
+        }
+        o->data_type = PTMD_NO_NAME;
+        if (type == T_DATA && RTYPEDDATA_P(v) && RTYPEDDATA_TYPE(v))
+            o->data_type = name_index(c, (uint64_t)(uintptr_t)RTYPEDDATA_TYPE(v), PTMD_NAME_DATA_TYPE);
+        /* the slot's pointers into malloc memory. For the common types only the real pointer field is
+         * taken, through the running Ruby's own struct layouts (the rest of a slot can hold stale
+         * words of a previous object); other types keep every word that could be a pointer. */
+        w = (const uint64_t *)p;
+        switch (type) {
+        case T_STRING:
+            if (flags & RSTRING_NOEMBED) kept = keep_word(c, (uint64_t)(uintptr_t)RSTRING(v)->as.heap.ptr);
+            break;
+        case T_ARRAY:
+            if (!(flags & RARRAY_EMBED_FLAG)) kept = keep_word(c, (uint64_t)(uintptr_t)RARRAY(v)->as.heap.ptr);
+            break;
+        case T_OBJECT:
+            if (!(flags & ROBJECT_EMBED)) kept = keep_word(c, (uint64_t)(uintptr_t)ROBJECT(v)->as.heap.ivptr);
+            break;
+        case T_HASH:
+#if RUBY_API_VERSION_MAJOR * 100 + RUBY_API_VERSION_MINOR >= 303
+            /* Ruby 3.3 keeps the table in the slot, after basic and ifnone (internal/hash.h:
+             * RHASH_ST_TABLE). An st_table (RHASH_ST_TABLE_FLAG, FL_USER3) owns its bins and entries;
+             * an ar_table holds its pairs in the slot and owns nothing. */
+            if ((flags & RUBY_FL_USER3) && stride >= 3 * sizeof(VALUE) + sizeof(st_table)) {
+                const st_table *t = (const st_table *)(p + 3 * sizeof(VALUE));
+                kept = (uint16_t)(keep_word(c, (uint64_t)(uintptr_t)t->bins) +
+                                  keep_word(c, (uint64_t)(uintptr_t)t->entries));
+            }
+#else
+            kept = keep_word(c, w[2]);           /* RHash.as.st / as.ar, the only pointer (internal/hash.h) */
+#endif
+            break;
+        case T_DATA:
+#ifdef TYPED_DATA_EMBEDDED
+            /* Ruby 3.3's embeddable typed data keeps its struct in the slot (RTYPEDDATA_GET_DATA): its
+             * words are the ones that may point into malloc memory */
+            if (RTYPEDDATA_P(v) && RTYPEDDATA_EMBEDDED_P(v)) {
+                /* the slot past the struct may hold stale words of an earlier object: the type's own
+                 * dsize bounds the struct when it has one (what ObjectSpace.memsize_of reports:
+                 * rb_objspace_data_type_memsize calls it, but Ruby 3.4 no longer exports that) */
+                const rb_data_type_t *dt = RTYPEDDATA_TYPE(v);
+                size_t first = (size_t)((uintptr_t)RTYPEDDATA_GET_DATA(v) - p) / sizeof(VALUE), end = nw;
+                size_t words = dt->function.dsize
+                    ? (dt->function.dsize(RTYPEDDATA_GET_DATA(v)) + sizeof(VALUE) - 1) / sizeof(VALUE) : 0;
+                if (words && first + words < end) end = first + words;
+                for (k = first; k < end; k++)
+                    kept = (uint16_t)(kept + keep_word(c, w[k]));
+                break;
+            }
+#endif
+            kept = keep_word(c, (uint64_t)(uintptr_t)DATA_PTR(v));
+            break;
+        case T_REGEXP:
+            kept = keep_word(c, (uint64_t)(uintptr_t)RREGEXP_PTR(v));
+            break;
+        case T_FILE:
+            kept = keep_word(c, (uint64_t)(uintptr_t)RFILE(v)->fptr);
+            break;
+        case T_FLOAT: case T_RATIONAL: case T_COMPLEX: case T_SYMBOL:
+            break;
+        default:
+            for (k = 2; k < nw; k++) kept = (uint16_t)(kept + keep_word(c, w[k]));
+        }
+        if (c->oom) return 1;
+        o->n_words = kept;
+    }
+    return 0;
+}
+
+static int add_name(ptmd_ruby_data *rd, uint64_t key, uint32_t kind, const char *name, size_t len)
+{
+    static const char zeros[8];
+    uint32_t l = (uint32_t)(len > 4096 ? 4096 : len);
+    if (ptmd_buf_append(&rd->names, &key, 8) || ptmd_buf_append(&rd->names, &kind, 4) ||
+        ptmd_buf_append(&rd->names, &l, 4) || ptmd_buf_append(&rd->names, name, l) ||
+        ((l & 7) && ptmd_buf_append(&rd->names, zeros, 8 - (l & 7))))
+        return -1;
+    rd->n_names++;
+    return 0;
+}
+
+/* True when v is a slot of one of the recorded pages (so it may be read as an object). */
+static int in_pages(const ptmd_ruby_data *rd, VALUE v)
+{
+    size_t lo = 0, hi = PTMD_BUF_COUNT(&rd->pages, ptmd_ruby_page);
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        const ptmd_ruby_page *p = PTMD_BUF_AT(&rd->pages, ptmd_ruby_page, mid);
+        if ((uint64_t)v < p->start) hi = mid;
+        else if ((uint64_t)v >= p->end) lo = mid + 1;
+        else return ((uint64_t)v - p->start) % p->stride == 0;
+    }
+    return 0;
+}
+
+static VALUE class_name(const ptmd_ruby_data *rd, VALUE klass)
+{
+    int t;
+    VALUE real;
+    if (RB_SPECIAL_CONST_P(klass) || !in_pages(rd, klass)) return Qnil;
+    t = BUILTIN_TYPE(klass);
+    if (t != T_CLASS && t != T_MODULE && t != T_ICLASS) return Qnil;
+    real = rb_class_real(klass);
+    if (!real) return Qnil;
+    return rb_class_path(real);
+}
+
+/* GC.stat keys, interned at load time: interning a new symbol would allocate objects here. Ruby 3.4
+ * has no heap_tomb_pages (rb_gc_stat raises for an unknown key): it is read only where it exists. */
+static VALUE sym_pages, sym_tomb, sym_live, sym_free, sym_total;
+static int have_tomb;
+
+/* A name listed in PTMALLOC_DUMP_HIDE_RUBY_FUNCTIONS (comma-separated) is treated as absent, so that
+ * the fallback can be tried on a Ruby that has the function. */
+static void *lookup(const char *name)
+{
+    const char *hidden = getenv("PTMALLOC_DUMP_HIDE_RUBY_FUNCTIONS");
+    size_t len = strlen(name);
+    while (hidden && *hidden) {
+        size_t n = strcspn(hidden, ",");
+        if (n == len && memcmp(hidden, name, len) == 0) return NULL;
+        hidden += n + (hidden[n] == ',');
+    }
+    return dlsym(RTLD_DEFAULT, name);
+}
+
+/* PtmallocDump._ruby_functions_missing -> Array of the internal functions this Ruby lacks */
+static VALUE rb_ptmd_ruby_functions_missing(VALUE self)
+{
+    VALUE missing = rb_ary_new();
+    size_t i;
+    PTMD_UNUSED(self);
+    for (i = 0; i < sizeof(internal_functions) / sizeof(internal_functions[0]); i++)
+        if (!lookup(internal_functions[i])) rb_ary_push(missing, rb_str_new_cstr(internal_functions[i]));
+    return missing;
+}
+
+void ptmd_rb_ruby_heap_init(void)
+{
+    VALUE stat = rb_hash_new();
+    each_objects = (each_objects_fn *)lookup("rb_objspace_each_objects");
+    sym_pages = ID2SYM(rb_intern("heap_allocated_pages"));
+    sym_tomb = ID2SYM(rb_intern("heap_tomb_pages"));
+    sym_live = ID2SYM(rb_intern("heap_live_slots"));
+    sym_free = ID2SYM(rb_intern("heap_free_slots"));
+    sym_total = ID2SYM(rb_intern("total_allocated_objects"));
+    rb_gc_stat(stat);
+    have_tomb = rb_hash_lookup2(stat, sym_tomb, Qundef) != Qundef;
+    RB_GC_GUARD(stat);
+    rb_define_singleton_method(ptmd_mPtmallocDump, "_ruby_functions_missing", rb_ptmd_ruby_functions_missing, 0);
+}
+
+static void page_sift(ptmd_ruby_page *p, size_t i, size_t n)
+{
+    for (;;) {
+        size_t big = i, l = 2 * i + 1, r = l + 1;
+        ptmd_ruby_page t;
+        if (l < n && p[l].start > p[big].start) big = l;
+        if (r < n && p[r].start > p[big].start) big = r;
+        if (big == i) return;
+        t = p[i];
+        p[i] = p[big];
+        p[big] = t;
+        i = big;
+    }
+}
+
+/* Pages by address (the GC hands them out in its own order), for lookups. */
+static void sort_pages(ptmd_ruby_data *rd)
+{
+    ptmd_ruby_page *p = (ptmd_ruby_page *)(void *)rd->pages.base;
+    size_t n = PTMD_BUF_COUNT(&rd->pages, ptmd_ruby_page), i;
+    if (n < 2) return;
+    for (i = n / 2; i-- > 0;) page_sift(p, i, n);
+    for (i = n - 1; i > 0; i--) {
+        ptmd_ruby_page t = p[0];
+        p[0] = p[i];
+        p[i] = t;
+        page_sift(p, 0, i);
+    }
+}
+
+/* Collects Ruby's heap into rd. Raises on failure. */
+void ptmd_rb_ruby_pass(ptmd_ruby_data *rd)
+{
+    pass_ctx c;
+    uint64_t t0 = ptmd_now_ns();
+    size_t i, n;
+    memset(&c, 0, sizeof(c));
+    c.rd = rd;
+    c.last_klass = 0;
+    if (!each_objects) rb_raise(rb_eNotImpError, "this Ruby does not export rb_objspace_each_objects");
+    each_objects(each_page, &c);
+    sort_pages(rd);
+    rd->meta.heap_allocated_pages = rb_gc_stat(sym_pages);
+    rd->meta.heap_tomb_pages = have_tomb ? (uint32_t)rb_gc_stat(sym_tomb) : 0;
+    rd->meta.heap_live_slots = rb_gc_stat(sym_live);
+    rd->meta.heap_free_slots = rb_gc_stat(sym_free);
+    rd->meta.total_allocated_objects = rb_gc_stat(sym_total);
+    /* names, in index order: class paths may allocate Ruby strings, which is fine here */
+    n = PTMD_BUF_COUNT(&c.keys, name_slot);
+    for (i = 0; i < n && !c.oom; i++) {
+        const name_slot *s = PTMD_BUF_AT(&c.keys, name_slot, i);
+        if (s->kind == PTMD_NAME_DATA_TYPE) {
+            const char *nm = ((const rb_data_type_t *)(uintptr_t)s->key)->wrap_struct_name;
+            if (!nm) nm = "(unnamed)";
+            if (add_name(rd, s->key, s->kind, nm, strlen(nm))) c.oom = 1;
+        } else {
+            VALUE name = class_name(rd, (VALUE)s->key);
+            if (NIL_P(name)) {
+                if (add_name(rd, s->key, s->kind, "(internal)", 10)) c.oom = 1;
+            } else if (add_name(rd, s->key, s->kind, RSTRING_PTR(name), (size_t)RSTRING_LEN(name))) {
+                c.oom = 1;
+            }
+            RB_GC_GUARD(name);
+        }
+    }
+    ptmd_buf_release(&c.table);
+    ptmd_buf_release(&c.keys);
+    rd->meta.pass_ns = ptmd_now_ns() - t0;
+    rd->present = 1;
+    if (c.oom) rb_raise(rb_eNoMemError, "ptmalloc_dump: mmap failed while recording Ruby's heap");
+}

@@ -1,0 +1,100 @@
+/* The walk: arenas -> heaps -> chunks -> lists, then tcaches, mmapped chunks and page residency.
+ * Everything here runs without calling malloc; results accumulate in mmap-backed buffers. */
+#ifndef PTMD_WALK_H
+#define PTMD_WALK_H
+
+#include "format/format.h"
+#include "capture/locate.h"
+#include "capture/procfs.h"
+#include "capture/scratch.h"
+
+typedef struct {
+    const ptmd_libc *lc;
+    const ptmd_layout *L;
+    ptmd_maps maps;
+    ptmd_memreader mem;
+    ptmd_pagemap pagemap;
+    size_t page_size;
+    uint64_t heap_max;              /* heap_max_size() of this process */
+    uint64_t tcache_key;            /* value of tcache_key when known */
+    int have_tcache_key;
+    int have_mp;
+    uint64_t sbrk_base, n_mmaps, mmapped_mem, tcache_count_max, tcache_bins;
+
+    /* results (records of format.h) */
+    ptmd_buf arenas, heaps, chunks, anomalies, threads, pages;
+
+    /* scratch */
+    ptmd_buf lists;                 /* open-addressing table of list entries for one arena */
+    size_t lists_cap, lists_used;
+    ptmd_buf tcache_cands;          /* uint64 chunk addresses of possible tcache structs */
+    ptmd_buf heap_order;            /* uint32 heap indices sorted by start */
+    ptmd_buf exclude;               /* sorted {start, end} ranges that hold no malloc chunk (Ruby's pages) */
+    int references;                 /* scan in-use chunks for pointers to chunks */
+    ptmd_buf refs;                  /* ptmd_ref */
+    uint64_t refs_ns;
+
+    uint64_t lock_wait_ns;
+    uint32_t thread_count;
+    int threads_complete;
+} ptmd_walk;
+
+/* Opens what the walk needs (maps, memory reader, pagemap) and reads mp_. May allocate: call it
+ * before the oracles are captured. */
+int ptmd_walk_prepare(ptmd_walk *w, const ptmd_libc *lc, ptmd_err *err);
+void ptmd_walk_release(ptmd_walk *w);
+
+/* Checks main_arena and the arena ring before anything is walked (UnsupportedLibcError on failure). */
+int ptmd_walk_validate(ptmd_walk *w, ptmd_err *err);
+
+/* 1 when every arena's fastbin and bin lists can be followed safely (glibc's own malloc_info() and
+ * mallinfo2() follow them blindly); 0 when the heap is corrupt and they must not be called. */
+int ptmd_walk_precheck(ptmd_walk *w);
+
+/* The whole walk: arenas (each under its own lock), tcaches, mmapped chunks, residency. */
+int ptmd_walk_run(ptmd_walk *w, ptmd_err *err);
+
+/* pieces, in walk order */
+int ptmd_walk_arenas(ptmd_walk *w, ptmd_err *err);
+int ptmd_walk_threads(ptmd_walk *w, ptmd_err *err);
+int ptmd_walk_mmapped(ptmd_walk *w, ptmd_err *err);
+int ptmd_walk_tcaches(ptmd_walk *w, ptmd_err *err);
+int ptmd_walk_residency(ptmd_walk *w, ptmd_err *err);
+int ptmd_walk_references(ptmd_walk *w, ptmd_err *err);
+
+/* helpers shared between the walk files */
+#define PTMD_TCACHE_STRUCT_MAX (PTMD_TCACHE_MAX_BINS_MAX * 10)   /* bound on sizeof (tcache_perthread_struct) */
+/* The `tcache` pointer of the thread whose struct pthread is at `pthread`, read fault-free from its
+ * TLS block at tc_off; 0 when unreadable, unknown (tc_off < 0), none, or glibc 2.43's __tcache_dummy. */
+uint64_t ptmd_thread_tcache(ptmd_walk *w, uint64_t pthread, long tc_off);
+/* glibc's arena mutex protocol (lll_lock / lll_unlock, private futex) */
+void ptmd_arena_lock(ptmd_walk *w, int *futex);
+void ptmd_arena_unlock(int *futex);
+int ptmd_walk_anomaly(ptmd_walk *w, uint32_t kind, uint64_t address, uint64_t detail, uint32_t arena);
+/* Index of the chunk record starting at addr, or -1 (binary search over heaps, then chunks). */
+long ptmd_walk_find_chunk(ptmd_walk *w, uint64_t addr);
+int ptmd_walk_sort_heaps(ptmd_walk *w);
+
+/* The walk's own mmap-backed buffers: what its release frees, and what the mmapped-chunk scan must
+ * not take for chunks. One list, so that a buffer added to ptmd_walk is added to both. */
+#define PTMD_WALK_BUFFERS(w)                                                                       \
+    &(w)->arenas, &(w)->heaps, &(w)->chunks, &(w)->anomalies, &(w)->threads, &(w)->pages,           \
+        &(w)->lists, &(w)->tcache_cands, &(w)->heap_order, &(w)->exclude, &(w)->refs
+
+#define PTMD_W_ARENA(w, i) PTMD_BUF_AT(&(w)->arenas, ptmd_arena_rec, i)
+#define PTMD_W_HEAP(w, i) PTMD_BUF_AT(&(w)->heaps, ptmd_heap_rec, i)
+#define PTMD_W_CHUNK(w, i) PTMD_BUF_AT(&(w)->chunks, ptmd_chunk_rec, i)
+
+static inline uint64_t ptmd_rd64(uintptr_t addr)
+{
+    uint64_t v;
+    __builtin_memcpy(&v, (const void *)addr, sizeof(v));
+    return v;
+}
+
+/* A live chunk's fields, by malloc.c's names (only on memory checked to be mapped) */
+static inline uint64_t ptmd_mchunk_size(uint64_t p) { return ptmd_rd64(p + PTMD_MCHUNK_SIZE); }
+static inline uint64_t ptmd_chunk_fd(uint64_t p) { return ptmd_rd64(p + PTMD_MCHUNK_FD); }
+static inline uint64_t ptmd_chunk_bk(uint64_t p) { return ptmd_rd64(p + PTMD_MCHUNK_BK); }
+
+#endif

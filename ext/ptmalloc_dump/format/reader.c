@@ -1,0 +1,286 @@
+/* The one dump reader every tool shares. A corrupt, truncated or foreign file is reported, never
+ * trusted: nothing is dereferenced before its bounds are checked. */
+#include "format/reader.h"
+#include "format/crc32.h"
+
+#include <string.h>
+
+#define FAIL(...) return ptmd_fail(err, PTMD_E_FORMAT, __VA_ARGS__)
+
+typedef struct {
+    uint32_t type;
+    size_t rec;             /* fixed record size, 0 for byte sections */
+    int required;
+    int singleton;
+} section_rule;
+
+static const section_rule rules[] = {
+    { PTMD_SEC_META, sizeof(ptmd_meta), 1, 1 },
+    { PTMD_SEC_STRINGS, 0, 0, 1 },
+    { PTMD_SEC_MALLINFO2, sizeof(ptmd_mallinfo2_rec), 1, 1 },
+    { PTMD_SEC_MALLOC_INFO, 0, 0, 1 },
+    { PTMD_SEC_ARENAS, sizeof(ptmd_arena_rec), 1, 1 },
+    { PTMD_SEC_HEAPS, sizeof(ptmd_heap_rec), 1, 1 },
+    { PTMD_SEC_CHUNKS, sizeof(uint64_t), 1, 1 },
+    { PTMD_SEC_PAGES, 1, 1, 1 },
+    { PTMD_SEC_THREADS, sizeof(ptmd_thread_rec), 0, 1 },
+    { PTMD_SEC_ANOMALIES, sizeof(ptmd_anomaly_rec), 0, 1 },
+    { PTMD_SEC_RUBY_META, sizeof(ptmd_ruby_meta), 0, 1 },
+    { PTMD_SEC_RUBY_PAGES, sizeof(ptmd_ruby_page), 0, 1 },
+    { PTMD_SEC_RUBY_OBJECTS, sizeof(ptmd_ruby_object), 0, 1 },
+    { PTMD_SEC_RUBY_WORDS, sizeof(uint64_t), 0, 1 },
+    { PTMD_SEC_RUBY_NAMES, 0, 0, 1 },
+    { PTMD_SEC_REFS, sizeof(ptmd_ref), 0, 1 },
+    { PTMD_SEC_TRIM_CHECK, sizeof(uint64_t), 0, 1 },
+};
+#define N_RULES (sizeof(rules) / sizeof(rules[0]))
+
+static const char *section_name(uint32_t type)
+{
+    static const char *const names[] = { "?", "meta", "strings", "mallinfo2", "malloc_info", "arenas",
+                                         "heaps", "chunks", "pages", "threads", "anomalies", "ruby_meta",
+                                         "ruby_pages", "ruby_objects", "ruby_words", "ruby_names", "refs",
+                                         "trim_check" };
+    return type < sizeof(names) / sizeof(names[0]) ? names[type] : "unknown";
+}
+
+/* malloc_info() writes XML in plain ASCII: tabs, newlines and printable characters only. */
+static int check_text(const unsigned char *p, uint64_t n)
+{
+    uint64_t i;
+    for (i = 0; i < n; i++)
+        if (!(p[i] == '\n' || p[i] == '\t' || (p[i] >= 0x20 && p[i] < 0x7f))) return 0;
+    return 1;
+}
+
+static int check_strings(const unsigned char *p, size_t len)
+{
+    size_t off = 0;
+    while (off < len) {
+        uint16_t kl;
+        uint32_t vl;
+        if (len - off < 2) return 0;
+        memcpy(&kl, p + off, 2);
+        off += 2;
+        if (len - off < kl) return 0;
+        off += kl;
+        if (len - off < 4) return 0;
+        memcpy(&vl, p + off, 4);
+        off += 4;
+        if (len - off < vl) return 0;
+        off += vl;
+    }
+    return 1;
+}
+
+static int check_names(const unsigned char *p, size_t len, uint64_t count)
+{
+    size_t off = 0;
+    uint64_t n = 0;
+    while (off < len) {
+        uint32_t l;
+        if (len - off < 16) return 0;
+        memcpy(&l, p + off + 12, 4);
+        off += 16;
+        if (l > len - off) return 0;
+        off += (l + 7) & ~7u;
+        if (off > len) return 0;
+        n++;
+    }
+    return n == count;
+}
+
+int ptmd_read_view(const unsigned char *data, size_t len, const char *name, ptmd_view *v, ptmd_err *err)
+{
+    uint32_t version, mark;
+    const ptmd_section_hdr *eh;
+    const ptmd_footer *f;
+    size_t off, body, i;
+    int seen[N_RULES];
+    uint64_t sections = 0;
+
+    memset(v, 0, sizeof(*v));
+    memset(seen, 0, sizeof(seen));
+    if (len == 0) FAIL("%s: empty file, not a ptmalloc_dump dump", name);
+    if (len < PTMD_PREAMBLE_SIZE || memcmp(data, PTMD_MAGIC, 8) != 0)
+        FAIL("%s: not a ptmalloc_dump dump (bad magic)", name);
+    memcpy(&version, data + 8, 4);
+    memcpy(&mark, data + 12, 4);
+    if (mark != PTMD_ENDIAN_MARK) FAIL("%s: written with a foreign byte order", name);
+    if (version > PTMD_FORMAT_VERSION)
+        FAIL("%s: format version %u is newer than this ptmalloc_dump reads (%u); upgrade the gem", name,
+             version, PTMD_FORMAT_VERSION);
+    if (version == 0) FAIL("%s: invalid format version 0", name);
+    if (len < PTMD_PREAMBLE_SIZE + PTMD_END_SIZE || (len & 7))
+        FAIL("%s: truncated (%zu bytes, no end section)", name, len);
+    body = len - PTMD_END_SIZE;
+    eh = (const ptmd_section_hdr *)(const void *)(data + body);
+    f = (const ptmd_footer *)(const void *)(data + body + sizeof(*eh));
+    if (eh->type != PTMD_SEC_END || eh->length != sizeof(ptmd_footer) || f->magic != PTMD_FOOTER_MAGIC)
+        FAIL("%s: truncated or damaged (no end section at byte %zu)", name, body);
+    if (f->body_length != body) FAIL("%s: truncated (the end section says %llu bytes come before it, found %zu)",
+                                     name, (unsigned long long)f->body_length, body);
+#ifndef PTMD_FUZZ_NO_CRC   /* the fuzzer turns the checksum off so that mutations reach the structure checks */
+    if (ptmd_crc32(0, data, body) != f->crc32) FAIL("%s: checksum mismatch: the file is corrupt", name);
+#endif
+
+    for (off = PTMD_PREAMBLE_SIZE; off < body;) {
+        const ptmd_section_hdr *sh;
+        const unsigned char *payload;
+        uint64_t padded;
+        if (body - off < sizeof(*sh)) FAIL("%s: damaged section header at byte %zu", name, off);
+        sh = (const ptmd_section_hdr *)(const void *)(data + off);
+        off += sizeof(*sh);
+        padded = (sh->length + 7) & ~7ull;
+        if (sh->length > body - off || padded > body - off)
+            FAIL("%s: section %s at byte %zu runs past the end of the file", name, section_name(sh->type),
+                 off - sizeof(*sh));
+        payload = data + off;
+        off += padded;
+        sections++;
+        for (i = 0; i < N_RULES; i++) {
+            if (rules[i].type != sh->type) continue;
+            if (seen[i]++ && rules[i].singleton) FAIL("%s: section %s appears twice", name, section_name(sh->type));
+            if (rules[i].rec && (sh->count > sh->length / rules[i].rec || sh->count * rules[i].rec != sh->length))
+                FAIL("%s: section %s has %llu records in %llu bytes", name, section_name(sh->type),
+                     (unsigned long long)sh->count, (unsigned long long)sh->length);
+            switch (sh->type) {
+            case PTMD_SEC_META: v->meta = (const void *)payload; if (sh->count != 1) FAIL("%s: bad meta section", name); break;
+            case PTMD_SEC_STRINGS:
+                if (!check_strings(payload, sh->length)) FAIL("%s: damaged strings section", name);
+                v->strings = payload; v->strings_len = sh->length; break;
+            case PTMD_SEC_MALLINFO2: v->mallinfo2 = (const void *)payload; if (sh->count != 1) FAIL("%s: bad mallinfo2 section", name); break;
+            case PTMD_SEC_MALLOC_INFO:
+                if (!check_text(payload, sh->length)) FAIL("%s: damaged malloc_info section (not ASCII text)", name);
+                v->malloc_info = (const char *)payload; v->malloc_info_len = sh->length; break;
+            case PTMD_SEC_ARENAS: v->arenas = (const void *)payload; v->n_arenas = sh->count; break;
+            case PTMD_SEC_HEAPS: v->heaps = (const void *)payload; v->n_heaps = sh->count; break;
+            case PTMD_SEC_CHUNKS: v->chunk_words = (const void *)payload; v->n_chunks = sh->count; break;
+            case PTMD_SEC_PAGES: v->pages = payload; v->n_pages = sh->count; break;
+            case PTMD_SEC_THREADS: v->threads = (const void *)payload; v->n_threads = sh->count; break;
+            case PTMD_SEC_ANOMALIES: v->anomalies = (const void *)payload; v->n_anomalies = sh->count; break;
+            case PTMD_SEC_RUBY_META: v->ruby_meta = (const void *)payload; if (sh->count != 1) FAIL("%s: bad ruby_meta section", name); break;
+            case PTMD_SEC_RUBY_PAGES: v->ruby_pages = (const void *)payload; v->n_ruby_pages = sh->count; break;
+            case PTMD_SEC_RUBY_OBJECTS: v->ruby_objects = (const void *)payload; v->n_ruby_objects = sh->count; break;
+            case PTMD_SEC_RUBY_WORDS: v->ruby_words = (const void *)payload; v->n_ruby_words = sh->count; break;
+            case PTMD_SEC_RUBY_NAMES:
+                v->ruby_names = payload; v->ruby_names_len = sh->length; v->n_ruby_names = sh->count;
+                if (!check_names(payload, sh->length, sh->count)) FAIL("%s: damaged ruby_names section", name);
+                break;
+            case PTMD_SEC_REFS: v->refs = (const void *)payload; v->n_refs = sh->count; break;
+            case PTMD_SEC_TRIM_CHECK: v->trim_released = (const void *)payload; v->n_trim_released = sh->count; break;
+            }
+        }
+        /* unknown section types of the same format version are skipped */
+    }
+    for (i = 0; i < N_RULES; i++)
+        if (rules[i].required && !seen[i]) FAIL("%s: the %s section is missing", name, section_name(rules[i].type));
+    if (sections != f->n_sections) FAIL("%s: %llu sections found, the end section says %llu", name,
+                                        (unsigned long long)sections, (unsigned long long)f->n_sections);
+    if (v->n_chunks != f->n_chunks) FAIL("%s: chunk count differs from the end section", name);
+    if (v->meta->page_size == 0 || (v->meta->page_size & (v->meta->page_size - 1)))
+        FAIL("%s: bad page size %llu", name, (unsigned long long)v->meta->page_size);
+
+    /* cross references */
+    for (i = 0; i < v->n_arenas; i++) {
+        const ptmd_arena_rec *a = &v->arenas[i];
+        if ((uint64_t)a->first_heap + a->n_heaps > v->n_heaps) FAIL("%s: arena %zu names heaps that do not exist", name, i);
+    }
+    {
+        uint64_t next_chunk = 0;
+        for (i = 0; i < v->n_heaps; i++) {
+            if (v->heaps[i].first_chunk != next_chunk || v->heaps[i].n_chunks > v->n_chunks - next_chunk)
+                FAIL("%s: heap %zu does not continue the chunk table", name, i);
+            next_chunk += v->heaps[i].n_chunks;
+        }
+        if (next_chunk != v->n_chunks) FAIL("%s: %llu chunks belong to no heap", name, (unsigned long long)(v->n_chunks - next_chunk));
+    }
+    for (i = 0; i < v->n_heaps; i++) {
+        const ptmd_heap_rec *h = &v->heaps[i];
+        if (h->end < h->start || h->first_page > v->n_pages || h->n_pages > v->n_pages - h->first_page ||
+            (h->arena != PTMD_NO_ARENA && h->arena >= v->n_arenas) || h->page_base > h->start ||
+            (h->n_pages && h->end - h->page_base > h->n_pages * v->meta->page_size))
+            FAIL("%s: heap %zu has bad bounds", name, i);
+    }
+    if ((v->ruby_objects || v->ruby_pages || v->ruby_words || v->ruby_names) &&
+        !(v->ruby_meta && v->ruby_objects && v->ruby_pages && v->ruby_words && v->ruby_names))
+        FAIL("%s: the Ruby sections are incomplete", name);
+    {
+        uint64_t words = 0;
+        for (i = 0; i < v->n_ruby_objects; i++) {
+            const ptmd_ruby_object *o = &v->ruby_objects[i];
+            words += o->n_words;
+            if ((o->klass != PTMD_NO_NAME && o->klass >= v->n_ruby_names) ||
+                (o->data_type != PTMD_NO_NAME && o->data_type >= v->n_ruby_names))
+                FAIL("%s: Ruby object %zu names a class that does not exist", name, i);
+        }
+        if (words != v->n_ruby_words) FAIL("%s: the Ruby objects' words do not add up", name);
+    }
+    if (v->trim_released && v->n_trim_released != v->n_arenas) FAIL("%s: the trim check does not cover every arena", name);
+    for (i = 0; i < v->n_refs; i++)
+        if (v->refs[i].from >= v->n_chunks || v->refs[i].to >= v->n_chunks)
+            FAIL("%s: reference %zu names a chunk that does not exist", name, i);
+    for (i = 0; i < v->n_anomalies; i++)
+        if (v->anomalies[i].arena != PTMD_NO_ARENA && v->anomalies[i].arena >= v->n_arenas)
+            FAIL("%s: anomaly %zu names an arena that does not exist", name, i);
+    return 0;
+}
+
+int ptmd_view_build_chunks(ptmd_view *v, ptmd_chunk_rec *recs, const char *name, ptmd_err *err)
+{
+    size_t i;
+    for (i = 0; i < v->n_heaps; i++) {
+        const ptmd_heap_rec *h = &v->heaps[i];
+        uint64_t c, at = h->start;
+        for (c = h->first_chunk; c < h->first_chunk + h->n_chunks; c++) {
+            uint64_t word = v->chunk_words[c], size = word & PTMD_SIZE_MASK;
+            if ((int)(word & 0xf) >= PTMD_ST_COUNT)
+                FAIL("%s: chunk %llu has an unknown state", name, (unsigned long long)c);
+            if (size == 0 || size > h->end - at)
+                FAIL("%s: chunk %llu at %#llx runs past its heap", name, (unsigned long long)c, (unsigned long long)at);
+            recs[c].addr = at;
+            recs[c].word = word;
+            at += size;
+        }
+        if (at != h->end)
+            FAIL("%s: the chunks of heap %zu end at %#llx, the heap at %#llx", name, i, (unsigned long long)at,
+                 (unsigned long long)h->end);
+    }
+    v->chunks = recs;
+    return 0;
+}
+
+long ptmd_view_heap_of_chunk(const ptmd_view *v, uint64_t ci)
+{
+    size_t lo = 0, hi = v->n_heaps;
+    /* heaps are stored in walk order, their chunk ranges ascending and contiguous */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        const ptmd_heap_rec *h = &v->heaps[mid];
+        if (ci < h->first_chunk) hi = mid;
+        else if (ci >= h->first_chunk + h->n_chunks) lo = mid + 1;
+        else return (long)mid;
+    }
+    return -1;
+}
+
+long ptmd_view_find_chunk(const ptmd_view *v, uint64_t addr, int containing)
+{
+    size_t h;
+    for (h = 0; h < v->n_heaps; h++) {
+        const ptmd_heap_rec *hp = &v->heaps[h];
+        size_t lo, hi;
+        if (addr < hp->start || addr >= hp->end || !hp->n_chunks) continue;
+        lo = hp->first_chunk;
+        hi = hp->first_chunk + hp->n_chunks;
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            const ptmd_chunk_rec *c = &v->chunks[mid];
+            if (addr < c->addr) hi = mid;
+            else if (addr >= c->addr + ptmd_rec_size(c) && !(addr == c->addr)) lo = mid + 1;
+            else return (containing || addr == c->addr) ? (long)mid : -1;
+        }
+        return -1;
+    }
+    return -1;
+}
