@@ -3,6 +3,7 @@
 require_relative "ptmalloc_dump/version"
 require_relative "ptmalloc_dump/errors"
 require "ptmalloc_dump/ptmalloc_dump"
+# the model: a dump and what is read from it
 require_relative "ptmalloc_dump/ruby_layer"
 require_relative "ptmalloc_dump/records"
 require_relative "ptmalloc_dump/malloc_info"
@@ -10,15 +11,16 @@ require_relative "ptmalloc_dump/dump"
 require_relative "ptmalloc_dump/verification"
 require_relative "ptmalloc_dump/ruby_heap"
 require_relative "ptmalloc_dump/format_helpers"
-require_relative "ptmalloc_dump/text_summary"
-require_relative "ptmalloc_dump/json_summary"
-require_relative "ptmalloc_dump/geometry"
-require_relative "ptmalloc_dump/report"
-require_relative "ptmalloc_dump/signal_handler"
 require_relative "ptmalloc_dump/advice"
 require_relative "ptmalloc_dump/diff"
 require_relative "ptmalloc_dump/fleet"
-require_relative "ptmalloc_dump/comparison_report"
+require_relative "ptmalloc_dump/signal_handler"
+# the outputs: text, JSON, the HTML report and the comparison page
+require_relative "ptmalloc_dump/output/text_summary"
+require_relative "ptmalloc_dump/output/json_summary"
+require_relative "ptmalloc_dump/output/geometry"
+require_relative "ptmalloc_dump/output/report"
+require_relative "ptmalloc_dump/output/comparison_report"
 
 # Looks inside glibc's malloc (ptmalloc2) heap of the running Ruby process: every arena, heap and
 # chunk, classified and reconciled with glibc's own counters, written to one file.
@@ -98,8 +100,8 @@ module PtmallocDump
       %i[main_arena mp].each { |k| differences << "#{k}: #{a.header[k]} vs #{b.header[k]}" if a.header[k] != b.header[k] }
       differences << "arenas differ" if a.arenas.map(&:address) != b.arenas.map(&:address)
       differences << "chunk counts #{a.chunk_count} vs #{b.chunk_count}" if a.chunk_count != b.chunk_count
-      if (i = a.send(:_first_difference, b))
-        differences << "chunk #{i}: #{a.send(:_chunk_by_index, i).inspect} vs #{b.send(:_chunk_by_index, i).inspect}"
+      if (i = a.first_difference(b))
+        differences << "chunk #{i}: #{a.chunk_by_index(i).inspect} vs #{b.chunk_by_index(i).inspect}"
       end
       { agree: differences.empty?, main_arena: a.header[:main_arena], chunks: a.chunk_count, differences: differences }
     end

@@ -3,7 +3,8 @@
 require "fileutils"
 require "rbconfig"
 
-FUZZ_SOURCES = %w[reader summary analysis attribution render crc32 ptmd layout].map { |f| "ext/ptmalloc_dump/#{f}.c" }
+# The load direction: what a dump file reaches (ext/ptmalloc_dump/format and analysis).
+FUZZ_SOURCES = Dir["ext/ptmalloc_dump/{format,analysis}/*.c"].sort
 
 desc "Fuzz the dump reader with libFuzzer (clang, ASan, UBSan): rake fuzz[SECONDS] (default 60)"
 task :fuzz, [:seconds] => :compile do |_t, args|

@@ -47,8 +47,8 @@ module PtmallocDump
     # @return [Array<Hash>] :size_class, :old_count, :new_count, :count_growth, :bytes_growth, largest change first
     def size_classes
       @size_classes ||= begin
-        a = @old.send(:_size_classes)
-        b = @new.send(:_size_classes)
+        a = @old.size_classes
+        b = @new.size_classes
         (a.keys | b.keys).map do |k|
           oc, ob = a.fetch(k, [0, 0])
           nc, nb = b.fetch(k, [0, 0])
@@ -64,13 +64,13 @@ module PtmallocDump
       @chunks
     end
 
-    # @return [String] one byte per page of the newer dump (see DIFF_PAGE_STATES)
+    # @return [String] one byte per page of the newer dump, an index into {DIFF_PAGE_STATES}
     def page_changes
       compute_pages unless @page_changes
       @page_changes
     end
 
-    DIFF_PAGE_STATES = %i[unchanged new_in_use new_free_resident released new_page].freeze
+    DIFF_PAGE_STATES = Format::PAGE_CHANGES
 
     # Growth by owner (with Ruby data in both dumps): :by_type, :by_class, :by_data_type (largest
     # growth first) and :native.
@@ -101,7 +101,7 @@ module PtmallocDump
     private
 
     def compute_pages
-      @chunks, @page_changes = @new.send(:_diff_from, @old)
+      @chunks, @page_changes = _compare(@old, @new)
     end
   end
 

@@ -4,32 +4,28 @@ module PtmallocDump
   # A dump file loaded by {PtmallocDump.load}. Parsing, validation and every figure are done in C;
   # this class presents them.
   class Dump
-    SYMBOL_SOURCES = { 1 => :symtab, 2 => :build_id, 3 => :debuglink, 4 => :heuristic }.freeze
-    RESIDENCY_SOURCES = { 1 => :pagemap, 2 => :mincore }.freeze
-
     # Loads and validates a dump.
     #
     # @param path [String]
     # @raise [FormatError] when the file is not a valid dump
     # @raise [SystemCallError] when it cannot be read
     def self.open(path)
-      dump = new.tap { |d| d.send(:_load, path.to_s) }.freeze_path(path.to_s)
+      new(path)
+    end
+
+    # @param path [String, Pathname] (see {.open})
+    def initialize(path)
+      @path = path.to_s
+      _load(@path)
       begin
-        dump.malloc_info_figures
+        malloc_info_figures
       rescue FormatError => e
-        raise FormatError, "#{path}: damaged malloc_info section (#{e.message})"
+        raise FormatError, "#{@path}: damaged malloc_info section (#{e.message})"
       end
-      dump
     end
 
     # @return [String] the file this dump was loaded from
     attr_reader :path
-
-    # @api private
-    def freeze_path(path)
-      @path = path
-      self
-    end
 
     # What the file says about the process and how it was dumped.
     #
@@ -50,19 +46,19 @@ module PtmallocDump
           libc_path: strings["libc_path"],
           libc_build_id: strings["libc_build_id"],
           symbol_file: strings["symbol_file"],
-          symbol_source: SYMBOL_SOURCES.fetch(m.delete(:symbol_source_code), :unknown),
-          residency_source: RESIDENCY_SOURCES.fetch(m.delete(:residency_source_code), :unknown),
+          symbol_source: Format::SYMBOL_SOURCES[m.delete(:symbol_source_code)] || :unknown,
+          residency_source: Format::RESIDENCY_SOURCES[m.delete(:residency_source_code)] || :unknown,
           hostname: strings["hostname"],
           ruby_version: strings["ruby_version"],
           ruby_layer: ruby_layer_status(strings["ruby_layer"]),
           ruby_layer_reason: strings["ruby_layer"]&.[](/\A\w+(?::| \()\s*(.*?)\)?\z/, 1),
           gem_version: strings["gem_version"],
           strings: strings,
-          threads_complete: m[:flags].anybits?(1 << 5),
-          fork_snapshot: m[:flags].anybits?(1 << 4),
-          oracles_captured: !m[:flags].anybits?(1 << 6),
-          mallinfo_32bit: m[:flags].anybits?(1 << 7),
-          mremap_overcounts: m[:flags].anybits?(1 << 8),
+          threads_complete: flag?(m, :threads_complete),
+          fork_snapshot: flag?(m, :fork_child),
+          oracles_captured: !flag?(m, :no_oracles),
+          mallinfo_32bit: flag?(m, :mallinfo32),
+          mremap_overcounts: flag?(m, :mremap_overcount),
           mallinfo2: _mallinfo2,
           malloc_info: malloc_info
         ).freeze
@@ -88,20 +84,44 @@ module PtmallocDump
     def each_chunk(&block)
       return enum_for(:each_chunk) { chunk_count } unless block
 
-      _each_chunk(Chunk, heaps, arenas, &block)
+      _each_chunk(heaps, arenas, &block)
       self
     end
 
     # @param address [Integer] a chunk address (not the user pointer)
     # @return [Chunk, nil] the chunk that starts exactly there
     def chunk_at(address)
-      _find_chunk(address, false, Chunk, heaps, arenas)
+      _find_chunk(address, false, heaps, arenas)
     end
 
     # @param address [Integer] any address
     # @return [Chunk, nil] the chunk whose bytes include the address
     def chunk_containing(address)
-      _find_chunk(address, true, Chunk, heaps, arenas)
+      _find_chunk(address, true, heaps, arenas)
+    end
+
+    # @param index [Integer] a chunk's position in file order (heap by heap, by address in a heap)
+    # @return [Chunk, nil]
+    def chunk_by_index(index)
+      _chunk_by_index(index, heaps, arenas)
+    end
+
+    # The first chunk, in file order, whose address, size or state differs from the other dump's
+    # chunk at the same position (two dumps of one frozen heap have none).
+    #
+    # @param other [Dump]
+    # @return [Integer, nil] its index, the shorter dump's chunk count when one is a prefix of the
+    #   other, or nil when both hold the same chunks
+    def first_difference(other)
+      _first_difference(other)
+    end
+
+    # Allocated chunks (in use and mmapped) by size class: the exact chunk size up to 1040 bytes (the
+    # tcache's range), then the next power of two.
+    #
+    # @return [Hash{Integer=>Array(Integer, Integer)}] size class => [chunks, bytes]
+    def size_classes
+      @size_classes ||= _size_classes.freeze
     end
 
     # @return [Array<PageMap>] page residency, one per heap (same order as {#heaps})
@@ -176,6 +196,10 @@ module PtmallocDump
     end
 
     private
+
+    def flag?(meta, name)
+      meta[:flags].anybits?(Format::META_FLAGS.fetch(name))
+    end
 
     # Dumps written before the header said it: recorded when Ruby data is present.
     def ruby_layer_status(text)

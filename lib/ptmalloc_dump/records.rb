@@ -1,16 +1,8 @@
 # frozen_string_literal: true
 
 module PtmallocDump
-  # Chunk flag bits (the high byte of a chunk record).
-  module ChunkFlags
-    ANOMALY = 0x01
-    TCACHE_STRUCT = 0x02
-    LAST_REMAINDER = 0x04
-    FREE_BIT = 0x08
-  end
-
   # The states a chunk can have, in the order of the file format.
-  STATES = %i[in_use tcache fastbin unsorted smallbin largebin top mmapped meta].freeze
+  STATES = Format::STATES
   # States that hold free memory (what the program freed and malloc keeps).
   FREE_STATES = %i[tcache fastbin unsorted smallbin largebin top].freeze
 
@@ -27,7 +19,7 @@ module PtmallocDump
   # @!attribute [r] heap
   #   @return [Heap]
   # @!attribute [r] flags
-  #   @return [Integer] {ChunkFlags} bits
+  #   @return [Integer] bits of {Format::CHUNK_FLAGS}
   Chunk = Struct.new(:address, :size, :state, :arena, :heap, :flags) do
     # @return [Integer] the address malloc returned for this chunk
     def user_address
@@ -46,12 +38,12 @@ module PtmallocDump
 
     # @return [Boolean] whether this chunk is a thread's tcache_perthread_struct
     def tcache_struct?
-      flags.anybits?(ChunkFlags::TCACHE_STRUCT)
+      flags.anybits?(Format::CHUNK_FLAGS[:tcache_struct])
     end
 
     # @return [Boolean] whether an anomaly record names this chunk
     def anomaly?
-      flags.anybits?(ChunkFlags::ANOMALY)
+      flags.anybits?(Format::CHUNK_FLAGS[:anomaly])
     end
 
     def inspect
@@ -96,10 +88,9 @@ module PtmallocDump
 
   # Page residency of one heap, from /proc/self/pagemap (or mincore) at dump time.
   class PageMap
-    PRESENT = 1
-    SWAPPED = 2
-    EXCLUSIVE = 4
-    FILE = 8
+    PRESENT = Format::PAGE_FLAGS[:present]
+    SWAPPED = Format::PAGE_FLAGS[:swapped]
+    EXCLUSIVE = Format::PAGE_FLAGS[:exclusive]
 
     # @return [Heap]
     attr_reader :heap

@@ -28,12 +28,12 @@ module PtmallocDump
 
     # @return [Hash] GC.stat figures taken with the pass, and the pass's counts and timings
     def meta
-      @meta ||= @dump.send(:_ruby_meta).freeze
+      @meta ||= _meta.freeze
     end
 
     # @return [Array<RubyPage>]
     def pages
-      @pages ||= @dump.send(:_ruby_pages).map { |a| RubyPage.new(*a) }.freeze
+      @pages ||= _pages.map { |a| RubyPage.new(*a) }.freeze
     end
 
     # @return [Enumerator<RubyObject>] every live object, in address order
@@ -41,7 +41,7 @@ module PtmallocDump
       return enum_for(:objects) { meta[:object_count] } unless block_given?
 
       index = 0
-      @dump.send(:_each_ruby_object) do |tuple|
+      _each_object do |tuple|
         yield build(index, tuple)
         index += 1
       end
@@ -50,21 +50,21 @@ module PtmallocDump
     # @param address [Integer] an object's address (its VALUE)
     # @return [RubyObject, nil]
     def object_at(address)
-      i = @dump.send(:_ruby_object_index, address)
+      i = _object_index(address)
       i && object(i)
     end
 
     # @param index [Integer]
     # @return [RubyObject, nil]
     def object(index)
-      tuple = @dump.send(:_ruby_object, index)
+      tuple = _object(index)
       tuple && build(index, tuple)
     end
 
     # @param object [RubyObject]
     # @return [Array<Integer>] the words of its slot that were recorded as possible malloc pointers
     def words_of(object)
-      @dump.send(:_ruby_object_words, object.index)
+      _object_words(object.index)
     end
 
     # The Ruby object that owns a chunk.
@@ -72,7 +72,7 @@ module PtmallocDump
     # @param chunk [Chunk, Integer] a chunk or a chunk address
     # @return [RubyObject, nil] nil for native memory, free chunks and Ruby's own object pages
     def owner_of(chunk)
-      index, = @dump.send(:_owner, chunk.is_a?(Integer) ? chunk : chunk.address)
+      index, = _owner(chunk.is_a?(Integer) ? chunk : chunk.address)
       index && object(index)
     end
 
@@ -80,7 +80,7 @@ module PtmallocDump
     # @return [Symbol] :string, :array, :hash, :object, :data, :imemo, :other_ruby, :ruby_page,
     #   :native (in use, owned by no Ruby object) or :none (not in use)
     def category_of(chunk)
-      @dump.send(:_owner, chunk.is_a?(Integer) ? chunk : chunk.address)&.at(1) || :none
+      _owner(chunk.is_a?(Integer) ? chunk : chunk.address)&.at(1) || :none
     end
 
     # Malloc bytes owned by Ruby objects: by builtin type, class (top 50) and typed-data name, Ruby's
@@ -89,7 +89,7 @@ module PtmallocDump
     # @return [Hash{Symbol=>Object}]
     def summary
       @summary ||= begin
-        s = @dump.send(:_ruby_summary)
+        s = _summary
         top = ->(h, n) { h.sort_by { |_, (bytes, _)| -bytes }.first(n).to_h { |k, (bytes, chunks)| [k, { bytes: bytes, chunks: chunks }] } }
         {
           by_type: top.call(s[:by_type], 64),
@@ -113,7 +113,7 @@ module PtmallocDump
     private
 
     def names
-      @names ||= @dump.send(:_ruby_names)
+      @names ||= _names
     end
 
     def build(index, tuple)

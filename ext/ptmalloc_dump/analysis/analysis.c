@@ -6,12 +6,13 @@
 
 #define PTMD_MALLOC_CHUNK_SIZE 48      /* sizeof (struct malloc_chunk) on 64-bit, used by mtrim */
 
+const char *const ptmd_page_class_names[PTMD_PC_COUNT] = { PTMD_PAGE_CLASSES(PTMD_ENUM_NAME) };
+
 static uint64_t page_size_of(const ptmd_view *v)
 {
     return v->meta && v->meta->page_size ? v->meta->page_size : 4096;
 }
 
-static int is_in_use(int st) { return st == PTMD_ST_IN_USE || st == PTMD_ST_MMAPPED; }
 
 void ptmd_page_usage_fill(const ptmd_view *v, ptmd_page_usage *usage)
 {
@@ -32,7 +33,7 @@ void ptmd_page_usage_fill(const ptmd_view *v, ptmd_page_usage *usage)
                 ptmd_page_usage *u = &usage[hp->first_page + p];
                 if (pl >= hi) break;
                 ov = (uint32_t)((ph < hi ? ph : hi) - (pl > lo ? pl : lo));
-                if (is_in_use(st)) u->in_use += ov;
+                if (ptmd_state_is_allocated(st)) u->in_use += ov;
                 else if (st == PTMD_ST_TOP) u->top += ov;
                 else if (st == PTMD_ST_META) u->meta += ov;
                 else u->free += ov;
@@ -134,7 +135,7 @@ size_t ptmd_pinned_pages(const ptmd_view *v, const ptmd_page_usage *usage, ptmd_
             pg.heap = (uint32_t)h;
             pg.in_use = u->in_use;
             for (k = ci; k < cend && v->chunks[k].addr < ph; k++) {
-                if (!is_in_use(ptmd_rec_state(&v->chunks[k]))) continue;
+                if (!ptmd_state_is_allocated(ptmd_rec_state(&v->chunks[k]))) continue;
                 if (!pg.n_chunks) pg.first_chunk = k;
                 pg.n_chunks++;
             }
@@ -214,5 +215,54 @@ void ptmd_free_histogram(const ptmd_view *v, uint64_t *counts, uint64_t *bytes)
         if (k >= PTMD_HIST_BUCKETS) k = PTMD_HIST_BUCKETS - 1;
         counts[k]++;
         bytes[k] += size;
+    }
+}
+
+void ptmd_page_class_counts(const ptmd_view *v, const ptmd_page_usage *usage, uint64_t *per_heap,
+                            uint64_t pages[PTMD_PC_COUNT], uint64_t shared[PTMD_PC_COUNT])
+{
+    uint64_t ps = page_size_of(v);
+    int pagemap = v->meta->residency_source == PTMD_RESIDENCY_PAGEMAP && !(v->meta->flags & PTMD_MF_FORK_CHILD);
+    size_t h;
+    memset(per_heap, 0, v->n_heaps * PTMD_PC_COUNT * sizeof(uint64_t));
+    memset(pages, 0, PTMD_PC_COUNT * sizeof(uint64_t));
+    memset(shared, 0, PTMD_PC_COUNT * sizeof(uint64_t));
+    for (h = 0; h < v->n_heaps; h++) {
+        const ptmd_heap_rec *hp = &v->heaps[h];
+        uint64_t p;
+        for (p = 0; p < hp->n_pages; p++) {
+            uint8_t f = v->pages[hp->first_page + p];
+            int pc = (int)ptmd_page_classify(&usage[hp->first_page + p], f, ps);
+            per_heap[h * PTMD_PC_COUNT + (size_t)pc]++;
+            pages[pc]++;
+            if (pagemap && (f & PTMD_PAGE_PRESENT) && !(f & PTMD_PAGE_EXCLUSIVE)) shared[pc]++;
+        }
+    }
+}
+
+size_t ptmd_pinned_page_chunks(const ptmd_view *v, const ptmd_pinned_page *pin, uint64_t *out, size_t max)
+{
+    uint64_t k, end = pin->address + page_size_of(v);
+    size_t n = 0;
+    for (k = pin->first_chunk; n < pin->n_chunks && n < max && k < v->n_chunks && v->chunks[k].addr < end; k++)
+        if (ptmd_rec_is_allocated(&v->chunks[k])) out[n++] = k;
+    return n;
+}
+
+void ptmd_size_classes_fill(const ptmd_view *v, ptmd_size_classes *out)
+{
+    size_t i;
+    memset(out, 0, sizeof(*out));
+    for (i = 0; i < v->n_chunks; i++) {
+        uint64_t size = ptmd_rec_size(&v->chunks[i]);
+        if (!ptmd_rec_is_allocated(&v->chunks[i])) continue;
+        if (size < PTMD_EXACT_CLASSES * 16) {
+            out->exact_count[size / 16]++;
+            out->exact_bytes[size / 16] += size;
+        } else {
+            int k = 64 - __builtin_clzll(size - 1);
+            out->pow2_count[k]++;
+            out->pow2_bytes[k] += size;
+        }
     }
 }

@@ -5,19 +5,19 @@
 
 #include "analysis/summary.h"
 
-/* What a page holds, for the page map. */
-typedef enum {
-    PTMD_PC_UNTOUCHED = 0,      /* not resident, holds allocated bytes (never written, or dropped) */
-    PTMD_PC_IN_USE,             /* resident, only in-use chunks (and metadata) */
-    PTMD_PC_MIXED,              /* resident, in-use and free bytes, in-use >= 10% */
-    PTMD_PC_PINNED,             /* resident, in-use bytes under 10% of the page keep it from being released */
-    PTMD_PC_FREE_RESIDENT,      /* resident, free chunks only: the bloat */
-    PTMD_PC_TOP,                /* resident, part of top */
-    PTMD_PC_RELEASED,           /* free and not resident (released by free/trim, or never touched) */
-    PTMD_PC_SWAPPED,            /* in swap */
-    PTMD_PC_META,               /* allocator metadata only */
-    PTMD_PC_COUNT
-} ptmd_page_class;
+/* What a page holds, for the page map (a list as in format.h). */
+#define PTMD_PAGE_CLASSES(X)                                                                       \
+    X(PTMD_PC_UNTOUCHED, 0, "untouched")   /* not resident, holds allocated bytes (never written, or dropped) */ \
+    X(PTMD_PC_IN_USE, 1, "in_use")         /* resident, only in-use chunks (and metadata) */       \
+    X(PTMD_PC_MIXED, 2, "mixed")           /* resident, in-use and free bytes, in-use >= 10% */    \
+    X(PTMD_PC_PINNED, 3, "pinned")         /* resident, in-use bytes under 10% keep it from being released */ \
+    X(PTMD_PC_FREE_RESIDENT, 4, "free_resident") /* resident, free chunks only: the bloat */        \
+    X(PTMD_PC_TOP, 5, "top")               /* resident, part of top */                             \
+    X(PTMD_PC_RELEASED, 6, "released")     /* free and not resident (released, or never touched) */ \
+    X(PTMD_PC_SWAPPED, 7, "swapped")       /* in swap */                                           \
+    X(PTMD_PC_META, 8, "meta")             /* allocator metadata only */
+typedef enum { PTMD_PAGE_CLASSES(PTMD_ENUM_CONSTANT) PTMD_PC_COUNT = 9 } ptmd_page_class;
+extern const char *const ptmd_page_class_names[PTMD_PC_COUNT];
 
 typedef struct {
     uint32_t in_use, free, top, meta;   /* bytes of the page by what holds them */
@@ -26,6 +26,11 @@ typedef struct {
 /* usage[0 .. v->n_pages) (same indexing as the PAGES section). */
 void ptmd_page_usage_fill(const ptmd_view *v, ptmd_page_usage *usage);
 ptmd_page_class ptmd_page_classify(const ptmd_page_usage *u, uint8_t flags, uint64_t page_size);
+
+/* Pages by class: per_heap[h * PTMD_PC_COUNT + class] for every heap, and over all heaps the pages
+ * and those of them still shared copy-on-write with a parent (pagemap only, not in a fork snapshot). */
+void ptmd_page_class_counts(const ptmd_view *v, const ptmd_page_usage *usage, uint64_t *per_heap,
+                            uint64_t pages[PTMD_PC_COUNT], uint64_t shared[PTMD_PC_COUNT]);
 
 typedef struct {
     uint64_t start, end;            /* a maximal run of adjacent free chunks */
@@ -50,6 +55,10 @@ typedef struct {
 size_t ptmd_pinned_pages(const ptmd_view *v, const ptmd_page_usage *usage, ptmd_pinned_page *out, size_t n,
                          uint64_t *pinned_bytes);
 
+/* Up to max allocated chunks that hold a pinned page (the first touching it onward), as out[k] =
+ * chunk index; returns how many were written. */
+size_t ptmd_pinned_page_chunks(const ptmd_view *v, const ptmd_pinned_page *pin, uint64_t *out, size_t max);
+
 /* Resident bytes malloc_trim(0) could release, per arena (mtrim: the page-aligned interior of
  * every free chunk after fastbins are consolidated, and top beyond its first page). */
 void ptmd_trim_estimate(const ptmd_view *v, uint64_t *per_arena);
@@ -57,5 +66,14 @@ void ptmd_trim_estimate(const ptmd_view *v, uint64_t *per_arena);
 #define PTMD_HIST_BUCKETS 40
 /* Free chunks (not top) by size: bucket k holds sizes in [2^k, 2^(k+1)). */
 void ptmd_free_histogram(const ptmd_view *v, uint64_t *counts, uint64_t *bytes);
+
+/* Allocated chunks (in use and mmapped) by size class: the exact size up to 1040 bytes (the tcache's
+ * range, exact[size / 16]), then the next power of two (pow2[k] holds sizes in (2^(k-1), 2^k]). */
+#define PTMD_EXACT_CLASSES 66
+typedef struct {
+    uint64_t exact_count[PTMD_EXACT_CLASSES], exact_bytes[PTMD_EXACT_CLASSES];
+    uint64_t pow2_count[64], pow2_bytes[64];
+} ptmd_size_classes;
+void ptmd_size_classes_fill(const ptmd_view *v, ptmd_size_classes *out);
 
 #endif

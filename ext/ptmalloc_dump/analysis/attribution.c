@@ -1,5 +1,8 @@
 /* Attribution: objects -> chunks by slot words, then along references (breadth first). */
 #include "analysis/attribution.h"
+#include "format/glibc.h"
+#include "format/index.h"
+#include "format/reader.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +14,8 @@
 #define RT_HASH 0x08
 #define RT_DATA 0x0c
 #define RT_IMEMO 0x1a
+
+const char *const ptmd_owner_category_names[PTMD_OWN_COUNT] = { PTMD_OWNER_CATEGORIES(PTMD_ENUM_NAME) };
 
 int ptmd_owner_category(int t)
 {
@@ -25,77 +30,8 @@ int ptmd_owner_category(int t)
     }
 }
 
-typedef struct {
-    const ptmd_view *v;
-    uint32_t *order;          /* heap indices sorted by start */
-    size_t n;
-    uint64_t lo, hi;
-} heap_index;
-
-static const ptmd_view *sort_view;
-
-static int by_start(const void *a, const void *b)
-{
-    uint64_t x = sort_view->heaps[*(const uint32_t *)a].start, y = sort_view->heaps[*(const uint32_t *)b].start;
-    return x < y ? -1 : x > y;
-}
-
-static int index_build(heap_index *ix, const ptmd_view *v)
-{
-    size_t i;
-    ix->v = v;
-    ix->n = v->n_heaps;
-    ix->order = malloc((ix->n ? ix->n : 1) * sizeof(uint32_t));
-    if (!ix->order) return -1;
-    ix->lo = UINT64_MAX;
-    ix->hi = 0;
-    for (i = 0; i < ix->n; i++) {
-        ix->order[i] = (uint32_t)i;
-        if (v->heaps[i].start < ix->lo) ix->lo = v->heaps[i].start;
-        if (v->heaps[i].end > ix->hi) ix->hi = v->heaps[i].end;
-    }
-    sort_view = v;
-    qsort(ix->order, ix->n, sizeof(uint32_t), by_start);
-    return 0;
-}
-
-/* Index of the chunk containing addr (exact start when `exact`), or -1. */
-static long index_find(const heap_index *ix, uint64_t addr, int exact)
-{
-    const ptmd_view *v = ix->v;
-    size_t lo = 0, hi = ix->n;
-    const ptmd_heap_rec *h = NULL;
-    if (addr < ix->lo || addr >= ix->hi) return -1;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        const ptmd_heap_rec *m = &v->heaps[ix->order[mid]];
-        if (addr < m->start) hi = mid;
-        else if (addr >= m->end) lo = mid + 1;
-        else { h = m; break; }
-    }
-    if (!h || !h->n_chunks) return -1;
-    lo = h->first_chunk;
-    hi = h->first_chunk + h->n_chunks;
-    while (lo < hi) {                  /* first chunk starting after addr */
-        size_t mid = lo + (hi - lo) / 2;
-        if (v->chunks[mid].addr <= addr) lo = mid + 1;
-        else hi = mid;
-    }
-    if (lo == h->first_chunk) return -1;
-    lo--;
-    if (exact ? v->chunks[lo].addr != addr : addr >= v->chunks[lo].addr + ptmd_rec_size(&v->chunks[lo])) return -1;
-    return (long)lo;
-}
-
-static int in_use(const ptmd_chunk_rec *c)
-{
-    int st = ptmd_rec_state(c);
-    return st == PTMD_ST_IN_USE || st == PTMD_ST_MMAPPED;
-}
-
 int ptmd_attribute(const ptmd_view *v, ptmd_attribution *a)
 {
-    heap_index ix;
     size_t i, w = 0;
     uint32_t *queue = NULL, *offs = NULL, *targets = NULL;
     size_t qh = 0, qt = 0;
@@ -103,20 +39,19 @@ int ptmd_attribute(const ptmd_view *v, ptmd_attribution *a)
     memset(a->owner, 0, v->n_chunks * sizeof(uint32_t));
     memset(a->direct, 0, v->n_chunks);
     a->ambiguous = a->direct_count = a->via_refs = 0;
-    if (index_build(&ix, v) != 0) return -1;
 
     /* Ruby's own object pages, where they are malloc chunks (Ruby 2.x and 3.0) */
     for (i = 0; i < v->n_ruby_pages; i++) {
-        long ci = index_find(&ix, v->ruby_pages[i].start, 0);
-        if (ci >= 0 && in_use(&v->chunks[ci])) a->owner[ci] = UINT32_MAX;
+        long ci = ptmd_view_find_chunk(v, v->ruby_pages[i].start, 1);
+        if (ci >= 0 && ptmd_rec_is_allocated(&v->chunks[ci])) a->owner[ci] = UINT32_MAX;
     }
     /* slot words */
     for (i = 0; i < v->n_ruby_objects; i++) {
         const ptmd_ruby_object *o = &v->ruby_objects[i];
         uint16_t k;
         for (k = 0; k < o->n_words && w < v->n_ruby_words; k++, w++) {
-            long ci = index_find(&ix, v->ruby_words[w] - 16, 1);
-            if (ci < 0 || !in_use(&v->chunks[ci])) continue;
+            long ci = ptmd_view_find_chunk(v, ptmd_mem2chunk(v->ruby_words[w]), 0);
+            if (ci < 0 || !ptmd_rec_is_allocated(&v->chunks[ci])) continue;
             if (a->owner[ci] == 0) {
                 a->owner[ci] = (uint32_t)(i + 1);
                 a->direct[ci] = 1;
@@ -156,7 +91,7 @@ int ptmd_attribute(const ptmd_view *v, ptmd_attribution *a)
             uint32_t from = queue[qh++], e;
             for (e = offs[from]; e < offs[from + 1]; e++) {
                 uint32_t to = targets[e];
-                if (a->owner[to] || !in_use(&v->chunks[to])) continue;
+                if (a->owner[to] || !ptmd_rec_is_allocated(&v->chunks[to])) continue;
                 a->owner[to] = a->owner[from];
                 a->via_refs++;
                 queue[qt++] = to;
@@ -166,7 +101,7 @@ int ptmd_attribute(const ptmd_view *v, ptmd_attribution *a)
     for (i = 0; i < v->n_chunks; i++) {
         const ptmd_chunk_rec *c = &v->chunks[i];
         uint32_t o = a->owner[i];
-        if (!in_use(c)) a->category[i] = PTMD_OWN_NONE;
+        if (!ptmd_rec_is_allocated(c)) a->category[i] = PTMD_OWN_NONE;
         else if (o == UINT32_MAX) a->category[i] = PTMD_OWN_RUBY_PAGE;
         else if (o) a->category[i] = (uint8_t)ptmd_owner_category(v->ruby_objects[o - 1].type);
         else a->category[i] = PTMD_OWN_NATIVE;
@@ -174,12 +109,58 @@ int ptmd_attribute(const ptmd_view *v, ptmd_attribution *a)
     free(queue);
     free(offs);
     free(targets);
-    free(ix.order);
     return 0;
 oom:
     free(queue);
     free(offs);
     free(targets);
-    free(ix.order);
     return -1;
+}
+
+static int by_object_address(const void *x, const void *y, void *ctx)
+{
+    const ptmd_ruby_object *o = ctx;
+    uint64_t a = o[*(const uint32_t *)x].address, b = o[*(const uint32_t *)y].address;
+    return a < b ? -1 : a > b;
+}
+
+void ptmd_object_order(const ptmd_view *v, uint32_t *order)
+{
+    size_t i;
+    for (i = 0; i < v->n_ruby_objects; i++) order[i] = (uint32_t)i;
+    ptmd_sort(order, v->n_ruby_objects, sizeof(uint32_t), by_object_address, (void *)v->ruby_objects);
+}
+
+void ptmd_owner_summary(const ptmd_view *v, const ptmd_attribution *a, ptmd_owner_totals *out)
+{
+    size_t i, nn = v->n_ruby_names;
+    memset(out->category_bytes, 0, sizeof(out->category_bytes));
+    memset(out->category_chunks, 0, sizeof(out->category_chunks));
+    memset(out->type_bytes, 0, sizeof(out->type_bytes));
+    memset(out->type_chunks, 0, sizeof(out->type_chunks));
+    memset(out->class_bytes, 0, nn * sizeof(uint64_t));
+    memset(out->class_chunks, 0, nn * sizeof(uint64_t));
+    memset(out->data_type_bytes, 0, nn * sizeof(uint64_t));
+    memset(out->data_type_chunks, 0, nn * sizeof(uint64_t));
+    out->ruby_page_bytes = 0;
+    for (i = 0; i < v->n_chunks; i++) {
+        uint64_t size = ptmd_rec_size(&v->chunks[i]);
+        uint32_t o = a->owner[i];
+        out->category_bytes[a->category[i]] += size;
+        out->category_chunks[a->category[i]]++;
+        if (o && o != UINT32_MAX) {
+            const ptmd_ruby_object *obj = &v->ruby_objects[o - 1];
+            out->type_bytes[obj->type % PTMD_RUBY_TYPES] += size;
+            out->type_chunks[obj->type % PTMD_RUBY_TYPES]++;
+            if (obj->klass < nn) {
+                out->class_bytes[obj->klass] += size;
+                out->class_chunks[obj->klass]++;
+            }
+            if (obj->data_type < nn) {
+                out->data_type_bytes[obj->data_type] += size;
+                out->data_type_chunks[obj->data_type]++;
+            }
+        }
+    }
+    for (i = 0; i < v->n_ruby_pages; i++) out->ruby_page_bytes += v->ruby_pages[i].end - v->ruby_pages[i].start;
 }

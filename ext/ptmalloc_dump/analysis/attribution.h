@@ -6,13 +6,20 @@
 
 #include "analysis/summary.h"
 
-/* Owner categories, as the byte map's owner layer colours them. */
-enum {
-    PTMD_OWN_NONE = 0,        /* not an in-use chunk */
-    PTMD_OWN_STRING = 1, PTMD_OWN_ARRAY = 2, PTMD_OWN_HASH = 3, PTMD_OWN_OBJECT = 4, PTMD_OWN_DATA = 5,
-    PTMD_OWN_IMEMO = 6, PTMD_OWN_OTHER_RUBY = 7, PTMD_OWN_RUBY_PAGE = 8, PTMD_OWN_NATIVE = 9,
-    PTMD_OWN_COUNT = 10
-};
+/* Owner categories, as the byte map's owner layer colours them (a list as in format.h). */
+#define PTMD_OWNER_CATEGORIES(X)                                                                   \
+    X(PTMD_OWN_NONE, 0, "none")               /* not an allocated chunk */                         \
+    X(PTMD_OWN_STRING, 1, "string")                                                                \
+    X(PTMD_OWN_ARRAY, 2, "array")                                                                  \
+    X(PTMD_OWN_HASH, 3, "hash")                                                                    \
+    X(PTMD_OWN_OBJECT, 4, "object")                                                                \
+    X(PTMD_OWN_DATA, 5, "data")                                                                    \
+    X(PTMD_OWN_IMEMO, 6, "imemo")                                                                  \
+    X(PTMD_OWN_OTHER_RUBY, 7, "other_ruby")                                                        \
+    X(PTMD_OWN_RUBY_PAGE, 8, "ruby_page")     /* Ruby's own object page (Ruby 2.x and 3.0) */      \
+    X(PTMD_OWN_NATIVE, 9, "native")           /* allocated, no Ruby owner */
+enum { PTMD_OWNER_CATEGORIES(PTMD_ENUM_CONSTANT) PTMD_OWN_COUNT = 10 };
+extern const char *const ptmd_owner_category_names[PTMD_OWN_COUNT];
 
 typedef struct {
     uint32_t *owner;          /* per chunk: object index + 1, or 0 */
@@ -27,5 +34,21 @@ int ptmd_attribute(const ptmd_view *v, ptmd_attribution *a);
 
 /* Category of a Ruby builtin type (ruby_value_type). */
 int ptmd_owner_category(int ruby_type);
+
+/* order[0 .. v->n_ruby_objects) = the object indices by address. */
+void ptmd_object_order(const ptmd_view *v, uint32_t *order);
+
+/* Allocated bytes and chunks by owner: per category, per builtin type of the owning object, and per
+ * entry of the RUBY_NAMES section (class of the owner, and typed-data type), indexed like the names. */
+#define PTMD_RUBY_TYPES 32
+typedef struct {
+    uint64_t category_bytes[PTMD_OWN_COUNT], category_chunks[PTMD_OWN_COUNT];
+    uint64_t type_bytes[PTMD_RUBY_TYPES], type_chunks[PTMD_RUBY_TYPES];
+    uint64_t *class_bytes, *class_chunks;        /* v->n_ruby_names entries each */
+    uint64_t *data_type_bytes, *data_type_chunks;
+    uint64_t ruby_page_bytes;                    /* all of Ruby's object pages, in malloc or not */
+} ptmd_owner_totals;
+/* The four arrays must hold v->n_ruby_names entries each (zeroed here). */
+void ptmd_owner_summary(const ptmd_view *v, const ptmd_attribution *a, ptmd_owner_totals *out);
 
 #endif

@@ -1,27 +1,19 @@
 /* The diff: one merge over both dumps' chunks in address order, and a page-by-page comparison. */
 #include "analysis/diff.h"
 
-#include <stdlib.h>
 #include <string.h>
 
-static const ptmd_view *sort_view;
+const char *const ptmd_page_change_names[PTMD_PCHG_COUNT] = { PTMD_PAGE_CHANGES(PTMD_ENUM_NAME) };
 
-static int by_start(const void *x, const void *y)
+long ptmd_first_difference(const ptmd_view *a, const ptmd_view *b)
 {
-    uint64_t a = sort_view->heaps[*(const uint32_t *)x].start, b = sort_view->heaps[*(const uint32_t *)y].start;
-    return a < b ? -1 : a > b;
-}
-
-/* Heap indices in address order (heaps never overlap, so their chunks in this order are sorted). */
-static uint32_t *heap_order(const ptmd_view *v)
-{
-    uint32_t *o = malloc((v->n_heaps ? v->n_heaps : 1) * sizeof(uint32_t));
-    size_t i;
-    if (!o) return NULL;
-    for (i = 0; i < v->n_heaps; i++) o[i] = (uint32_t)i;
-    sort_view = v;
-    qsort(o, v->n_heaps, sizeof(uint32_t), by_start);
-    return o;
+    size_t i, n = a->n_chunks < b->n_chunks ? a->n_chunks : b->n_chunks;
+    for (i = 0; i < n; i++) {
+        const ptmd_chunk_rec *x = &a->chunks[i], *y = &b->chunks[i];
+        if (x->addr != y->addr || ptmd_rec_size(x) != ptmd_rec_size(y) || ptmd_rec_state(x) != ptmd_rec_state(y))
+            return (long)i;
+    }
+    return a->n_chunks == b->n_chunks ? -1 : (long)n;
 }
 
 typedef struct {
@@ -57,19 +49,14 @@ static long page_at(const ptmd_view *v, const uint32_t *order, uint64_t addr)
     return -1;
 }
 
-int ptmd_diff(const ptmd_view *a, const ptmd_page_usage *ua, const ptmd_view *b, const ptmd_page_usage *ub,
+void ptmd_diff(const ptmd_view *a, const ptmd_page_usage *ua, const ptmd_view *b, const ptmd_page_usage *ub,
               ptmd_diff_totals *t, uint8_t *change)
 {
-    uint32_t *oa = heap_order(a), *ob = heap_order(b);
+    const uint32_t *oa = a->heap_order, *ob = b->heap_order;   /* heaps never overlap: in this order their chunks are sorted */
     cursor ka, kb;
     const ptmd_chunk_rec *x, *y;
     size_t h;
     memset(t, 0, sizeof(*t));
-    if (!oa || !ob) {
-        free(oa);
-        free(ob);
-        return -1;
-    }
     ka.v = a; ka.order = oa; ka.h = 0; ka.c = 0;
     kb.v = b; kb.order = ob; kb.h = 0; kb.c = 0;
     x = cur(&ka);
@@ -120,7 +107,4 @@ int ptmd_diff(const ptmd_view *a, const ptmd_page_usage *ua, const ptmd_view *b,
             if (pres_b && !pres_a) t->became_resident++;
         }
     }
-    free(oa);
-    free(ob);
-    return 0;
 }

@@ -4,15 +4,15 @@
 
 #include "analysis/analysis.h"
 
-/* What changed on a page of the newer dump. */
-enum {
-    PTMD_PCHG_UNCHANGED = 0,
-    PTMD_PCHG_NEW_IN_USE = 1,       /* holds live data now, did not before (or was not there) */
-    PTMD_PCHG_NEW_FREE_RESIDENT = 2,/* free but resident now, held live data before */
-    PTMD_PCHG_RELEASED = 3,         /* resident before, not now */
-    PTMD_PCHG_NEW_PAGE = 4,         /* a page the older dump did not have, holding no live data */
-    PTMD_PCHG_COUNT = 5
-};
+/* What changed on a page of the newer dump (a list as in format.h). */
+#define PTMD_PAGE_CHANGES(X)                                                                       \
+    X(PTMD_PCHG_UNCHANGED, 0, "unchanged")                                                         \
+    X(PTMD_PCHG_NEW_IN_USE, 1, "new_in_use")     /* holds live data now, did not before (or was not there) */ \
+    X(PTMD_PCHG_NEW_FREE_RESIDENT, 2, "new_free_resident") /* free but resident now, held live data before */ \
+    X(PTMD_PCHG_RELEASED, 3, "released")         /* resident before, not now */                    \
+    X(PTMD_PCHG_NEW_PAGE, 4, "new_page")         /* a page the older dump did not have, holding no live data */
+enum { PTMD_PAGE_CHANGES(PTMD_ENUM_CONSTANT) PTMD_PCHG_COUNT = 5 };
+extern const char *const ptmd_page_change_names[PTMD_PCHG_COUNT];
 
 typedef struct {
     uint64_t same_count, same_bytes;    /* same address, size and state in both */
@@ -22,8 +22,12 @@ typedef struct {
     uint64_t became_resident;           /* pages resident now that were not (or did not exist) */
 } ptmd_diff_totals;
 
-/* change[0 .. b->n_pages): a PTMD_PCHG_* per page of b. Returns 0, -1 when out of memory. */
-int ptmd_diff(const ptmd_view *a, const ptmd_page_usage *ua, const ptmd_view *b, const ptmd_page_usage *ub,
+/* change[0 .. b->n_pages): a PTMD_PCHG_* per page of b. */
+/* Index of the first chunk that differs in address, size or state between two dumps of one heap (the
+ * shorter count when one is a prefix of the other), or -1 when both hold the same chunks. */
+long ptmd_first_difference(const ptmd_view *a, const ptmd_view *b);
+
+void ptmd_diff(const ptmd_view *a, const ptmd_page_usage *ua, const ptmd_view *b, const ptmd_page_usage *ub,
               ptmd_diff_totals *t, uint8_t *change);
 
 #endif

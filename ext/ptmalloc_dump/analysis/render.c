@@ -1,6 +1,8 @@
 /* The PNG renderer. Pictures are 8-bit indexed colour (one byte per pixel, fast zlib level), painted
  * tile by tile so memory stays bounded whatever the heap size. */
 #include "analysis/render.h"
+#include "analysis/attribution.h"
+#include "analysis/diff.h"
 #include "format/glibc.h"
 
 #include <errno.h>
@@ -49,9 +51,18 @@ static const ptmd_rgb owner_colors[PTMD_OWNER_MAX] = {
 };
 
 /* Diff maps: unchanged, newly in use, newly free but resident, released, a new page without live data. */
-static const ptmd_rgb diff_colors[5] = {
+static const ptmd_rgb diff_colors[PTMD_PCHG_COUNT] = {
     { 0xdd, 0xe3, 0xea }, { 0x2e, 0x6b, 0xb0 }, { 0xe3, 0x1a, 0x1c }, { 0x9a, 0xd4, 0x8c }, { 0xf6, 0xc7, 0x8d },
 };
+
+const char *const ptmd_image_kind_names[PTMD_IMG_COUNT] = { PTMD_IMAGE_KINDS(PTMD_ENUM_NAME) };
+
+/* The palette's ranges must not overlap (render.h). */
+_Static_assert(PTMD_PAL_STATE(PTMD_ST_COUNT - 1, 1, 1) < PTMD_PAL_PAGE(0, 0), "chunk states run into page classes");
+_Static_assert(PTMD_PAL_PAGE(PTMD_PC_COUNT - 1, 1) < PTMD_PAL_OWNER(0, 0, 0), "page classes run into owners");
+_Static_assert(PTMD_PAL_OWNER(PTMD_OWNER_MAX - 1, 1, 1) < PTMD_PAL_DIFF(0), "owners run into page changes");
+_Static_assert(PTMD_PAL_DIFF(PTMD_PCHG_COUNT - 1) < PTMD_PAL_SIZE, "page changes run past the palette");
+_Static_assert(PTMD_OWN_COUNT <= PTMD_OWNER_MAX, "more owner categories than owner colours");
 
 static ptmd_rgb palette[PTMD_PAL_SIZE];
 static int palette_ready;
@@ -87,7 +98,7 @@ const ptmd_rgb *ptmd_palette(void)
                 ptmd_rgb c = s ? mix(owner_colors[i], white, 28) : owner_colors[i];
                 palette[PTMD_PAL_OWNER(i, s, d)] = d ? mix(c, white, 65) : c;
             }
-    for (i = 0; i < 5; i++) palette[PTMD_PAL_DIFF(i)] = diff_colors[i];
+    for (i = 0; i < PTMD_PCHG_COUNT; i++) palette[PTMD_PAL_DIFF(i)] = diff_colors[i];
     palette_ready = 1;
     return palette;
 }
@@ -239,7 +250,7 @@ static void paint_page_map(const ptmd_view *v, const ptmd_page_usage *usage, con
                 for (x = 0; x < cell; x++)
                     /* shared pages get a checker of the darker shade */
                     px[(row * cell + y) * width + col * cell + x] =
-                        change ? (uint8_t)PTMD_PAL_DIFF(change[hp->first_page + p] % 5)
+                        change ? (uint8_t)PTMD_PAL_DIFF(change[hp->first_page + p] % PTMD_PCHG_COUNT)
                                : (uint8_t)PTMD_PAL_PAGE(pc, sh && ((x + y) & 1) == 0);
         }
         off += hp->n_pages;
@@ -282,7 +293,7 @@ static void paint_byte_map(const ptmd_view *v, const group *g, uint64_t u0, uint
             const ptmd_chunk_rec *c = &v->chunks[i];
             uint64_t a = c->addr > lo_a ? c->addr : lo_a, e = c->addr + ptmd_rec_size(c);
             int st = ptmd_rec_state(c), shade = (int)(i & 1);
-            int in_use = st == PTMD_ST_IN_USE || st == PTMD_ST_MMAPPED;
+            int in_use = ptmd_state_is_allocated(st);
             int own = owner_mode && in_use ? owner[i] : 0;
             int free_chunk = owner_mode && ptmd_state_is_free(st) && st != PTMD_ST_TOP;
             if (c->addr >= hi_a) break;

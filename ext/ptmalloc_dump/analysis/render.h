@@ -34,7 +34,12 @@ ptmd_rgb ptmd_page_color(int page_class);
 ptmd_rgb ptmd_owner_color(int owner);
 ptmd_rgb ptmd_diff_color(int change);
 
-enum { PTMD_IMG_PAGE_MAP = 1, PTMD_IMG_BYTE_MAP = 2, PTMD_IMG_OWNER_MAP = 3, PTMD_IMG_RUBY_PAGES = 4, PTMD_IMG_DIFF_MAP = 5 };
+#define PTMD_IMAGE_KINDS(X)                                                                        \
+    X(PTMD_IMG_PAGE_MAP, 1, "page_map") X(PTMD_IMG_BYTE_MAP, 2, "byte_map")                        \
+    X(PTMD_IMG_OWNER_MAP, 3, "owner_map") X(PTMD_IMG_RUBY_PAGES, 4, "ruby_pages")                  \
+    X(PTMD_IMG_DIFF_MAP, 5, "diff_map")
+enum { PTMD_IMAGE_KINDS(PTMD_ENUM_CONSTANT) PTMD_IMG_COUNT = 6 };
+extern const char *const ptmd_image_kind_names[PTMD_IMG_COUNT];
 
 #define PTMD_PAGE_MAP_CELLS_PER_ROW 256    /* 1 MiB of heap per row with 4 KiB pages */
 #define PTMD_BYTE_MAP_BYTES_PER_PX 16

@@ -4,23 +4,6 @@
 
 #include <string.h>
 
-const char *const ptmd_state_names[PTMD_ST_COUNT] = {
-    "in_use", "tcache", "fastbin", "unsorted", "smallbin", "largebin", "top", "mmapped", "meta"
-};
-
-const char *const ptmd_anomaly_names[PTMD_AN_COUNT] = {
-    "unknown", "bad_size", "past_end", "free_not_in_bin", "list_not_chunk", "list_in_use",
-    "fastbin_free", "bad_pointer", "list_cycle", "list_link", "wrong_bin", "duplicate", "top",
-    "noncontiguous", "system_mem", "heap_info", "tcache_count", "tcache_key", "mmapped_mismatch",
-    "wrong_arena"
-};
-
-int ptmd_state_is_free(int state)
-{
-    return state == PTMD_ST_TCACHE || state == PTMD_ST_FASTBIN || state == PTMD_ST_UNSORTED ||
-           state == PTMD_ST_SMALLBIN || state == PTMD_ST_LARGEBIN || state == PTMD_ST_TOP;
-}
-
 static void binstat_add(ptmd_binstat *b, uint64_t size)
 {
     if (b->count == 0 || size < b->from) b->from = size;

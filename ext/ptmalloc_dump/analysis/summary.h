@@ -18,7 +18,8 @@ typedef struct {
     size_t n_arenas;
     const ptmd_heap_rec *heaps;
     size_t n_heaps;
-    const ptmd_chunk_rec *chunks;  /* with addresses (built by ptmd_view_build_chunks for a file) */
+    const ptmd_chunk_rec *chunks;  /* with addresses (built by ptmd_view_build_index for a file) */
+    const uint32_t *heap_order;     /* heap indices by start (format/index.h) */
     size_t n_chunks;
     const uint64_t *chunk_words;    /* the file's address-less records */
     const uint8_t *pages;
@@ -71,8 +72,5 @@ typedef struct {
 /* Fills *total and per_arena[0 .. v->n_arenas). */
 void ptmd_summarize(const ptmd_view *v, ptmd_totals *total, ptmd_arena_summary *per_arena);
 
-extern const char *const ptmd_state_names[PTMD_ST_COUNT];
-extern const char *const ptmd_anomaly_names[PTMD_AN_COUNT];
-int ptmd_state_is_free(int state);
 
 #endif

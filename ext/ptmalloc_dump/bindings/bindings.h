@@ -1,6 +1,8 @@
-/* Declarations shared by the Ruby binding files (the only files that touch the Ruby API). */
-#ifndef PTMD_RB_COMMON_H
-#define PTMD_RB_COMMON_H
+/* What the binding files share. They convert between Ruby and the plain C of format/ and analysis/;
+ * one file per Ruby class or module, each with its init, called by Init_ptmalloc_dump. Besides them
+ * only capture/ruby_heap.c touches the Ruby API. */
+#ifndef PTMD_BINDINGS_H
+#define PTMD_BINDINGS_H
 
 #include <ruby.h>
 #include "format/ptmd.h"
@@ -8,26 +10,39 @@
 #include "analysis/attribution.h"
 #include "analysis/summary.h"
 
+#define PTMD_U64(x) ULL2NUM((unsigned long long)(x))
+#define PTMD_SYM(name) ID2SYM(rb_intern(name))
+#define PTMD_SET(h, key, val) rb_hash_aset((h), PTMD_SYM(key), (val))
+#define PTMD_BOOL(x) ((x) ? Qtrue : Qfalse)
+
 extern VALUE ptmd_mPtmallocDump;
 
-/* Raises the Ruby exception for a core error: Errno::* for system calls, PtmallocDump::*Error else. */
+/* errors.c: raises the Ruby exception for a core error: Errno::* for system calls, PtmallocDump::*Error
+ * else. */
 NORETURN(void ptmd_rb_raise(const ptmd_err *err));
 
-/* The summary Hash of a view (mallinfo2 fields, residency, per-state and per-arena figures). */
+/* figures.c: a view's header and records as Hashes and Arrays of Hashes; its summary (mallinfo2
+ * fields, residency, per-state and per-arena figures), and the page-level analysis. */
+VALUE ptmd_rb_meta(const ptmd_view *v);
+VALUE ptmd_rb_mallinfo2(const ptmd_view *v);
+VALUE ptmd_rb_arena_records(const ptmd_view *v);
+VALUE ptmd_rb_heap_records(const ptmd_view *v);
+VALUE ptmd_rb_thread_records(const ptmd_view *v);
+VALUE ptmd_rb_anomaly_records(const ptmd_view *v);
 VALUE ptmd_rb_summary(const ptmd_view *v);
+VALUE ptmd_rb_analysis(const ptmd_view *v, const ptmd_page_usage *usage);
 
-/* The loaded view of a PtmallocDump::Dump, and its per-page usage (computed once). */
+/* dump_class.c: a loaded PtmallocDump::Dump's view, and what is computed from it once. */
 const ptmd_view *ptmd_rb_dump_view(VALUE dump);
 const ptmd_page_usage *ptmd_rb_dump_usage(VALUE dump);
 const ptmd_attribution *ptmd_rb_dump_attribution(VALUE dump);
-/* Ruby object indices sorted by address (computed once). */
-const uint32_t *ptmd_rb_dump_object_order(VALUE dump);
+const uint32_t *ptmd_rb_dump_object_order(VALUE dump);   /* Ruby object indices by address */
 
-void ptmd_rb_errors_init(void);
-void ptmd_rb_render_init(void);
-void ptmd_rb_ruby_init(void);
-void ptmd_rb_ruby_heap_init(void);
-void ptmd_rb_dump_init(void);
-void ptmd_rb_reader_init(void);
+void ptmd_errors_init(void);
+void ptmd_format_module_init(void);
+void ptmd_dump_class_init(void);
+void ptmd_ruby_heap_class_init(void);
+void ptmd_render_module_init(void);
+void ptmd_diff_class_init(void);
 
 #endif

@@ -1,4 +1,4 @@
-/* Mapping core error codes to the gem's exception classes (defined in lib/ptmalloc_dump/errors.rb). */
+/* Core error codes to the gem's exception classes (defined in lib/ptmalloc_dump/errors.rb). */
 #include "bindings/bindings.h"
 
 static VALUE error_class(ptmd_errcode code)
@@ -27,7 +27,7 @@ void ptmd_rb_raise(const ptmd_err *err)
     rb_raise(error_class(err->code), "%s", err->msg);
 }
 
-void ptmd_rb_errors_init(void)
+void ptmd_errors_init(void)
 {
     /* the classes live in Ruby; make sure they were loaded first */
     rb_path2class("PtmallocDump::Error");

@@ -1,15 +1,227 @@
-/* Entry point: defines PtmallocDump's native parts, one init per binding file. */
+/* PtmallocDump: the module's own native methods, and Init_ptmalloc_dump, which calls each binding's
+ * init. A dump runs with the GVL held (the walk must not race Ruby threads' mallocs). */
 #include "bindings/bindings.h"
+#include "capture/dump.h"
+#include "capture/locate.h"
+#include "format/format.h"
+
+#include <string.h>
+#include <sys/mman.h>
+
+typedef struct {
+    ptmd_dump_state d;
+    ptmd_dump_opts opts;
+    const char *strings[64];
+    int ruby;
+    ptmd_err err;
+    int rc;
+} dump_call;
+
+static VALUE dump_body(VALUE arg)
+{
+    dump_call *c = (dump_call *)arg;
+    ptmd_view v;
+    VALUE summary;
+    if (c->ruby) ptmd_ruby_pass(&c->d.ruby);
+    c->rc = ptmd_dump_run(&c->d, &c->opts, &c->err);
+    if (c->rc != 0) return Qnil;
+    ptmd_dump_view(&c->d, &v);
+    summary = ptmd_rb_summary(&v);
+    PTMD_SET(summary, "walk_ns", PTMD_U64(c->d.meta.walk_ns));
+    PTMD_SET(summary, "lock_wait_ns", PTMD_U64(c->d.meta.lock_wait_ns));
+    return summary;
+}
+
+/* The shared arguments of _dump and _dump_fork, converted before anything is allocated (everything
+ * here may raise): the debug dir and the key/value strings. Returns the C debug dir or NULL. */
+static dump_call *new_call(VALUE debug_dir, VALUE strings, const char **cdir)
+{
+    const char *strs[64];
+    dump_call *c;
+    long i, n;
+    if (!NIL_P(debug_dir)) FilePathValue(debug_dir);
+    Check_Type(strings, T_ARRAY);
+    n = RARRAY_LEN(strings);
+    if (n > 62 || (n & 1)) rb_raise(rb_eArgError, "strings must be at most 31 key/value pairs");
+    for (i = 0; i < n; i++) {
+        VALUE s = RARRAY_AREF(strings, i);
+        strs[i] = StringValueCStr(s);
+    }
+    strs[n] = NULL;
+    *cdir = NIL_P(debug_dir) ? NULL : StringValueCStr(debug_dir);
+    /* mmap, not xmalloc: a dump must not take a chunk the program just freed */
+    c = mmap(NULL, sizeof(*c), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (c == MAP_FAILED) rb_sys_fail("mmap");
+    ptmd_dump_init(&c->d);
+    memcpy(c->strings, strs, sizeof(strs));
+    return c;
+}
+
+/* _dump(path, debug_dir, strings, ruby, references, symbols, trim_check) -> summary Hash. strings: flat
+ * Array of key, value Strings; ruby: record Ruby's heap; references: scan chunks for pointers to
+ * chunks; symbols: a PTMD_SYMBOLS_* mode; trim_check: measure what malloc_trim(0) releases. */
+static VALUE rb_ptmd_dump(VALUE self, VALUE path, VALUE debug_dir, VALUE strings, VALUE ruby, VALUE references,
+                          VALUE symbols, VALUE trim)
+{
+    dump_call *c;
+    VALUE result;
+    const char *cpath, *cdir;
+    ptmd_err err;
+    int state = 0, rc;
+    PTMD_UNUSED(self);
+    FilePathValue(path);
+    cpath = StringValueCStr(path);
+    c = new_call(debug_dir, strings, &cdir);
+    c->opts.path = cpath;
+    c->opts.debug_dir = cdir;
+    c->opts.strings = c->strings;
+    c->opts.references = RTEST(references);
+    c->opts.symbols = NUM2INT(symbols);
+    c->opts.trim_check = RTEST(trim);
+    c->ruby = RTEST(ruby);
+    result = rb_protect(dump_body, (VALUE)c, &state);
+    ptmd_dump_release(&c->d);
+    rc = c->rc;
+    err = c->err;
+    munmap(c, sizeof(*c));
+    RB_GC_GUARD(path);
+    RB_GC_GUARD(debug_dir);
+    RB_GC_GUARD(strings);
+    if (state) rb_jump_tag(state);
+    if (rc != 0) ptmd_rb_raise(&err);
+    return result;
+}
+
+typedef struct {
+    dump_call *c;
+    ptmd_dump_opts opts[8];
+    size_t n;
+    int pid, errfd;
+} fork_call;
+
+static VALUE fork_body(VALUE arg)
+{
+    fork_call *f = (fork_call *)arg;
+    dump_call *c = f->c;
+    if (c->ruby) ptmd_ruby_pass(&c->d.ruby);
+    c->rc = ptmd_dump_fork(&c->d, f->opts, f->n, &f->pid, &f->errfd, &c->err);
+    return Qnil;
+}
+
+/* _dump_fork(targets, debug_dir, strings, ruby, references) -> [pid, error pipe fd]. targets: Array of
+ * [path, symbols mode] (up to 8), dumped by one child from the same frozen heap. The Ruby pass runs
+ * here, in the parent. */
+static VALUE rb_ptmd_dump_fork(VALUE self, VALUE targets, VALUE debug_dir, VALUE strings, VALUE ruby, VALUE references)
+{
+    dump_call *c;
+    fork_call f;
+    const char *cpaths[8], *cdir;
+    int modes[8];
+    ptmd_err err;
+    int state = 0, rc;
+    long i, nt;
+    PTMD_UNUSED(self);
+    Check_Type(targets, T_ARRAY);
+    nt = RARRAY_LEN(targets);
+    if (nt < 1 || nt > 8) rb_raise(rb_eArgError, "one to eight dump targets");
+    for (i = 0; i < nt; i++) {
+        VALUE t = RARRAY_AREF(targets, i), p;
+        Check_Type(t, T_ARRAY);
+        if (RARRAY_LEN(t) != 2) rb_raise(rb_eArgError, "a target is [path, symbols mode]");
+        p = RARRAY_AREF(t, 0);
+        FilePathValue(p);
+        cpaths[i] = StringValueCStr(p);
+        modes[i] = NUM2INT(RARRAY_AREF(t, 1));
+    }
+    c = new_call(debug_dir, strings, &cdir);
+    c->ruby = RTEST(ruby);
+    memset(&f, 0, sizeof(f));
+    f.c = c;
+    f.n = (size_t)nt;
+    f.pid = f.errfd = -1;
+    for (i = 0; i < nt; i++) {
+        f.opts[i].path = cpaths[i];
+        f.opts[i].debug_dir = cdir;
+        f.opts[i].symbols = modes[i];
+        f.opts[i].strings = c->strings;
+        f.opts[i].references = RTEST(references);
+    }
+    rb_protect(fork_body, (VALUE)&f, &state);
+    ptmd_dump_release(&c->d);      /* the parent's copy; the child has its own */
+    rc = c->rc;
+    err = c->err;
+    munmap(c, sizeof(*c));
+    RB_GC_GUARD(targets);
+    RB_GC_GUARD(debug_dir);
+    RB_GC_GUARD(strings);
+    if (state) rb_jump_tag(state);
+    if (rc != 0) ptmd_rb_raise(&err);
+    return rb_ary_new_from_args(2, INT2NUM(f.pid), INT2NUM(f.errfd));
+}
+
+/* _raise_child_error(bytes): raises the error a snapshot child reported */
+static VALUE rb_ptmd_raise_child_error(VALUE self, VALUE bytes)
+{
+    ptmd_err err;
+    PTMD_UNUSED(self);
+    StringValue(bytes);
+    if ((size_t)RSTRING_LEN(bytes) != sizeof(err))
+        rb_raise(rb_path2class("PtmallocDump::Error"), "the snapshot process failed without saying why");
+    memcpy(&err, RSTRING_PTR(bytes), sizeof(err));
+    err.msg[sizeof(err.msg) - 1] = '\0';
+    err.path[sizeof(err.path) - 1] = '\0';
+    ptmd_rb_raise(&err);
+    return Qnil;
+}
+
+/* _libc_info(debug_dir, symbols) -> Hash: where libc and its symbols were found (raises like _dump). */
+static VALUE rb_ptmd_libc_info(VALUE self, VALUE debug_dir, VALUE symbols)
+{
+    const ptmd_libc *lc;
+    ptmd_err err;
+    VALUE h = rb_hash_new();
+    char hex[2 * sizeof(lc->build_id) + 1];
+    PTMD_UNUSED(self);
+    if (!NIL_P(debug_dir)) FilePathValue(debug_dir);
+    if (ptmd_locate(NIL_P(debug_dir) ? NULL : StringValueCStr(debug_dir), NUM2INT(symbols), &lc, &err) != 0)
+        ptmd_rb_raise(&err);
+    ptmd_hex(lc->build_id, lc->build_id_len, hex);
+    PTMD_SET(h, "glibc_version", rb_str_new_cstr(lc->glibc_version));
+    PTMD_SET(h, "libc_path", rb_str_new_cstr(lc->libc_path));
+    PTMD_SET(h, "build_id", rb_str_new_cstr(hex));
+    PTMD_SET(h, "symbol_file", rb_str_new_cstr(lc->symbol_file));
+    PTMD_SET(h, "main_arena", PTMD_U64(lc->main_arena));
+    PTMD_SET(h, "mp", PTMD_U64(lc->mp));
+    PTMD_SET(h, "supported_layout", PTMD_BOOL(lc->layout));
+    PTMD_SET(h, "symbol_source", PTMD_SYM(PTMD_NAME_OF(ptmd_symbol_source_names, lc->symbol_source)));
+    return h;
+}
+
+/* _ruby_functions_missing -> the internal Ruby functions the Ruby pass needs that this Ruby lacks */
+static VALUE rb_ptmd_ruby_functions_missing(VALUE self)
+{
+    VALUE missing = rb_ary_new();
+    const char *const *name;
+    PTMD_UNUSED(self);
+    for (name = ptmd_ruby_functions_missing(); *name; name++) rb_ary_push(missing, rb_str_new_cstr(*name));
+    return missing;
+}
 
 VALUE ptmd_mPtmallocDump;
 
 RUBY_FUNC_EXPORTED void Init_ptmalloc_dump(void)
 {
     ptmd_mPtmallocDump = rb_define_module("PtmallocDump");
-    ptmd_rb_errors_init();
-    ptmd_rb_dump_init();
-    ptmd_rb_reader_init();
-    ptmd_rb_render_init();
-    ptmd_rb_ruby_init();
-    ptmd_rb_ruby_heap_init();
+    ptmd_errors_init();
+    ptmd_format_module_init();
+    ptmd_dump_class_init();
+    ptmd_ruby_heap_class_init();
+    ptmd_render_module_init();
+    ptmd_diff_class_init();
+    ptmd_ruby_heap_init();
+    rb_define_singleton_method(ptmd_mPtmallocDump, "_dump", rb_ptmd_dump, 7);
+    rb_define_singleton_method(ptmd_mPtmallocDump, "_dump_fork", rb_ptmd_dump_fork, 5);
+    rb_define_singleton_method(ptmd_mPtmallocDump, "_raise_child_error", rb_ptmd_raise_child_error, 1);
+    rb_define_singleton_method(ptmd_mPtmallocDump, "_libc_info", rb_ptmd_libc_info, 2);
+    rb_define_singleton_method(ptmd_mPtmallocDump, "_ruby_functions_missing", rb_ptmd_ruby_functions_missing, 0);
 }

@@ -142,7 +142,6 @@ static int add_string(ptmd_buf *b, const char *k, const char *v)
 static int collect_strings(ptmd_dump_state *d, const ptmd_libc *lc, const ptmd_dump_opts *o)
 {
     char host[256] = "", hex[2 * sizeof(lc->build_id) + 1];
-    static const char *const src[] = { "?", "symtab", "build_id", "debuglink", "heuristic" };
     const char *const *s;
     gethostname(host, sizeof(host) - 1);
     ptmd_hex(lc->build_id, lc->build_id_len, hex);
@@ -150,7 +149,7 @@ static int collect_strings(ptmd_dump_state *d, const ptmd_libc *lc, const ptmd_d
         add_string(&d->strings, "libc_path", lc->libc_path) ||
         add_string(&d->strings, "libc_build_id", hex) ||
         add_string(&d->strings, "symbol_file", lc->symbol_file) ||
-        add_string(&d->strings, "symbol_source", src[lc->symbol_source <= 4 ? lc->symbol_source : 0]) ||
+        add_string(&d->strings, "symbol_source", PTMD_NAME_OF(ptmd_symbol_source_names, lc->symbol_source)) ||
         add_string(&d->strings, "hostname", host))
         return -1;
     for (s = o->strings; s && s[0] && s[1]; s += 2)
@@ -409,6 +408,8 @@ void ptmd_dump_view(const ptmd_dump_state *d, ptmd_view *v)
     v->n_arenas = PTMD_BUF_COUNT(&w->arenas, ptmd_arena_rec);
     v->heaps = (const ptmd_heap_rec *)(const void *)w->heaps.base;
     v->n_heaps = PTMD_BUF_COUNT(&w->heaps, ptmd_heap_rec);
+    if (PTMD_BUF_COUNT(&w->heap_order, uint32_t) == v->n_heaps)   /* sorted once the heaps were final */
+        v->heap_order = (const uint32_t *)(const void *)w->heap_order.base;
     v->chunks = (const ptmd_chunk_rec *)(const void *)w->chunks.base;
     v->n_chunks = PTMD_BUF_COUNT(&w->chunks, ptmd_chunk_rec);
     v->pages = w->pages.base;

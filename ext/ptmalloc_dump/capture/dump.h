@@ -52,6 +52,13 @@ int ptmd_dump_run(ptmd_dump_state *d, const ptmd_dump_opts *opts, ptmd_err *err)
 int ptmd_dump_fork(ptmd_dump_state *d, const ptmd_dump_opts *opts, size_t n_opts, int *pid_out, int *errfd_out,
                    ptmd_err *err);
 
+/* ruby_heap.c, the Ruby pass (the one capture file that reads Ruby's heap through Ruby's API): it
+ * looks up the internal functions it needs at load (ptmd_ruby_heap_init); the NULL-terminated list
+ * of those this Ruby lacks; and the pass itself, which fills rd and raises on failure. */
+void ptmd_ruby_heap_init(void);
+const char *const *ptmd_ruby_functions_missing(void);
+void ptmd_ruby_pass(ptmd_ruby_data *rd);
+
 /* The dump's records as a view (valid until release). */
 void ptmd_dump_view(const ptmd_dump_state *d, ptmd_view *v);
 void ptmd_dump_release(ptmd_dump_state *d);

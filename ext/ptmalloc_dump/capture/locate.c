@@ -123,19 +123,16 @@ static int resolve_from_file(ptmd_libc *lc, const ptmd_elf_file *f, int source, 
 {
     ptmd_elf_sym syms[] = {
         { "main_arena", 0, 0, 0, 0 }, { "mp_", 0, 0, 0, 0 }, { "tcache_key", 0, 0, 0, 0 },
-        { "global_max_fast", 0, 0, 0, 0 }, { "tcache", 0, 0, 0, 0 }, { "thread_arena", 0, 0, 0, 0 },
-        { "tcache_shutting_down", 0, 0, 0, 0 }, { "__tcache_dummy", 0, 0, 0, 0 },
+        { "tcache", 0, 0, 0, 0 }, { "thread_arena", 0, 0, 0, 0 }, { "__tcache_dummy", 0, 0, 0, 0 },
     };
     if (ptmd_elf_lookup(f, syms, sizeof(syms) / sizeof(syms[0])) <= 0 || !syms[0].found) return 0;
     if (syms[0].type != STT_OBJECT) return 0;
     lc->main_arena = lc->libc_base + syms[0].value;
     lc->mp = syms[1].found ? lc->libc_base + syms[1].value : 0;
     lc->tcache_key = syms[2].found ? lc->libc_base + syms[2].value : 0;
-    lc->global_max_fast = syms[3].found ? lc->libc_base + syms[3].value : 0;
-    lc->tcache_tls = syms[4].found && syms[4].type == STT_TLS ? (long)syms[4].value : -1;
-    lc->thread_arena_tls = syms[5].found && syms[5].type == STT_TLS ? (long)syms[5].value : -1;
-    lc->tcache_shutting_down_tls = syms[6].found && syms[6].type == STT_TLS ? (long)syms[6].value : -1;
-    lc->tcache_dummy = syms[7].found && syms[7].type == STT_OBJECT ? lc->libc_base + syms[7].value : 0;
+    lc->tcache_tls = syms[3].found && syms[3].type == STT_TLS ? (long)syms[3].value : -1;
+    lc->thread_arena_tls = syms[4].found && syms[4].type == STT_TLS ? (long)syms[4].value : -1;
+    lc->tcache_dummy = syms[5].found && syms[5].type == STT_OBJECT ? lc->libc_base + syms[5].value : 0;
     lc->symbol_source = source;
     ptmd_strlcpy(lc->symbol_file, path, sizeof(lc->symbol_file));
     return 1;
@@ -221,10 +218,10 @@ static int locate_debuglink(ptmd_libc *lc, ptmd_err *err)
 
 /* Strategies in order: symbol files first (exact), then by structure. */
 static const ptmd_locator locators[] = {
-    { "symtab", locate_symtab },
-    { "build-id", locate_build_id },
-    { "debuglink", locate_debuglink },
-    { "heuristic", ptmd_locate_heuristic },
+    { locate_symtab },
+    { locate_build_id },
+    { locate_debuglink },
+    { ptmd_locate_heuristic },
 };
 
 static void symbols_missing(const ptmd_libc *lc, ptmd_err *err)
@@ -253,7 +250,7 @@ static int locate_fresh(ptmd_libc *lc, const char *debug_dir, int symbols, ptmd_
     size_t i;
     memset(lc, 0, sizeof(*lc));
     lc->symbols_mode = symbols;
-    lc->tcache_tls = lc->thread_arena_tls = lc->tcache_shutting_down_tls = -1;
+    lc->tcache_tls = lc->thread_arena_tls = -1;
     ptmd_strlcpy(lc->debug_dir, debug_dir, sizeof(lc->debug_dir));
     if (parse_version(lc, err) != 0) return -1;
     ctx.probe = (uintptr_t)(void *)gnu_get_libc_version;
@@ -308,13 +305,6 @@ int ptmd_locate(const char *debug_dir, int symbols, const ptmd_libc **out, ptmd_
                              "its structure is not that of a used arena)", who);
     }
     return rc;
-}
-
-void ptmd_locate_reset(void)
-{
-    pthread_mutex_lock(&cache_lock);
-    cache_valid = 0;
-    pthread_mutex_unlock(&cache_lock);
 }
 
 /* ---- is malloc glibc's? ------------------------------------------------------------------- */

@@ -38,16 +38,13 @@ typedef struct {
     uintptr_t main_arena;
     uintptr_t mp;
     uintptr_t tcache_key;               /* &tcache_key (2.34+) */
-    uintptr_t global_max_fast;
     long tcache_tls;                    /* offset of `tcache` in libc's TLS block, -1 if unknown */
     long thread_arena_tls;              /* offset of `thread_arena`, -1 if unknown */
-    long tcache_shutting_down_tls;
     uintptr_t tcache_dummy;             /* &__tcache_dummy (2.43+), 0 if unknown */
 } ptmd_libc;
 
 /* A way to resolve malloc's globals once libc is known; tried in order until one succeeds. */
 typedef struct {
-    const char *name;
     /* 1 when found, 0 when this strategy has nothing, -1 on a hard error (err set). */
     int (*resolve)(ptmd_libc *lc, ptmd_err *err);
 } ptmd_locator;
@@ -65,9 +62,6 @@ int ptmd_locate(const char *debug_dir, int symbols, const ptmd_libc **out, ptmd_
 
 /* The symbol-free strategy (locate_heuristic.c): 1 when found. */
 int ptmd_locate_heuristic(ptmd_libc *lc, ptmd_err *err);
-
-/* Forgets the cached result (used after the debug dir changes). */
-void ptmd_locate_reset(void);
 
 /* Fails with PTMD_E_ALLOCATOR when malloc in this process is not glibc's. May call malloc. */
 int ptmd_check_allocator(const ptmd_libc *lc, ptmd_memreader *mem, ptmd_err *err);

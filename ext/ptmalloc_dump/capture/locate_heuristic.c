@@ -159,8 +159,7 @@ int ptmd_locate_heuristic(ptmd_libc *lc, ptmd_err *err)
     lc->mp = find_mp(lc, L, top_end, system_mem);
     lc->tcache_key = 0;
     lc->tcache_dummy = 0;
-    lc->global_max_fast = 0;
-    lc->tcache_tls = lc->thread_arena_tls = lc->tcache_shutting_down_tls = -1;
+    lc->tcache_tls = lc->thread_arena_tls = -1;
     lc->symbol_source = PTMD_SYMSRC_HEURISTIC;
     ptmd_strlcpy(lc->symbol_file, "", sizeof(lc->symbol_file));
     if (!lc->layout) lc->layout = L;     /* newer than the table: the structure checks passed */

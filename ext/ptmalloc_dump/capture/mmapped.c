@@ -6,6 +6,7 @@
  * a chunk at any moment. */
 #define _GNU_SOURCE
 #include "capture/walk.h"
+#include "format/index.h"
 
 #include <errno.h>
 #include <string.h>
@@ -33,34 +34,20 @@ static int excluded(const ptmd_buf *ex, uint64_t lo, uint64_t hi)
     return a < PTMD_BUF_COUNT(ex, range) && r[a].start < hi;
 }
 
-static void sift(range *r, size_t i, size_t n)
+static int by_range_start(const void *a, const void *b, void *ctx)
 {
-    for (;;) {
-        size_t big = i, l = 2 * i + 1, rr = l + 1;
-        range t;
-        if (l < n && r[l].start > r[big].start) big = l;
-        if (rr < n && r[rr].start > r[big].start) big = rr;
-        if (big == i) return;
-        t = r[i];
-        r[i] = r[big];
-        r[big] = t;
-        i = big;
-    }
+    uint64_t x = ((const range *)a)->start, y = ((const range *)b)->start;
+    PTMD_UNUSED(ctx);
+    return x < y ? -1 : x > y;
 }
 
-/* Heapsort (qsort may allocate) then merge overlapping or touching ranges. */
+/* Sorts, then merges overlapping or touching ranges. */
 static void ranges_sort(ptmd_buf *ex)
 {
     range *r = (range *)(void *)ex->base;
     size_t n = PTMD_BUF_COUNT(ex, range), i, k = 0;
     if (n < 2) return;
-    for (i = n / 2; i-- > 0;) sift(r, i, n);
-    for (i = n - 1; i > 0; i--) {
-        range t = r[0];
-        r[0] = r[i];
-        r[i] = t;
-        sift(r, 0, i);
-    }
+    ptmd_sort(r, n, sizeof(range), by_range_start, NULL);
     for (i = 1; i < n; i++) {
         if (r[i].start <= r[k].end) {
             if (r[i].end > r[k].end) r[k].end = r[i].end;

@@ -13,19 +13,13 @@ typedef struct {
     uint64_t lo, hi;                  /* all heaps: a quick range test before any search */
 } span;
 
-static int is_target(const ptmd_chunk_rec *c)
-{
-    int st = ptmd_rec_state(c);
-    return st == PTMD_ST_IN_USE || st == PTMD_ST_MMAPPED;
-}
-
 static int add_ref(ptmd_walk *w, uint64_t from, uint64_t word, const span *sp)
 {
     long to;
     ptmd_ref *r;
     if ((word & PTMD_MALLOC_ALIGN_MASK) || word < sp->lo + PTMD_CHUNK_HDR_SZ || word >= sp->hi) return 0;
     to = ptmd_walk_find_chunk(w, word - PTMD_CHUNK_HDR_SZ);
-    if (to < 0 || (uint64_t)to == from || !is_target(PTMD_W_CHUNK(w, to))) return 0;
+    if (to < 0 || (uint64_t)to == from || !ptmd_rec_is_allocated(PTMD_W_CHUNK(w, to))) return 0;
     r = ptmd_buf_push(&w->refs, sizeof(*r));
     if (!r) return -1;
     r->from = (uint32_t)from;

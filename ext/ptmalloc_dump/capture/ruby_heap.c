@@ -3,8 +3,9 @@
  * buffers while the GVL is held and GC is disabled. Runs before the malloc walk: it may allocate
  * (class names are resolved at the end), the walk may not. Raw facts only: matching objects to
  * chunks happens when a dump is loaded. */
-#include "bindings/bindings.h"
+#include <ruby.h>
 #include "capture/dump.h"
+#include "format/index.h"
 #include <ruby/re.h>
 #include <ruby/io.h>
 #include <ruby/version.h>
@@ -19,8 +20,9 @@
 typedef void each_objects_fn(int (*callback)(void *start, void *end, size_t stride, void *data), void *data);
 static each_objects_fn *each_objects;
 
-/* The internal functions the pass needs, for PtmallocDump._ruby_functions_missing. */
+/* The internal functions the pass needs (ptmd_ruby_functions_missing). */
 static const char *const internal_functions[] = { "rb_objspace_each_objects" };
+static const char *missing[sizeof(internal_functions) / sizeof(internal_functions[0]) + 1];
 
 #define PTMD_RUBY_USHIFT 12              /* FL_USHIFT: T_IMEMO keeps its imemo_type above it */
 #define PTMD_MIN_POINTER 0x10000ull
@@ -260,18 +262,16 @@ static void *lookup(const char *name)
     return dlsym(RTLD_DEFAULT, name);
 }
 
-/* PtmallocDump._ruby_functions_missing -> Array of the internal functions this Ruby lacks */
-static VALUE rb_ptmd_ruby_functions_missing(VALUE self)
+const char *const *ptmd_ruby_functions_missing(void)
 {
-    VALUE missing = rb_ary_new();
-    size_t i;
-    PTMD_UNUSED(self);
+    size_t i, n = 0;
     for (i = 0; i < sizeof(internal_functions) / sizeof(internal_functions[0]); i++)
-        if (!lookup(internal_functions[i])) rb_ary_push(missing, rb_str_new_cstr(internal_functions[i]));
+        if (!lookup(internal_functions[i])) missing[n++] = internal_functions[i];
+    missing[n] = NULL;
     return missing;
 }
 
-void ptmd_rb_ruby_heap_init(void)
+void ptmd_ruby_heap_init(void)
 {
     VALUE stat = rb_hash_new();
     each_objects = (each_objects_fn *)lookup("rb_objspace_each_objects");
@@ -283,41 +283,17 @@ void ptmd_rb_ruby_heap_init(void)
     rb_gc_stat(stat);
     have_tomb = rb_hash_lookup2(stat, sym_tomb, Qundef) != Qundef;
     RB_GC_GUARD(stat);
-    rb_define_singleton_method(ptmd_mPtmallocDump, "_ruby_functions_missing", rb_ptmd_ruby_functions_missing, 0);
 }
 
-static void page_sift(ptmd_ruby_page *p, size_t i, size_t n)
+static int by_page_start(const void *a, const void *b, void *ctx)
 {
-    for (;;) {
-        size_t big = i, l = 2 * i + 1, r = l + 1;
-        ptmd_ruby_page t;
-        if (l < n && p[l].start > p[big].start) big = l;
-        if (r < n && p[r].start > p[big].start) big = r;
-        if (big == i) return;
-        t = p[i];
-        p[i] = p[big];
-        p[big] = t;
-        i = big;
-    }
-}
-
-/* Pages by address (the GC hands them out in its own order), for lookups. */
-static void sort_pages(ptmd_ruby_data *rd)
-{
-    ptmd_ruby_page *p = (ptmd_ruby_page *)(void *)rd->pages.base;
-    size_t n = PTMD_BUF_COUNT(&rd->pages, ptmd_ruby_page), i;
-    if (n < 2) return;
-    for (i = n / 2; i-- > 0;) page_sift(p, i, n);
-    for (i = n - 1; i > 0; i--) {
-        ptmd_ruby_page t = p[0];
-        p[0] = p[i];
-        p[i] = t;
-        page_sift(p, 0, i);
-    }
+    uint64_t x = ((const ptmd_ruby_page *)a)->start, y = ((const ptmd_ruby_page *)b)->start;
+    PTMD_UNUSED(ctx);
+    return x < y ? -1 : x > y;
 }
 
 /* Collects Ruby's heap into rd. Raises on failure. */
-void ptmd_rb_ruby_pass(ptmd_ruby_data *rd)
+void ptmd_ruby_pass(ptmd_ruby_data *rd)
 {
     pass_ctx c;
     uint64_t t0 = ptmd_now_ns();
@@ -327,7 +303,8 @@ void ptmd_rb_ruby_pass(ptmd_ruby_data *rd)
     c.last_klass = 0;
     if (!each_objects) rb_raise(rb_eNotImpError, "this Ruby does not export rb_objspace_each_objects");
     each_objects(each_page, &c);
-    sort_pages(rd);
+    /* by address (the GC hands them out in its own order), for lookups */
+    ptmd_sort(rd->pages.base, PTMD_BUF_COUNT(&rd->pages, ptmd_ruby_page), sizeof(ptmd_ruby_page), by_page_start, NULL);
     rd->meta.heap_allocated_pages = rb_gc_stat(sym_pages);
     rd->meta.heap_tomb_pages = have_tomb ? (uint32_t)rb_gc_stat(sym_tomb) : 0;
     rd->meta.heap_live_slots = rb_gc_stat(sym_live);

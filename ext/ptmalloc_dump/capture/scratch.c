@@ -54,7 +54,3 @@ void ptmd_buf_release(ptmd_buf *b)
     b->len = b->cap = 0;
 }
 
-int ptmd_buf_contains(const ptmd_buf *b, uintptr_t addr)
-{
-    return b->base && addr >= (uintptr_t)b->base && addr < (uintptr_t)b->base + b->cap;
-}

@@ -22,6 +22,5 @@ void ptmd_buf_release(ptmd_buf *b);
 #define PTMD_BUF_COUNT(b, type) ((b)->len / sizeof(type))
 
 /* An address range of ours that the mapping scanner must ignore. */
-int ptmd_buf_contains(const ptmd_buf *b, uintptr_t addr);
 
 #endif

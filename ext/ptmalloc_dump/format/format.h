@@ -10,12 +10,23 @@
 #ifndef PTMD_FORMAT_H
 #define PTMD_FORMAT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #define PTMD_MAGIC "PTMDUMP"            /* 8 bytes with the NUL */
 #define PTMD_FORMAT_VERSION 1
 #define PTMD_ENDIAN_MARK 0x01020304u
 #define PTMD_FOOTER_MAGIC 0x454d5450u   /* "PTME" */
+
+/* Each enumeration of the file is one list of (constant, value, name): the enum is made from it
+ * here, its names (format/names.c) and the Ruby constants (bindings/format_module.c) from the same
+ * list. A list is applied to a macro X(constant, value, name). */
+#define PTMD_ENUM_CONSTANT(constant, value, name) constant = (value),
+#define PTMD_ENUM_NAME(constant, value, name) [value] = name,
+
+/* names[value], or "unknown" for a value the list does not name (a file can hold any number). */
+const char *ptmd_name_of(const char *const *names, size_t n, uint32_t value);
+#define PTMD_NAME_OF(names, value) ptmd_name_of((names), sizeof(names) / sizeof((names)[0]), (uint32_t)(value))
 
 enum {
     PTMD_SEC_META = 1,          /* ptmd_meta, count 1 */
@@ -40,25 +51,37 @@ enum {
 };
 
 /* Chunk states: the low 4 bits of ptmd_chunk_rec.word. */
-typedef enum {
-    PTMD_ST_IN_USE = 0,
-    PTMD_ST_TCACHE = 1,
-    PTMD_ST_FASTBIN = 2,
-    PTMD_ST_UNSORTED = 3,
-    PTMD_ST_SMALLBIN = 4,
-    PTMD_ST_LARGEBIN = 5,
-    PTMD_ST_TOP = 6,
-    PTMD_ST_MMAPPED = 7,
-    PTMD_ST_META = 8,
-    PTMD_ST_COUNT = 9
-} ptmd_state;
+#define PTMD_STATES(X)                                                                             \
+    X(PTMD_ST_IN_USE, 0, "in_use")                                                                 \
+    X(PTMD_ST_TCACHE, 1, "tcache")       /* in some thread's tcache (looks in use to the arena) */ \
+    X(PTMD_ST_FASTBIN, 2, "fastbin")     /* in a fastbin (looks in use too) */                     \
+    X(PTMD_ST_UNSORTED, 3, "unsorted")                                                             \
+    X(PTMD_ST_SMALLBIN, 4, "smallbin")                                                             \
+    X(PTMD_ST_LARGEBIN, 5, "largebin")                                                             \
+    X(PTMD_ST_TOP, 6, "top")                                                                       \
+    X(PTMD_ST_MMAPPED, 7, "mmapped")     /* a chunk of its own mapping: allocated */               \
+    X(PTMD_ST_META, 8, "meta")           /* heap_info, the arena struct, fenceposts */
+typedef enum { PTMD_STATES(PTMD_ENUM_CONSTANT) PTMD_ST_COUNT = 9 } ptmd_state;
+extern const char *const ptmd_state_names[PTMD_ST_COUNT];
+
+/* Allocated to the program: in use in an arena, or a chunk of its own mapping. */
+static inline int ptmd_state_is_allocated(int state) { return state == PTMD_ST_IN_USE || state == PTMD_ST_MMAPPED; }
+/* Free for the allocator: a tcache, a fastbin, a bin, or top. */
+static inline int ptmd_state_is_free(int state) { return state >= PTMD_ST_TCACHE && state <= PTMD_ST_TOP; }
 
 /* Chunk flags: bits 56..63 of ptmd_chunk_rec.word. */
 #define PTMD_CF_SHIFT 56
-#define PTMD_CF_ANOMALY (1ull << 56)        /* an anomaly record names this chunk */
-#define PTMD_CF_TCACHE_STRUCT (1ull << 57)  /* a thread's tcache_perthread_struct */
-#define PTMD_CF_LAST_REMAINDER (1ull << 58) /* the arena's last_remainder */
-#define PTMD_CF_FREE_BIT (1ull << 59)       /* the next chunk's PREV_INUSE bit says free */
+/* bit values within those 8 bits (Chunk#flags in Ruby) */
+#define PTMD_CHUNK_FLAGS(X)                                                                        \
+    X(PTMD_CHF_ANOMALY, 1u << 0, "anomaly")               /* an anomaly record names this chunk */ \
+    X(PTMD_CHF_TCACHE_STRUCT, 1u << 1, "tcache_struct")   /* a thread's tcache_perthread_struct */ \
+    X(PTMD_CHF_LAST_REMAINDER, 1u << 2, "last_remainder") /* the arena's last_remainder */         \
+    X(PTMD_CHF_FREE_BIT, 1u << 3, "free_bit")             /* the next chunk's PREV_INUSE bit says free */
+enum { PTMD_CHUNK_FLAGS(PTMD_ENUM_CONSTANT) };
+#define PTMD_CF_ANOMALY ((uint64_t)PTMD_CHF_ANOMALY << PTMD_CF_SHIFT)
+#define PTMD_CF_TCACHE_STRUCT ((uint64_t)PTMD_CHF_TCACHE_STRUCT << PTMD_CF_SHIFT)
+#define PTMD_CF_LAST_REMAINDER ((uint64_t)PTMD_CHF_LAST_REMAINDER << PTMD_CF_SHIFT)
+#define PTMD_CF_FREE_BIT ((uint64_t)PTMD_CHF_FREE_BIT << PTMD_CF_SHIFT)
 #define PTMD_CF_RAW_SHIFT 60                /* bits 60..62: the chunk's own P, M, A bits as found */
 #define PTMD_SIZE_MASK 0x00fffffffffffff0ull
 
@@ -71,36 +94,42 @@ typedef struct {
 static inline uint64_t ptmd_rec_size(const ptmd_chunk_rec *r) { return r->word & PTMD_SIZE_MASK; }
 static inline int ptmd_rec_state(const ptmd_chunk_rec *r) { return (int)(r->word & 0xf); }
 static inline uint64_t ptmd_rec_raw_bits(const ptmd_chunk_rec *r) { return (r->word >> PTMD_CF_RAW_SHIFT) & 7; }
+static inline int ptmd_rec_is_allocated(const ptmd_chunk_rec *r) { return ptmd_state_is_allocated(ptmd_rec_state(r)); }
 static inline void ptmd_rec_set_state(ptmd_chunk_rec *r, int st) { r->word = (r->word & ~0xfull) | (uint64_t)st; }
 
-/* Per-page residency flags (the PAGES section). */
-enum {
-    PTMD_PAGE_PRESENT = 1,      /* in RAM */
-    PTMD_PAGE_SWAPPED = 2,      /* in swap */
-    PTMD_PAGE_EXCLUSIVE = 4,    /* mapped by this process only (not shared copy-on-write) */
-    PTMD_PAGE_FILE = 8          /* file page or shared anonymous page */
-};
+/* Per-page residency flags (the PAGES section): bit values */
+#define PTMD_PAGE_FLAGS(X)                                                                         \
+    X(PTMD_PAGE_PRESENT, 1, "present")       /* in RAM */                                          \
+    X(PTMD_PAGE_SWAPPED, 2, "swapped")       /* in swap */                                         \
+    X(PTMD_PAGE_EXCLUSIVE, 4, "exclusive")   /* mapped by this process only (not shared copy-on-write) */ \
+    X(PTMD_PAGE_FILE, 8, "file")             /* file page or shared anonymous page */
+enum { PTMD_PAGE_FLAGS(PTMD_ENUM_CONSTANT) };
 
-typedef enum { PTMD_RESIDENCY_PAGEMAP = 1, PTMD_RESIDENCY_MINCORE = 2 } ptmd_residency_source;
+#define PTMD_RESIDENCY_SOURCES(X) X(PTMD_RESIDENCY_PAGEMAP, 1, "pagemap") X(PTMD_RESIDENCY_MINCORE, 2, "mincore")
+typedef enum { PTMD_RESIDENCY_SOURCES(PTMD_ENUM_CONSTANT) PTMD_RESIDENCY_COUNT = 3 } ptmd_residency_source;
+extern const char *const ptmd_residency_source_names[PTMD_RESIDENCY_COUNT];
 
 /* Symbol sources: how main_arena was found. */
-enum {
-    PTMD_SYMSRC_SYMTAB = 1,     /* libc's own .symtab */
-    PTMD_SYMSRC_BUILD_ID = 2,   /* <debugdir>/.build-id/xx/rest.debug */
-    PTMD_SYMSRC_DEBUGLINK = 3,  /* .gnu_debuglink name, CRC checked */
-    PTMD_SYMSRC_HEURISTIC = 4   /* found by structure, no symbols */
-};
+#define PTMD_SYMBOL_SOURCES(X)                                                                     \
+    X(PTMD_SYMSRC_SYMTAB, 1, "symtab")         /* libc's own .symtab */                            \
+    X(PTMD_SYMSRC_BUILD_ID, 2, "build_id")     /* <debugdir>/.build-id/xx/rest.debug */            \
+    X(PTMD_SYMSRC_DEBUGLINK, 3, "debuglink")   /* .gnu_debuglink name, CRC checked */              \
+    X(PTMD_SYMSRC_HEURISTIC, 4, "heuristic")   /* found by structure, no symbols */
+enum { PTMD_SYMBOL_SOURCES(PTMD_ENUM_CONSTANT) PTMD_SYMSRC_COUNT = 5 };
+extern const char *const ptmd_symbol_source_names[PTMD_SYMSRC_COUNT];
 
-/* ptmd_meta.flags */
-#define PTMD_MF_SAFE_LINKING (1u << 0)
-#define PTMD_MF_TCACHE (1u << 1)
-#define PTMD_MF_TCACHE_KEY (1u << 2)       /* tcache_key was read */
-#define PTMD_MF_MP (1u << 3)               /* mp_ was read */
-#define PTMD_MF_FORK_CHILD (1u << 4)       /* written by a forked snapshot child */
-#define PTMD_MF_THREADS_COMPLETE (1u << 5) /* every thread in /proc/self/task was found */
-#define PTMD_MF_NO_ORACLES (1u << 6)       /* malloc_info/mallinfo2 not captured: the lists are corrupt */
-#define PTMD_MF_MALLINFO32 (1u << 7)       /* glibc < 2.33: MALLINFO2 holds mallinfo()'s low 32 bits */
-#define PTMD_MF_MREMAP_OVERCOUNT (1u << 8) /* glibc 2.43: mmapped_mem gains 16 bytes too many per mremap_chunk */
+/* ptmd_meta.flags: bit values */
+#define PTMD_META_FLAGS(X)                                                                         \
+    X(PTMD_MF_SAFE_LINKING, 1u << 0, "safe_linking")                                               \
+    X(PTMD_MF_TCACHE, 1u << 1, "tcache")                                                           \
+    X(PTMD_MF_TCACHE_KEY, 1u << 2, "tcache_key")             /* tcache_key was read */             \
+    X(PTMD_MF_MP, 1u << 3, "mp")                             /* mp_ was read */                    \
+    X(PTMD_MF_FORK_CHILD, 1u << 4, "fork_child")             /* written by a forked snapshot child */ \
+    X(PTMD_MF_THREADS_COMPLETE, 1u << 5, "threads_complete") /* every thread in /proc/self/task was found */ \
+    X(PTMD_MF_NO_ORACLES, 1u << 6, "no_oracles")   /* malloc_info/mallinfo2 not captured: the lists are corrupt */ \
+    X(PTMD_MF_MALLINFO32, 1u << 7, "mallinfo32")   /* glibc < 2.33: MALLINFO2 holds mallinfo()'s low 32 bits */ \
+    X(PTMD_MF_MREMAP_OVERCOUNT, 1u << 8, "mremap_overcount") /* 2.43: mmapped_mem 16 bytes too many per mremap_chunk */
+enum { PTMD_META_FLAGS(PTMD_ENUM_CONSTANT) };
 
 typedef struct {
     uint64_t pid;
@@ -139,12 +168,14 @@ typedef struct {
     uint64_t arena, ordblks, smblks, hblks, hblkhd, usmblks, fsmblks, uordblks, fordblks, keepcost;
 } ptmd_mallinfo2_rec;
 
-/* ptmd_arena_rec.flags */
-#define PTMD_AF_MAIN (1u << 0)
-#define PTMD_AF_NONCONTIGUOUS (1u << 1)
-#define PTMD_AF_HAVE_FASTCHUNKS (1u << 2)
-#define PTMD_AF_LOCKED (1u << 3)       /* walked under its own mutex */
-#define PTMD_AF_CORRUPT (1u << 4)      /* the walk of this arena recorded anomalies */
+/* ptmd_arena_rec.flags: bit values */
+#define PTMD_ARENA_FLAGS(X)                                                                        \
+    X(PTMD_AF_MAIN, 1u << 0, "main")                                                               \
+    X(PTMD_AF_NONCONTIGUOUS, 1u << 1, "noncontiguous")                                             \
+    X(PTMD_AF_HAVE_FASTCHUNKS, 1u << 2, "have_fastchunks")                                         \
+    X(PTMD_AF_LOCKED, 1u << 3, "locked")      /* walked under its own mutex */                     \
+    X(PTMD_AF_CORRUPT, 1u << 4, "corrupt")    /* the walk of this arena recorded anomalies */
+enum { PTMD_ARENA_FLAGS(PTMD_ENUM_CONSTANT) };
 
 typedef struct {
     uint64_t address;
@@ -162,7 +193,12 @@ typedef struct {
     uint32_t n_heaps;
 } ptmd_arena_rec;
 
-enum { PTMD_HEAP_SBRK = 1, PTMD_HEAP_MMAP_HEAP = 2, PTMD_HEAP_MMAPPED_CHUNK = 3 };
+#define PTMD_HEAP_KINDS(X)                                                                         \
+    X(PTMD_HEAP_SBRK, 1, "sbrk")                     /* the main arena's brk region */             \
+    X(PTMD_HEAP_MMAP_HEAP, 2, "mmap_heap")           /* a non-main arena's heap_info region */     \
+    X(PTMD_HEAP_MMAPPED_CHUNK, 3, "mmapped_chunk")   /* the mapping of one mmapped chunk */
+enum { PTMD_HEAP_KINDS(PTMD_ENUM_CONSTANT) PTMD_HEAP_KIND_COUNT = 4 };
+extern const char *const ptmd_heap_kind_names[PTMD_HEAP_KIND_COUNT];
 #define PTMD_HF_TRUNCATED (1u << 0)    /* the chunk walk stopped before the end */
 #define PTMD_NO_ARENA 0xffffffffu
 
@@ -183,10 +219,13 @@ typedef struct {
     uint32_t reserved;
 } ptmd_heap_rec;
 
-#define PTMD_TF_CURRENT (1u << 0)      /* the thread that wrote the dump */
-#define PTMD_TF_TLS (1u << 1)          /* tcache pointer read from the thread's TLS */
-#define PTMD_TF_SCAN (1u << 2)         /* tcache found by structure among in-use chunks */
-#define PTMD_TF_EXITING (1u << 3)      /* the thread was emptying its tcache on exit while it was read */
+/* ptmd_thread_rec.flags: bit values */
+#define PTMD_THREAD_FLAGS(X)                                                                       \
+    X(PTMD_TF_CURRENT, 1u << 0, "current")    /* the thread that wrote the dump */                 \
+    X(PTMD_TF_TLS, 1u << 1, "tls")            /* tcache pointer read from the thread's TLS */      \
+    X(PTMD_TF_SCAN, 1u << 2, "scan")          /* tcache found by structure among in-use chunks */  \
+    X(PTMD_TF_EXITING, 1u << 3, "exiting")    /* emptying its tcache on exit while it was read */
+enum { PTMD_THREAD_FLAGS(PTMD_ENUM_CONSTANT) };
 
 typedef struct {
     uint64_t pthread;           /* struct pthread (0 when unknown) */
@@ -199,28 +238,28 @@ typedef struct {
     uint32_t reserved;
 } ptmd_thread_rec;
 
-typedef enum {
-    PTMD_AN_BAD_SIZE = 1,           /* a chunk size that is impossible here */
-    PTMD_AN_PAST_END = 2,           /* a chunk that runs past its heap */
-    PTMD_AN_FREE_NOT_IN_BIN = 3,    /* free by the PREV_INUSE bit, in no list */
-    PTMD_AN_LIST_NOT_CHUNK = 4,     /* a bin/fastbin/tcache entry that is no chunk of the walk */
-    PTMD_AN_LIST_IN_USE = 5,        /* a bin entry whose chunk is marked in use */
-    PTMD_AN_FASTBIN_FREE = 6,       /* a fastbin/tcache entry whose chunk is marked free */
-    PTMD_AN_BAD_POINTER = 7,        /* a list pointer outside the arena's memory or misaligned */
-    PTMD_AN_LIST_CYCLE = 8,         /* a list longer than the heap could hold */
-    PTMD_AN_LIST_LINK = 9,          /* fd->bk != chunk */
-    PTMD_AN_WRONG_BIN = 10,         /* a chunk whose size does not belong to its bin */
-    PTMD_AN_DUPLICATE = 11,         /* a chunk in two lists */
-    PTMD_AN_TOP = 12,               /* top does not end its heap */
-    PTMD_AN_NONCONTIGUOUS = 13,     /* the main arena is not one sbrk region */
-    PTMD_AN_SYSTEM_MEM = 14,        /* system_mem differs from the walked size */
-    PTMD_AN_HEAP_INFO = 15,         /* a heap_info that does not check out */
-    PTMD_AN_TCACHE_COUNT = 16,      /* a tcache chain whose length differs from its count */
-    PTMD_AN_TCACHE_KEY = 17,        /* a tcache entry whose key is wrong */
-    PTMD_AN_MMAPPED_MISMATCH = 18,  /* mmapped chunks found differ from mp_.n_mmaps / mmapped_mem */
-    PTMD_AN_WRONG_ARENA = 19,       /* NON_MAIN_ARENA bit disagrees with the arena */
-    PTMD_AN_COUNT
-} ptmd_anomaly_kind;
+#define PTMD_ANOMALY_KINDS(X)                                                                      \
+    X(PTMD_AN_BAD_SIZE, 1, "bad_size")                 /* a chunk size that is impossible here */  \
+    X(PTMD_AN_PAST_END, 2, "past_end")                 /* a chunk that runs past its heap */       \
+    X(PTMD_AN_FREE_NOT_IN_BIN, 3, "free_not_in_bin")   /* free by the PREV_INUSE bit, in no list */ \
+    X(PTMD_AN_LIST_NOT_CHUNK, 4, "list_not_chunk")     /* a list entry that is no chunk of the walk */ \
+    X(PTMD_AN_LIST_IN_USE, 5, "list_in_use")           /* a bin entry whose chunk is marked in use */ \
+    X(PTMD_AN_FASTBIN_FREE, 6, "fastbin_free")         /* a fastbin/tcache entry marked free */    \
+    X(PTMD_AN_BAD_POINTER, 7, "bad_pointer")           /* a list pointer outside the arena or misaligned */ \
+    X(PTMD_AN_LIST_CYCLE, 8, "list_cycle")             /* a list longer than the heap could hold */ \
+    X(PTMD_AN_LIST_LINK, 9, "list_link")               /* fd->bk != chunk */                       \
+    X(PTMD_AN_WRONG_BIN, 10, "wrong_bin")              /* a size that does not belong to its bin */ \
+    X(PTMD_AN_DUPLICATE, 11, "duplicate")              /* a chunk in two lists */                  \
+    X(PTMD_AN_TOP, 12, "top")                          /* top does not end its heap */             \
+    X(PTMD_AN_NONCONTIGUOUS, 13, "noncontiguous")      /* the main arena is not one sbrk region */ \
+    X(PTMD_AN_SYSTEM_MEM, 14, "system_mem")            /* system_mem differs from the walked size */ \
+    X(PTMD_AN_HEAP_INFO, 15, "heap_info")              /* a heap_info that does not check out */   \
+    X(PTMD_AN_TCACHE_COUNT, 16, "tcache_count")        /* a tcache chain longer or shorter than its count */ \
+    X(PTMD_AN_TCACHE_KEY, 17, "tcache_key")            /* a tcache entry whose key is wrong */     \
+    X(PTMD_AN_MMAPPED_MISMATCH, 18, "mmapped_mismatch") /* mmapped chunks differ from mp_'s counts */ \
+    X(PTMD_AN_WRONG_ARENA, 19, "wrong_arena")          /* NON_MAIN_ARENA bit disagrees with the arena */
+typedef enum { PTMD_ANOMALY_KINDS(PTMD_ENUM_CONSTANT) PTMD_AN_COUNT = 20 } ptmd_anomaly_kind;
+extern const char *const ptmd_anomaly_names[PTMD_AN_COUNT];
 
 typedef struct {
     uint64_t address;
@@ -251,7 +290,7 @@ typedef struct {
     uint64_t reserved;
 } ptmd_ruby_page;
 
-enum { PTMD_NAME_CLASS = 1, PTMD_NAME_DATA_TYPE = 2 };
+enum { PTMD_NAME_CLASS = 1, PTMD_NAME_DATA_TYPE = 2 };   /* RUBY_NAMES entry kinds */
 #define PTMD_NO_NAME 0xffffffffu
 
 typedef struct {

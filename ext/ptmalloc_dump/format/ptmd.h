@@ -9,7 +9,6 @@
 #include "format/format.h"
 
 #define PTMD_UNUSED(x) ((void)(x))
-#define PTMD_LIKELY(x) __builtin_expect(!!(x), 1)
 #define PTMD_UNLIKELY(x) __builtin_expect(!!(x), 0)
 
 /* Error kinds a plain-C core function can report; the binding maps each to a Ruby class. */

@@ -226,8 +226,15 @@ int ptmd_read_view(const unsigned char *data, size_t len, const char *name, ptmd
     return 0;
 }
 
-int ptmd_view_build_chunks(ptmd_view *v, ptmd_chunk_rec *recs, const char *name, ptmd_err *err)
+size_t ptmd_view_index_size(const ptmd_view *v)
 {
+    return v->n_chunks * sizeof(ptmd_chunk_rec) + (v->n_heaps + 1) * sizeof(uint32_t);
+}
+
+int ptmd_view_build_index(ptmd_view *v, void *mem, const char *name, ptmd_err *err)
+{
+    ptmd_chunk_rec *recs = mem;
+    uint32_t *order = (uint32_t *)(void *)(recs + v->n_chunks);
     size_t i;
     for (i = 0; i < v->n_heaps; i++) {
         const ptmd_heap_rec *h = &v->heaps[i];
@@ -247,6 +254,8 @@ int ptmd_view_build_chunks(ptmd_view *v, ptmd_chunk_rec *recs, const char *name,
                  (unsigned long long)h->end);
     }
     v->chunks = recs;
+    ptmd_heap_order(v->heaps, v->n_heaps, order);
+    v->heap_order = order;
     return 0;
 }
 
@@ -266,21 +275,6 @@ long ptmd_view_heap_of_chunk(const ptmd_view *v, uint64_t ci)
 
 long ptmd_view_find_chunk(const ptmd_view *v, uint64_t addr, int containing)
 {
-    size_t h;
-    for (h = 0; h < v->n_heaps; h++) {
-        const ptmd_heap_rec *hp = &v->heaps[h];
-        size_t lo, hi;
-        if (addr < hp->start || addr >= hp->end || !hp->n_chunks) continue;
-        lo = hp->first_chunk;
-        hi = hp->first_chunk + hp->n_chunks;
-        while (lo < hi) {
-            size_t mid = lo + (hi - lo) / 2;
-            const ptmd_chunk_rec *c = &v->chunks[mid];
-            if (addr < c->addr) hi = mid;
-            else if (addr >= c->addr + ptmd_rec_size(c) && !(addr == c->addr)) lo = mid + 1;
-            else return (containing || addr == c->addr) ? (long)mid : -1;
-        }
-        return -1;
-    }
-    return -1;
+    ptmd_chunk_index ix = { v->heaps, v->heap_order, v->n_heaps, v->chunks };
+    return ptmd_chunk_find(&ix, addr, containing);
 }

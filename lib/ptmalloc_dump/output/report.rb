@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
 require "cgi"
-require_relative "format_helpers"
+require_relative "../format_helpers"
 
 module PtmallocDump
   # Writes OUTDIR/index.html and its PNG maps for one dump: a self-contained page (its own images and
@@ -44,7 +44,7 @@ module PtmallocDump
     # Renders the maps and writes index.html.
     # @return [String] the path of index.html
     def write
-      @images = @dump.send(:_render, @outdir, !@dump.ruby.nil?, @max_tile_pixels, @progress&.fileno)
+      @images = Render.maps(@dump, @outdir, !@dump.ruby.nil?, @max_tile_pixels, @progress&.fileno)
       @analysis = @dump.analysis
       path = File.join(@outdir, "index.html")
       File.write(path, html)
@@ -167,7 +167,7 @@ module PtmallocDump
     end
 
     def owner_color(category)
-      Render.palette[:owners][Render::OWNER_CATEGORIES.index(category)]
+      Render.palette[:owners][Format::OWNER_CATEGORIES.index(category)]
     end
 
     def legend

@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-require_relative "format_helpers"
+require_relative "../format_helpers"
 
 module PtmallocDump
   # The plain-text summary of a dump: what `ptmalloc-visualize --summary` and the demo print.

@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
 require "cgi"
-require_relative "format_helpers"
+require_relative "../format_helpers"
 
 module PtmallocDump
   # The pages `ptmalloc-visualize --diff` and `--compare` write: OUTDIR/index.html, self-contained.
@@ -15,7 +15,7 @@ module PtmallocDump
     # @param diff [Diff]
     # @return [String] the path of index.html
     def write_diff(diff)
-      images = diff.new.send(:_render_diff, @outdir, diff.page_changes)
+      images = Render.diff_maps(diff.new, @outdir, diff.page_changes)
       write("Heap growth of pid #{diff.new.header[:pid]}", diff_body(diff, images))
     end
 
