@@ -57,6 +57,18 @@ static dump_call *new_call(VALUE debug_dir, VALUE strings, const char **cdir)
     return c;
 }
 
+/* Frees a call made by new_call, then re-raises what the protected body raised (state), or the
+ * dump's own error. */
+static void end_call(dump_call *c, int state)
+{
+    ptmd_err err = c->err;
+    int rc = c->rc;
+    ptmd_dump_release(&c->d);
+    munmap(c, sizeof(*c));
+    if (state) rb_jump_tag(state);
+    if (rc != 0) ptmd_rb_raise(&err);
+}
+
 /* _dump(path, debug_dir, strings, ruby, references, symbols, trim_check) -> summary Hash. strings: flat
  * Array of key, value Strings; ruby: record Ruby's heap; references: scan chunks for pointers to
  * chunks; symbols: a PTMD_SYMBOLS_* mode; trim_check: measure what malloc_trim(0) releases. */
@@ -66,8 +78,7 @@ static VALUE rb_ptmd_dump(VALUE self, VALUE path, VALUE debug_dir, VALUE strings
     dump_call *c;
     VALUE result;
     const char *cpath, *cdir;
-    ptmd_err err;
-    int state = 0, rc;
+    int state = 0;
     PTMD_UNUSED(self);
     FilePathValue(path);
     cpath = StringValueCStr(path);
@@ -80,15 +91,10 @@ static VALUE rb_ptmd_dump(VALUE self, VALUE path, VALUE debug_dir, VALUE strings
     c->opts.trim_check = RTEST(trim);
     c->ruby = RTEST(ruby);
     result = rb_protect(dump_body, (VALUE)c, &state);
-    ptmd_dump_release(&c->d);
-    rc = c->rc;
-    err = c->err;
-    munmap(c, sizeof(*c));
+    end_call(c, state);
     RB_GC_GUARD(path);
     RB_GC_GUARD(debug_dir);
     RB_GC_GUARD(strings);
-    if (state) rb_jump_tag(state);
-    if (rc != 0) ptmd_rb_raise(&err);
     return result;
 }
 
@@ -117,8 +123,7 @@ static VALUE rb_ptmd_dump_fork(VALUE self, VALUE targets, VALUE debug_dir, VALUE
     fork_call f;
     const char *cpaths[8], *cdir;
     int modes[8];
-    ptmd_err err;
-    int state = 0, rc;
+    int state = 0;
     long i, nt;
     PTMD_UNUSED(self);
     Check_Type(targets, T_ARRAY);
@@ -147,15 +152,10 @@ static VALUE rb_ptmd_dump_fork(VALUE self, VALUE targets, VALUE debug_dir, VALUE
         f.opts[i].references = RTEST(references);
     }
     rb_protect(fork_body, (VALUE)&f, &state);
-    ptmd_dump_release(&c->d);      /* the parent's copy; the child has its own */
-    rc = c->rc;
-    err = c->err;
-    munmap(c, sizeof(*c));
+    end_call(c, state);            /* the parent's copy of the dump state; the child has its own */
     RB_GC_GUARD(targets);
     RB_GC_GUARD(debug_dir);
     RB_GC_GUARD(strings);
-    if (state) rb_jump_tag(state);
-    if (rc != 0) ptmd_rb_raise(&err);
     return rb_ary_new_from_args(2, INT2NUM(f.pid), INT2NUM(f.errfd));
 }
 

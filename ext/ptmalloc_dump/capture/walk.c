@@ -1,37 +1,15 @@
-/* Walking arenas: the arena ring, each arena's heaps, every chunk, and the fastbin and bin lists that
- * decide what a chunk's bits cannot (fastbin chunks look in use). Each arena is walked under its own
- * mutex, taken the way glibc's lll_lock does. Nothing here calls malloc. */
+/* The walk: every chunk of each arena's heaps, and the fastbin and bin lists that decide what a
+ * chunk's bits cannot (fastbin chunks look in use), each arena under its own mutex (arena.c); the
+ * records' index for lookups; and the walk from start to end. Nothing here calls malloc. */
 #define _GNU_SOURCE
-#include "capture/walk.h"
+#include "capture/arena.h"
+#include "format/index.h"
 
 #include <errno.h>
 #include <linux/futex.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-
-#define PTMD_MAX_ARENAS 65536
-#define PTMD_MAX_HEAPS_PER_ARENA 65536
-
-/* ---- arena locks: glibc's low-level lock (0 free, 1 locked, 2 locked with waiters) ----------- */
-
-void ptmd_arena_lock(ptmd_walk *w, int *futex)
-{
-    int expected = 0;
-    uint64_t t0;
-    if (__atomic_compare_exchange_n(futex, &expected, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) return;
-    t0 = ptmd_now_ns();
-    /* __lll_lock_wait_private: announce a waiter by storing 2, sleep while the value stays 2 */
-    while (__atomic_exchange_n(futex, 2, __ATOMIC_ACQUIRE) != 0)
-        syscall(SYS_futex, futex, FUTEX_WAIT_PRIVATE, 2, NULL, NULL, 0);
-    w->lock_wait_ns += ptmd_now_ns() - t0;
-}
-
-void ptmd_arena_unlock(int *futex)
-{
-    if (__atomic_exchange_n(futex, 0, __ATOMIC_RELEASE) > 1)
-        syscall(SYS_futex, futex, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
-}
 
 /* ---- records ------------------------------------------------------------------------------ */
 
@@ -60,6 +38,7 @@ static inline int push_chunk(ptmd_walk *w, uint64_t addr, uint64_t size, int sta
     w->chunks.len += sizeof(*r);
     return 0;
 }
+
 
 /* ---- list membership: open addressing keyed by chunk address ------------------------------- */
 
@@ -136,130 +115,8 @@ static list_slot *lists_insert(ptmd_walk *w, uint64_t addr, uint32_t state, int 
     return &t[i];
 }
 
-/* ---- one arena ---------------------------------------------------------------------------- */
 
-typedef struct {
-    uint32_t index;
-    uintptr_t av;
-    int main;
-    uint64_t top, top_size, top_end;
-    uint32_t first_heap, n_heaps;   /* into w->heaps */
-    uint64_t bound;                 /* most chunks the arena's memory could hold */
-    int maps_reloaded;              /* /proc/self/maps read again under this arena's lock */
-    size_t fast_entries;
-} arena_ctx;
-
-/* True when [p, p+len) lies inside one of the arena's heaps (and so was checked readable). */
-static int in_arena(ptmd_walk *w, const arena_ctx *a, uint64_t p, uint64_t len)
-{
-    uint32_t i;
-    if (p & PTMD_MALLOC_ALIGN_MASK) return 0;
-    for (i = 0; i < a->n_heaps; i++) {
-        const ptmd_heap_rec *h = PTMD_W_HEAP(w, a->first_heap + i);
-        if (p >= h->start && p < h->end && len <= h->end - p) return 1;
-    }
-    return 0;
-}
-
-static uint64_t arena_field(const ptmd_walk *w, uintptr_t av, size_t off)
-{
-    PTMD_UNUSED(w);
-    return off == PTMD_NONE ? 0 : ptmd_rd64(av + off);
-}
-
-/* heap_info checks: aligned to heap_max, readable, ar_ptr == the arena, sane size. */
-static int heap_info_ok(ptmd_walk *w, uintptr_t h, uintptr_t av)
-{
-    const ptmd_layout *L = w->L;
-    uint64_t size;
-    if (!h || (h & (w->heap_max - 1))) return 0;
-    if (!ptmd_maps_readable(&w->maps, h, L->hi_size_total)) return 0;
-    if (ptmd_rd64(h + L->hi_ar_ptr) != av) return 0;
-    size = ptmd_rd64(h + L->hi_size);
-    if (size < L->hi_size_total || size > w->heap_max) return 0;
-    return ptmd_maps_readable(&w->maps, h, size);
-}
-
-/* The mappings were read before this arena's lock was taken: a heap made or grown since (new_heap's
- * mmap, grow_heap's mprotect, sbrk) is missing from them or still PROT_NONE there. Reads them again,
- * at most once per arena; true when that happened, so that a failed check is worth repeating. */
-static int maps_reload(ptmd_walk *w, arena_ctx *a)
-{
-    ptmd_err ignored;
-    if (a->maps_reloaded) return 0;
-    a->maps_reloaded = 1;
-    return ptmd_maps_load(&w->maps, &ignored) == 0;
-}
-
-static ptmd_heap_rec *new_heap(ptmd_walk *w, arena_ctx *a, uint32_t kind, uint64_t start, uint64_t end)
-{
-    ptmd_heap_rec *h = ptmd_buf_push(&w->heaps, sizeof(*h));
-    if (!h) return NULL;
-    h->start = start;
-    h->end = end;
-    h->reserved_end = end;
-    h->arena = a ? a->index : PTMD_NO_ARENA;
-    h->kind = kind;
-    return h;
-}
-
-/* Collects the arena's heaps (oldest first) into w->heaps. */
-static int collect_heaps(ptmd_walk *w, arena_ctx *a, ptmd_err *err)
-{
-    const ptmd_layout *L = w->L;
-    a->first_heap = (uint32_t)PTMD_BUF_COUNT(&w->heaps, ptmd_heap_rec);
-    a->n_heaps = 0;
-    if (a->main) {
-        uint64_t start = w->have_mp && w->sbrk_base ? w->sbrk_base : 0;
-        const ptmd_map *m;
-        if (a->top == ptmd_initial_top(a->av + L->ms_bins)) return 0;       /* initial_top: never used */
-        if (!start) {
-            m = ptmd_maps_find(&w->maps, a->top);
-            start = m ? m->start : a->top;
-        }
-        if (start <= a->top && !ptmd_maps_readable(&w->maps, start, a->top_end - start)) maps_reload(w, a);
-        if (start > a->top || !ptmd_maps_readable(&w->maps, start, a->top_end - start)) {
-            ptmd_walk_anomaly(w, PTMD_AN_TOP, a->top, start, a->index);
-            start = a->top;     /* walk only what can be read */
-            if (!ptmd_maps_readable(&w->maps, a->top, a->top_end - a->top)) return 0;
-        }
-        if (!new_heap(w, a, PTMD_HEAP_SBRK, start, a->top_end)) return ptmd_fail_sys(err, errno, "heap table", "mmap");
-        a->n_heaps = 1;
-        return 0;
-    } else {
-        uintptr_t h = ptmd_heap_for_ptr(a->top, w->heap_max);
-        uint32_t n = 0, i;
-        while (h) {
-            uint64_t size, prev;
-            ptmd_heap_rec *hr;
-            if (n < PTMD_MAX_HEAPS_PER_ARENA && !heap_info_ok(w, h, a->av) && maps_reload(w, a)) continue;
-            if (n >= PTMD_MAX_HEAPS_PER_ARENA || !heap_info_ok(w, h, a->av)) {
-                ptmd_walk_anomaly(w, PTMD_AN_HEAP_INFO, h, n, a->index);
-                break;
-            }
-            size = ptmd_rd64(h + L->hi_size);
-            prev = ptmd_rd64(h + L->hi_prev);
-            hr = new_heap(w, a, PTMD_HEAP_MMAP_HEAP, h, h + size);
-            if (!hr) return ptmd_fail_sys(err, errno, "heap table", "mmap");
-            hr->reserved_end = h + w->heap_max;
-            hr->prev = prev;
-            hr->mprotect_size = ptmd_rd64(h + L->hi_mprotect_size);
-            n++;
-            h = prev;
-        }
-        /* the chain runs newest to oldest: store oldest first */
-        for (i = 0; i < n / 2; i++) {
-            ptmd_heap_rec tmp = *PTMD_W_HEAP(w, a->first_heap + i);
-            *PTMD_W_HEAP(w, a->first_heap + i) = *PTMD_W_HEAP(w, a->first_heap + n - 1 - i);
-            *PTMD_W_HEAP(w, a->first_heap + n - 1 - i) = tmp;
-        }
-        a->n_heaps = n;
-        return 0;
-    }
-}
-
-/* Walks fastbins and the regular bins into the membership table. */
-static int collect_lists(ptmd_walk *w, arena_ctx *a, ptmd_err *err)
+static int collect_lists(ptmd_walk *w, ptmd_arena_ctx *a, ptmd_err *err)
 {
     const ptmd_layout *L = w->L;
     int i;
@@ -267,12 +124,12 @@ static int collect_lists(ptmd_walk *w, arena_ctx *a, ptmd_err *err)
     if (lists_reset(w, 1024) != 0) return ptmd_fail_sys(err, errno, "list table", "mmap");
     a->fast_entries = 0;
     for (i = 0; i < L->nfastbins; i++) {
-        uint64_t p = arena_field(w, a->av, L->ms_fastbins + (size_t)i * 8);
+        uint64_t p = ptmd_arena_field(w, a->av, L->ms_fastbins + (size_t)i * 8);
         for (steps = 0; p; steps++) {
             int dup;
             uint64_t size, fd;
             if (steps > a->bound) { ptmd_walk_anomaly(w, PTMD_AN_LIST_CYCLE, p, (uint64_t)i, a->index); break; }
-            if (!in_arena(w, a, p, 32)) { ptmd_walk_anomaly(w, PTMD_AN_BAD_POINTER, p, (uint64_t)i, a->index); break; }
+            if (!ptmd_in_arena(w, a, p, 32)) { ptmd_walk_anomaly(w, PTMD_AN_BAD_POINTER, p, (uint64_t)i, a->index); break; }
             size = ptmd_chunksize(ptmd_mchunk_size(p));
             if (size < PTMD_MINSIZE || ptmd_fastbin_index(size) != i)
                 ptmd_walk_anomaly(w, PTMD_AN_WRONG_BIN, p, size, a->index);
@@ -291,7 +148,7 @@ static int collect_lists(ptmd_walk *w, arena_ctx *a, ptmd_err *err)
             int dup;
             uint64_t size;
             if (steps > a->bound) { ptmd_walk_anomaly(w, PTMD_AN_LIST_CYCLE, p, (uint64_t)i, a->index); break; }
-            if (!in_arena(w, a, p, 32)) { ptmd_walk_anomaly(w, PTMD_AN_BAD_POINTER, p, (uint64_t)i, a->index); break; }
+            if (!ptmd_in_arena(w, a, p, 32)) { ptmd_walk_anomaly(w, PTMD_AN_BAD_POINTER, p, (uint64_t)i, a->index); break; }
             if (ptmd_chunk_bk(p) != prev) ptmd_walk_anomaly(w, PTMD_AN_LIST_LINK, p, prev, a->index);
             size = ptmd_chunksize(ptmd_mchunk_size(p));
             if (i >= 2 && ptmd_bin_index(size) != i) ptmd_walk_anomaly(w, PTMD_AN_WRONG_BIN, p, size, a->index);
@@ -304,14 +161,15 @@ static int collect_lists(ptmd_walk *w, arena_ctx *a, ptmd_err *err)
     return 0;
 }
 
-static int walk_heap_chunks(ptmd_walk *w, arena_ctx *a, uint32_t heap_index, uint64_t first, ptmd_err *err)
+
+static int walk_heap_chunks(ptmd_walk *w, ptmd_arena_ctx *a, uint32_t heap_index, uint64_t first, ptmd_err *err)
 {
     const ptmd_layout *L = w->L;
     ptmd_heap_rec *h = PTMD_W_HEAP(w, heap_index);
     const uint64_t end = h->end, start = h->start;
     const int has_top = a->top >= start && a->top < end;
     const uint64_t tcache_csize = (L->tcache_struct_size + PTMD_SIZE_SZ + PTMD_MALLOC_ALIGN_MASK) & ~(uint64_t)PTMD_MALLOC_ALIGN_MASK;
-    const uint64_t last_rem = arena_field(w, a->av, L->ms_last_remainder);
+    const uint64_t last_rem = ptmd_arena_field(w, a->av, L->ms_last_remainder);
     uint64_t p = first;
 
     h->first_chunk = PTMD_BUF_COUNT(&w->chunks, ptmd_chunk_rec);
@@ -397,7 +255,8 @@ oom:
 }
 
 /* First chunk of a heap: after heap_info (and the arena itself in an arena's first heap). */
-static uint64_t first_chunk_of(const ptmd_walk *w, const arena_ctx *a, const ptmd_heap_rec *h)
+
+static uint64_t first_chunk_of(const ptmd_walk *w, const ptmd_arena_ctx *a, const ptmd_heap_rec *h)
 {
     uint64_t p;
     if (a->main) p = h->start;
@@ -411,7 +270,7 @@ static int walk_arena(ptmd_walk *w, uintptr_t av, uint32_t index, ptmd_err *err)
 {
     const ptmd_layout *L = w->L;
     ptmd_arena_rec *ar = ptmd_buf_push(&w->arenas, sizeof(*ar));
-    arena_ctx a;
+    ptmd_arena_ctx a;
     int *mutex = (int *)(void *)(av + L->ms_mutex);
     uint64_t heap_bytes = 0, k;
     uint32_t i;
@@ -431,22 +290,22 @@ static int walk_arena(ptmd_walk *w, uintptr_t av, uint32_t index, ptmd_err *err)
     if (ar->glibc_flags & PTMD_NONCONTIGUOUS_BIT) ar->flags |= PTMD_AF_NONCONTIGUOUS;
     if (L->ms_have_fastchunks != PTMD_NONE && (uint32_t)ptmd_rd64(av + L->ms_have_fastchunks))
         ar->flags |= PTMD_AF_HAVE_FASTCHUNKS;
-    a.top = arena_field(w, av, L->ms_top);
-    if (!ptmd_maps_readable(&w->maps, a.top, 16)) maps_reload(w, &a);
+    a.top = ptmd_arena_field(w, av, L->ms_top);
+    if (!ptmd_maps_readable(&w->maps, a.top, 16)) ptmd_arena_maps_reload(w, &a);
     a.top_size = ptmd_maps_readable(&w->maps, a.top, 16) ? ptmd_chunksize(ptmd_mchunk_size(a.top)) : 0;
     a.top_end = a.top + a.top_size;
     ar->top = a.top;
     ar->top_size = a.top_size;
-    ar->last_remainder = arena_field(w, av, L->ms_last_remainder);
-    ar->system_mem = arena_field(w, av, L->ms_system_mem);
-    ar->max_system_mem = arena_field(w, av, L->ms_max_system_mem);
-    ar->next = arena_field(w, av, L->ms_next);
-    ar->next_free = arena_field(w, av, L->ms_next_free);
-    ar->attached_threads = arena_field(w, av, L->ms_attached_threads);
+    ar->last_remainder = ptmd_arena_field(w, av, L->ms_last_remainder);
+    ar->system_mem = ptmd_arena_field(w, av, L->ms_system_mem);
+    ar->max_system_mem = ptmd_arena_field(w, av, L->ms_max_system_mem);
+    ar->next = ptmd_arena_field(w, av, L->ms_next);
+    ar->next_free = ptmd_arena_field(w, av, L->ms_next_free);
+    ar->attached_threads = ptmd_arena_field(w, av, L->ms_attached_threads);
     if (a.main && (ar->flags & PTMD_AF_NONCONTIGUOUS))
         ptmd_walk_anomaly(w, PTMD_AN_NONCONTIGUOUS, av, ar->system_mem, index);
 
-    if ((rc = collect_heaps(w, &a, err)) != 0) goto out;
+    if ((rc = ptmd_arena_collect_heaps(w, &a, err)) != 0) goto out;
     for (i = 0; i < a.n_heaps; i++) {
         const ptmd_heap_rec *h = PTMD_W_HEAP(w, a.first_heap + i);
         heap_bytes += h->end - h->start;
@@ -473,150 +332,6 @@ out:
     return rc;
 }
 
-/* Next arena on the ring, validated: main_arena itself, or a non-main arena, whose malloc_state
- * follows the heap_info at the start of its first heap, which points back at it. Checked before the arena's lock is taken, while threads may be making
- * arenas and growing heaps: the two structs are read fault-free (an arena made since the mappings were
- * read is not in them), and the heap's extent is checked under the lock. */
-static int arena_ok(ptmd_walk *w, uintptr_t av)
-{
-    const ptmd_layout *L = w->L;
-    unsigned char head[4096];
-    size_t n = L->hi_size_total + L->ms_size;
-    uintptr_t h;
-    uint64_t ar, size;
-    if (av == w->lc->main_arena) return 1;
-    if (!av || (av & 7) || n > sizeof(head)) return 0;
-    h = av - L->hi_size_total;
-    if ((h & (w->heap_max - 1)) != 0) return 0;
-    if (ptmd_safe_read(&w->mem, h, head, n) != 0) return 0;
-    memcpy(&ar, head + L->hi_ar_ptr, 8);
-    memcpy(&size, head + L->hi_size, 8);
-    return ar == av && size >= n && size <= w->heap_max;
-}
-
-static const char *validate_once(ptmd_walk *w);
-
-/* The mappings were read before any lock was taken: another thread may have grown the heap since
- * (sbrk, a new arena's heap). A failed check is repeated once over a fresh read of them. */
-int ptmd_walk_validate(ptmd_walk *w, ptmd_err *err)
-{
-    const ptmd_libc *lc = w->lc;
-    const char *what = validate_once(w);
-    ptmd_err ignored;
-    if (what && ptmd_maps_load(&w->maps, &ignored) == 0) what = validate_once(w);
-    if (!what) return 0;
-    if (lc->layout_assumed)
-        return ptmd_fail(err, PTMD_E_LIBC,
-                         "glibc %s is newer than the newest glibc ptmalloc_dump knows (2.%d), and its malloc "
-                         "structures at main_arena %#lx do not match that version's layout (%s); refusing to "
-                         "walk them", lc->glibc_version, ptmd_layout_newest_minor(),
-                         (unsigned long)lc->main_arena, what);
-    return ptmd_fail(err, PTMD_E_LIBC,
-                     "glibc %s: the malloc structures at main_arena %#lx do not match the layout "
-                     "known for this version (%s); refusing to walk them",
-                     lc->glibc_version, (unsigned long)lc->main_arena, what);
-}
-
-/* NULL when main_arena and the arena ring pass every check, else what failed. */
-static const char *validate_once(ptmd_walk *w)
-{
-    const ptmd_layout *L = w->L;
-    const ptmd_libc *lc = w->lc;
-    uintptr_t av = lc->main_arena, top;
-    uint64_t top_size, system_mem;
-    unsigned n = 0;
-    const char *what = NULL;
-
-    if (!ptmd_maps_readable(&w->maps, av, L->ms_size) || av < lc->rw_start || av + L->ms_size > lc->rw_end) {
-        what = "main_arena is not inside libc's writable segment";
-        goto fail;
-    }
-    top = ptmd_rd64(av + L->ms_top);
-    system_mem = ptmd_rd64(av + L->ms_system_mem);
-    if (top != ptmd_initial_top(av + L->ms_bins)) {     /* initial_top means the main arena was never used */
-        if ((top & PTMD_MALLOC_ALIGN_MASK) || !ptmd_maps_readable(&w->maps, top, 16)) {
-            what = "main_arena.top does not point at readable memory";
-            goto fail;
-        }
-        top_size = ptmd_chunksize(ptmd_mchunk_size(top));
-        if (top_size < PTMD_MINSIZE || !ptmd_maps_readable(&w->maps, top, top_size)) {
-            what = "main_arena.top does not lie inside its heap";
-            goto fail;
-        }
-        if (system_mem < top_size || (system_mem & (w->page_size - 1)) || system_mem > (1ull << 47)) {
-            what = "main_arena.system_mem is not sane";
-            goto fail;
-        }
-        if (w->have_mp && w->sbrk_base && w->sbrk_base > top) {
-            what = "mp_.sbrk_base does not precede main_arena.top";
-            goto fail;
-        }
-    }
-    do {
-        uintptr_t next = ptmd_rd64(av + L->ms_next);
-        if (++n > PTMD_MAX_ARENAS) { what = "the arena ring does not return to main_arena"; goto fail; }
-        if (!arena_ok(w, next)) { what = "an arena on the ring fails its heap_info check"; goto fail; }
-        av = next;
-    } while (av != lc->main_arena);
-    return NULL;
-fail:
-    return what;
-}
-
-/* Follows one list (fd or bk links) from a bin head or fastbin, checking every step. */
-static int list_sane(ptmd_walk *w, arena_ctx *a, uint64_t first, uint64_t head, size_t link, int fast)
-{
-    uint64_t p = first, steps;
-    for (steps = 0; fast ? p != 0 : p != head; steps++) {
-        uint64_t next;
-        if (steps > a->bound || !in_arena(w, a, p, 32)) return 0;
-        next = ptmd_rd64(p + link);
-        p = fast && w->L->safe_linking ? ptmd_reveal_ptr(p + link, next) : next;
-    }
-    return 1;
-}
-
-/* Before glibc's own malloc_info() and mallinfo2() are called (they follow every list without any
- * check, fd for one and bk for the other, and abort on a misaligned fastbin chunk): every arena's
- * lists, both directions, under the arena's lock. Returns 1 when all of them are sane. */
-int ptmd_walk_precheck(ptmd_walk *w)
-{
-    const ptmd_layout *L = w->L;
-    uintptr_t av = w->lc->main_arena;
-    uint32_t n = 0;
-    int sane = 1;
-    size_t heaps_mark = w->heaps.len;
-    do {
-        arena_ctx a;
-        int *mutex = (int *)(void *)(av + L->ms_mutex), i;
-        uint32_t k;
-        uint64_t bytes = 0;
-        ptmd_err ignored;
-        memset(&a, 0, sizeof(a));
-        a.av = av;
-        a.main = av == w->lc->main_arena;
-        a.index = PTMD_NO_ARENA;
-        ptmd_arena_lock(w, mutex);
-        a.top = arena_field(w, av, L->ms_top);
-        if (!ptmd_maps_readable(&w->maps, a.top, 16)) maps_reload(w, &a);
-        a.top_size = ptmd_maps_readable(&w->maps, a.top, 16) ? ptmd_chunksize(ptmd_mchunk_size(a.top)) : 0;
-        a.top_end = a.top + a.top_size;
-        if (collect_heaps(w, &a, &ignored) != 0) sane = 0;
-        for (k = 0; k < a.n_heaps; k++) bytes += PTMD_W_HEAP(w, a.first_heap + k)->end - PTMD_W_HEAP(w, a.first_heap + k)->start;
-        a.bound = bytes / PTMD_MINSIZE + 1;
-        for (i = 0; sane && i < L->nfastbins; i++)
-            sane = list_sane(w, &a, arena_field(w, av, L->ms_fastbins + (size_t)i * 8), 0, 16, 1);
-        for (i = 1; sane && i < PTMD_NBINS; i++) {
-            uint64_t head = ptmd_bin_at(av + L->ms_bins, i);
-            sane = list_sane(w, &a, ptmd_chunk_fd(head), head, 16, 0) && list_sane(w, &a, ptmd_chunk_bk(head), head, 24, 0);
-        }
-        ptmd_arena_unlock(mutex);
-        w->heaps.len = heaps_mark;          /* the walk collects them again, under the same lock as its chunks */
-        av = arena_field(w, av, L->ms_next);
-    } while (sane && av != w->lc->main_arena && ++n < PTMD_MAX_ARENAS);
-    w->anomalies.len = 0;                   /* what matters is recorded by the walk itself */
-    return sane;
-}
 
 int ptmd_walk_arenas(ptmd_walk *w, ptmd_err *err)
 {
@@ -624,7 +339,7 @@ int ptmd_walk_arenas(ptmd_walk *w, ptmd_err *err)
     uint32_t index = 0;
     do {
         uintptr_t next;
-        if (!arena_ok(w, av)) {
+        if (!ptmd_arena_ok(w, av)) {
             ptmd_walk_anomaly(w, PTMD_AN_BAD_POINTER, av, index, PTMD_NO_ARENA);
             break;
         }
@@ -634,5 +349,90 @@ int ptmd_walk_arenas(ptmd_walk *w, ptmd_err *err)
         if (index >= PTMD_MAX_ARENAS) break;
         av = next;
     } while (av != w->lc->main_arena);
+    return 0;
+}
+
+/* ---- lookups ------------------------------------------------------------------------------ */
+
+int ptmd_walk_sort_heaps(ptmd_walk *w)
+{
+    size_t n = PTMD_BUF_COUNT(&w->heaps, ptmd_heap_rec);
+    w->heap_order.len = 0;
+    if (!ptmd_buf_push(&w->heap_order, n * sizeof(uint32_t) + 1)) return -1;
+    w->heap_order.len = n * sizeof(uint32_t);
+    ptmd_heap_order((const ptmd_heap_rec *)(const void *)w->heaps.base, n, (uint32_t *)(void *)w->heap_order.base);
+    return 0;
+}
+
+long ptmd_walk_find_chunk(ptmd_walk *w, uint64_t addr)
+{
+    ptmd_chunk_index ix = { (const ptmd_heap_rec *)(const void *)w->heaps.base,
+                            (const uint32_t *)(const void *)w->heap_order.base,
+                            PTMD_BUF_COUNT(&w->heap_order, uint32_t),
+                            (const ptmd_chunk_rec *)(const void *)w->chunks.base };
+    return ptmd_chunk_find(&ix, addr, 0);
+}
+
+/* ---- the walk from start to end ---------------------------------------------------------- */
+
+int ptmd_walk_prepare(ptmd_walk *w, const ptmd_libc *lc, ptmd_err *err)
+{
+    const ptmd_layout *L = lc->layout;
+    long ps = sysconf(_SC_PAGESIZE);
+    w->lc = lc;
+    w->L = L;
+    w->page_size = ps > 0 ? (size_t)ps : 4096;
+    w->pagemap.fd = -1;
+    w->mem.mem_fd = -1;
+    if (ptmd_maps_load(&w->maps, err) != 0) return -1;
+    if (ptmd_memreader_open(&w->mem, err) != 0) return -1;
+    if (ptmd_pagemap_open(&w->pagemap, err) != 0) return -1;
+    w->heap_max = PTMD_DEFAULT_HEAP_MAX_SIZE;
+    if (lc->mp && ptmd_maps_readable(&w->maps, lc->mp, L->mp_size)) {
+        uint32_t n;
+        w->have_mp = 1;
+        w->sbrk_base = ptmd_rd64(lc->mp + L->mp_sbrk_base);
+        memcpy(&n, (const void *)(lc->mp + L->mp_n_mmaps), 4);
+        w->n_mmaps = n;
+        w->mmapped_mem = ptmd_rd64(lc->mp + L->mp_mmapped_mem);
+        if (L->mp_tcache_count != PTMD_NONE) w->tcache_count_max = ptmd_rd64(lc->mp + L->mp_tcache_count);
+        if (L->mp_tcache_bins != PTMD_NONE) w->tcache_bins = ptmd_rd64(lc->mp + L->mp_tcache_bins);
+        /* heap_max_size(): 4 huge pages when hugetlb arenas are configured (2.35 .. 2.41) */
+        if (L->mp_hp_pagesize != PTMD_NONE && !L->heap_max_fixed) {
+            uint64_t hp = ptmd_rd64(lc->mp + L->mp_hp_pagesize);
+            if (hp && (hp & (hp - 1)) == 0) w->heap_max = hp * 4;
+        }
+    }
+    if (lc->tcache_key && ptmd_maps_readable(&w->maps, lc->tcache_key, 8)) {
+        w->tcache_key = ptmd_rd64(lc->tcache_key);
+        w->have_tcache_key = 1;
+    }
+    /* the walk's buffers are mapped now, so the mmapped-chunk scan sees them and their growth is rare */
+    if (ptmd_buf_reserve(&w->chunks, 1u << 20) != 0 || ptmd_buf_reserve(&w->heaps, 1u << 16) != 0 ||
+        ptmd_buf_reserve(&w->arenas, 1u << 16) != 0 || ptmd_buf_reserve(&w->anomalies, 1u << 16) != 0 ||
+        ptmd_buf_reserve(&w->threads, 1u << 16) != 0 || ptmd_buf_reserve(&w->tcache_cands, 1u << 16) != 0 ||
+        ptmd_buf_reserve(&w->lists, 1u << 16) != 0)
+        return ptmd_fail_sys(err, errno, "walk buffers", "mmap");
+    return 0;
+}
+
+void ptmd_walk_release(ptmd_walk *w)
+{
+    ptmd_buf *bufs[] = { PTMD_WALK_BUFFERS(w) };
+    size_t i;
+    for (i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) ptmd_buf_release(bufs[i]);
+    ptmd_maps_release(&w->maps);
+    ptmd_memreader_close(&w->mem);
+    ptmd_pagemap_close(&w->pagemap);
+}
+
+int ptmd_walk_run(ptmd_walk *w, ptmd_err *err)
+{
+    if (ptmd_walk_arenas(w, err) != 0) return -1;
+    /* the mmapped-chunk scan skips thread stacks, and from glibc 2.43 a tcache can hold mmapped
+     * chunks: threads, then mmapped chunks, then the tcaches */
+    if (ptmd_walk_threads(w, err) != 0) return -1;
+    if (ptmd_walk_mmapped(w, err) != 0) return -1;
+    if (ptmd_walk_tcaches(w, err) != 0) return -1;
     return 0;
 }

@@ -1,0 +1,290 @@
+/* Arenas before and around the walk: glibc's lock on each, the checks of main_arena and the ring
+ * before anything is walked, each arena's heaps (the sbrk region, or heap_info regions through
+ * prev), and the check that every list can be followed before glibc's own counters are called.
+ * Nothing here calls malloc. */
+#define _GNU_SOURCE
+#include "capture/arena.h"
+
+#include <errno.h>
+#include <linux/futex.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* ---- arena locks: glibc's low-level lock (0 free, 1 locked, 2 locked with waiters) ----------- */
+
+void ptmd_arena_lock(ptmd_walk *w, int *futex)
+{
+    int expected = 0;
+    uint64_t t0;
+    if (__atomic_compare_exchange_n(futex, &expected, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) return;
+    t0 = ptmd_now_ns();
+    /* __lll_lock_wait_private: announce a waiter by storing 2, sleep while the value stays 2 */
+    while (__atomic_exchange_n(futex, 2, __ATOMIC_ACQUIRE) != 0)
+        syscall(SYS_futex, futex, FUTEX_WAIT_PRIVATE, 2, NULL, NULL, 0);
+    w->lock_wait_ns += ptmd_now_ns() - t0;
+}
+
+void ptmd_arena_unlock(int *futex)
+{
+    if (__atomic_exchange_n(futex, 0, __ATOMIC_RELEASE) > 1)
+        syscall(SYS_futex, futex, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
+
+/* True when [p, p+len) lies inside one of the arena's heaps (and so was checked readable). */
+int ptmd_in_arena(ptmd_walk *w, const ptmd_arena_ctx *a, uint64_t p, uint64_t len)
+{
+    uint32_t i;
+    if (p & PTMD_MALLOC_ALIGN_MASK) return 0;
+    for (i = 0; i < a->n_heaps; i++) {
+        const ptmd_heap_rec *h = PTMD_W_HEAP(w, a->first_heap + i);
+        if (p >= h->start && p < h->end && len <= h->end - p) return 1;
+    }
+    return 0;
+}
+
+uint64_t ptmd_arena_field(const ptmd_walk *w, uintptr_t av, size_t off)
+{
+    PTMD_UNUSED(w);
+    return off == PTMD_NONE ? 0 : ptmd_rd64(av + off);
+}
+
+/* heap_info checks: aligned to heap_max, readable, ar_ptr == the arena, sane size. */
+static int heap_info_ok(ptmd_walk *w, uintptr_t h, uintptr_t av)
+{
+    const ptmd_layout *L = w->L;
+    uint64_t size;
+    if (!h || (h & (w->heap_max - 1))) return 0;
+    if (!ptmd_maps_readable(&w->maps, h, L->hi_size_total)) return 0;
+    if (ptmd_rd64(h + L->hi_ar_ptr) != av) return 0;
+    size = ptmd_rd64(h + L->hi_size);
+    if (size < L->hi_size_total || size > w->heap_max) return 0;
+    return ptmd_maps_readable(&w->maps, h, size);
+}
+
+/* The mappings were read before this arena's lock was taken: a heap made or grown since (new_heap's
+ * mmap, grow_heap's mprotect, sbrk) is missing from them or still PROT_NONE there. Reads them again,
+ * at most once per arena; true when that happened, so that a failed check is worth repeating. */
+int ptmd_arena_maps_reload(ptmd_walk *w, ptmd_arena_ctx *a)
+{
+    ptmd_err ignored;
+    if (a->maps_reloaded) return 0;
+    a->maps_reloaded = 1;
+    return ptmd_maps_load(&w->maps, &ignored) == 0;
+}
+
+static ptmd_heap_rec *new_heap(ptmd_walk *w, ptmd_arena_ctx *a, uint32_t kind, uint64_t start, uint64_t end)
+{
+    ptmd_heap_rec *h = ptmd_buf_push(&w->heaps, sizeof(*h));
+    if (!h) return NULL;
+    h->start = start;
+    h->end = end;
+    h->reserved_end = end;
+    h->arena = a ? a->index : PTMD_NO_ARENA;
+    h->kind = kind;
+    return h;
+}
+
+int ptmd_arena_collect_heaps(ptmd_walk *w, ptmd_arena_ctx *a, ptmd_err *err)
+{
+    const ptmd_layout *L = w->L;
+    a->first_heap = (uint32_t)PTMD_BUF_COUNT(&w->heaps, ptmd_heap_rec);
+    a->n_heaps = 0;
+    if (a->main) {
+        uint64_t start = w->have_mp && w->sbrk_base ? w->sbrk_base : 0;
+        const ptmd_map *m;
+        if (a->top == ptmd_initial_top(a->av + L->ms_bins)) return 0;       /* initial_top: never used */
+        if (!start) {
+            m = ptmd_maps_find(&w->maps, a->top);
+            start = m ? m->start : a->top;
+        }
+        if (start <= a->top && !ptmd_maps_readable(&w->maps, start, a->top_end - start)) ptmd_arena_maps_reload(w, a);
+        if (start > a->top || !ptmd_maps_readable(&w->maps, start, a->top_end - start)) {
+            ptmd_walk_anomaly(w, PTMD_AN_TOP, a->top, start, a->index);
+            start = a->top;     /* walk only what can be read */
+            if (!ptmd_maps_readable(&w->maps, a->top, a->top_end - a->top)) return 0;
+        }
+        if (!new_heap(w, a, PTMD_HEAP_SBRK, start, a->top_end)) return ptmd_fail_sys(err, errno, "heap table", "mmap");
+        a->n_heaps = 1;
+        return 0;
+    } else {
+        uintptr_t h = ptmd_heap_for_ptr(a->top, w->heap_max);
+        uint32_t n = 0, i;
+        while (h) {
+            uint64_t size, prev;
+            ptmd_heap_rec *hr;
+            if (n < PTMD_MAX_HEAPS_PER_ARENA && !heap_info_ok(w, h, a->av) && ptmd_arena_maps_reload(w, a)) continue;
+            if (n >= PTMD_MAX_HEAPS_PER_ARENA || !heap_info_ok(w, h, a->av)) {
+                ptmd_walk_anomaly(w, PTMD_AN_HEAP_INFO, h, n, a->index);
+                break;
+            }
+            size = ptmd_rd64(h + L->hi_size);
+            prev = ptmd_rd64(h + L->hi_prev);
+            hr = new_heap(w, a, PTMD_HEAP_MMAP_HEAP, h, h + size);
+            if (!hr) return ptmd_fail_sys(err, errno, "heap table", "mmap");
+            hr->reserved_end = h + w->heap_max;
+            hr->prev = prev;
+            hr->mprotect_size = ptmd_rd64(h + L->hi_mprotect_size);
+            n++;
+            h = prev;
+        }
+        /* the chain runs newest to oldest: store oldest first */
+        for (i = 0; i < n / 2; i++) {
+            ptmd_heap_rec tmp = *PTMD_W_HEAP(w, a->first_heap + i);
+            *PTMD_W_HEAP(w, a->first_heap + i) = *PTMD_W_HEAP(w, a->first_heap + n - 1 - i);
+            *PTMD_W_HEAP(w, a->first_heap + n - 1 - i) = tmp;
+        }
+        a->n_heaps = n;
+        return 0;
+    }
+}
+
+/* Walks fastbins and the regular bins into the membership table. */
+
+/* Next arena on the ring, validated: main_arena itself, or a non-main arena, whose malloc_state
+ * follows the heap_info at the start of its first heap, which points back at it. Checked before the arena's lock is taken, while threads may be making
+ * arenas and growing heaps: the two structs are read fault-free (an arena made since the mappings were
+ * read is not in them), and the heap's extent is checked under the lock. */
+int ptmd_arena_ok(ptmd_walk *w, uintptr_t av)
+{
+    const ptmd_layout *L = w->L;
+    unsigned char head[4096];
+    size_t n = L->hi_size_total + L->ms_size;
+    uintptr_t h;
+    uint64_t ar, size;
+    if (av == w->lc->main_arena) return 1;
+    if (!av || (av & 7) || n > sizeof(head)) return 0;
+    h = av - L->hi_size_total;
+    if ((h & (w->heap_max - 1)) != 0) return 0;
+    if (ptmd_safe_read(&w->mem, h, head, n) != 0) return 0;
+    memcpy(&ar, head + L->hi_ar_ptr, 8);
+    memcpy(&size, head + L->hi_size, 8);
+    return ar == av && size >= n && size <= w->heap_max;
+}
+
+static const char *validate_once(ptmd_walk *w);
+
+/* The mappings were read before any lock was taken: another thread may have grown the heap since
+ * (sbrk, a new arena's heap). A failed check is repeated once over a fresh read of them. */
+int ptmd_walk_validate(ptmd_walk *w, ptmd_err *err)
+{
+    const ptmd_libc *lc = w->lc;
+    const char *what = validate_once(w);
+    ptmd_err ignored;
+    if (what && ptmd_maps_load(&w->maps, &ignored) == 0) what = validate_once(w);
+    if (!what) return 0;
+    if (lc->layout_assumed)
+        return ptmd_fail(err, PTMD_E_LIBC,
+                         "glibc %s is newer than the newest glibc ptmalloc_dump knows (2.%d), and its malloc "
+                         "structures at main_arena %#lx do not match that version's layout (%s); refusing to "
+                         "walk them", lc->glibc_version, ptmd_layout_newest_minor(),
+                         (unsigned long)lc->main_arena, what);
+    return ptmd_fail(err, PTMD_E_LIBC,
+                     "glibc %s: the malloc structures at main_arena %#lx do not match the layout "
+                     "known for this version (%s); refusing to walk them",
+                     lc->glibc_version, (unsigned long)lc->main_arena, what);
+}
+
+/* NULL when main_arena and the arena ring pass every check, else what failed. */
+static const char *validate_once(ptmd_walk *w)
+{
+    const ptmd_layout *L = w->L;
+    const ptmd_libc *lc = w->lc;
+    uintptr_t av = lc->main_arena, top;
+    uint64_t top_size, system_mem;
+    unsigned n = 0;
+    const char *what = NULL;
+
+    if (!ptmd_maps_readable(&w->maps, av, L->ms_size) || av < lc->rw_start || av + L->ms_size > lc->rw_end) {
+        what = "main_arena is not inside libc's writable segment";
+        goto fail;
+    }
+    top = ptmd_rd64(av + L->ms_top);
+    system_mem = ptmd_rd64(av + L->ms_system_mem);
+    if (top != ptmd_initial_top(av + L->ms_bins)) {     /* initial_top means the main arena was never used */
+        if ((top & PTMD_MALLOC_ALIGN_MASK) || !ptmd_maps_readable(&w->maps, top, 16)) {
+            what = "main_arena.top does not point at readable memory";
+            goto fail;
+        }
+        top_size = ptmd_chunksize(ptmd_mchunk_size(top));
+        if (top_size < PTMD_MINSIZE || !ptmd_maps_readable(&w->maps, top, top_size)) {
+            what = "main_arena.top does not lie inside its heap";
+            goto fail;
+        }
+        if (system_mem < top_size || (system_mem & (w->page_size - 1)) || system_mem > (1ull << 47)) {
+            what = "main_arena.system_mem is not sane";
+            goto fail;
+        }
+        if (w->have_mp && w->sbrk_base && w->sbrk_base > top) {
+            what = "mp_.sbrk_base does not precede main_arena.top";
+            goto fail;
+        }
+    }
+    do {
+        uintptr_t next = ptmd_rd64(av + L->ms_next);
+        if (++n > PTMD_MAX_ARENAS) { what = "the arena ring does not return to main_arena"; goto fail; }
+        if (!ptmd_arena_ok(w, next)) { what = "an arena on the ring fails its heap_info check"; goto fail; }
+        av = next;
+    } while (av != lc->main_arena);
+    return NULL;
+fail:
+    return what;
+}
+
+/* Follows one list (fd or bk links) from a bin head or fastbin, checking every step. */
+
+static int list_sane(ptmd_walk *w, ptmd_arena_ctx *a, uint64_t first, uint64_t head, size_t link, int fast)
+{
+    uint64_t p = first, steps;
+    for (steps = 0; fast ? p != 0 : p != head; steps++) {
+        uint64_t next;
+        if (steps > a->bound || !ptmd_in_arena(w, a, p, 32)) return 0;
+        next = ptmd_rd64(p + link);
+        p = fast && w->L->safe_linking ? ptmd_reveal_ptr(p + link, next) : next;
+    }
+    return 1;
+}
+
+/* Before glibc's own malloc_info() and mallinfo2() are called (they follow every list without any
+ * check, fd for one and bk for the other, and abort on a misaligned fastbin chunk): every arena's
+ * lists, both directions, under the arena's lock. Returns 1 when all of them are sane. */
+int ptmd_walk_precheck(ptmd_walk *w)
+{
+    const ptmd_layout *L = w->L;
+    uintptr_t av = w->lc->main_arena;
+    uint32_t n = 0;
+    int sane = 1;
+    size_t heaps_mark = w->heaps.len;
+    do {
+        ptmd_arena_ctx a;
+        int *mutex = (int *)(void *)(av + L->ms_mutex), i;
+        uint32_t k;
+        uint64_t bytes = 0;
+        ptmd_err ignored;
+        memset(&a, 0, sizeof(a));
+        a.av = av;
+        a.main = av == w->lc->main_arena;
+        a.index = PTMD_NO_ARENA;
+        ptmd_arena_lock(w, mutex);
+        a.top = ptmd_arena_field(w, av, L->ms_top);
+        if (!ptmd_maps_readable(&w->maps, a.top, 16)) ptmd_arena_maps_reload(w, &a);
+        a.top_size = ptmd_maps_readable(&w->maps, a.top, 16) ? ptmd_chunksize(ptmd_mchunk_size(a.top)) : 0;
+        a.top_end = a.top + a.top_size;
+        if (ptmd_arena_collect_heaps(w, &a, &ignored) != 0) sane = 0;
+        for (k = 0; k < a.n_heaps; k++) bytes += PTMD_W_HEAP(w, a.first_heap + k)->end - PTMD_W_HEAP(w, a.first_heap + k)->start;
+        a.bound = bytes / PTMD_MINSIZE + 1;
+        for (i = 0; sane && i < L->nfastbins; i++)
+            sane = list_sane(w, &a, ptmd_arena_field(w, av, L->ms_fastbins + (size_t)i * 8), 0, 16, 1);
+        for (i = 1; sane && i < PTMD_NBINS; i++) {
+            uint64_t head = ptmd_bin_at(av + L->ms_bins, i);
+            sane = list_sane(w, &a, ptmd_chunk_fd(head), head, 16, 0) && list_sane(w, &a, ptmd_chunk_bk(head), head, 24, 0);
+        }
+        ptmd_arena_unlock(mutex);
+        w->heaps.len = heaps_mark;          /* the walk collects them again, under the same lock as its chunks */
+        av = ptmd_arena_field(w, av, L->ms_next);
+    } while (sane && av != w->lc->main_arena && ++n < PTMD_MAX_ARENAS);
+    w->anomalies.len = 0;                   /* what matters is recorded by the walk itself */
+    return sane;
+}
+

@@ -1,0 +1,33 @@
+/* What the arena and walk files share about the arena being walked (capture only). */
+#ifndef PTMD_ARENA_H
+#define PTMD_ARENA_H
+
+#include "capture/walk.h"
+
+#define PTMD_MAX_ARENAS 65536
+#define PTMD_MAX_HEAPS_PER_ARENA 65536
+
+/* One arena as the walk sees it. */
+typedef struct {
+    uint32_t index;
+    uintptr_t av;
+    int main;
+    uint64_t top, top_size, top_end;
+    uint32_t first_heap, n_heaps;   /* into w->heaps */
+    uint64_t bound;                 /* most chunks the arena's memory could hold */
+    int maps_reloaded;              /* /proc/self/maps read again under this arena's lock */
+    size_t fast_entries;
+} ptmd_arena_ctx;
+
+/* True when [p, p+len) lies inside one of the arena's heaps (and so was checked readable). */
+int ptmd_in_arena(ptmd_walk *w, const ptmd_arena_ctx *a, uint64_t p, uint64_t len);
+/* A field of the malloc_state at av (0 where this version has no such field). */
+uint64_t ptmd_arena_field(const ptmd_walk *w, uintptr_t av, size_t off);
+/* Reads the mappings again, at most once per arena; true when that happened. */
+int ptmd_arena_maps_reload(ptmd_walk *w, ptmd_arena_ctx *a);
+/* Collects the arena's heaps (oldest first) into w->heaps and sets a->first_heap, a->n_heaps. */
+int ptmd_arena_collect_heaps(ptmd_walk *w, ptmd_arena_ctx *a, ptmd_err *err);
+/* Whether av can be the next arena on the ring (main_arena, or a malloc_state after its heap_info). */
+int ptmd_arena_ok(ptmd_walk *w, uintptr_t av);
+
+#endif
