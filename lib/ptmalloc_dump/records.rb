@@ -4,7 +4,7 @@ module PtmallocDump
   # The states a chunk can have, in the order of the file format.
   STATES = Format::STATES
   # States that hold free memory (what the program freed and malloc keeps).
-  FREE_STATES = %i[tcache fastbin unsorted smallbin largebin top].freeze
+  FREE_STATES = Format::FREE_STATES
 
   # One malloc chunk of a dump.
   #

@@ -27,6 +27,13 @@ void ptmd_format_module_init(void)
     VALUE mFormat = rb_define_module_under(ptmd_mPtmallocDump, "Format");
     rb_define_const(mFormat, "VERSION", INT2NUM(PTMD_FORMAT_VERSION));
     rb_define_const(mFormat, "STATES", NAMES(ptmd_state_names));
+    {
+        VALUE free_states = rb_ary_new();
+        int st;
+        for (st = 0; st < PTMD_ST_COUNT; st++)
+            if (ptmd_state_is_free(st)) rb_ary_push(free_states, PTMD_SYM(ptmd_state_names[st]));
+        rb_define_const(mFormat, "FREE_STATES", rb_ary_freeze(free_states));
+    }
     rb_define_const(mFormat, "ANOMALY_KINDS", NAMES(ptmd_anomaly_names));
     rb_define_const(mFormat, "HEAP_KINDS", NAMES(ptmd_heap_kind_names));
     rb_define_const(mFormat, "SYMBOL_SOURCES", NAMES(ptmd_symbol_source_names));
