@@ -101,7 +101,7 @@ module PtmallocDump
       differences << "arenas differ" if a.arenas.map(&:address) != b.arenas.map(&:address)
       differences << "chunk counts #{a.chunk_count} vs #{b.chunk_count}" if a.chunk_count != b.chunk_count
       if (i = a.first_difference(b))
-        differences << "chunk #{i}: #{a.chunk_by_index(i).inspect} vs #{b.chunk_by_index(i).inspect}"
+        differences << "chunk #{i}: #{chunk_tuple(a, i).inspect} vs #{chunk_tuple(b, i).inspect}"
       end
       { agree: differences.empty?, main_arena: a.header[:main_arena], chunks: a.chunk_count, differences: differences }
     end
@@ -125,6 +125,10 @@ module PtmallocDump
     private
 
     SYMBOLS_MODES = { auto: 0, file: 1, heuristic: 2 }.freeze
+
+    def chunk_tuple(dump, index)
+      dump.chunk_by_index(index)&.then { |c| [c.address, c.size, c.state] }
+    end
 
     def symbols_mode(symbols)
       SYMBOLS_MODES.fetch(symbols) { raise ArgumentError, "symbols: must be one of #{SYMBOLS_MODES.keys.join(', ')}" }

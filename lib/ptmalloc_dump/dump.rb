@@ -4,6 +4,10 @@ module PtmallocDump
   # A dump file loaded by {PtmallocDump.load}. Parsing, validation and every figure are done in C;
   # this class presents them.
   class Dump
+    # code => name, as the file stores them
+    SYMBOL_SOURCES = Format::SYMBOL_SOURCES.each_with_index.filter_map { |name, code| [code, name] if name }.to_h.freeze
+    RESIDENCY_SOURCES = Format::RESIDENCY_SOURCES.each_with_index.filter_map { |name, code| [code, name] if name }.to_h.freeze
+
     # Loads and validates a dump.
     #
     # @param path [String]
@@ -46,8 +50,8 @@ module PtmallocDump
           libc_path: strings["libc_path"],
           libc_build_id: strings["libc_build_id"],
           symbol_file: strings["symbol_file"],
-          symbol_source: Format::SYMBOL_SOURCES[m.delete(:symbol_source_code)] || :unknown,
-          residency_source: Format::RESIDENCY_SOURCES[m.delete(:residency_source_code)] || :unknown,
+          symbol_source: SYMBOL_SOURCES.fetch(m.delete(:symbol_source_code), :unknown),
+          residency_source: RESIDENCY_SOURCES.fetch(m.delete(:residency_source_code), :unknown),
           hostname: strings["hostname"],
           ruby_version: strings["ruby_version"],
           ruby_layer: ruby_layer_status(strings["ruby_layer"]),

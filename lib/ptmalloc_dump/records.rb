@@ -6,6 +6,12 @@ module PtmallocDump
   # States that hold free memory (what the program freed and malloc keeps).
   FREE_STATES = Format::FREE_STATES
 
+  # Chunk flag bits (Chunk#flags, the high byte of a chunk record): ANOMALY, TCACHE_STRUCT,
+  # LAST_REMAINDER, FREE_BIT, from {Format::CHUNK_FLAGS}.
+  module ChunkFlags
+    Format::CHUNK_FLAGS.each { |name, bit| const_set(name.upcase, bit) }
+  end
+
   # One malloc chunk of a dump.
   #
   # @!attribute [r] address
@@ -19,7 +25,7 @@ module PtmallocDump
   # @!attribute [r] heap
   #   @return [Heap]
   # @!attribute [r] flags
-  #   @return [Integer] bits of {Format::CHUNK_FLAGS}
+  #   @return [Integer] {ChunkFlags} bits
   Chunk = Struct.new(:address, :size, :state, :arena, :heap, :flags) do
     # @return [Integer] the address malloc returned for this chunk
     def user_address
@@ -38,12 +44,12 @@ module PtmallocDump
 
     # @return [Boolean] whether this chunk is a thread's tcache_perthread_struct
     def tcache_struct?
-      flags.anybits?(Format::CHUNK_FLAGS[:tcache_struct])
+      flags.anybits?(ChunkFlags::TCACHE_STRUCT)
     end
 
     # @return [Boolean] whether an anomaly record names this chunk
     def anomaly?
-      flags.anybits?(Format::CHUNK_FLAGS[:anomaly])
+      flags.anybits?(ChunkFlags::ANOMALY)
     end
 
     def inspect
@@ -91,6 +97,7 @@ module PtmallocDump
     PRESENT = Format::PAGE_FLAGS[:present]
     SWAPPED = Format::PAGE_FLAGS[:swapped]
     EXCLUSIVE = Format::PAGE_FLAGS[:exclusive]
+    FILE = Format::PAGE_FLAGS[:file]
 
     # @return [Heap]
     attr_reader :heap

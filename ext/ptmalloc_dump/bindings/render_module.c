@@ -49,6 +49,7 @@ static VALUE render(const ptmd_view *v, const ptmd_page_usage *usage, ptmd_rende
 static VALUE render_maps(VALUE self, VALUE dump, VALUE outdir, VALUE owners, VALUE max_px, VALUE progress_fd)
 {
     const ptmd_view *v = ptmd_rb_dump_view(dump);
+    const ptmd_page_usage *usage = ptmd_rb_dump_usage(dump);
     ptmd_render_opts o;
     uint8_t *types = NULL;
     PTMD_UNUSED(self);
@@ -59,12 +60,12 @@ static VALUE render_maps(VALUE self, VALUE dump, VALUE outdir, VALUE owners, VAL
     o.progress_fd = NIL_P(progress_fd) ? -1 : NUM2INT(progress_fd);
     if (RTEST(owners) && v->ruby_meta) {
         size_t i;
-        o.owner = ptmd_rb_dump_attribution(dump)->category;
+        o.owner = ptmd_rb_dump_attribution(dump)->category;   /* computed before anything is allocated here */
         types = ALLOC_N(uint8_t, v->n_ruby_objects ? v->n_ruby_objects : 1);
         for (i = 0; i < v->n_ruby_objects; i++) types[i] = (uint8_t)ptmd_owner_category(v->ruby_objects[i].type);
         o.owner_types = types;
     }
-    return render(v, ptmd_rb_dump_usage(dump), &o, types);
+    return render(v, usage, &o, types);
 }
 
 /* Render.diff_maps(dump, outdir, page_changes) -> Array of image Hashes: the newer dump's page maps
@@ -114,6 +115,7 @@ void ptmd_render_module_init(void)
     rb_define_module_function(mRender, "maps", render_maps, 5);
     rb_define_module_function(mRender, "diff_maps", render_diff_maps, 3);
     rb_define_module_function(mRender, "palette", render_palette, 0);
+    rb_define_const(mRender, "OWNER_CATEGORIES", rb_const_get(rb_const_get(ptmd_mPtmallocDump, rb_intern("Format")), rb_intern("OWNER_CATEGORIES")));
     rb_define_const(mRender, "BYTES_PER_PIXEL", INT2NUM(PTMD_BYTE_MAP_BYTES_PER_PX));
     rb_define_const(mRender, "PAGE_CELLS_PER_ROW", INT2NUM(PTMD_PAGE_MAP_CELLS_PER_ROW));
     rb_define_const(mRender, "BYTE_MAP_PAGES_PER_ROW", INT2NUM(PTMD_BYTE_MAP_PAGES_PER_ROW));
