@@ -187,10 +187,10 @@ module PtmallocDump
 
     # Says why a dump holds no Ruby objects, so nobody reads its in-use memory as native.
     def no_ruby_section
-      why = header[:ruby_layer] == :skipped ? "this Ruby did not allow it: #{header[:ruby_layer_reason]}" : "the dump was taken with ruby: false"
+      why = header[:ruby_layer] == :skipped ? "the Ruby pass was skipped: #{header[:ruby_layer_reason]}" : "it was taken with ruby: false"
       <<~HTML
         <h2>Where the heap goes</h2>
-        <p class="warn">No Ruby owners: this dump holds no Ruby objects (#{h(why)}), so its in-use memory is not divided among Ruby objects and native code.</p>
+        <p class="warn">No Ruby owners: this dump holds no Ruby objects (#{h(why)}), so its in-use memory is not divided between Ruby objects and native code.</p>
       HTML
     end
 

@@ -52,7 +52,7 @@ module PtmallocDump
       return "#{human_bytes(r[:owned_bytes])} owned by #{r[:objects]} Ruby objects, #{human_bytes(r[:unattributed_bytes])} native" if r
       return "none: the dump was taken with ruby: false" unless @h[:ruby_layer] == :skipped
 
-      "none: this Ruby did not allow the Ruby pass (#{@h[:ruby_layer_reason]})"
+      "none: the Ruby pass was skipped: #{@h[:ruby_layer_reason]}"
     end
 
     def row(label, text)
