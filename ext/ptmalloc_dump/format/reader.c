@@ -73,6 +73,47 @@ static int check_strings(const unsigned char *p, size_t len)
     return 1;
 }
 
+/* A page size a Linux kernel can have (4 KiB to 1 GiB, a power of two is checked too). */
+#define PTMD_MIN_PAGE_SIZE 256ull
+#define PTMD_MAX_PAGE_SIZE (1ull << 30)
+/* Ruby pages hold at most 64 KiB of 40-byte slots (Ruby 3.4) or 16 KiB of them before: far fewer. */
+#define PTMD_MAX_SLOTS_PER_PAGE 65536ull
+
+/* Each heap: a known kind, an arena exactly when it is no mmapped chunk, start <= end <= reserved_end,
+ * the pages the walk gives it (page_base the page holding start, n_pages to the page holding end),
+ * the heaps' pages one after another in file order, together the PAGES section. */
+static int check_heaps(const ptmd_view *v, const char *name, ptmd_err *err)
+{
+    uint64_t ps = v->meta->page_size, next_page = 0;
+    size_t i;
+    for (i = 0; i < v->n_heaps; i++) {
+        const ptmd_heap_rec *h = &v->heaps[i];
+        uint64_t pages;
+        if (h->kind < PTMD_HEAP_SBRK || h->kind > PTMD_HEAP_MMAPPED_CHUNK)
+            FAIL("%s: heap %zu has an unknown kind %u", name, i, h->kind);
+        if ((h->kind == PTMD_HEAP_MMAPPED_CHUNK) != (h->arena == PTMD_NO_ARENA) ||
+            (h->arena != PTMD_NO_ARENA && h->arena >= v->n_arenas))
+            FAIL("%s: heap %zu names arena %u, which does not fit its kind or does not exist", name, i, h->arena);
+        if (h->end < h->start || h->reserved_end < h->end)
+            FAIL("%s: heap %zu has bad bounds (start %#llx, end %#llx, reserved end %#llx)", name, i,
+                 (unsigned long long)h->start, (unsigned long long)h->end, (unsigned long long)h->reserved_end);
+        if (h->page_base != (h->start & ~(ps - 1)))
+            FAIL("%s: heap %zu has page_base %#llx, not the page of its start", name, i, (unsigned long long)h->page_base);
+        pages = h->end > h->page_base ? (h->end - h->page_base - 1) / ps + 1 : 0;
+        if (h->n_pages != pages)
+            FAIL("%s: heap %zu has n_pages %llu where its bounds span %llu", name, i, (unsigned long long)h->n_pages,
+                 (unsigned long long)pages);
+        if (h->first_page != next_page)
+            FAIL("%s: heap %zu has first_page %llu, not %llu", name, i, (unsigned long long)h->first_page,
+                 (unsigned long long)next_page);
+        if (h->n_pages > v->n_pages - next_page) FAIL("%s: heap %zu has more pages than the PAGES section", name, i);
+        next_page += h->n_pages;
+    }
+    if (next_page != v->n_pages)
+        FAIL("%s: %llu pages belong to no heap", name, (unsigned long long)(v->n_pages - next_page));
+    return 0;
+}
+
 static int check_names(const unsigned char *p, size_t len, uint64_t count)
 {
     size_t off = 0;
@@ -178,13 +219,18 @@ int ptmd_read_view(const unsigned char *data, size_t len, const char *name, ptmd
     if (sections != f->n_sections) FAIL("%s: %llu sections found, the end section says %llu", name,
                                         (unsigned long long)sections, (unsigned long long)f->n_sections);
     if (v->n_chunks != f->n_chunks) FAIL("%s: chunk count differs from the end section", name);
-    if (v->meta->page_size == 0 || (v->meta->page_size & (v->meta->page_size - 1)))
+    if (v->meta->page_size < PTMD_MIN_PAGE_SIZE || v->meta->page_size > PTMD_MAX_PAGE_SIZE ||
+        (v->meta->page_size & (v->meta->page_size - 1)))
         FAIL("%s: bad page size %llu", name, (unsigned long long)v->meta->page_size);
 
-    /* cross references */
+    /* cross references: every number a later stage uses as a count, an index or a bound is checked
+     * here, against the sections it names */
     for (i = 0; i < v->n_arenas; i++) {
         const ptmd_arena_rec *a = &v->arenas[i];
+        uint64_t k;
         if ((uint64_t)a->first_heap + a->n_heaps > v->n_heaps) FAIL("%s: arena %zu names heaps that do not exist", name, i);
+        for (k = a->first_heap; k < (uint64_t)a->first_heap + a->n_heaps; k++)
+            if (v->heaps[k].arena != i) FAIL("%s: arena %zu names heap %llu, which belongs to another arena", name, i, (unsigned long long)k);
     }
     {
         uint64_t next_chunk = 0;
@@ -195,16 +241,18 @@ int ptmd_read_view(const unsigned char *data, size_t len, const char *name, ptmd
         }
         if (next_chunk != v->n_chunks) FAIL("%s: %llu chunks belong to no heap", name, (unsigned long long)(v->n_chunks - next_chunk));
     }
-    for (i = 0; i < v->n_heaps; i++) {
-        const ptmd_heap_rec *h = &v->heaps[i];
-        if (h->end < h->start || h->first_page > v->n_pages || h->n_pages > v->n_pages - h->first_page ||
-            (h->arena != PTMD_NO_ARENA && h->arena >= v->n_arenas) || h->page_base > h->start ||
-            (h->n_pages && h->end - h->page_base > h->n_pages * v->meta->page_size))
-            FAIL("%s: heap %zu has bad bounds", name, i);
-    }
+    if (check_heaps(v, name, err) != 0) return -1;
     if ((v->ruby_objects || v->ruby_pages || v->ruby_words || v->ruby_names) &&
         !(v->ruby_meta && v->ruby_objects && v->ruby_pages && v->ruby_words && v->ruby_names))
         FAIL("%s: the Ruby sections are incomplete", name);
+    for (i = 0; i < v->n_ruby_pages; i++) {
+        const ptmd_ruby_page *p = &v->ruby_pages[i];
+        if (p->end <= p->start || !p->stride || p->stride > p->end - p->start ||
+            (p->end - p->start) / p->stride > PTMD_MAX_SLOTS_PER_PAGE || p->total > (p->end - p->start) / p->stride ||
+            p->live > p->total || p->free > p->total - p->live)
+            FAIL("%s: Ruby page %zu has bad bounds or slot counts", name, i);
+        if (i && p->start < v->ruby_pages[i - 1].end) FAIL("%s: Ruby page %zu is out of address order", name, i);
+    }
     {
         uint64_t words = 0;
         for (i = 0; i < v->n_ruby_objects; i++) {
@@ -255,6 +303,9 @@ int ptmd_view_build_index(ptmd_view *v, void *mem, const char *name, ptmd_err *e
     }
     v->chunks = recs;
     ptmd_heap_order(v->heaps, v->n_heaps, order);
+    for (i = 1; i < v->n_heaps; i++)       /* every lookup by address assumes it */
+        if (v->heaps[order[i]].start < v->heaps[order[i - 1]].end)
+            FAIL("%s: heaps %u and %u overlap", name, order[i - 1], order[i]);
     v->heap_order = order;
     return 0;
 }

@@ -1,0 +1,28 @@
+# frozen_string_literal: true
+
+require "spec_helper"
+
+RSpec.describe "a dump file whose checksum is valid but one field is not" do
+  it "loads and goes through every reader path, or raises FormatError: never a crash or another error" do
+    sweep = File.join(__dir__, "support", "field_sweep.rb")
+    path = File.join(tmpdir, "small.dump")
+    progress = File.join(tmpdir, "case")
+    out, err, status = run_ruby(<<~RUBY)
+      require #{sweep.dump}
+      keep = Array.new(2000) { |i| "x" * (i % 300) }
+      PtmallocDump.dump(#{path.dump}, references: true, trim_check: true)
+      puts JSON.generate(FieldSweep.run(#{path.dump}, #{progress.dump}))
+      keep.size
+    RUBY
+    crash = -> { "the sweep died at #{File.read(progress)}: #{err[/^.*\[BUG\].*$/] || err[-500..]}" }
+    expect(status.signaled?).to be(false), crash
+    expect(err).not_to include("[BUG]"), crash
+    expect(status).to be_success, err
+    stats = JSON.parse(out.lines.last, symbolize_names: true)
+    warn "  field sweep: #{stats[:files]} files, #{stats[:read]} read through every path, #{stats[:format_errors]} refused"
+    expect(stats[:unexpected]).to eq([])
+    expect(stats[:files]).to be > 500
+    expect(stats[:read]).to be > 0
+    expect(stats[:format_errors]).to be > 0
+  end
+end

@@ -1,0 +1,140 @@
+# frozen_string_literal: true
+
+require "json"
+require "stringio"
+require "tmpdir"
+require "zlib"
+
+# The field sweep over a real dump (spec/format_sweep_spec.rb runs it in a child process, so that a
+# crash is a failed example rather than the end of the suite): one field of one record at a time is
+# set to an edge value, the checksum recomputed, and every reader path run on the file.
+module FieldSweep
+  SECTION_HEADER = "LLQQ"
+  # Record layouts of format.h, field by field (pack directives, little-endian).
+  LAYOUTS = {
+    1 => ["meta", %w[pid ppid time_sec time_nsec page_size main_arena mp_addr libc_base sbrk_base heap_max_size
+                     mmap_threshold trim_threshold top_pad arena_max arena_test n_mmaps mmapped_mem max_mmapped_mem
+                     tcache_bins tcache_count tcache_max_bytes walk_ns residency_ns lock_wait_ns].map { |f| [f, "Q"] } +
+                 %w[symbol_source residency_source glibc_major glibc_minor flags thread_count].map { |f| [f, "L"] }],
+    3 => ["mallinfo2", %w[arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost].map { |f| [f, "Q"] }],
+    5 => ["arena", %w[address top top_size last_remainder system_mem max_system_mem next next_free attached_threads].map { |f| [f, "Q"] } +
+                   %w[flags glibc_flags first_heap n_heaps].map { |f| [f, "L"] }],
+    6 => ["heap", %w[start end reserved_end prev mprotect_size first_chunk n_chunks first_page n_pages page_base].map { |f| [f, "Q"] } +
+                  %w[arena kind flags reserved].map { |f| [f, "L"] }],
+    7 => ["chunk", [%w[word Q]]],
+    8 => ["page", [%w[flags C]]],
+    9 => ["thread", %w[pthread tcache arena tcache_bytes].map { |f| [f, "Q"] } + %w[tid flags tcache_count reserved].map { |f| [f, "L"] }],
+    10 => ["anomaly", [%w[address Q], %w[detail Q], %w[kind L], %w[arena L]]],
+    11 => ["ruby_meta", %w[heap_allocated_pages heap_live_slots heap_free_slots total_allocated_objects pass_ns refs_ns].map { |f| [f, "Q"] } +
+                        [%w[flags L], %w[heap_tomb_pages L]]],
+    12 => ["ruby_page", [%w[start Q], %w[end Q], %w[stride L], %w[total L], %w[live L], %w[free L], %w[reserved Q]]],
+    13 => ["ruby_object", [%w[address Q], %w[klass L], %w[data_type L], %w[type C], %w[subtype C], %w[n_words S], %w[reserved L]]],
+    14 => ["ruby_word", [%w[word Q]]],
+    16 => ["ref", [%w[from L], %w[to L]]],
+    17 => ["trim_check", [%w[released Q]]]
+  }.freeze
+  SIZES = { "Q" => 8, "L" => 4, "S" => 2, "C" => 1 }.freeze
+
+  module_function
+
+  # The sections of a dump file: [type, count, payload offset, length].
+  def sections(bytes)
+    off = 16
+    body = bytes.bytesize - 56
+    list = []
+    while off < body
+      type, _, count, length = bytes.byteslice(off, 24).unpack(SECTION_HEADER)
+      list << [type, count, off + 24, length]
+      off += 24 + ((length + 7) & ~7)
+    end
+    list
+  end
+
+  # The byte offset and size of every field of the first two records of every known section.
+  def fields(bytes)
+    sections(bytes).flat_map do |type, count, payload, _|
+      name, layout = LAYOUTS[type]
+      next [] unless name
+
+      rec_size = layout.sum { |_, d| SIZES[d] }
+      (0...[count, 2].min).flat_map do |r|
+        pos = payload + r * rec_size
+        layout.map do |field, d|
+          at = pos
+          pos += SIZES[d]
+          { where: "#{name}[#{r}].#{field}", at: at, size: SIZES[d], directive: d, next_at: r + 1 < count ? at + rec_size : nil }
+        end
+      end
+    end
+  end
+
+  # Edge values for one field: 0, 1, the largest, one less and one more than its value, and the same
+  # field of the next record off by one.
+  def values(bytes, field)
+    directive = field[:directive] == "C" ? "C" : "#{field[:directive]}<"
+    read = ->(at) { bytes.byteslice(at, field[:size]).unpack1(directive) }
+    max = (1 << (8 * field[:size])) - 1
+    value = read.call(field[:at])
+    candidates = [0, 1, max, value - 1, value + 1]
+    if field[:next_at]
+      neighbour = read.call(field[:next_at])
+      candidates += [neighbour - 1, neighbour, neighbour + 1]
+    end
+    candidates.map { |x| x & max }.uniq - [value]
+  end
+
+  def with_value(bytes, field, value)
+    out = bytes.dup
+    packed = field[:directive] == "C" ? [value].pack("C") : [value].pack("#{field[:directive]}<")
+    out[field[:at], field[:size]] = packed
+    body = out.bytesize - 56
+    out[out.bytesize - 8, 4] = [Zlib.crc32(out.byteslice(0, body))].pack("L<")
+    out
+  end
+
+  # Every reader path over `path`: load, summary, verify, analysis, text and JSON summaries, the report,
+  # and through the command line --summary, --json, render, --diff and --compare against `original`.
+  def read_everything(path, original, dir)
+    dump = PtmallocDump.load(path)
+    dump.summary
+    dump.verify.to_s
+    dump.analysis
+    dump.each_chunk.count
+    dump.ruby&.summary
+    PtmallocDump::TextSummary.new(dump).to_s
+    JSON.generate(PtmallocDump::JsonSummary.new(dump).to_h)
+    [["--summary", path], ["--json", path], [path, File.join(dir, "render")],
+     ["--diff", "--force", original, path, File.join(dir, "diff")],
+     ["--compare", original, path, File.join(dir, "compare")]].each do |argv|
+      status = catch(:done) { PtmallocDump::CLI.new(argv, out: StringIO.new, err: err = StringIO.new).run } || 0
+      raise "ptmalloc-visualize #{argv.first}: exit #{status}: #{err.string}" unless status.zero? || err.string.lines.size == 1
+    end
+    :read
+  end
+
+  # Runs the sweep over the dump at `original`; returns counts and the unexpected exceptions. Each
+  # case is written to `progress` before it is tried, so that a crash can be traced to it.
+  def run(original, progress)
+    require "ptmalloc_dump/cli"
+    bytes = File.binread(original)
+    stats = { files: 0, read: 0, format_errors: 0, unexpected: [] }
+    Dir.mktmpdir("ptmd-sweep") do |tmp|
+      fields(bytes).each do |field|
+        values(bytes, field).each do |value|
+          stats[:files] += 1
+          File.write(progress, "#{field[:where]} = #{value}")
+          path = File.join(tmp, "mutated.dump")
+          File.binwrite(path, with_value(bytes, field, value))
+          Dir.mktmpdir("out", tmp) do |dir|
+            stats[:read] += 1 if read_everything(path, original, dir) == :read
+          rescue PtmallocDump::FormatError
+            stats[:format_errors] += 1
+          rescue StandardError => e
+            stats[:unexpected] << "#{field[:where]} = #{value}: #{e.class}: #{e.message.lines.first&.chomp} (#{e.backtrace&.first})"
+          end
+        end
+      end
+    end
+    stats
+  end
+end
