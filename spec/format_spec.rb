@@ -1,5 +1,6 @@
 # frozen_string_literal: true
 
+require "socket"
 require "spec_helper"
 
 RSpec.describe "the dump file" do
@@ -49,6 +50,28 @@ RSpec.describe "the dump file" do
     expect(File.exist?(File.join(tmpdir, "elsewhere"))).to be(false)
     expect { PtmallocDump.dump(tmpdir + "/") }.to raise_error(Errno::EISDIR)
     expect { PtmallocDump.dump(File.join(tmpdir, "no", "such", "dir.dump")) }.to raise_error(Errno::ENOENT, /no\/such/)
+  end
+
+  it "refuses a FIFO or a socket at the target path and leaves it there, in process and in fork mode" do
+    fifo = File.join(tmpdir, "fifo.dump")
+    File.mkfifo(fifo)
+    expect { PtmallocDump.dump(fifo) }.to raise_error(Errno::EEXIST, /FIFO, device or socket/)
+    expect { PtmallocDump.dump(fifo, fork: true, wait: true) }.to raise_error(Errno::EEXIST, /FIFO, device or socket/)
+    expect(File.ftype(fifo)).to eq("fifo")
+    sock_path = File.join(tmpdir, "sock.dump")
+    server = UNIXServer.new(sock_path)
+    expect { PtmallocDump.dump(sock_path) }.to raise_error(Errno::EEXIST)
+    expect(File.ftype(sock_path)).to eq("socket")
+    server.close
+    expect(Dir.children(tmpdir).grep(/\.tmp-/)).to eq([])
+  end
+
+  it "writes a target whose name is as long as a file name can be (255 bytes)" do
+    long = File.join(tmpdir, "#{'d' * 250}.dump")
+    expect(File.basename(long).bytesize).to eq(255)
+    PtmallocDump.dump(long, ruby: false)
+    expect_valid_dump(PtmallocDump.load(long))
+    expect(Dir.children(tmpdir).grep(/\.tmp-/)).to eq([])
   end
 
   describe "the reader" do

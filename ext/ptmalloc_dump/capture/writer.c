@@ -15,6 +15,9 @@
 #include <unistd.h>
 
 #define PTMD_WBUF (256 * 1024)
+/* ".", up to this much of the target's name, ".tmp-" and three numbers of at most 10, 20 and 9 digits
+ * with their dashes: 1 + 160 + 5 + 10 + 1 + 20 + 1 + 9 = 207 < NAME_MAX (255) */
+#define PTMD_TMP_BASE_MAX 160
 
 static unsigned long tmp_counter;
 
@@ -33,6 +36,8 @@ int ptmd_writer_open(ptmd_writer *wr, const char *path, ptmd_err *err)
         if (S_ISLNK(st.st_mode))
             return ptmd_fail_sys(err, ELOOP, path, "refusing to write a dump through a symbolic link");
         if (S_ISDIR(st.st_mode)) return ptmd_fail_sys(err, EISDIR, path, "the dump path is a directory");
+        if (!S_ISREG(st.st_mode))   /* the rename would replace a FIFO, device or socket with a file */
+            return ptmd_fail_sys(err, EEXIST, path, "refusing to replace a FIFO, device or socket with a dump at");
     }
     slash = strrchr(path, '/');
     if (slash) {
@@ -50,8 +55,10 @@ int ptmd_writer_open(ptmd_writer *wr, const char *path, ptmd_err *err)
     for (attempt = 0; attempt < 100; attempt++) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        if (snprintf(wr->tmp, sizeof(wr->tmp), "%s/.%s.tmp-%d-%lu-%ld", wr->dir, base, (int)getpid(),
-                     __atomic_add_fetch(&tmp_counter, 1, __ATOMIC_RELAXED), (long)ts.tv_nsec) >= (int)sizeof(wr->tmp))
+        /* the target's name is cut so that the temporary one fits NAME_MAX beside any valid target name */
+        if (snprintf(wr->tmp, sizeof(wr->tmp), "%s/.%.*s.tmp-%d-%lu-%ld", wr->dir, PTMD_TMP_BASE_MAX, base,
+                     (int)getpid(), __atomic_add_fetch(&tmp_counter, 1, __ATOMIC_RELAXED), (long)ts.tv_nsec) >=
+            (int)sizeof(wr->tmp))
             return ptmd_fail_sys(err, ENAMETOOLONG, path, "the dump path is too long");
         wr->fd = open(wr->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (wr->fd >= 0 || errno != EEXIST) break;
