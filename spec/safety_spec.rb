@@ -232,6 +232,34 @@ RSpec.describe "safety in a production worker" do
       f = Dir[File.join(dir, "*.dump")].first
       expect(PtmallocDump.load(f).header[:fork_snapshot]).to be(true)
     end
+
+    it "logs a signal that arrives while the previous snapshot is still being written" do
+      dir = File.join(tmpdir, "busy")
+      Dir.mkdir(dir)
+      out, err, status = child(<<~RUBY)
+        keep = Array.new(600_000) { |i| "x" * (100 + i % 50) }     # a heap that takes a while to write
+        PtmallocDump.install_signal_handler("USR1", dir: #{dir.inspect}, fork: true, references: true)
+        5.times { Process.kill("USR1", Process.pid); sleep 0.05 }
+        # until the snapshots are done: dumps there, none being written, and no new one for a second
+        deadline = Time.now + 60
+        seen = -1
+        until Time.now > deadline
+          names = Dir.children(#{dir.inspect})
+          done = names.count { |f| f.end_with?(".dump") }
+          break if done.positive? && done == seen && names.none? { |f| f.include?(".tmp-") }
+          seen = done
+          sleep 1
+        end
+        puts keep.size
+      RUBY
+      expect(status).to be_success, err
+      expect(out).to eq("600000\n")
+      started = err.scan(/snapshot process (\d+) is writing/).flatten
+      expect(started.size).to eq(Dir.children(dir).count { |f| f.end_with?(".dump") })
+      expect(err).to match(/USR1 arrived while snapshot process (\d+) was still writing; starting another/)
+      busy = err.scan(/while snapshot process (\d+) was still writing/).flatten
+      expect(busy - started).to eq([])
+    end
   end
 
   describe "a fork snapshot's residency" do

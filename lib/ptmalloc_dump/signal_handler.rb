@@ -32,21 +32,36 @@ module PtmallocDump
       private
 
       def run(signo, state, dir, fork, log, dump_options)
-        path = File.join(dir, format("ptmalloc-%d-%s.dump", Process.pid, Time.now.strftime("%Y%m%d-%H%M%S-%6N")))
-        begin
-          if fork
-            pid = PtmallocDump.dump(path, fork: true, **dump_options)
-            Process.detach(pid)
-            say(log, "ptmalloc_dump: snapshot process #{pid} is writing #{path}")
-          else
-            s = PtmallocDump.dump(path, **dump_options)
-            say(log, "ptmalloc_dump: wrote #{path}: #{line(s)}")
+        if state[:running]
+          # a trap run inside this one (the dump was interrupted by the next signal): one at a time
+          say(log, "ptmalloc_dump: #{Signal.signame(signo)} arrived while a dump was running; no second dump for it")
+        else
+          state[:running] = true
+          begin
+            dump_on_signal(signo, state, dir, fork, log, dump_options)
+          ensure
+            state[:running] = false
           end
-        rescue StandardError => e
-          say(log, "ptmalloc_dump: dump to #{path} failed: #{e.class}: #{e.message}")
         end
         prev = state[:previous]
         prev.call(signo) if prev.respond_to?(:call)
+      end
+
+      def dump_on_signal(signo, state, dir, fork, log, dump_options)
+        path = File.join(dir, format("ptmalloc-%d-%s.dump", Process.pid, Time.now.strftime("%Y%m%d-%H%M%S-%6N")))
+        if fork
+          # the previous snapshot process may still be writing: this request gets its own all the same
+          busy = state[:snapshot]&.alive? && state[:snapshot].pid
+          say(log, "ptmalloc_dump: #{Signal.signame(signo)} arrived while snapshot process #{busy} was still writing; starting another") if busy
+          pid = PtmallocDump.dump(path, fork: true, **dump_options)
+          state[:snapshot] = Process.detach(pid)
+          say(log, "ptmalloc_dump: snapshot process #{pid} is writing #{path}")
+        else
+          s = PtmallocDump.dump(path, **dump_options)
+          say(log, "ptmalloc_dump: wrote #{path}: #{line(s)}")
+        end
+      rescue StandardError => e
+        say(log, "ptmalloc_dump: dump to #{path} failed: #{e.class}: #{e.message}")
       end
 
       # One line to the log from inside a trap handler. IO#puts takes the IO's write lock, which the
