@@ -299,15 +299,29 @@ RSpec.describe "safety in a production worker" do
       PtmallocDump.dump(#{File.join(Dir.tmpdir, 'ptmd-warm.dump').inspect}, ruby: false)
     RUBY
 
-    def corrupt(how)
+    # The thread's tcache struct: the one whose entries hold t2 (the head of its bin), and the
+    # address of that bin's count (uint16 from glibc 2.30 on, a byte before; bin 1 holds 48-byte
+    # chunks, malloc(40)'s).
+    TCACHE_OF_T2 = <<~RUBY
+      d = PtmallocDump.load(#{File.join(Dir.tmpdir, 'ptmd-warm.dump').inspect})
+      tcache = d.threads.map(&:tcache).compact.find { |tc| Fiddle::Pointer.new(tc)[0, 1216].unpack("Q<*").include?(t2) }
+      wide = Gem::Version.new(d.header[:glibc_version]) >= Gem::Version.new("2.30")
+      count_at = tcache + (wide ? 2 : 1)
+      mangle = ->(field, ptr) { Gem::Version.new(d.header[:glibc_version]) >= Gem::Version.new("2.32") ? (field >> 12) ^ ptr : ptr }
+    RUBY
+
+    # Damages the heap as `how` says, dumps it (in process, or a fork snapshot) and reports.
+    def corrupt(how, fork: false)
       path = File.join(tmpdir, "corrupt.dump")
       out, err, status = child(<<~RUBY)
         #{SETUP}
+        #{TCACHE_OF_T2}
         #{how}
-        PtmallocDump.dump(#{path.inspect})
+        PtmallocDump.dump(#{path.inspect}, ruby: false, fork: #{fork}, wait: #{fork})
         d = PtmallocDump.load(#{path.inspect})
         puts JSON.dump(kinds: d.anomalies.map { |x| x.kind.to_s }, ok: d.verify.ok?, oracles: d.header[:oracles_captured],
-                       b: b, t2: t2, addresses: d.anomalies.map(&:address))
+                       b: b, t1: t1, t2: t2, addresses: d.anomalies.map(&:address),
+                       t_states: [t1, t2].map { |t| d.chunk_at(t - 16)&.state.to_s })
         $stdout.flush
         exit!(0) # no finalizers: the heap is broken
       RUBY
@@ -315,25 +329,50 @@ RSpec.describe "safety in a production worker" do
       JSON.parse(out, symbolize_names: true)
     end
 
-    it "records a free chunk whose size was overwritten, and carries on" do
-      r = corrupt("Fiddle::Pointer.new(b - 8)[0, 8] = [0x4141414141414149].pack('Q<')")
-      expect(r[:kinds]).to include("bad_size")
-      expect(r[:addresses]).to include(r[:b] - 16)
-      expect(r[:kinds]).to include("list_not_chunk") # the bin entry no longer matches a chunk
-      expect(r[:ok]).to be(false)
-    end
+    [false, true].each do |fork|
+      context(fork ? "in a fork snapshot" : "in process") do
+        it "records a free chunk whose size was overwritten, and carries on" do
+          r = corrupt("Fiddle::Pointer.new(b - 8)[0, 8] = [0x4141414141414149].pack('Q<')", fork: fork)
+          expect(r[:kinds]).to include("bad_size")
+          expect(r[:addresses]).to include(r[:b] - 16)
+          expect(r[:kinds]).to include("list_not_chunk") # the bin entry no longer matches a chunk
+          expect(r[:ok]).to be(false)
+        end
 
-    it "records a bin whose fd was overwritten, and does not let glibc read it" do
-      r = corrupt("Fiddle::Pointer.new(b)[0, 8] = [0x4141414141414140].pack('Q<')")
-      expect(r[:kinds]).to include("bad_pointer")
-      expect(r[:oracles]).to be(false)
-      expect(r[:ok]).to be(false)
-    end
+        it "records a bin whose fd was overwritten, and does not let glibc read it" do
+          r = corrupt("Fiddle::Pointer.new(b)[0, 8] = [0x4141414141414140].pack('Q<')", fork: fork)
+          expect(r[:kinds]).to include("bad_pointer")
+          expect(r[:oracles]).to be(false)
+          expect(r[:ok]).to be(false)
+        end
 
-    it "records a tcache entry whose next pointer was overwritten" do
-      r = corrupt("Fiddle::Pointer.new(t2)[0, 8] = [0x4141414141414140].pack('Q<')")
-      expect(r[:kinds] & %w[list_not_chunk tcache_count]).not_to be_empty
-      expect(r[:ok]).to be(false)
+        it "records a large bin whose fd_nextsize or bk_nextsize was overwritten" do
+          %w[0 8].each do |off|
+            r = corrupt(<<~RUBY, fork: fork)
+              NativeThreads.malloc(0, [8000]) # sorts b out of the unsorted bin into its large bin
+              Fiddle::Pointer.new(b + 16 + #{off})[0, 8] = [0x4141414141414140].pack('Q<')
+            RUBY
+            expect(r[:kinds]).to include("nextsize")
+            expect(r[:ok]).to be(false)
+          end
+        end
+
+        # The bin holds t2 then t1. What the list still reaches stays tcache; a chunk it no longer
+        # reaches (t1 behind a damaged t2) looks in use, as nothing says otherwise.
+        {
+          "a next pointer to unmapped memory" => ["Fiddle::Pointer.new(t2)[0, 8] = [0x4141414141414140].pack('Q<')", %w[tcache]],
+          "a next pointer to itself" => ["Fiddle::Pointer.new(t2)[0, 8] = [mangle.(t2, t2)].pack('Q<')", %w[tcache]],
+          "a cycle" => ["Fiddle::Pointer.new(t1)[0, 8] = [mangle.(t1, t2)].pack('Q<')", %w[tcache tcache]],
+          "a count of 60,000" => ["Fiddle::Pointer.new(count_at)[0, 2] = [60_000].pack('S<')", %w[tcache tcache]]
+        }.each do |what, (how, reached)|
+          it "records a thread's tcache with #{what}, and keeps what it reaches tcache" do
+            r = corrupt(how, fork: fork)
+            expect(r[:kinds] & %w[list_not_chunk tcache_count list_cycle duplicate bad_pointer]).not_to be_empty
+            expect(r[:t_states].reverse.first(reached.size)).to eq(reached)
+            expect(r[:ok]).to be(false)
+          end
+        end
+      end
     end
   end
 

@@ -234,6 +234,18 @@ int ptmd_dump_run(ptmd_dump_state *d, const ptmd_dump_opts *o, ptmd_err *err)
     }
     if (ptmd_walk_prepare(&d->w, lc, err) != 0) goto out;
     d->w.references = o->references;
+    if (d->parent) {
+        const ptmd_buf *t = &d->parent->threads;
+        uint64_t r[2] = { (uint64_t)(uintptr_t)t->base, (uint64_t)(uintptr_t)t->base + t->cap };
+        d->w.given_threads = t;
+        d->w.given_thread_count = d->parent->thread_count;
+        d->w.given_threads_complete = d->parent->threads_complete;
+        /* the parent's list is no mmapped chunk either */
+        if (t->base && ptmd_buf_append(&d->w.exclude, r, sizeof(r)) != 0) {
+            ptmd_fail_sys(err, errno, "exclusions", "mmap");
+            goto out;
+        }
+    }
     if (d->ruby.present) {
         /* Ruby's object pages hold no malloc chunk header unless they are malloc chunks themselves:
          * the mmapped-chunk scan skips them (they are reported through the Ruby sections) */
@@ -288,11 +300,27 @@ out:
     return rc;
 }
 
+/* The parent's threads, listed just before the fork: in the child, glibc's fork has moved every other
+ * thread to the stack cache with its tid cleared (reclaim_stacks), so the child could find their
+ * tcaches only by structure, and a damaged one not at all. Reads only what the walk reads; no malloc. */
+static int list_threads(ptmd_dump_state *d, const ptmd_dump_opts *o, ptmd_err *err)
+{
+    const ptmd_libc *lc;
+    if (ptmd_locate(o->debug_dir, o->symbols, &lc, err) != 0) return -1;
+    if (!lc->layout) return 0;                  /* the child says that the layout is unknown */
+    d->w.lc = lc;
+    d->w.L = lc->layout;
+    d->w.mem.mem_fd = -1;
+    if (ptmd_memreader_open(&d->w.mem, err) != 0) return -1;
+    return ptmd_walk_threads(&d->w, err);
+}
+
 int ptmd_dump_fork(ptmd_dump_state *d, const ptmd_dump_opts *opts, size_t n_opts, int *pid_out, int *errfd_out,
                    ptmd_err *err)
 {
     int fds[2];
     pid_t pid;
+    if (list_threads(d, &opts[0], err) != 0) return -1;
     if (pipe2(fds, O_CLOEXEC) != 0) return ptmd_fail_sys(err, errno, "pipe", "cannot create a pipe for the snapshot");
     /* glibc's fork takes every arena lock around the fork: the child's heap is one consistent state */
     pid = fork();
@@ -314,6 +342,7 @@ int ptmd_dump_fork(ptmd_dump_state *d, const ptmd_dump_opts *opts, size_t n_opts
             ptmd_err cerr;
             ptmd_dump_init(&di);
             di.ruby = d->ruby;                  /* recorded by the parent, shared read-only */
+            di.parent = &d->w;
             co.fork_child = 1;
             memset(&cerr, 0, sizeof(cerr));
             rc = ptmd_dump_run(&di, &co, &cerr);

@@ -40,6 +40,7 @@ typedef struct {
     ptmd_ruby_data ruby;            /* filled by the caller before ptmd_dump_run, if wanted */
     ptmd_buf trim;                  /* uint64 per arena: resident bytes malloc_trim(0) released */
     int snapshot;                   /* written by a fork snapshot child */
+    const ptmd_walk *parent;        /* a snapshot child's: the parent's walk, with its thread list */
 } ptmd_dump_state;
 
 /* Prepares a zeroed state (file descriptors closed). Call before ptmd_dump_run or ptmd_dump_fork. */

@@ -181,6 +181,20 @@ static int thread_listed(ptmd_walk *w, int tid)
     return 0;
 }
 
+/* The threads a fork snapshot's parent listed: their TLS is read again here, in the child's copy. */
+static int collect_given(ptmd_walk *w, uint64_t self)
+{
+    size_t i, n = PTMD_BUF_COUNT(w->given_threads, ptmd_thread_rec);
+    for (i = 0; i < n; i++) {
+        const ptmd_thread_rec *t = PTMD_BUF_AT(w->given_threads, ptmd_thread_rec, i);
+        if (t->pthread && push_thread(w, t->pthread, (int32_t)t->tid, t->pthread == self ? PTMD_TF_CURRENT : 0) != 0)
+            return -1;
+    }
+    w->thread_count = w->given_thread_count;
+    w->threads_complete = w->given_threads_complete;
+    return 0;
+}
+
 static int collect(ptmd_walk *w)
 {
     static int tids[PTMD_MAX_TIDS];
@@ -190,6 +204,7 @@ static int collect(ptmd_walk *w)
     int found = 0;
 
     __asm__("mov %%fs:16, %0" : "=r"(self));
+    if (w->given_threads) return collect_given(w, self);
     ntids = ptmd_list_tids(tids, PTMD_MAX_TIDS);
     w->thread_count = ntids > 0 ? (uint32_t)ntids : 0;
     w->threads_complete = 0;

@@ -116,6 +116,37 @@ static list_slot *lists_insert(ptmd_walk *w, uint64_t addr, uint32_t state, int 
 }
 
 
+/* A large bin's second list, over its fd list (walked and found whole just before): the first chunk
+ * of each size ("leader", sizes decreasing along fd) links to the next and previous leaders through
+ * fd_nextsize and bk_nextsize, in a ring; every other chunk has fd_nextsize NULL (_int_free and the
+ * remainder code clear it, and unlink_chunk takes a non-NULL one for a leader). glibc's own malloc
+ * follows these when it searches the bin; malloc_info() and mallinfo2() do not. */
+static void check_nextsize(ptmd_walk *w, ptmd_arena_ctx *a, uint64_t head, int bin)
+{
+    uint64_t p, first = 0, last = 0, last_size = 0, steps = 0;
+    for (p = ptmd_chunk_fd(head); p != head && steps <= a->bound; p = ptmd_chunk_fd(p), steps++) {
+        uint64_t size, fdn;
+        if (!ptmd_in_arena(w, a, p, PTMD_MCHUNK_BK_NEXTSIZE + 8)) {
+            ptmd_walk_anomaly(w, PTMD_AN_BAD_POINTER, p, (uint64_t)bin, a->index);
+            return;
+        }
+        size = ptmd_chunksize(ptmd_mchunk_size(p));
+        fdn = ptmd_rd64(p + PTMD_MCHUNK_FD_NEXTSIZE);
+        if (last && size == last_size) {
+            if (fdn) ptmd_walk_anomaly(w, PTMD_AN_NEXTSIZE, p, fdn, a->index);
+            continue;
+        }
+        if (last && size > last_size) ptmd_walk_anomaly(w, PTMD_AN_NEXTSIZE, p, size, a->index);   /* out of order */
+        if (last && (ptmd_rd64(last + PTMD_MCHUNK_FD_NEXTSIZE) != p || ptmd_rd64(p + PTMD_MCHUNK_BK_NEXTSIZE) != last))
+            ptmd_walk_anomaly(w, PTMD_AN_NEXTSIZE, p, ptmd_rd64(p + PTMD_MCHUNK_BK_NEXTSIZE), a->index);
+        if (!first) first = p;
+        last = p;
+        last_size = size;
+    }
+    if (first && (ptmd_rd64(last + PTMD_MCHUNK_FD_NEXTSIZE) != first || ptmd_rd64(first + PTMD_MCHUNK_BK_NEXTSIZE) != last))
+        ptmd_walk_anomaly(w, PTMD_AN_NEXTSIZE, first, (uint64_t)bin, a->index);
+}
+
 static int collect_lists(ptmd_walk *w, ptmd_arena_ctx *a, ptmd_err *err)
 {
     const ptmd_layout *L = w->L;
@@ -157,6 +188,7 @@ static int collect_lists(ptmd_walk *w, ptmd_arena_ctx *a, ptmd_err *err)
             prev = p;
             p = ptmd_chunk_fd(p);
         }
+        if (state == PTMD_ST_LARGEBIN && p == head) check_nextsize(w, a, head, i);
     }
     return 0;
 }

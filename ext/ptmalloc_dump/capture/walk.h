@@ -37,6 +37,12 @@ typedef struct {
     uint64_t lock_wait_ns;
     uint32_t thread_count;
     int threads_complete;
+
+    /* a fork snapshot's child: the threads its parent listed just before the fork (fork leaves the
+     * child's own lists with the forking thread alone), or NULL to list them here */
+    const ptmd_buf *given_threads;
+    uint32_t given_thread_count;
+    int given_threads_complete;
 } ptmd_walk;
 
 /* Opens what the walk needs (maps, memory reader, pagemap) and reads mp_. May allocate: call it
