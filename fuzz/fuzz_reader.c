@@ -1,9 +1,16 @@
 /* libFuzzer harness over the load direction: the dump reader and everything in analysis/ that runs on
  * what it accepts (summary, page accounting, report figures, size classes, attribution and the owner
  * summary, the diff against itself, render planning). Built by `rake fuzz` with the checksum check
- * compiled out (PTMD_FUZZ_NO_CRC), so mutated files reach the structure checks. */
+ * compiled out (PTMD_FUZZ_NO_CRC), so mutated files reach the structure checks.
+ *
+ * Half of the mutations know the format: one field of one record of a section set to an edge value
+ * (0, 1, all ones, one off its value, or one off the same field of the next record), the checksum
+ * recomputed; a byte-level mutation rarely lands on one field and keeps the rest of the file valid. */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "format/crc32.h"
 
 #include "analysis/analysis.h"
 #include "analysis/attribution.h"
@@ -14,6 +21,142 @@
 #define N_TOP 20
 
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size);
+size_t LLVMFuzzerMutate(unsigned char *data, size_t size, size_t max_size);
+size_t LLVMFuzzerCustomMutator(unsigned char *data, size_t size, size_t max_size, unsigned int seed);
+
+typedef struct {
+    uint16_t off, size;
+} field;
+
+#define F(type, name) { offsetof(type, name), sizeof(((type *)0)->name) }
+
+static const field meta_fields[] = {
+    F(ptmd_meta, pid), F(ptmd_meta, time_sec), F(ptmd_meta, page_size), F(ptmd_meta, main_arena), F(ptmd_meta, sbrk_base),
+    F(ptmd_meta, heap_max_size), F(ptmd_meta, n_mmaps), F(ptmd_meta, mmapped_mem), F(ptmd_meta, tcache_bins),
+    F(ptmd_meta, tcache_count), F(ptmd_meta, symbol_source), F(ptmd_meta, residency_source), F(ptmd_meta, glibc_major),
+    F(ptmd_meta, glibc_minor), F(ptmd_meta, flags), F(ptmd_meta, thread_count),
+};
+static const field arena_fields[] = {
+    F(ptmd_arena_rec, address), F(ptmd_arena_rec, top), F(ptmd_arena_rec, top_size), F(ptmd_arena_rec, last_remainder),
+    F(ptmd_arena_rec, system_mem), F(ptmd_arena_rec, next), F(ptmd_arena_rec, flags), F(ptmd_arena_rec, first_heap),
+    F(ptmd_arena_rec, n_heaps),
+};
+static const field heap_fields[] = {
+    F(ptmd_heap_rec, start), F(ptmd_heap_rec, end), F(ptmd_heap_rec, reserved_end), F(ptmd_heap_rec, first_chunk),
+    F(ptmd_heap_rec, n_chunks), F(ptmd_heap_rec, first_page), F(ptmd_heap_rec, n_pages), F(ptmd_heap_rec, page_base),
+    F(ptmd_heap_rec, arena), F(ptmd_heap_rec, kind), F(ptmd_heap_rec, flags),
+};
+static const field thread_fields[] = {
+    F(ptmd_thread_rec, pthread), F(ptmd_thread_rec, tcache), F(ptmd_thread_rec, tcache_bytes), F(ptmd_thread_rec, tid),
+    F(ptmd_thread_rec, flags), F(ptmd_thread_rec, tcache_count),
+};
+static const field anomaly_fields[] = {
+    F(ptmd_anomaly_rec, address), F(ptmd_anomaly_rec, detail), F(ptmd_anomaly_rec, kind), F(ptmd_anomaly_rec, arena),
+};
+static const field ruby_meta_fields[] = {
+    F(ptmd_ruby_meta, heap_allocated_pages), F(ptmd_ruby_meta, heap_live_slots), F(ptmd_ruby_meta, flags),
+    F(ptmd_ruby_meta, heap_tomb_pages),
+};
+static const field ruby_page_fields[] = {
+    F(ptmd_ruby_page, start), F(ptmd_ruby_page, end), F(ptmd_ruby_page, stride), F(ptmd_ruby_page, total),
+    F(ptmd_ruby_page, live), F(ptmd_ruby_page, free),
+};
+static const field ruby_object_fields[] = {
+    F(ptmd_ruby_object, address), F(ptmd_ruby_object, klass), F(ptmd_ruby_object, data_type), F(ptmd_ruby_object, type),
+    F(ptmd_ruby_object, subtype), F(ptmd_ruby_object, n_words),
+};
+static const field ref_fields[] = { F(ptmd_ref, from), F(ptmd_ref, to) };
+static const field u64_field[] = { { 0, 8 } };
+static const field u8_field[] = { { 0, 1 } };
+
+typedef struct {
+    uint32_t type;
+    size_t rec;
+    const field *fields;
+    size_t n_fields;
+} record_layout;
+
+#define L(type, rec, list) { type, rec, list, sizeof(list) / sizeof(list[0]) }
+static const record_layout layouts[] = {
+    L(PTMD_SEC_META, sizeof(ptmd_meta), meta_fields), L(PTMD_SEC_MALLINFO2, 8, u64_field),
+    L(PTMD_SEC_ARENAS, sizeof(ptmd_arena_rec), arena_fields), L(PTMD_SEC_HEAPS, sizeof(ptmd_heap_rec), heap_fields),
+    L(PTMD_SEC_CHUNKS, 8, u64_field), L(PTMD_SEC_PAGES, 1, u8_field),
+    L(PTMD_SEC_THREADS, sizeof(ptmd_thread_rec), thread_fields), L(PTMD_SEC_ANOMALIES, sizeof(ptmd_anomaly_rec), anomaly_fields),
+    L(PTMD_SEC_RUBY_META, sizeof(ptmd_ruby_meta), ruby_meta_fields), L(PTMD_SEC_RUBY_PAGES, sizeof(ptmd_ruby_page), ruby_page_fields),
+    L(PTMD_SEC_RUBY_OBJECTS, sizeof(ptmd_ruby_object), ruby_object_fields), L(PTMD_SEC_RUBY_WORDS, 8, u64_field),
+    L(PTMD_SEC_REFS, sizeof(ptmd_ref), ref_fields), L(PTMD_SEC_TRIM_CHECK, 8, u64_field),
+};
+
+static uint64_t get(const unsigned char *p, size_t n)
+{
+    uint64_t v = 0;
+    memcpy(&v, p, n);
+    return v;
+}
+
+/* One field of one record set to an edge value, the checksum recomputed; 0 when the file's framing
+ * is not whole enough to find a record. */
+static size_t mutate_field(unsigned char *data, size_t size, unsigned int seed)
+{
+    size_t off = PTMD_PREAMBLE_SIZE, body, picked = 0, n_candidates = 0;
+    const unsigned char *candidates[64];
+    const record_layout *cand_layout[64];
+    uint64_t cand_count[64];
+    if (size < PTMD_PREAMBLE_SIZE + PTMD_END_SIZE || (size & 7)) return 0;
+    body = size - PTMD_END_SIZE;
+    while (off + sizeof(ptmd_section_hdr) <= body && n_candidates < 64) {
+        ptmd_section_hdr h;
+        size_t i;
+        memcpy(&h, data + off, sizeof(h));
+        off += sizeof(h);
+        if (h.length > body - off) return 0;
+        for (i = 0; i < sizeof(layouts) / sizeof(layouts[0]); i++)
+            if (layouts[i].type == h.type && h.count && h.count * layouts[i].rec <= h.length) {
+                candidates[n_candidates] = data + off;
+                cand_layout[n_candidates] = &layouts[i];
+                cand_count[n_candidates++] = h.count;
+            }
+        off += (h.length + 7) & ~(size_t)7;
+    }
+    if (!n_candidates) return 0;
+    {
+        size_t c = seed % n_candidates, rec = (seed / 64) % (cand_count[c] < 4 ? cand_count[c] : 4);
+        const record_layout *lay = cand_layout[c];
+        const field *f = &lay->fields[(seed / 256) % lay->n_fields];
+        unsigned char *p = (unsigned char *)candidates[c] + rec * lay->rec + f->off;
+        uint64_t mask = f->size == 8 ? ~0ull : (1ull << (8 * f->size)) - 1, value = get(p, f->size), v;
+        uint64_t next = rec + 1 < cand_count[c] ? get(p + lay->rec, f->size) : value;
+        switch ((seed / 4096) % 7) {
+        case 0: v = 0; break;
+        case 1: v = 1; break;
+        case 2: v = mask; break;
+        case 3: v = value - 1; break;
+        case 4: v = value + 1; break;
+        case 5: v = next - 1; break;
+        default: v = next + 1; break;
+        }
+        v &= mask;
+        memcpy(p, &v, f->size);
+        picked = 1;
+    }
+    {
+        ptmd_footer foot;
+        memcpy(&foot, data + body + sizeof(ptmd_section_hdr), sizeof(foot));
+        foot.crc32 = ptmd_crc32(0, data, body);
+        memcpy(data + body + sizeof(ptmd_section_hdr), &foot, sizeof(foot));
+    }
+    return picked ? size : 0;
+}
+
+size_t LLVMFuzzerCustomMutator(unsigned char *data, size_t size, size_t max_size, unsigned int seed)
+{
+    size_t n;
+    if (seed & 1) {
+        n = mutate_field(data, size, seed >> 1);
+        if (n) return n;
+    }
+    return LLVMFuzzerMutate(data, size, max_size);
+}
 
 static void figures(const ptmd_view *v, const ptmd_page_usage *usage)
 {
