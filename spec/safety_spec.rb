@@ -346,6 +346,26 @@ RSpec.describe "safety in a production worker" do
           expect(r[:ok]).to be(false)
         end
 
+        # More damage each of which the walk must report (and carry on): [how, anomaly kinds, one of which]
+        {
+          "a bin chunk whose bk was overwritten" => ["Fiddle::Pointer.new(b + 8)[0, 8] = [0x4141414141414140].pack('Q<')", %w[list_link bad_pointer]],
+          "an in-use chunk whose size was overwritten" => ["Fiddle::Pointer.new(g1 - 8)[0, 8] = [0x4141414141414141].pack('Q<')", %w[bad_size past_end]],
+          "an in-use chunk that claims to be free" =>
+            ["Fiddle::Pointer.new(b - 8)[0, 8] = [Fiddle::Pointer.new(b - 8)[0, 8].unpack1('Q<') & ~1].pack('Q<')", %w[free_not_in_bin list_in_use]],
+          "a free chunk whose size puts it in another bin" =>
+            ["Fiddle::Pointer.new(b - 8)[0, 8] = [(Fiddle::Pointer.new(b - 8)[0, 8].unpack1('Q<') & 7) | 1024].pack('Q<')", %w[wrong_bin bad_size list_not_chunk]],
+          "a main-arena chunk marked as another arena's" =>
+            ["m = Fiddle.malloc(200); Fiddle::Pointer.new(m - 8)[0, 8] = [Fiddle::Pointer.new(m - 8)[0, 8].unpack1('Q<') | 4].pack('Q<')",
+             %w[wrong_arena]],
+          "a tcache entry whose key was overwritten" => ["Fiddle::Pointer.new(t2 + 8)[0, 8] = [0x4242424242424242].pack('Q<')", %w[tcache_key]]
+        }.each do |what, (how, kinds)|
+          it "records #{what}" do
+            r = corrupt(how, fork: fork)
+            expect(r[:kinds] & kinds).not_to be_empty, "anomalies: #{r[:kinds].inspect}"
+            expect(r[:ok]).to be(false)
+          end
+        end
+
         it "records a large bin whose fd_nextsize or bk_nextsize was overwritten" do
           %w[0 8].each do |off|
             r = corrupt(<<~RUBY, fork: fork)

@@ -267,6 +267,13 @@ static int walk_heap_chunks(ptmd_walk *w, ptmd_arena_ctx *a, uint32_t heap_index
                 *c = p;
             }
         }
+        /* an allocated chunk carries NON_MAIN_ARENA exactly when its arena is not main_arena (glibc sets
+         * it on every chunk it hands out from another arena; free chunks and top lose it) */
+        if ((state == PTMD_ST_IN_USE || state == PTMD_ST_FASTBIN) &&
+            (!(flags & ((uint64_t)PTMD_NON_MAIN_ARENA << PTMD_CF_RAW_SHIFT))) != a->main) {
+            ptmd_walk_anomaly(w, PTMD_AN_WRONG_ARENA, p, ptmd_mchunk_size(p), a->index);
+            flags |= PTMD_CF_ANOMALY;
+        }
         if (push_chunk(w, p, size, state, flags) != 0) goto oom;
         p = next;
     }
