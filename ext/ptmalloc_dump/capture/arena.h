@@ -30,4 +30,13 @@ int ptmd_arena_collect_heaps(ptmd_walk *w, ptmd_arena_ctx *a, ptmd_err *err);
 /* Whether av can be the next arena on the ring (main_arena, or a malloc_state after its heap_info). */
 int ptmd_arena_ok(ptmd_walk *w, uintptr_t av);
 
+/* bins.c: the membership table of the arena's list entries, filled by ptmd_collect_lists */
+typedef struct {
+    uint64_t addr;
+    uint32_t state;
+    uint32_t seen;
+} ptmd_list_slot;
+int ptmd_collect_lists(ptmd_walk *w, ptmd_arena_ctx *a, ptmd_err *err);
+ptmd_list_slot *ptmd_lists_find(ptmd_walk *w, uint64_t addr);
+
 #endif

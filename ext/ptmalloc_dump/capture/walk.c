@@ -1,6 +1,6 @@
-/* The walk: every chunk of each arena's heaps, and the fastbin and bin lists that decide what a
- * chunk's bits cannot (fastbin chunks look in use), each arena under its own mutex (arena.c); the
- * records' index for lookups; and the walk from start to end. Nothing here calls malloc. */
+/* The walk: every chunk of each arena's heaps, each arena under its own mutex (arena.c), with the
+ * fastbin and bin lists (bins.c) deciding what a chunk's bits cannot (fastbin chunks look in use);
+ * the records' index for lookups; and the walk from start to end. Nothing here calls malloc. */
 #define _GNU_SOURCE
 #include "capture/arena.h"
 #include "format/index.h"
@@ -36,160 +36,6 @@ static inline int push_chunk(ptmd_walk *w, uint64_t addr, uint64_t size, int sta
     r->addr = addr;
     r->word = (size & PTMD_SIZE_MASK) | (uint64_t)state | flags;
     w->chunks.len += sizeof(*r);
-    return 0;
-}
-
-
-/* ---- list membership: open addressing keyed by chunk address ------------------------------- */
-
-typedef struct {
-    uint64_t addr;
-    uint32_t state;
-    uint32_t seen;
-} list_slot;
-
-static inline size_t slot_hash(uint64_t addr, size_t mask)
-{
-    return (size_t)(((addr >> 4) * 0x9E3779B97F4A7C15ull) >> 20) & mask;
-}
-
-static int lists_reset(ptmd_walk *w, size_t cap)
-{
-    size_t bytes = cap * sizeof(list_slot);
-    w->lists.len = 0;
-    if (ptmd_buf_reserve(&w->lists, bytes) != 0) return -1;
-    memset(w->lists.base, 0, bytes);
-    w->lists.len = bytes;
-    w->lists_cap = cap;
-    w->lists_used = 0;
-    return 0;
-}
-
-static list_slot *lists_find(ptmd_walk *w, uint64_t addr)
-{
-    list_slot *t = (list_slot *)(void *)w->lists.base;
-    size_t mask = w->lists_cap - 1, i = slot_hash(addr, mask);
-    for (;;) {
-        if (t[i].addr == addr) return &t[i];
-        if (t[i].addr == 0) return NULL;
-        i = (i + 1) & mask;
-    }
-}
-
-/* Inserts; returns the slot, with *dup set when the address was already there. NULL on mmap failure. */
-static list_slot *lists_insert(ptmd_walk *w, uint64_t addr, uint32_t state, int *dup)
-{
-    list_slot *t;
-    size_t mask, i;
-    if (PTMD_UNLIKELY((w->lists_used + 1) * 2 > w->lists_cap)) {
-        /* grow: rebuild into a fresh mapping */
-        ptmd_buf old = w->lists;
-        size_t old_cap = w->lists_cap, k;
-        memset(&w->lists, 0, sizeof(w->lists));
-        if (lists_reset(w, old_cap * 2) != 0) {
-            ptmd_buf_release(&w->lists);
-            w->lists = old;
-            return NULL;
-        }
-        for (k = 0; k < old_cap; k++) {
-            list_slot *s = &((list_slot *)(void *)old.base)[k];
-            if (s->addr) {
-                int d;
-                list_slot *n = lists_insert(w, s->addr, s->state, &d);
-                n->seen = s->seen;
-            }
-        }
-        ptmd_buf_release(&old);
-    }
-    t = (list_slot *)(void *)w->lists.base;
-    mask = w->lists_cap - 1;
-    i = slot_hash(addr, mask);
-    while (t[i].addr && t[i].addr != addr) i = (i + 1) & mask;
-    *dup = t[i].addr == addr;
-    if (!*dup) {
-        t[i].addr = addr;
-        t[i].state = state;
-        t[i].seen = 0;
-        w->lists_used++;
-    }
-    return &t[i];
-}
-
-
-/* A large bin's second list, over its fd list (walked and found whole just before): the first chunk
- * of each size ("leader", sizes decreasing along fd) links to the next and previous leaders through
- * fd_nextsize and bk_nextsize, in a ring; every other chunk has fd_nextsize NULL (_int_free and the
- * remainder code clear it, and unlink_chunk takes a non-NULL one for a leader). glibc's own malloc
- * follows these when it searches the bin; malloc_info() and mallinfo2() do not. */
-static void check_nextsize(ptmd_walk *w, ptmd_arena_ctx *a, uint64_t head, int bin)
-{
-    uint64_t p, first = 0, last = 0, last_size = 0, steps = 0;
-    for (p = ptmd_chunk_fd(head); p != head && steps <= a->bound; p = ptmd_chunk_fd(p), steps++) {
-        uint64_t size, fdn;
-        if (!ptmd_in_arena(w, a, p, PTMD_MCHUNK_BK_NEXTSIZE + 8)) {
-            ptmd_walk_anomaly(w, PTMD_AN_BAD_POINTER, p, (uint64_t)bin, a->index);
-            return;
-        }
-        size = ptmd_chunksize(ptmd_mchunk_size(p));
-        fdn = ptmd_rd64(p + PTMD_MCHUNK_FD_NEXTSIZE);
-        if (last && size == last_size) {
-            if (fdn) ptmd_walk_anomaly(w, PTMD_AN_NEXTSIZE, p, fdn, a->index);
-            continue;
-        }
-        if (last && size > last_size) ptmd_walk_anomaly(w, PTMD_AN_NEXTSIZE, p, size, a->index);   /* out of order */
-        if (last && (ptmd_rd64(last + PTMD_MCHUNK_FD_NEXTSIZE) != p || ptmd_rd64(p + PTMD_MCHUNK_BK_NEXTSIZE) != last))
-            ptmd_walk_anomaly(w, PTMD_AN_NEXTSIZE, p, ptmd_rd64(p + PTMD_MCHUNK_BK_NEXTSIZE), a->index);
-        if (!first) first = p;
-        last = p;
-        last_size = size;
-    }
-    if (first && (ptmd_rd64(last + PTMD_MCHUNK_FD_NEXTSIZE) != first || ptmd_rd64(first + PTMD_MCHUNK_BK_NEXTSIZE) != last))
-        ptmd_walk_anomaly(w, PTMD_AN_NEXTSIZE, first, (uint64_t)bin, a->index);
-}
-
-static int collect_lists(ptmd_walk *w, ptmd_arena_ctx *a, ptmd_err *err)
-{
-    const ptmd_layout *L = w->L;
-    int i;
-    uint64_t steps;
-    if (lists_reset(w, 1024) != 0) return ptmd_fail_sys(err, errno, "list table", "mmap");
-    a->fast_entries = 0;
-    for (i = 0; i < L->nfastbins; i++) {
-        uint64_t p = ptmd_arena_field(w, a->av, L->ms_fastbins + (size_t)i * 8);
-        for (steps = 0; p; steps++) {
-            int dup;
-            uint64_t size, fd;
-            if (steps > a->bound) { ptmd_walk_anomaly(w, PTMD_AN_LIST_CYCLE, p, (uint64_t)i, a->index); break; }
-            if (!ptmd_in_arena(w, a, p, 32)) { ptmd_walk_anomaly(w, PTMD_AN_BAD_POINTER, p, (uint64_t)i, a->index); break; }
-            size = ptmd_chunksize(ptmd_mchunk_size(p));
-            if (size < PTMD_MINSIZE || ptmd_fastbin_index(size) != i)
-                ptmd_walk_anomaly(w, PTMD_AN_WRONG_BIN, p, size, a->index);
-            if (!lists_insert(w, p, PTMD_ST_FASTBIN, &dup)) return ptmd_fail_sys(err, errno, "list table", "mmap");
-            if (dup) { ptmd_walk_anomaly(w, PTMD_AN_DUPLICATE, p, (uint64_t)i, a->index); break; }
-            a->fast_entries++;
-            fd = ptmd_chunk_fd(p);
-            p = L->safe_linking ? ptmd_reveal_ptr(p + PTMD_MCHUNK_FD, fd) : fd;
-        }
-    }
-    for (i = 1; i < PTMD_NBINS; i++) {
-        uint64_t head = ptmd_bin_at(a->av + L->ms_bins, i);
-        uint64_t p = ptmd_chunk_fd(head), prev = head;
-        uint32_t state = i == 1 ? PTMD_ST_UNSORTED : i < PTMD_NSMALLBINS ? PTMD_ST_SMALLBIN : PTMD_ST_LARGEBIN;
-        for (steps = 0; p != head; steps++) {
-            int dup;
-            uint64_t size;
-            if (steps > a->bound) { ptmd_walk_anomaly(w, PTMD_AN_LIST_CYCLE, p, (uint64_t)i, a->index); break; }
-            if (!ptmd_in_arena(w, a, p, 32)) { ptmd_walk_anomaly(w, PTMD_AN_BAD_POINTER, p, (uint64_t)i, a->index); break; }
-            if (ptmd_chunk_bk(p) != prev) ptmd_walk_anomaly(w, PTMD_AN_LIST_LINK, p, prev, a->index);
-            size = ptmd_chunksize(ptmd_mchunk_size(p));
-            if (i >= 2 && ptmd_bin_index(size) != i) ptmd_walk_anomaly(w, PTMD_AN_WRONG_BIN, p, size, a->index);
-            if (!lists_insert(w, p, state, &dup)) return ptmd_fail_sys(err, errno, "list table", "mmap");
-            if (dup) { ptmd_walk_anomaly(w, PTMD_AN_DUPLICATE, p, (uint64_t)i, a->index); break; }
-            prev = p;
-            p = ptmd_chunk_fd(p);
-        }
-        if (state == PTMD_ST_LARGEBIN && p == head) check_nextsize(w, a, head, i);
-    }
     return 0;
 }
 
@@ -237,7 +83,7 @@ static int walk_heap_chunks(ptmd_walk *w, ptmd_arena_ctx *a, uint32_t heap_index
         }
         next = p + size;
         if (next + PTMD_CHUNK_HDR_SZ <= end && !(ptmd_mchunk_size(next) & PTMD_PREV_INUSE)) {
-            list_slot *s = lists_find(w, p);
+            ptmd_list_slot *s = ptmd_lists_find(w, p);
             flags |= PTMD_CF_FREE_BIT;
             if (s && s->state >= PTMD_ST_UNSORTED && s->state <= PTMD_ST_LARGEBIN) {
                 state = (int)s->state;
@@ -252,7 +98,7 @@ static int walk_heap_chunks(ptmd_walk *w, ptmd_arena_ctx *a, uint32_t heap_index
         } else {
             state = PTMD_ST_IN_USE;
             if (a->fast_entries && size <= PTMD_MAX_FAST_CHUNK) {
-                list_slot *s = lists_find(w, p);
+                ptmd_list_slot *s = ptmd_lists_find(w, p);
                 if (s) {
                     s->seen = 1;
                     if (s->state == PTMD_ST_FASTBIN) state = PTMD_ST_FASTBIN;
@@ -350,14 +196,14 @@ static int walk_arena(ptmd_walk *w, uintptr_t av, uint32_t index, ptmd_err *err)
         heap_bytes += h->end - h->start;
     }
     a.bound = heap_bytes / PTMD_MINSIZE + 1;
-    if ((rc = collect_lists(w, &a, err)) != 0) goto out;
+    if ((rc = ptmd_collect_lists(w, &a, err)) != 0) goto out;
     for (i = 0; i < a.n_heaps; i++) {
         uint32_t hi = a.first_heap + i;
         if ((rc = walk_heap_chunks(w, &a, hi, first_chunk_of(w, &a, PTMD_W_HEAP(w, hi)), err)) != 0) goto out;
     }
     /* list entries that no chunk of the walk matched */
     for (k = 0; k < w->lists_cap; k++) {
-        const list_slot *s = &((const list_slot *)(const void *)w->lists.base)[k];
+        const ptmd_list_slot *s = &((const ptmd_list_slot *)(const void *)w->lists.base)[k];
         if (s->addr && !s->seen) ptmd_walk_anomaly(w, PTMD_AN_LIST_NOT_CHUNK, s->addr, s->state, index);
     }
     if (a.n_heaps && heap_bytes != PTMD_W_ARENA(w, index)->system_mem &&
