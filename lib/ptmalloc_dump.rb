@@ -172,9 +172,11 @@ module PtmallocDump
         @dump_strings_program = program
         @dump_strings = {}
       end
-      @dump_strings[ruby ? true : false] ||=
+      @dump_strings[ruby ? true : false] ||= begin
+        layer, reason = ruby_layer.status(ruby)
         ["ruby_version", RUBY_DESCRIPTION, "gem_version", VERSION, "program", program,
-         "ruby_layer", ruby_layer.status(ruby)].freeze
+         "ruby_layer", layer, "ruby_layer_reason", reason].freeze
+      end
     end
   end
 end

@@ -35,7 +35,9 @@ RSpec.describe PtmallocDump::RubyLayer do
     expect(layer.call(stat_keys: keys - [:heap_live_slots]).problem).to eq("GC.stat has no heap_live_slots")
     newer = layer.call(version: "3.5.0")
     expect(newer).to be_available
-    expect(newer.status(true)).to start_with("recorded (Ruby 3.5.0 is newer than the tested")
+    expect(newer.status(true)).to match(["recorded", /\ARuby 3.5.0 is newer than the tested/])
+    expect(layer.call(gc: "mmtk").status(true)).to match(["skipped", /"mmtk"/])
+    expect(layer.call.status(false)).to eq(["off", ""])
     expect(layer.call(version: "2.7.4").caveat).to be_nil
   end
 

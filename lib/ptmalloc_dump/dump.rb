@@ -55,7 +55,7 @@ module PtmallocDump
           hostname: strings["hostname"],
           ruby_version: strings["ruby_version"],
           ruby_layer: ruby_layer_status(strings["ruby_layer"]),
-          ruby_layer_reason: strings["ruby_layer"]&.[](/\A\w+(?::| \()\s*(.*?)\)?\z/, 1),
+          ruby_layer_reason: strings["ruby_layer_reason"].to_s.then { |r| r.empty? ? nil : r },
           gem_version: strings["gem_version"],
           strings: strings,
           threads_complete: flag?(m, :threads_complete),
@@ -209,7 +209,7 @@ module PtmallocDump
     def ruby_layer_status(text)
       return _ruby? ? :recorded : :off if text.nil?
 
-      text[/\A\w+/].to_sym
+      text.to_sym
     end
 
     def build_structure

@@ -53,12 +53,13 @@ module PtmallocDump
     # What a dump records in its header for a request of the Ruby pass.
     #
     # @param requested [Boolean] the dump's +ruby:+ option
-    # @return [String] "recorded", "recorded (caveat)", "off" or "skipped: reason"
+    # @return [Array(String, String)] "recorded", "off" or "skipped", and why ("" when there is nothing
+    #   to say): the problem that skipped it, or the caveat it was recorded with
     def status(requested)
-      return "off" unless requested
-      return "skipped: #{@problem}" if @problem
+      return ["off", ""] unless requested
+      return ["skipped", @problem] if @problem
 
-      @caveat ? "recorded (#{@caveat})" : "recorded"
+      ["recorded", @caveat.to_s]
     end
 
     # The warning given once at load, nil when there is nothing to say.
