@@ -357,11 +357,15 @@ RSpec.describe "safety in a production worker" do
           "a main-arena chunk marked as another arena's" =>
             ["m = Fiddle.malloc(200); Fiddle::Pointer.new(m - 8)[0, 8] = [Fiddle::Pointer.new(m - 8)[0, 8].unpack1('Q<') | 4].pack('Q<')",
              %w[wrong_arena]],
-          "a tcache entry whose key was overwritten" => ["Fiddle::Pointer.new(t2 + 8)[0, 8] = [0x4242424242424242].pack('Q<')", %w[tcache_key]]
+          "a tcache entry whose key was overwritten" => ["Fiddle::Pointer.new(t2 + 8)[0, 8] = [0x4242424242424242].pack('Q<')", %w[tcache_key]],
+          # the thread's own arena: its heap_info sits at the 64 MiB boundary below its chunks
+          "a heap_info whose prev points at itself" =>
+            ["h = a & ~((64 << 20) - 1); Fiddle::Pointer.new(h + 8)[0, 8] = [h].pack('Q<')", %w[heap_info]]
         }.each do |what, (how, kinds)|
           it "records #{what}" do
             r = corrupt(how, fork: fork)
             expect(r[:kinds] & kinds).not_to be_empty, "anomalies: #{r[:kinds].inspect}"
+            expect(r[:oracles]).to be(false) if kinds == %w[heap_info] # glibc would follow prev forever
             expect(r[:ok]).to be(false)
           end
         end

@@ -86,6 +86,15 @@ static ptmd_heap_rec *new_heap(ptmd_walk *w, ptmd_arena_ctx *a, uint32_t kind, u
     return h;
 }
 
+/* True when the heap_info at h is one of the n this arena's chain already gave: prev led back. */
+static int heap_listed(ptmd_walk *w, const ptmd_arena_ctx *a, uintptr_t h, uint32_t n)
+{
+    uint32_t i;
+    for (i = 0; i < n; i++)
+        if (PTMD_W_HEAP(w, a->first_heap + i)->start == h) return 1;
+    return 0;
+}
+
 int ptmd_arena_collect_heaps(ptmd_walk *w, ptmd_arena_ctx *a, ptmd_err *err)
 {
     const ptmd_layout *L = w->L;
@@ -115,8 +124,11 @@ int ptmd_arena_collect_heaps(ptmd_walk *w, ptmd_arena_ctx *a, ptmd_err *err)
             uint64_t size, prev;
             ptmd_heap_rec *hr;
             if (n < PTMD_MAX_HEAPS_PER_ARENA && !heap_info_ok(w, h, a->av) && ptmd_arena_maps_reload(w, a)) continue;
-            if (n >= PTMD_MAX_HEAPS_PER_ARENA || !heap_info_ok(w, h, a->av)) {
+            if (n >= PTMD_MAX_HEAPS_PER_ARENA || !heap_info_ok(w, h, a->av) || heap_listed(w, a, h, n)) {
+                /* glibc follows prev without a check (malloc_info, heap_trim): a chain that is not
+                 * finite must keep it from being called */
                 ptmd_walk_anomaly(w, PTMD_AN_HEAP_INFO, h, n, a->index);
+                a->heaps_broken = 1;
                 break;
             }
             size = ptmd_rd64(h + L->hi_size);
@@ -271,7 +283,7 @@ int ptmd_walk_precheck(ptmd_walk *w)
         if (!ptmd_maps_readable(&w->maps, a.top, 16)) ptmd_arena_maps_reload(w, &a);
         a.top_size = ptmd_maps_readable(&w->maps, a.top, 16) ? ptmd_chunksize(ptmd_mchunk_size(a.top)) : 0;
         a.top_end = a.top + a.top_size;
-        if (ptmd_arena_collect_heaps(w, &a, &ignored) != 0) sane = 0;
+        if (ptmd_arena_collect_heaps(w, &a, &ignored) != 0 || a.heaps_broken) sane = 0;
         for (k = 0; k < a.n_heaps; k++) bytes += PTMD_W_HEAP(w, a.first_heap + k)->end - PTMD_W_HEAP(w, a.first_heap + k)->start;
         a.bound = bytes / PTMD_MINSIZE + 1;
         for (i = 0; sane && i < L->nfastbins; i++)

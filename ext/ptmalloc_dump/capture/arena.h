@@ -17,6 +17,7 @@ typedef struct {
     uint64_t bound;                 /* most chunks the arena's memory could hold */
     int maps_reloaded;              /* /proc/self/maps read again under this arena's lock */
     size_t fast_entries;
+    int heaps_broken;               /* the heap_info chain did not end well (a cycle, a bad heap_info) */
 } ptmd_arena_ctx;
 
 /* True when [p, p+len) lies inside one of the arena's heaps (and so was checked readable). */
