@@ -67,7 +67,12 @@ static int tcache_walk(ptmd_walk *w, uint64_t user, int apply, uint32_t *count_o
     if (ptmd_safe_read(&w->mem, user, t.raw, L->tcache_struct_size) != 0) return 0;
     for (i = 0; i < tc_bins(w); i++) {
         uint64_t want = tc_count(w, &t, i), e = tc_entry(w, &t, i), n = 0;
-        if (want > PTMD_MAX_TCACHE_COUNT) { if (!apply) return 0; want = PTMD_MAX_TCACHE_COUNT; ok = 0; }
+        if (want > PTMD_MAX_TCACHE_COUNT) {     /* more than a count can be, or free slots past the fill */
+            if (!apply) return 0;
+            ptmd_walk_anomaly(w, PTMD_AN_TCACHE_COUNT, user, (uint64_t)i, PTMD_NO_ARENA);
+            want = PTMD_MAX_TCACHE_COUNT;
+            ok = 0;
+        }
         if ((want == 0) != (e == 0)) {
             if (!apply) return 0;
             ptmd_walk_anomaly(w, PTMD_AN_TCACHE_COUNT, user, (uint64_t)i, PTMD_NO_ARENA);
