@@ -81,7 +81,7 @@ static int tcache_walk(ptmd_walk *w, uint64_t user, int apply, uint32_t *count_o
         if (e) nonempty = 1;
         while (e && n <= want) {
             uint64_t words[2], size;
-            long ci = (e & PTMD_MALLOC_ALIGN_MASK) ? -1 : ptmd_walk_find_chunk(w, e - PTMD_CHUNK_HDR_SZ);
+            long ci = (e & PTMD_MALLOC_ALIGN_MASK) ? -1 : ptmd_walk_find_chunk(w, ptmd_mem2chunk(e));
             ptmd_chunk_rec *r = ci >= 0 ? PTMD_W_CHUNK(w, ci) : NULL;
             /* glibc 2.43's __libc_free caches mmapped chunks too (tcache_put_large) */
             int good = r && !(r->word & PTMD_CF_FREE_BIT) &&
@@ -92,7 +92,7 @@ static int tcache_walk(ptmd_walk *w, uint64_t user, int apply, uint32_t *count_o
             if (good && !tc_size_fits(w, i, size)) good = 0;
             if (!good) {
                 if (!apply) return 0;
-                ptmd_walk_anomaly(w, PTMD_AN_LIST_NOT_CHUNK, e - PTMD_CHUNK_HDR_SZ, (uint64_t)i, PTMD_NO_ARENA);
+                ptmd_walk_anomaly(w, PTMD_AN_LIST_NOT_CHUNK, ptmd_mem2chunk(e), (uint64_t)i, PTMD_NO_ARENA);
                 ok = 0;
                 break;
             }
@@ -106,13 +106,13 @@ static int tcache_walk(ptmd_walk *w, uint64_t user, int apply, uint32_t *count_o
                 key_want = !L->tcache_key_is_random ? user : w->have_tcache_key ? w->tcache_key : *key;
                 if (words[1] != key_want) {
                     if (!apply) return 0;
-                    ptmd_walk_anomaly(w, PTMD_AN_TCACHE_KEY, e - PTMD_CHUNK_HDR_SZ, words[1], PTMD_NO_ARENA);
+                    ptmd_walk_anomaly(w, PTMD_AN_TCACHE_KEY, ptmd_mem2chunk(e), words[1], PTMD_NO_ARENA);
                     ok = 0;
                 }
             }
             if (apply) {
                 if (ptmd_rec_state(r) == PTMD_ST_TCACHE) {
-                    ptmd_walk_anomaly(w, PTMD_AN_DUPLICATE, e - PTMD_CHUNK_HDR_SZ, user, PTMD_NO_ARENA);
+                    ptmd_walk_anomaly(w, PTMD_AN_DUPLICATE, ptmd_mem2chunk(e), user, PTMD_NO_ARENA);
                     ok = 0;
                     break;
                 }
@@ -151,7 +151,7 @@ static ptmd_thread_rec *find_thread_by_tcache(ptmd_walk *w, uint64_t user)
 
 static void mark_struct(ptmd_walk *w, uint64_t user)
 {
-    long ci = ptmd_walk_find_chunk(w, user - PTMD_CHUNK_HDR_SZ);
+    long ci = ptmd_walk_find_chunk(w, ptmd_mem2chunk(user));
     if (ci >= 0 && ptmd_rec_state(PTMD_W_CHUNK(w, ci)) == PTMD_ST_IN_USE)
         PTMD_W_CHUNK(w, ci)->word |= PTMD_CF_TCACHE_STRUCT;
 }
@@ -198,8 +198,8 @@ static void keep_valid_candidates(ptmd_walk *w)
     size_t i, k = 0, n = PTMD_BUF_COUNT(&w->tcache_cands, uint64_t);
     for (i = 0; i < n; i++) {
         uint64_t chunk = *PTMD_BUF_AT(&w->tcache_cands, uint64_t, i);
-        if (find_thread_by_tcache(w, chunk + PTMD_CHUNK_HDR_SZ)) continue;
-        if (!tcache_walk(w, chunk + PTMD_CHUNK_HDR_SZ, 0, NULL, NULL)) continue;
+        if (find_thread_by_tcache(w, ptmd_chunk2mem(chunk))) continue;
+        if (!tcache_walk(w, ptmd_chunk2mem(chunk), 0, NULL, NULL)) continue;
         *PTMD_BUF_AT(&w->tcache_cands, uint64_t, k++) = chunk;
     }
     w->tcache_cands.len = k * sizeof(uint64_t);
@@ -209,7 +209,7 @@ static int is_candidate(ptmd_walk *w, uint64_t user)
 {
     size_t i, n = PTMD_BUF_COUNT(&w->tcache_cands, uint64_t);
     for (i = 0; i < n; i++)
-        if (*PTMD_BUF_AT(&w->tcache_cands, uint64_t, i) + PTMD_CHUNK_HDR_SZ == user) return 1;
+        if (ptmd_chunk2mem(*PTMD_BUF_AT(&w->tcache_cands, uint64_t, i)) == user) return 1;
     return 0;
 }
 
@@ -235,7 +235,7 @@ static void find_tls_tcaches(ptmd_walk *w)
     if (tc_off < 0) return;
     /* the arena the tcache struct lives in is the thread's arena */
     {
-        long ci = ptmd_walk_find_chunk(w, my_tcache - PTMD_CHUNK_HDR_SZ);
+        long ci = ptmd_walk_find_chunk(w, ptmd_mem2chunk(my_tcache));
         size_t h, nh = PTMD_BUF_COUNT(&w->heaps, ptmd_heap_rec);
         for (h = 0; ci >= 0 && h < nh; h++) {
             const ptmd_heap_rec *hp = PTMD_W_HEAP(w, h);
@@ -281,7 +281,7 @@ int ptmd_walk_tcaches(ptmd_walk *w, ptmd_err *err)
     /* 3. tcache structs no thread pointer led to (threads not enumerable here, or exiting) */
     n = PTMD_BUF_COUNT(&w->tcache_cands, uint64_t);
     for (i = 0; i < n; i++) {
-        uint64_t user = *PTMD_BUF_AT(&w->tcache_cands, uint64_t, i) + PTMD_CHUNK_HDR_SZ;
+        uint64_t user = ptmd_chunk2mem(*PTMD_BUF_AT(&w->tcache_cands, uint64_t, i));
         size_t mark = w->anomalies.len;
         ptmd_thread_rec *t;
         uint32_t c = 0;

@@ -64,8 +64,7 @@ static inline int ptmd_bin_index(uint64_t size)
 }
 /* Fastbin index (fastbin_index). */
 static inline int ptmd_fastbin_index(uint64_t size) { return (int)(size >> 4) - 2; }
-/* tcache bin of a chunk size (csize2tidx), for the small tcache bins. */
-static inline int ptmd_csize2tidx(uint64_t size) { return (int)((size - PTMD_MINSIZE + PTMD_MALLOC_ALIGNMENT - 1) / PTMD_MALLOC_ALIGNMENT); }
+/* chunk size of a small tcache bin (tidx2usize plus the header, rounded as request2size does) */
 static inline uint64_t ptmd_tidx2csize(int idx) { return (uint64_t)idx * PTMD_MALLOC_ALIGNMENT + PTMD_MINSIZE; }
 
 /* Safe-linking (2.32+): stored = (address of the field >> 12) ^ pointer. */
