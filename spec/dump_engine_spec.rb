@@ -149,4 +149,51 @@ RSpec.describe "PtmallocDump.dump on randomised heaps", :quiescent do
       NativeThreads.stop(0)
     end
   end
+
+  # Above the mmap threshold, _int_memalign moves the chunk's header to just before the aligned
+  # address and leaves malloc's header at the mapping's start, stale. The blocks are made in a child
+  # whose mmap threshold is fixed at 128 KiB (this process's has grown with the suite's frees).
+  it "finds aligned mmapped chunks at their own header, not at the stale one, and reproduces glibc" do
+    path = File.join(tmpdir, "aligned.dump")
+    code = <<~RUBY
+      require "fiddle"
+      require "json"
+      P, S = Fiddle::TYPE_VOIDP, Fiddle::TYPE_SIZE_T
+      fn = ->(name, args, ret = P) { Fiddle::Function.new(Fiddle::Handle::DEFAULT[name], args, ret) }
+      out = Fiddle::Pointer.malloc(8, Fiddle::RUBY_FREE)
+      blocks = Array.new(20) do |i|
+        alignment = 4096 << (i % 5) # 4 KiB .. 64 KiB
+        fn.("posix_memalign", [P, S, S], Fiddle::TYPE_INT).call(out, alignment, 300 * 1024)
+        [out[0, 8].unpack1("Q"), alignment, 300 * 1024]
+      end
+      page = Etc.sysconf(Etc::SC_PAGESIZE)
+      blocks << [fn.("aligned_alloc", [S, S]).call(8192, 256 * 1024).to_i, 8192, 256 * 1024]
+      blocks << [fn.("memalign", [S, S]).call(64, 200 * 1024).to_i, 64, 200 * 1024]
+      blocks << [fn.("memalign", [S, S]).call(1 << 20, 400 * 1024).to_i, 1 << 20, 400 * 1024]
+      blocks << [fn.("valloc", [S]).call(500 * 1024).to_i, page, 500 * 1024]
+      blocks << [fn.("pvalloc", [S]).call(600 * 1024 + 1).to_i, page, 600 * 1024 + 1]
+      GC.disable
+      PtmallocDump.dump(#{path.inspect}, ruby: false)
+      puts JSON.generate(blocks)
+    RUBY
+    stdout, stderr, status = run_ruby(code, env: { "GLIBC_TUNABLES" => "glibc.malloc.mmap_threshold=131072" })
+    expect(status).to be_success, stderr
+    dump = PtmallocDump.load(path)
+    expect_valid_dump(dump)
+    blocks = JSON.parse(stdout)
+    expect(blocks.size).to eq(25)
+    blocks.each do |addr, alignment, bytes|
+      expect(addr % alignment).to eq(0)
+      chunk = dump.chunk_at(addr - 16)
+      expect(chunk).not_to be_nil, "no chunk at 0x#{(addr - 16).to_s(16)} (aligned to #{alignment})"
+      expect(chunk.state).to eq(:mmapped)
+      expect(chunk.size).to be >= bytes
+      # the mapping starts with the stale header: the lead before the chunk is allocator metadata
+      heap = chunk.heap
+      expect(heap.kind).to eq(:mmapped_chunk)
+      expect(dump.chunk_at(heap.start).state).to eq(:meta) if heap.start < chunk.address
+      expect(chunk.address - heap.start).to be < alignment + 32
+    end
+    expect(dump.summary[:hblks]).to be >= 25
+  end
 end

@@ -1,9 +1,14 @@
 /* Mmapped chunks: no arena lists them, so they are found among the process's anonymous private
  * read-write mappings. The kernel merges neighbouring mappings, so every resident page start is a
- * candidate header; memalign'd ones sit at block + alignment - 16. Each header is validated the way
- * munmap_chunk checks it (block and total page-aligned, IS_MMAPPED only), and the result is checked
- * against mp_.n_mmaps and mp_.mmapped_mem. Headers are read fault-free: another thread may munmap
- * a chunk at any moment. */
+ * candidate header. Each header is validated the way munmap_chunk checks it (block and total
+ * page-aligned, IS_MMAPPED only), and the result is checked against mp_.n_mmaps and
+ * mp_.mmapped_mem. Headers are read fault-free: another thread may munmap a chunk at any moment.
+ *
+ * memalign and its kin above the mmap threshold (_int_memalign) take an mmapped chunk and move its
+ * header to mem2chunk (ALIGN_UP (mem, alignment)), with prev_size the offset from the mapping's
+ * start; the header malloc wrote at that start stays there, stale, and still reads as a chunk of
+ * the whole mapping. So a header found at a page start is only the chunk when none of the places
+ * an aligned header can be holds one that describes the same mapping. */
 #define _GNU_SOURCE
 #include "capture/walk.h"
 #include "format/index.h"
@@ -112,6 +117,46 @@ static int record_chunk(ptmd_walk *w, uint64_t block, uint64_t q, uint64_t total
     return 0;
 }
 
+/* Where _int_memalign can have put the header of an aligned chunk in the mapping at block (page
+ * aligned, total bytes long): mem2chunk (ALIGN_UP (block + 16, alignment)) for each power-of-two
+ * alignment that fits, and before 2.43, alignment further on when that lead is under MINSIZE. */
+static size_t aligned_candidates(const ptmd_walk *w, uint64_t block, uint64_t total, uintptr_t *out, size_t cap)
+{
+    uint64_t a;
+    size_t n = 0;
+    for (a = PTMD_MINSIZE; a < total && n + 2 <= cap; a <<= 1) {
+        uint64_t q = ((block + PTMD_CHUNK_HDR_SZ + a - 1) & ~(a - 1)) - PTMD_CHUNK_HDR_SZ;
+        if (!w->L->mmap_chunk_tail_hdr && q - block < PTMD_MINSIZE) q += a;
+        if (q > block && q + PTMD_MINSIZE <= block + total && (n == 0 || out[n - 1] != q)) out[n++] = q;
+    }
+    return n;
+}
+
+/* The chunk in the mapping whose page-start header (offset 0) says it is total bytes long: the
+ * first aligned candidate whose header names this mapping (its offset is its distance from block,
+ * its extent ends where the mapping does), else block itself. A candidate on a page that was never
+ * touched is not read: reading it would map the zero page and change what pagemap reports. */
+static uint64_t aligned_header(ptmd_walk *w, uint64_t block, uint64_t total, uint64_t vs, uint64_t ve)
+{
+    uintptr_t cand[64];
+    uint64_t hdrs[64][2];
+    unsigned char ok[64];
+    size_t n = aligned_candidates(w, block, total, cand, 64), i, k = 0;
+    for (i = 0; i < n; i++) {
+        uint8_t f = 0;
+        uint64_t page = cand[i] & ~(uint64_t)(w->page_size - 1);
+        if (page == block || (ptmd_pagemap_read(&w->pagemap, page, 1, &f) == 0 &&
+                              (f & (PTMD_PAGE_PRESENT | PTMD_PAGE_SWAPPED))))
+            cand[k++] = cand[i];
+    }
+    ptmd_safe_read_many(&w->mem, cand, k, 16, hdrs, ok);
+    for (i = 0; i < k; i++)
+        if (ok[i] && base_offset(w, hdrs[i][0]) == cand[i] - block &&
+            valid_header(w, cand[i], hdrs[i], vs, ve) == total)
+            return cand[i];
+    return block;
+}
+
 /* Scans [vs, ve) page by page; returns -1 on a hard error. */
 static int scan_mapping(ptmd_walk *w, uint64_t vs, uint64_t ve, const ptmd_buf *ex,
                         uint64_t *found, uint64_t *bytes, ptmd_err *err)
@@ -138,7 +183,8 @@ static int scan_mapping(ptmd_walk *w, uint64_t vs, uint64_t ve, const ptmd_buf *
             uint64_t total;
             if (!ok[i]) continue;
             if (base_offset(w, hdrs[i][0]) == 0 && (total = valid_header(w, addrs[i], hdrs[i], vs, ve))) {
-                if (record_chunk(w, addrs[i], addrs[i], total, err) != 0) return -1;
+                if (record_chunk(w, addrs[i], aligned_header(w, addrs[i], total, vs, ve), total, err) != 0)
+                    return -1;
                 (*found)++;
                 *bytes += total;
                 jump = addrs[i] + total;
