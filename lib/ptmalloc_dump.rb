@@ -28,8 +28,11 @@ module PtmallocDump
   class << self
     # Dumps this process's malloc heap to +path+ (atomically, mode 0600). The walk runs with the GVL
     # held and each arena's own lock taken in turn; it calls no malloc, so the figures reconcile with
-    # +mallinfo2()+ and +malloc_info()+ captured just before it. GC is disabled for the duration (and
-    # restored, also on error).
+    # +mallinfo2()+ and +malloc_info()+ captured just before it. Nothing from entering this method to
+    # that capture calls malloc or free either (what a first call would set up is done when the gem
+    # loads), except Ruby's own rb_objspace_each_objects when +ruby+ is true: its list of pages, and
+    # the end of a lazy sweep the GC had left pending. No Ruby object is made before the heap is
+    # written, so the GC cannot run in between.
     #
     # @param path [String, Pathname] where to write the dump
     # @param debug_dir [String, nil] where libc's debug symbols live (default:
@@ -48,10 +51,13 @@ module PtmallocDump
     #   really released per arena (pagemap before and after), to check the report's estimate against
     #   (not with fork: true, where trimming the child would tell nothing about this process)
     # @return [Hash{Symbol=>Object}] the dump's summary (see {Dump#summary}, without :ruby) plus :path;
-    #   with `fork: true` and no `wait`, the child's pid (reap it with Process.wait or Process.detach)
+    #   with `fork: true` and no `wait`, the child's pid (reap it with Process.wait or Process.detach);
+    #   should the child fail, it says why on $stderr (Kernel#warn) as it exits
     # @raise [SymbolsNotFoundError] when libc's symbols cannot be found
     # @raise [UnsupportedLibcError] when this glibc's malloc is not understood
     # @raise [UnsupportedAllocatorError] when malloc is not glibc's
+    # @raise [HeapDamagedError] with `fork: true`, when the arena ring does not lead back to
+    #   main_arena (glibc's fork would never return); an in-process dump records that damage
     # @raise [SystemCallError] when the file cannot be written (the target is left untouched)
     def dump(path, debug_dir: nil, symbols: :auto, ruby: true, references: false, fork: false, wait: false,
              trim_check: false)
@@ -62,13 +68,8 @@ module PtmallocDump
       raise ArgumentError, "trim_check: and fork: cannot be combined" if fork && trim_check
       return snapshot(path, debug_dir, mode, ruby, references, wait) if fork
 
-      gc_was_disabled = GC.disable
-      begin
-        summary = _dump(path, debug_dir&.to_s, dump_strings(ruby), ruby && ruby_layer.available?, references, mode,
-                        trim_check)
-      ensure
-        GC.enable unless gc_was_disabled
-      end
+      summary = _dump(path, debug_dir&.to_s, dump_strings(ruby), ruby && ruby_layer.available?, references, mode,
+                      trim_check)
       summary[:path] = path
       summary
     end
@@ -137,7 +138,7 @@ module PtmallocDump
     def snapshot(path, debug_dir, mode, ruby, references, wait)
       pid, errors = fork_dumps([[path, mode]], debug_dir, ruby, references)
       unless wait
-        errors.close
+        report_child_failure(pid, path, errors)
         return pid
       end
       wait_snapshot(pid, errors)
@@ -145,13 +146,22 @@ module PtmallocDump
     end
 
     def fork_dumps(targets, debug_dir, ruby, references)
-      gc_was_disabled = GC.disable
-      begin
-        pid, fd = _dump_fork(targets, debug_dir&.to_s, dump_strings(ruby), ruby && ruby_layer.available?, references)
-      ensure
-        GC.enable unless gc_was_disabled
-      end
+      pid, fd = _dump_fork(targets, debug_dir&.to_s, dump_strings(ruby), ruby && ruby_layer.available?, references)
       [pid, IO.new(fd, autoclose: true)]
+    end
+
+    # Nobody waits for this child: a thread reads its error pipe (which it closes as it exits) and
+    # warns should it have failed. The child is left for the caller to reap.
+    def report_child_failure(pid, path, errors)
+      Thread.new do
+        report = errors.read
+        errors.close
+        begin
+          _raise_child_error(report) unless report.empty?
+        rescue StandardError => e
+          warn("ptmalloc_dump: snapshot process #{pid} did not write #{path}: #{e.class}: #{e.message}")
+        end
+      end
     end
 
     def wait_snapshot(pid, errors)
@@ -162,6 +172,22 @@ module PtmallocDump
 
       _raise_child_error(report) unless report.empty?
       raise Error, "the snapshot process #{pid} failed: #{status}"
+    end
+
+    # Ruby's first call of a method from a call site fills its method and constant caches, which
+    # mallocs: every way of calling dump in process is taken once here, when the gem loads (with
+    # the native side returning at once), so that a real dump calls no malloc before its capture.
+    def warm_up
+      _warm_up(true)
+      [true, false].each do |ruby|
+        [true, false].each { |references| dump("/", ruby: ruby, references: references) }
+      end
+      dump(".", symbols: :auto, debug_dir: "/")
+      dump("/")
+      options = { ruby: false }
+      dump("/", **options) # the shape of a call that passes its options on
+    ensure
+      _warm_up(false)
     end
 
     # Built once per value of +ruby+: a dump should allocate as little as possible before glibc's
@@ -179,6 +205,8 @@ module PtmallocDump
       end
     end
   end
+
+  warm_up
 end
 
 PtmallocDump.ruby_layer.warning&.then { |message| warn(message) }

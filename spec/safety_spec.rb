@@ -233,6 +233,18 @@ RSpec.describe "safety in a production worker" do
       expect(PtmallocDump.load(f).header[:fork_snapshot]).to be(true)
     end
 
+    it "says why a snapshot nobody waits for failed" do
+      out, err, status = child(<<~RUBY)
+        pid = PtmallocDump.dump(#{File.join(tmpdir, 'missing', 'x.dump').inspect}, fork: true)
+        Process.wait(pid)
+        puts $?.exitstatus
+        (Thread.list - [Thread.current]).each(&:join) # the thread that reads the child's report
+      RUBY
+      expect(status).to be_success, err
+      expect(out).to eq("1\n")
+      expect(err).to match(%r{\Aptmalloc_dump: snapshot process \d+ did not write \S+/missing/x\.dump: Errno::ENOENT: .+\n\z})
+    end
+
     it "logs a signal that arrives while the previous snapshot is still being written" do
       dir = File.join(tmpdir, "busy")
       Dir.mkdir(dir)
@@ -310,6 +322,12 @@ RSpec.describe "safety in a production worker" do
       mangle = ->(field, ptr) { Gem::Version.new(d.header[:glibc_version]) >= Gem::Version.new("2.32") ? (field >> 12) ^ ptr : ptr }
     RUBY
 
+    # The thread's arena (ar_ptr of the heap_info below its chunks) made to point at itself:
+    # main_arena -> it -> it -> ... (next sits after the bins: 2072 from glibc 2.43, 2160 before)
+    RING_SELF_LOOP = "h = a & ~((64 << 20) - 1); ar = Fiddle::Pointer.new(h)[0, 8].unpack1('Q<'); " \
+                     "nx = Gem::Version.new(d.header[:glibc_version]) >= Gem::Version.new('2.43') ? 2072 : 2160; " \
+                     "Fiddle::Pointer.new(ar + nx)[0, 8] = [ar].pack('Q<')"
+
     # Damages the heap as `how` says, dumps it (in process, or a fork snapshot) and reports.
     def corrupt(how, fork: false)
       path = File.join(tmpdir, "corrupt.dump")
@@ -317,9 +335,16 @@ RSpec.describe "safety in a production worker" do
         #{SETUP}
         #{TCACHE_OF_T2}
         #{how}
-        PtmallocDump.dump(#{path.inspect}, ruby: false, fork: #{fork}, wait: #{fork})
+        refused = nil
+        begin
+          PtmallocDump.dump(#{path.inspect}, ruby: false, fork: #{fork}, wait: #{fork})
+        rescue PtmallocDump::HeapDamagedError => e
+          refused = "\#{e.class}: \#{e.message}"
+          PtmallocDump.dump(#{path.inspect}, ruby: false)
+        end
         d = PtmallocDump.load(#{path.inspect})
         puts JSON.dump(kinds: d.anomalies.map { |x| x.kind.to_s }, ok: d.verify.ok?, oracles: d.header[:oracles_captured],
+                       refused: refused, arenas: d.arenas.size,
                        b: b, t1: t1, t2: t2, addresses: d.anomalies.map(&:address),
                        t_states: [t1, t2].map { |t| d.chunk_at(t - 16)&.state.to_s })
         $stdout.flush
@@ -360,13 +385,50 @@ RSpec.describe "safety in a production worker" do
           "a tcache entry whose key was overwritten" => ["Fiddle::Pointer.new(t2 + 8)[0, 8] = [0x4242424242424242].pack('Q<')", %w[tcache_key]],
           # the thread's own arena: its heap_info sits at the 64 MiB boundary below its chunks
           "a heap_info whose prev points at itself" =>
-            ["h = a & ~((64 << 20) - 1); Fiddle::Pointer.new(h + 8)[0, 8] = [h].pack('Q<')", %w[heap_info]]
+            ["h = a & ~((64 << 20) - 1); Fiddle::Pointer.new(h + 8)[0, 8] = [h].pack('Q<')", %w[heap_info]],
+          "a heap_info whose size was overwritten" =>
+            ["h = a & ~((64 << 20) - 1); Fiddle::Pointer.new(h + 16)[0, 8] = [0x4141414141414000].pack('Q<')", %w[heap_info]]
         }.each do |what, (how, kinds)|
           it "records #{what}" do
             r = corrupt(how, fork: fork)
             expect(r[:kinds] & kinds).not_to be_empty, "anomalies: #{r[:kinds].inspect}"
-            expect(r[:oracles]).to be(false) if kinds == %w[heap_info] # glibc would follow prev forever
+            expect(r[:oracles]).to be(false) if kinds == %w[heap_info] # glibc would loop forever
+            expect(r[:arenas]).to eq(2) if kinds == %w[heap_info] # the damaged arena is listed, main_arena walked
             expect(r[:ok]).to be(false)
+          end
+        end
+
+        it "records an arena ring that never returns to main_arena#{fork ? ', in process, as fork would hang' : ''}" do
+          r = corrupt(RING_SELF_LOOP, fork: fork)
+          expect(r[:kinds]).to include("arena_ring")
+          expect(r[:oracles]).to be(false) # glibc's malloc_info would go round for ever
+          expect(r[:ok]).to be(false)
+          expect(r[:arenas]).to eq(2) # main_arena and the thread's, each once
+          if fork
+            expect(r[:refused]).to match(/HeapDamagedError: the heap is damaged: arena 0x\h+'s next \(0x\h+\) leads back to an arena already on the ring/)
+          end
+        end
+
+        if fork
+          it "dumps in process from the signal handler when a broken arena ring rules out the snapshot" do
+            dir = File.join(tmpdir, "ring")
+            Dir.mkdir(dir)
+            out, err, status = child(<<~RUBY)
+              #{SETUP}
+              #{TCACHE_OF_T2}
+              #{RING_SELF_LOOP}
+              PtmallocDump.install_signal_handler("USR1", dir: #{dir.inspect}, fork: true, ruby: false)
+              Process.kill("USR1", Process.pid)
+              sleep 0.05 until Dir.children(#{dir.inspect}).any? { |f| f.end_with?(".dump") }
+              d = PtmallocDump.load(Dir[File.join(#{dir.inspect}, "*.dump")].first)
+              puts d.anomalies.map(&:kind).uniq.inspect, d.header[:fork_snapshot]
+              $stdout.flush
+              exit!(0)
+            RUBY
+            expect(status).to be_success, err
+            expect(out).to eq("[:arena_ring]\nfalse\n")
+            expect(err).to match(/ptmalloc_dump: no snapshot \(the heap is damaged: .+\); dumping in process\n/)
+            expect(err).to match(/ptmalloc_dump: wrote \S+: heap /)
           end
         end
 

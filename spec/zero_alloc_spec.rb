@@ -22,6 +22,45 @@ RSpec.describe "the walk's allocations" do
     expect(PtmallocDump.load(path).verify).to be_ok
   end
 
+  # From entering dump to the capture of glibc's counters, the first call in the process included.
+  # The window opens as dump is entered (a TracePoint on it), after the caller's own call site has
+  # been looked up. With Ruby's heap, the only calls are Ruby's own inside rb_objspace_each_objects:
+  # its list of pages (a malloc and its free), and the end of a lazy sweep the GC had left pending.
+  it "makes no call to malloc, free or their relatives from entering dump to the capture" do
+    probe = build_fixture("alloc_probe", extra_flags: ["-ldl"])
+    path = File.join(tmpdir, "probe.dump")
+    code = <<~RUBY
+      h = Fiddle::Handle::DEFAULT
+      arm = Fiddle::Function.new(h["probe_pre_arm"], [Fiddle::TYPE_VOIDP], Fiddle::TYPE_VOID)
+      calls = Fiddle::Function.new(h["probe_last_pre_calls"], [], Fiddle::TYPE_LONG)
+      outside = Fiddle::Function.new(h["probe_last_pre_outside"], [], Fiddle::TYPE_LONG)
+      windows = Fiddle::Function.new(h["probe_pre_windows"], [], Fiddle::TYPE_LONG)
+      inside = "rb_objspace_each_objects"
+      # Fiddle's first call sets up its own state after the call returns (Fiddle.last_error=): done
+      # here, so that it does not fall into the first window
+      arm.call(inside)
+      TracePoint.new(:call) { arm.call(inside) }.enable(target: PtmallocDump.method(:dump))
+      keep = Array.new(20_000) { |i| "x" * (30 + i % 200) } # strings with malloc'd buffers
+      Array.new(3) { Thread.new { 1000.times { "x" * 100 } } }.each(&:join) # several arenas
+      r = [{ ruby: false }, { ruby: false }, {}, { references: true }, {}].map do |opts|
+        keep.concat(Array.new(5_000) { "y" * 100 }) # garbage, and a lazy sweep for the dump to find
+        keep.shift(5_000)
+        PtmallocDump.dump(#{path.inspect}, **opts)
+        [calls.call, outside.call]
+      end
+      puts windows.call, r.inspect
+    RUBY
+    out, err, status = run_ruby("require 'fiddle'; #{code}", env: { "LD_PRELOAD" => probe })
+    expect(status).to be_success, err
+    windows, calls = out.lines
+    expect(windows.to_i).to eq(5)
+    calls = eval(calls) # rubocop:disable Security/Eval
+    expect(calls.first(2)).to eq([[0, 0]] * 2) # ruby: false, the first call in the process included
+    expect(calls.last(3).map(&:last)).to eq([0] * 3) # ruby: true: nothing outside each_objects
+    expect(calls.last(3).map(&:first)).to all(be >= 2) # which does allocate its list of pages
+    expect(PtmallocDump.load(path).verify).to be_ok
+  end
+
   it "the probe does see allocations when there are some (it can fail)" do
     probe = build_fixture("alloc_probe", extra_flags: ["-ldl"])
     code = <<~RUBY
@@ -32,7 +71,16 @@ RSpec.describe "the walk's allocations" do
       info = Fiddle::Function.new(h["malloc_info"], [Fiddle::TYPE_INT, Fiddle::TYPE_VOIDP], Fiddle::TYPE_INT)
       ren = Fiddle::Function.new(h["rename"], [Fiddle::TYPE_VOIDP, Fiddle::TYPE_VOIDP], Fiddle::TYPE_INT)
       null = Fiddle::Function.new(h["fopen"], [Fiddle::TYPE_VOIDP, Fiddle::TYPE_VOIDP], Fiddle::TYPE_VOIDP).call("/dev/null", "w")
+      arm = Fiddle::Function.new(h["probe_pre_arm"], [Fiddle::TYPE_VOIDP], Fiddle::TYPE_VOID)
+      pre = Fiddle::Function.new(h["probe_last_pre_calls"], [], Fiddle::TYPE_LONG)
+      outside = Fiddle::Function.new(h["probe_last_pre_outside"], [], Fiddle::TYPE_LONG)
+      ffi_malloc = Fiddle::Function.new(h["malloc"], [Fiddle::TYPE_SIZE_T], Fiddle::TYPE_VOIDP)
+      ffi_malloc.call(1) # the first call sets libffi up
+      arm.call("ffi_call")
+      kept = ffi_malloc.call(100) # inside: libffi's ffi_call calls malloc
+      Array.new(100) # outside: the array's buffer
       info.call(0, null)
+      $stderr.puts [pre.call, outside.call].inspect
       10.times { Fiddle.free(Fiddle.malloc(100)) }
       ren.call("/nonexistent/a", "/nonexistent/b")
       puts calls.call
@@ -40,5 +88,8 @@ RSpec.describe "the walk's allocations" do
     out, err, status = run_ruby(code, env: { "LD_PRELOAD" => probe })
     expect(status).to be_success, err
     expect(out.to_i).to be >= 20
+    pre, outside = eval(err.lines.last) # rubocop:disable Security/Eval
+    expect(outside).to be >= 1 # the array's buffer
+    expect(pre).to be > outside # and the block libffi's ffi_call asked for
   end
 end

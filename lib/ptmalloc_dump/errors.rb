@@ -24,4 +24,9 @@ module PtmallocDump
 
   # A dump is already running in this process (for example a signal arrived during another dump).
   class BusyError < Error; end
+
+  # The heap is damaged in a way that rules out what was asked: a fork snapshot of a process whose
+  # arena ring does not lead back to +main_arena+ (glibc's fork would lock arenas for ever). The
+  # message says what is broken; an in-process dump records the damage as anomalies instead.
+  class HeapDamagedError < Error; end
 end

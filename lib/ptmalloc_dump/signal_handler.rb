@@ -53,15 +53,24 @@ module PtmallocDump
           # the previous snapshot process may still be writing: this request gets its own all the same
           busy = state[:snapshot]&.alive? && state[:snapshot].pid
           say(log, "ptmalloc_dump: #{Signal.signame(signo)} arrived while snapshot process #{busy} was still writing; starting another") if busy
-          pid = PtmallocDump.dump(path, fork: true, **dump_options)
+          begin
+            pid = PtmallocDump.dump(path, fork: true, **dump_options)
+          rescue HeapDamagedError => e
+            say(log, "ptmalloc_dump: no snapshot (#{e.message}); dumping in process")
+            return dump_in_process(path, log, dump_options)
+          end
           state[:snapshot] = Process.detach(pid)
           say(log, "ptmalloc_dump: snapshot process #{pid} is writing #{path}")
         else
-          s = PtmallocDump.dump(path, **dump_options)
-          say(log, "ptmalloc_dump: wrote #{path}: #{line(s)}")
+          dump_in_process(path, log, dump_options)
         end
       rescue StandardError => e
         say(log, "ptmalloc_dump: dump to #{path} failed: #{e.class}: #{e.message}")
+      end
+
+      def dump_in_process(path, log, dump_options)
+        s = PtmallocDump.dump(path, **dump_options)
+        say(log, "ptmalloc_dump: wrote #{path}: #{line(s)}")
       end
 
       # One line to the log from inside a trap handler. IO#puts takes the IO's write lock, which the

@@ -11,6 +11,7 @@ static VALUE error_class(ptmd_errcode code)
     case PTMD_E_PLATFORM: name = "PtmallocDump::UnsupportedPlatformError"; break;
     case PTMD_E_FORMAT: name = "PtmallocDump::FormatError"; break;
     case PTMD_E_BUSY: name = "PtmallocDump::BusyError"; break;
+    case PTMD_E_HEAP: name = "PtmallocDump::HeapDamagedError"; break;
     case PTMD_E_ARGUMENT: return rb_eArgError;
     case PTMD_E_NOMEM: return rb_eNoMemError;
     default: name = "PtmallocDump::Error"; break;

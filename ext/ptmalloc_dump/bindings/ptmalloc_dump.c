@@ -69,6 +69,18 @@ static void end_call(dump_call *c, int state)
     if (rc != 0) ptmd_rb_raise(&err);
 }
 
+/* While set (only by _warm_up, when the gem loads), _dump returns an empty Hash at once. */
+static int warming;
+
+/* _warm_up(flag): the gem's first calls of dump, made when it loads so that Ruby fills its method
+ * and constant caches (which mallocs) then, not in a real dump before glibc's counters are taken. */
+static VALUE rb_ptmd_warm_up(VALUE self, VALUE flag)
+{
+    PTMD_UNUSED(self);
+    warming = RTEST(flag);
+    return Qnil;
+}
+
 /* _dump(path, debug_dir, strings, ruby, references, symbols, trim_check) -> summary Hash. strings: flat
  * Array of key, value Strings; ruby: record Ruby's heap; references: scan chunks for pointers to
  * chunks; symbols: a PTMD_SYMBOLS_* mode; trim_check: measure what malloc_trim(0) releases. */
@@ -80,6 +92,7 @@ static VALUE rb_ptmd_dump(VALUE self, VALUE path, VALUE debug_dir, VALUE strings
     const char *cpath, *cdir;
     int state = 0;
     PTMD_UNUSED(self);
+    if (warming) return rb_hash_new();
     FilePathValue(path);
     cpath = StringValueCStr(path);
     c = new_call(debug_dir, strings, &cdir);
@@ -219,9 +232,11 @@ RUBY_FUNC_EXPORTED void Init_ptmalloc_dump(void)
     ptmd_render_module_init();
     ptmd_diff_class_init();
     ptmd_ruby_heap_init();
+    ptmd_dump_setup();
     rb_define_singleton_method(ptmd_mPtmallocDump, "_dump", rb_ptmd_dump, 7);
     rb_define_singleton_method(ptmd_mPtmallocDump, "_dump_fork", rb_ptmd_dump_fork, 5);
     rb_define_singleton_method(ptmd_mPtmallocDump, "_raise_child_error", rb_ptmd_raise_child_error, 1);
+    rb_define_singleton_method(ptmd_mPtmallocDump, "_warm_up", rb_ptmd_warm_up, 1);
     rb_define_singleton_method(ptmd_mPtmallocDump, "_libc_info", rb_ptmd_libc_info, 2);
     rb_define_singleton_method(ptmd_mPtmallocDump, "_ruby_functions_missing", rb_ptmd_ruby_functions_missing, 0);
 }

@@ -155,24 +155,56 @@ int ptmd_arena_collect_heaps(ptmd_walk *w, ptmd_arena_ctx *a, ptmd_err *err)
 /* Walks fastbins and the regular bins into the membership table. */
 
 /* Next arena on the ring, validated: main_arena itself, or a non-main arena, whose malloc_state
- * follows the heap_info at the start of its first heap, which points back at it. Checked before the arena's lock is taken, while threads may be making
- * arenas and growing heaps: the two structs are read fault-free (an arena made since the mappings were
- * read is not in them), and the heap's extent is checked under the lock. */
+ * follows the heap_info at the start of its first heap, which points back at it. Checked before the
+ * arena's lock is taken, while threads may be making arenas and growing heaps: the two structs are
+ * read fault-free (an arena made since the mappings were read is not in them). The heap_info's other
+ * fields are checked with its heap chain, under the lock (ptmd_arena_collect_heaps): damage there is
+ * recorded against this arena, and the others are still walked. */
 int ptmd_arena_ok(ptmd_walk *w, uintptr_t av)
 {
     const ptmd_layout *L = w->L;
     unsigned char head[4096];
     size_t n = L->hi_size_total + L->ms_size;
     uintptr_t h;
-    uint64_t ar, size;
+    uint64_t ar;
     if (av == w->lc->main_arena) return 1;
     if (!av || (av & 7) || n > sizeof(head)) return 0;
     h = av - L->hi_size_total;
     if ((h & (w->heap_max - 1)) != 0) return 0;
     if (ptmd_safe_read(&w->mem, h, head, n) != 0) return 0;
     memcpy(&ar, head + L->hi_ar_ptr, 8);
-    memcpy(&size, head + L->hi_size, 8);
-    return ar == av && size >= n && size <= w->heap_max;
+    return ar == av;
+}
+
+static int ring_has(const ptmd_buf *ring, uint64_t av)
+{
+    size_t i, n = PTMD_BUF_COUNT(ring, uint64_t);
+    for (i = 0; i < n; i++)
+        if (PTMD_BUF_AT(ring, uint64_t, i)[0] == av) return 1;
+    return 0;
+}
+
+/* glibc goes round the ring (malloc_info, mallinfo2, arena_get2's reuse) until it is back at
+ * main_arena, without a check: a ring that does not lead back must keep those from being called. */
+int ptmd_arena_ring(ptmd_walk *w, int record)
+{
+    uint64_t av = w->lc->main_arena;
+    w->ring.len = 0;
+    for (;;) {
+        uint64_t next;
+        if (ptmd_buf_append(&w->ring, &av, sizeof(av)) != 0) return -1;
+        next = ptmd_rd64(av + w->L->ms_next);
+        if (next == w->lc->main_arena) return 0;
+        if (!ptmd_arena_ok(w, next)) {
+            if (record) ptmd_walk_anomaly(w, PTMD_AN_BAD_POINTER, next, PTMD_BUF_COUNT(&w->ring, uint64_t), PTMD_NO_ARENA);
+            return 1;
+        }
+        if (PTMD_BUF_COUNT(&w->ring, uint64_t) >= PTMD_MAX_ARENAS || ring_has(&w->ring, next)) {
+            if (record) ptmd_walk_anomaly(w, PTMD_AN_ARENA_RING, av, next, PTMD_NO_ARENA);
+            return 1;
+        }
+        av = next;
+    }
 }
 
 static const char *validate_once(ptmd_walk *w);
@@ -198,14 +230,14 @@ int ptmd_walk_validate(ptmd_walk *w, ptmd_err *err)
                      lc->glibc_version, (unsigned long)lc->main_arena, what);
 }
 
-/* NULL when main_arena and the arena ring pass every check, else what failed. */
+/* NULL when main_arena passes every check, else what failed. A wrong layout shows there; the ring
+ * beyond it is followed by ptmd_arena_ring, where a break is damage, recorded as an anomaly. */
 static const char *validate_once(ptmd_walk *w)
 {
     const ptmd_layout *L = w->L;
     const ptmd_libc *lc = w->lc;
     uintptr_t av = lc->main_arena, top;
     uint64_t top_size, system_mem;
-    unsigned n = 0;
     const char *what = NULL;
 
     if (!ptmd_maps_readable(&w->maps, av, L->ms_size) || av < lc->rw_start || av + L->ms_size > lc->rw_end) {
@@ -233,12 +265,6 @@ static const char *validate_once(ptmd_walk *w)
             goto fail;
         }
     }
-    do {
-        uintptr_t next = ptmd_rd64(av + L->ms_next);
-        if (++n > PTMD_MAX_ARENAS) { what = "the arena ring does not return to main_arena"; goto fail; }
-        if (!ptmd_arena_ok(w, next)) { what = "an arena on the ring fails its heap_info check"; goto fail; }
-        av = next;
-    } while (av != lc->main_arena);
     return NULL;
 fail:
     return what;
@@ -264,11 +290,10 @@ static int list_sane(ptmd_walk *w, ptmd_arena_ctx *a, uint64_t first, uint64_t h
 int ptmd_walk_precheck(ptmd_walk *w)
 {
     const ptmd_layout *L = w->L;
-    uintptr_t av = w->lc->main_arena;
-    uint32_t n = 0;
-    int sane = 1;
-    size_t heaps_mark = w->heaps.len;
-    do {
+    size_t r, heaps_mark = w->heaps.len;
+    int sane = ptmd_arena_ring(w, 0) == 0;
+    for (r = 0; sane && r < PTMD_BUF_COUNT(&w->ring, uint64_t); r++) {
+        uintptr_t av = PTMD_BUF_AT(&w->ring, uint64_t, r)[0];
         ptmd_arena_ctx a;
         int *mutex = (int *)(void *)(av + L->ms_mutex), i;
         uint32_t k;
@@ -294,8 +319,7 @@ int ptmd_walk_precheck(ptmd_walk *w)
         }
         ptmd_arena_unlock(mutex);
         w->heaps.len = heaps_mark;          /* the walk collects them again, under the same lock as its chunks */
-        av = ptmd_arena_field(w, av, L->ms_next);
-    } while (sane && av != w->lc->main_arena && ++n < PTMD_MAX_ARENAS);
+    }
     w->anomalies.len = 0;                   /* what matters is recorded by the walk itself */
     return sane;
 }

@@ -30,6 +30,10 @@ int ptmd_arena_maps_reload(ptmd_walk *w, ptmd_arena_ctx *a);
 int ptmd_arena_collect_heaps(ptmd_walk *w, ptmd_arena_ctx *a, ptmd_err *err);
 /* Whether av can be the next arena on the ring (main_arena, or a malloc_state after its heap_info). */
 int ptmd_arena_ok(ptmd_walk *w, uintptr_t av);
+/* Follows the ring from main_arena into w->ring. Returns 0 when it leads back to main_arena, 1 when
+ * it breaks (a next that is no arena, or one already on it: recorded when `record`), -1 when out of
+ * memory. */
+int ptmd_arena_ring(ptmd_walk *w, int record);
 
 /* bins.c: the membership table of the arena's list entries, filled by ptmd_collect_lists */
 typedef struct {

@@ -14,13 +14,16 @@
 #include <unistd.h>
 
 #define PTMD_MALLOC_INFO_MAX (256u << 20)
+#define PTMD_MALLOC_INFO_RESERVE (16u << 20)   /* about 2,000 arenas of malloc_info() output */
 
 static int dump_busy;
 
 /* ---- glibc's own view, captured right before the walk ------------------------------------- */
 
 /* One unbuffered FILE over an mmapped buffer, kept for the life of the process: creating it
- * mallocs, so it is made once (the first dump) and merely rewound afterwards. */
+ * mallocs, so it is made once (when the extension loads, ptmd_dump_setup) and merely rewound
+ * afterwards. The buffer is reserved large (MAP_NORESERVE: untouched pages cost nothing) so that no
+ * dump has to make a bigger one; only output past it (thousands of arenas) does. */
 static FILE *mi_fp;
 static char *mi_buf;
 static size_t mi_cap;
@@ -31,7 +34,7 @@ static int mi_stream(size_t cap, ptmd_err *err)
     if (mi_fp) fclose(mi_fp);
     if (mi_buf) munmap(mi_buf, mi_cap);
     mi_fp = NULL;
-    mi_buf = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    mi_buf = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (mi_buf == MAP_FAILED) {
         mi_buf = NULL;
         return ptmd_fail_sys(err, errno, "malloc_info", "mmap a buffer for");
@@ -47,7 +50,7 @@ static int mi_stream(size_t cap, ptmd_err *err)
 /* malloc_info() then mallinfo2(), back to back; the walk follows with no allocation in between. */
 static int capture_oracles(ptmd_dump_state *d, ptmd_err *err)
 {
-    size_t cap = mi_cap ? mi_cap : 1u << 20;
+    size_t cap = mi_cap ? mi_cap : PTMD_MALLOC_INFO_RESERVE;
     for (;;) {
         long n;
         if (mi_stream(cap, err) != 0) return -1;
@@ -63,6 +66,21 @@ static int capture_oracles(ptmd_dump_state *d, ptmd_err *err)
             return ptmd_fail(err, PTMD_E_LIBC, "malloc_info() output exceeds %u bytes", PTMD_MALLOC_INFO_MAX);
         cap = mi_cap * 4;
     }
+}
+
+void ptmd_dump_setup(void)
+{
+    const ptmd_libc *lc;
+    ptmd_memreader mem;
+    ptmd_err err;
+    memset(&err, 0, sizeof(err));
+    mi_stream(PTMD_MALLOC_INFO_RESERVE, &err);
+    if (ptmd_locate(NULL, PTMD_SYMBOLS_AUTO, &lc, &err) != 0) return;
+    memset(&mem, 0, sizeof(mem));
+    mem.mem_fd = -1;
+    if (ptmd_memreader_open(&mem, &err) != 0) return;
+    ptmd_check_allocator(lc, &mem, &err);
+    ptmd_memreader_close(&mem);
 }
 
 /* ---- strings ------------------------------------------------------------------------------ */
@@ -306,12 +324,26 @@ out:
 static int list_threads(ptmd_dump_state *d, const ptmd_dump_opts *o, ptmd_err *err)
 {
     const ptmd_libc *lc;
+    int ring;
     if (ptmd_locate(o->debug_dir, o->symbols, &lc, err) != 0) return -1;
     if (!lc->layout) return 0;                  /* the child says that the layout is unknown */
-    d->w.lc = lc;
-    d->w.L = lc->layout;
     d->w.mem.mem_fd = -1;
     if (ptmd_memreader_open(&d->w.mem, err) != 0) return -1;
+    if ((ring = ptmd_walk_ring_before_fork(&d->w, lc)) < 0) return ptmd_fail_sys(err, errno, "arena ring", "mmap");
+    if (ring > 0) {
+        const ptmd_anomaly_rec *a = PTMD_BUF_AT(&d->w.anomalies, ptmd_anomaly_rec, 0);
+        size_t n = PTMD_BUF_COUNT(&d->w.ring, uint64_t);
+        int cycle = a->kind == PTMD_AN_ARENA_RING;
+        return ptmd_fail(err, PTMD_E_HEAP,
+                         "the heap is damaged: arena %#lx's next (%#lx) %s; glibc's fork locks every arena "
+                         "along the ring and would never return. Dump in process (fork: false): that records "
+                         "the damage and walks the %lu arena%s before it",
+                         (unsigned long)PTMD_BUF_AT(&d->w.ring, uint64_t, n - 1)[0],
+                         (unsigned long)(cycle ? a->detail : a->address),
+                         cycle ? "leads back to an arena already on the ring, not to main_arena" : "is not an arena",
+                         (unsigned long)n, n == 1 ? "" : "s");
+    }
+    d->w.anomalies.len = 0;
     return ptmd_walk_threads(&d->w, err);
 }
 

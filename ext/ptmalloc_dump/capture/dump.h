@@ -45,6 +45,10 @@ typedef struct {
 
 /* Prepares a zeroed state (file descriptors closed). Call before ptmd_dump_run or ptmd_dump_fork. */
 void ptmd_dump_init(ptmd_dump_state *d);
+/* What a dump would otherwise set up on its first call, allocating as it goes: the malloc_info()
+ * stream, libc's location and symbols (default mode and debug directory) and the allocator check.
+ * Called when the extension loads; a failure is left for the dump itself to report. */
+void ptmd_dump_setup(void);
 /* Runs a whole dump into `path`. d must come from ptmd_dump_init; release it with ptmd_dump_release. */
 int ptmd_dump_run(ptmd_dump_state *d, const ptmd_dump_opts *opts, ptmd_err *err);
 /* Fork snapshot: forks; the child runs ptmd_dump_run for each of opts[0..n_opts) on the same frozen

@@ -231,16 +231,26 @@ static int in_pages(const ptmd_ruby_data *rd, VALUE v)
     return 0;
 }
 
-static VALUE class_name(const ptmd_ruby_data *rd, VALUE klass)
+/* The class's name as Module#name keeps it (no allocation), else what rb_class_path would make of
+ * an anonymous class, written here into buf: rb_class_path allocates a new string for it. Returns
+ * the length, 0 when klass is no class. */
+static size_t class_name(const ptmd_ruby_data *rd, VALUE klass, const char **out, char *buf, size_t cap)
 {
     int t;
-    VALUE real;
-    if (RB_SPECIAL_CONST_P(klass) || !in_pages(rd, klass)) return Qnil;
+    VALUE real, name;
+    if (RB_SPECIAL_CONST_P(klass) || !in_pages(rd, klass)) return 0;
     t = BUILTIN_TYPE(klass);
-    if (t != T_CLASS && t != T_MODULE && t != T_ICLASS) return Qnil;
+    if (t != T_CLASS && t != T_MODULE && t != T_ICLASS) return 0;
     real = rb_class_real(klass);
-    if (!real) return Qnil;
-    return rb_class_path(real);
+    if (!real) return 0;
+    name = rb_mod_name(real);
+    if (RB_TYPE_P(name, T_STRING)) {
+        *out = RSTRING_PTR(name);
+        return (size_t)RSTRING_LEN(name);
+    }
+    *out = buf;
+    return (size_t)snprintf(buf, cap, "#<%s:0x%016lx>", BUILTIN_TYPE(real) == T_MODULE ? "Module" : "Class",
+                            (unsigned long)real);
 }
 
 /* GC.stat keys, interned at load time: interning a new symbol would allocate objects here. Ruby 3.4
@@ -310,7 +320,7 @@ void ptmd_ruby_pass(ptmd_ruby_data *rd)
     rd->meta.heap_live_slots = rb_gc_stat(sym_live);
     rd->meta.heap_free_slots = rb_gc_stat(sym_free);
     rd->meta.total_allocated_objects = rb_gc_stat(sym_total);
-    /* names, in index order: class paths may allocate Ruby strings, which is fine here */
+    /* names, in index order; nothing here allocates (the capture of glibc's counters follows) */
     n = PTMD_BUF_COUNT(&c.keys, name_slot);
     for (i = 0; i < n && !c.oom; i++) {
         const name_slot *s = PTMD_BUF_AT(&c.keys, name_slot, i);
@@ -319,13 +329,10 @@ void ptmd_ruby_pass(ptmd_ruby_data *rd)
             if (!nm) nm = "(unnamed)";
             if (add_name(rd, s->key, s->kind, nm, strlen(nm))) c.oom = 1;
         } else {
-            VALUE name = class_name(rd, (VALUE)s->key);
-            if (NIL_P(name)) {
-                if (add_name(rd, s->key, s->kind, "(internal)", 10)) c.oom = 1;
-            } else if (add_name(rd, s->key, s->kind, RSTRING_PTR(name), (size_t)RSTRING_LEN(name))) {
-                c.oom = 1;
-            }
-            RB_GC_GUARD(name);
+            char buf[64];
+            const char *name = "(internal)";
+            size_t len = class_name(rd, (VALUE)s->key, &name, buf, sizeof(buf));
+            if (add_name(rd, s->key, s->kind, name, len ? len : 10)) c.oom = 1;
         }
     }
     ptmd_buf_release(&c.table);

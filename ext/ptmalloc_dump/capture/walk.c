@@ -218,22 +218,14 @@ out:
 }
 
 
+/* The ring as it is now (a thread may have made an arena since the pre-check): each arena on it
+ * once, up to where it breaks. */
 int ptmd_walk_arenas(ptmd_walk *w, ptmd_err *err)
 {
-    uintptr_t av = w->lc->main_arena;
-    uint32_t index = 0;
-    do {
-        uintptr_t next;
-        if (!ptmd_arena_ok(w, av)) {
-            ptmd_walk_anomaly(w, PTMD_AN_BAD_POINTER, av, index, PTMD_NO_ARENA);
-            break;
-        }
-        if (walk_arena(w, av, index, err) != 0) return -1;
-        next = PTMD_W_ARENA(w, index)->next;
-        index++;
-        if (index >= PTMD_MAX_ARENAS) break;
-        av = next;
-    } while (av != w->lc->main_arena);
+    size_t i;
+    if (ptmd_arena_ring(w, 1) < 0) return ptmd_fail_sys(err, errno, "arena ring", "mmap");
+    for (i = 0; i < PTMD_BUF_COUNT(&w->ring, uint64_t); i++)
+        if (walk_arena(w, PTMD_BUF_AT(&w->ring, uint64_t, i)[0], (uint32_t)i, err) != 0) return -1;
     return 0;
 }
 
@@ -260,6 +252,24 @@ long ptmd_walk_find_chunk(ptmd_walk *w, uint64_t addr)
 
 /* ---- the walk from start to end ---------------------------------------------------------- */
 
+/* heap_max_size (): 4 huge pages when hugetlb arenas are configured (2.35 .. 2.41) */
+static uint64_t heap_max_size(const ptmd_layout *L, uint64_t hp_pagesize)
+{
+    if (L->heap_max_fixed || !hp_pagesize || (hp_pagesize & (hp_pagesize - 1))) return PTMD_DEFAULT_HEAP_MAX_SIZE;
+    return hp_pagesize * 4;
+}
+
+int ptmd_walk_ring_before_fork(ptmd_walk *w, const ptmd_libc *lc)
+{
+    const ptmd_layout *L = lc->layout;
+    uint64_t hp = 0;
+    w->lc = lc;
+    w->L = L;
+    if (lc->mp && L->mp_hp_pagesize != PTMD_NONE) ptmd_safe_read(&w->mem, lc->mp + L->mp_hp_pagesize, &hp, 8);
+    w->heap_max = heap_max_size(L, hp);
+    return ptmd_arena_ring(w, 1);
+}
+
 int ptmd_walk_prepare(ptmd_walk *w, const ptmd_libc *lc, ptmd_err *err)
 {
     const ptmd_layout *L = lc->layout;
@@ -282,11 +292,7 @@ int ptmd_walk_prepare(ptmd_walk *w, const ptmd_libc *lc, ptmd_err *err)
         w->mmapped_mem = ptmd_rd64(lc->mp + L->mp_mmapped_mem);
         if (L->mp_tcache_count != PTMD_NONE) w->tcache_count_max = ptmd_rd64(lc->mp + L->mp_tcache_count);
         if (L->mp_tcache_bins != PTMD_NONE) w->tcache_bins = ptmd_rd64(lc->mp + L->mp_tcache_bins);
-        /* heap_max_size(): 4 huge pages when hugetlb arenas are configured (2.35 .. 2.41) */
-        if (L->mp_hp_pagesize != PTMD_NONE && !L->heap_max_fixed) {
-            uint64_t hp = ptmd_rd64(lc->mp + L->mp_hp_pagesize);
-            if (hp && (hp & (hp - 1)) == 0) w->heap_max = hp * 4;
-        }
+        if (L->mp_hp_pagesize != PTMD_NONE) w->heap_max = heap_max_size(L, ptmd_rd64(lc->mp + L->mp_hp_pagesize));
     }
     if (lc->tcache_key && ptmd_maps_readable(&w->maps, lc->tcache_key, 8)) {
         w->tcache_key = ptmd_rd64(lc->tcache_key);

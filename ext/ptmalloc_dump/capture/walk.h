@@ -29,6 +29,7 @@ typedef struct {
     size_t lists_cap, lists_used;
     ptmd_buf tcache_cands;          /* uint64 chunk addresses of possible tcache structs */
     ptmd_buf heap_order;            /* uint32 heap indices sorted by start */
+    ptmd_buf ring;                  /* uint64 arena addresses from main_arena along next (ptmd_arena_ring) */
     ptmd_buf exclude;               /* sorted {start, end} ranges that hold no malloc chunk (Ruby's pages) */
     int references;                 /* scan in-use chunks for pointers to chunks */
     ptmd_buf refs;                  /* ptmd_ref */
@@ -48,6 +49,10 @@ typedef struct {
 /* Opens what the walk needs (maps, memory reader, pagemap) and reads mp_. May allocate: call it
  * before the oracles are captured. */
 int ptmd_walk_prepare(ptmd_walk *w, const ptmd_libc *lc, ptmd_err *err);
+/* In the parent of a snapshot, before fork (whose handler in glibc locks every arena along the ring,
+ * for ever if it does not lead back): the ring into w->ring, a break recorded as an anomaly. Needs
+ * only w->mem open. 0 when the ring is whole, 1 when broken, -1 when out of memory. */
+int ptmd_walk_ring_before_fork(ptmd_walk *w, const ptmd_libc *lc);
 void ptmd_walk_release(ptmd_walk *w);
 
 /* Checks main_arena and the arena ring before anything is walked (UnsupportedLibcError on failure). */
@@ -85,7 +90,7 @@ int ptmd_walk_sort_heaps(ptmd_walk *w);
  * not take for chunks. One list, so that a buffer added to ptmd_walk is added to both. */
 #define PTMD_WALK_BUFFERS(w)                                                                       \
     &(w)->arenas, &(w)->heaps, &(w)->chunks, &(w)->anomalies, &(w)->threads, &(w)->pages,           \
-        &(w)->lists, &(w)->tcache_cands, &(w)->heap_order, &(w)->exclude, &(w)->refs
+        &(w)->lists, &(w)->tcache_cands, &(w)->heap_order, &(w)->ring, &(w)->exclude, &(w)->refs
 
 #define PTMD_W_ARENA(w, i) PTMD_BUF_AT(&(w)->arenas, ptmd_arena_rec, i)
 #define PTMD_W_HEAP(w, i) PTMD_BUF_AT(&(w)->heaps, ptmd_heap_rec, i)

@@ -258,8 +258,9 @@ typedef struct {
     X(PTMD_AN_TCACHE_KEY, 17, "tcache_key")            /* a tcache entry whose key is wrong */     \
     X(PTMD_AN_MMAPPED_MISMATCH, 18, "mmapped_mismatch") /* mmapped chunks differ from mp_'s counts */ \
     X(PTMD_AN_WRONG_ARENA, 19, "wrong_arena")          /* NON_MAIN_ARENA bit disagrees with the arena */ \
-    X(PTMD_AN_NEXTSIZE, 20, "nextsize")                /* a large bin's fd_nextsize/bk_nextsize ring is broken */
-typedef enum { PTMD_ANOMALY_KINDS(PTMD_ENUM_CONSTANT) PTMD_AN_COUNT = 21 } ptmd_anomaly_kind;
+    X(PTMD_AN_NEXTSIZE, 20, "nextsize")                /* a large bin's fd_nextsize/bk_nextsize ring is broken */ \
+    X(PTMD_AN_ARENA_RING, 21, "arena_ring")            /* the arenas' next links do not lead back to main_arena */
+typedef enum { PTMD_ANOMALY_KINDS(PTMD_ENUM_CONSTANT) PTMD_AN_COUNT = 22 } ptmd_anomaly_kind;
 extern const char *const ptmd_anomaly_names[PTMD_AN_COUNT];
 
 typedef struct {

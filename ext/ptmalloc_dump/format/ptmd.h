@@ -22,6 +22,7 @@ typedef enum {
     PTMD_E_FORMAT,          /* a dump file is malformed */
     PTMD_E_ARGUMENT,        /* caller misuse */
     PTMD_E_BUSY,            /* a dump is already running in this process */
+    PTMD_E_HEAP,            /* the heap is damaged in a way that rules out what was asked */
     PTMD_E_NOMEM,           /* mmap for scratch memory failed */
     PTMD_E_INTERNAL         /* a library we rely on failed (libpng) */
 } ptmd_errcode;
