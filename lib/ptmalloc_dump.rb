@@ -52,7 +52,7 @@ module PtmallocDump
     #   (not with fork: true, where trimming the child would tell nothing about this process)
     # @return [Hash{Symbol=>Object}] the dump's summary (see {Dump#summary}, without :ruby) plus :path;
     #   with `fork: true` and no `wait`, the child's pid (reap it with Process.wait or Process.detach);
-    #   should the child fail, it says why on $stderr (Kernel#warn) as it exits
+    #   should the child fail, it says why in one line on stderr as it exits
     # @raise [SymbolsNotFoundError] when libc's symbols cannot be found
     # @raise [UnsupportedLibcError] when this glibc's malloc is not understood
     # @raise [UnsupportedAllocatorError] when malloc is not glibc's
@@ -136,32 +136,19 @@ module PtmallocDump
     end
 
     def snapshot(path, debug_dir, mode, ruby, references, wait)
-      pid, errors = fork_dumps([[path, mode]], debug_dir, ruby, references)
+      pid, errors = fork_dumps([[path, mode]], debug_dir, ruby, references, report: !wait)
       unless wait
-        report_child_failure(pid, path, errors)
+        errors.close # the child says on stderr why it failed, if it does
         return pid
       end
       wait_snapshot(pid, errors)
       load(path).summary.merge(path: path, pid: pid)
     end
 
-    def fork_dumps(targets, debug_dir, ruby, references)
-      pid, fd = _dump_fork(targets, debug_dir&.to_s, dump_strings(ruby), ruby && ruby_layer.available?, references)
+    def fork_dumps(targets, debug_dir, ruby, references, report: false)
+      pid, fd = _dump_fork(targets, debug_dir&.to_s, dump_strings(ruby), ruby && ruby_layer.available?, references,
+                           report)
       [pid, IO.new(fd, autoclose: true)]
-    end
-
-    # Nobody waits for this child: a thread reads its error pipe (which it closes as it exits) and
-    # warns should it have failed. The child is left for the caller to reap.
-    def report_child_failure(pid, path, errors)
-      Thread.new do
-        report = errors.read
-        errors.close
-        begin
-          _raise_child_error(report) unless report.empty?
-        rescue StandardError => e
-          warn("ptmalloc_dump: snapshot process #{pid} did not write #{path}: #{e.class}: #{e.message}")
-        end
-      end
     end
 
     def wait_snapshot(pid, errors)

@@ -127,10 +127,11 @@ static VALUE fork_body(VALUE arg)
     return Qnil;
 }
 
-/* _dump_fork(targets, debug_dir, strings, ruby, references) -> [pid, error pipe fd]. targets: Array of
- * [path, symbols mode] (up to 8), dumped by one child from the same frozen heap. The Ruby pass runs
- * here, in the parent. */
-static VALUE rb_ptmd_dump_fork(VALUE self, VALUE targets, VALUE debug_dir, VALUE strings, VALUE ruby, VALUE references)
+/* _dump_fork(targets, debug_dir, strings, ruby, references, report) -> [pid, error pipe fd]. targets:
+ * Array of [path, symbols mode] (up to 8), dumped by one child from the same frozen heap. The Ruby
+ * pass runs here, in the parent. report: the child also says on stderr why it failed. */
+static VALUE rb_ptmd_dump_fork(VALUE self, VALUE targets, VALUE debug_dir, VALUE strings, VALUE ruby, VALUE references,
+                               VALUE report)
 {
     dump_call *c;
     fork_call f;
@@ -163,6 +164,7 @@ static VALUE rb_ptmd_dump_fork(VALUE self, VALUE targets, VALUE debug_dir, VALUE
         f.opts[i].symbols = modes[i];
         f.opts[i].strings = c->strings;
         f.opts[i].references = RTEST(references);
+        f.opts[i].report_stderr = RTEST(report);
     }
     rb_protect(fork_body, (VALUE)&f, &state);
     end_call(c, state);            /* the parent's copy of the dump state; the child has its own */
@@ -234,7 +236,7 @@ RUBY_FUNC_EXPORTED void Init_ptmalloc_dump(void)
     ptmd_ruby_heap_init();
     ptmd_dump_setup();
     rb_define_singleton_method(ptmd_mPtmallocDump, "_dump", rb_ptmd_dump, 7);
-    rb_define_singleton_method(ptmd_mPtmallocDump, "_dump_fork", rb_ptmd_dump_fork, 5);
+    rb_define_singleton_method(ptmd_mPtmallocDump, "_dump_fork", rb_ptmd_dump_fork, 6);
     rb_define_singleton_method(ptmd_mPtmallocDump, "_raise_child_error", rb_ptmd_raise_child_error, 1);
     rb_define_singleton_method(ptmd_mPtmallocDump, "_warm_up", rb_ptmd_warm_up, 1);
     rb_define_singleton_method(ptmd_mPtmallocDump, "_libc_info", rb_ptmd_libc_info, 2);

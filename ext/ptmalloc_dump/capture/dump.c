@@ -347,6 +347,24 @@ static int list_threads(ptmd_dump_state *d, const ptmd_dump_opts *o, ptmd_err *e
     return ptmd_walk_threads(&d->w, err);
 }
 
+/* One line on stderr from a snapshot child whose parent does not wait for it: the error as the
+ * parent would have raised it. */
+static void report_failure(const char *path, const ptmd_err *e)
+{
+    char line[1024];
+    int n;
+    if (e->code == PTMD_E_SYSTEM)
+        n = snprintf(line, sizeof(line), "ptmalloc_dump: snapshot process %d did not write %s: %s - %s %s\n",
+                     (int)getpid(), path, strerror(e->sys_errno), e->msg, e->path);
+    else
+        n = snprintf(line, sizeof(line), "ptmalloc_dump: snapshot process %d did not write %s: %s\n",
+                     (int)getpid(), path, e->msg);
+    if (n > 0) {
+        ssize_t k = write(2, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
+        PTMD_UNUSED(k);
+    }
+}
+
 int ptmd_dump_fork(ptmd_dump_state *d, const ptmd_dump_opts *opts, size_t n_opts, int *pid_out, int *errfd_out,
                    ptmd_err *err)
 {
@@ -381,6 +399,7 @@ int ptmd_dump_fork(ptmd_dump_state *d, const ptmd_dump_opts *opts, size_t n_opts
             if (rc != 0) {
                 ssize_t k = write(fds[1], &cerr, sizeof(cerr));
                 PTMD_UNUSED(k);
+                if (co.report_stderr) report_failure(co.path, &cerr);
             }
         }
         _exit(rc == 0 ? 0 : 1);
