@@ -22,11 +22,14 @@
 
 #define PTMD_ROOTS_BLOCK 8192                   /* words per read */
 #define PTMD_ROOTS_MAX 65536                    /* ranges */
-#define PTMD_TLS_BELOW (64u << 10)              /* static TLS scanned below the thread pointer */
+#define PTMD_TLS_BELOW_MAX (1u << 20)           /* static TLS below the thread pointer, at most */
+#define PTMD_TLS_BELOW_DEFAULT (4u << 10)       /* when no module's TLS block says */
 #define PTMD_TLS_ABOVE (4u << 10)               /* struct pthread above it (2,304 bytes in 2.36) */
 
 typedef struct {
     ptmd_walk *w;
+    uint64_t tp;                /* the dumping thread's thread pointer, 0 when unknown */
+    uint64_t tls_below;         /* how far below it the static TLS blocks reach */
     int oom;
 } phdr_ctx;
 
@@ -74,6 +77,12 @@ static int each_object(struct dl_phdr_info *info, size_t size, void *data)
     const char *name = info->dlpi_name;
     int i;
     PTMD_UNUSED(size);
+    /* x86-64 (TLS_TCB_AT_TP): every thread's static TLS blocks lie at the same offsets below its
+     * thread pointer; the dumping thread's own blocks (dlpi_tls_data) tell how far down they reach */
+    if (c->tp && info->dlpi_tls_data) {
+        uint64_t d = (uint64_t)(uintptr_t)info->dlpi_tls_data;
+        if (d < c->tp && c->tp - d <= PTMD_TLS_BELOW_MAX && c->tp - d > c->tls_below) c->tls_below = c->tp - d;
+    }
     if (!name || !name[0]) {
         if (!exe_path[0]) {
             ssize_t n = readlink("/proc/self/exe", exe_path, sizeof(exe_path) - 1);
@@ -105,7 +114,7 @@ static const ptmd_map *stack_mapping(const ptmd_walk *w)
     return NULL;
 }
 
-static int thread_roots(ptmd_walk *w)
+static int thread_roots(ptmd_walk *w, uint64_t tls_below)
 {
     size_t i, n = PTMD_BUF_COUNT(&w->threads, ptmd_thread_rec);
     /* the process dumped: a snapshot child describes its parent */
@@ -119,7 +128,7 @@ static int thread_roots(ptmd_walk *w)
         ptmd_root_rec *r;
         /* a thread pointer in malloc's own [heap] would make chunks roots */
         if (!m || m->kind == PTMD_MAPKIND_BRK) continue;
-        tls_lo = t.pthread - m->start > PTMD_TLS_BELOW ? t.pthread - PTMD_TLS_BELOW : m->start;
+        tls_lo = t.pthread - m->start > tls_below ? t.pthread - tls_below : m->start;
         hi = m->end - t.pthread > PTMD_TLS_ABOVE ? t.pthread + PTMD_TLS_ABOVE : m->end;
         if (!(r = add_root(w, tls_lo, hi, PTMD_ROOT_TLS, t.tid))) return -1;
         set_thread_name(r, "TLS", t.tid);
@@ -197,12 +206,16 @@ static int scan_root(ptmd_walk *w, uint32_t root)
 
 int ptmd_walk_roots(ptmd_walk *w, ptmd_err *err)
 {
-    phdr_ctx c = { w, 0 };
-    uint32_t i, n;
+    phdr_ctx c = { w, 0, 0, 0 };
+    uint32_t i, n = (uint32_t)PTMD_BUF_COUNT(&w->threads, ptmd_thread_rec);
     uint64_t t0 = ptmd_now_ns();
     if (!w->references) return 0;
+    for (i = 0; i < n; i++)
+        if (PTMD_BUF_AT(&w->threads, ptmd_thread_rec, i)->flags & PTMD_TF_CURRENT)
+            c.tp = PTMD_BUF_AT(&w->threads, ptmd_thread_rec, i)->pthread;
     dl_iterate_phdr(each_object, &c);
-    if (c.oom || thread_roots(w) != 0) return ptmd_fail_sys(err, errno, "root table", "mmap");
+    if (!c.tls_below) c.tls_below = PTMD_TLS_BELOW_DEFAULT;
+    if (c.oom || thread_roots(w, (c.tls_below + 63) & ~63ull) != 0) return ptmd_fail_sys(err, errno, "root table", "mmap");
     n = (uint32_t)PTMD_BUF_COUNT(&w->roots, ptmd_root_rec);
     for (i = 0; i < n; i++)
         if (scan_root(w, i) != 0) return ptmd_fail_sys(err, errno, "root references", "mmap");
