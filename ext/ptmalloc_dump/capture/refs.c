@@ -125,15 +125,9 @@ static inline int add_ref(ptmd_walk *w, uint64_t from, uint64_t word)
     return push_ref(&w->refs, from, to);
 }
 
-/* An arena chunk in use owns its usable bytes: from mem up to and including the next chunk's
- * prev_size field (malloc_usable_size = chunksize - SIZE_SZ). */
-static int scan_direct(ptmd_walk *w, uint64_t ci, uint64_t heap_end)
+static int scan_words(ptmd_walk *w, uint64_t ci, const uint64_t *p, uint64_t n)
 {
-    const ptmd_chunk_rec *c = PTMD_W_CHUNK(w, ci);
-    const uint64_t *p = (const uint64_t *)(uintptr_t)(c->addr + PTMD_CHUNK_HDR_SZ);
-    uint64_t end = c->addr + ptmd_rec_size(c) + PTMD_SIZE_SZ, n, k;
-    if (end > heap_end) end = heap_end;
-    n = (end - (c->addr + PTMD_CHUNK_HDR_SZ)) / 8;
+    uint64_t k;
     for (k = 0; k < n; k++) {
         uint64_t v;
         __builtin_memcpy(&v, p + k, 8);
@@ -143,17 +137,47 @@ static int scan_direct(ptmd_walk *w, uint64_t ci, uint64_t heap_end)
     return 0;
 }
 
-static int scan_safe(ptmd_walk *w, uint64_t ci)
+/* 1 when the page holding addr in heap hp was neither resident nor swapped at the residency pass:
+ * never touched (or given back), it reads as zeros and holds no pointer. */
+static int page_untouched(const ptmd_walk *w, const ptmd_heap_rec *hp, uint64_t addr)
+{
+    uint64_t pg = (addr - hp->page_base) / w->page_size;
+    if (pg >= hp->n_pages || hp->first_page + pg >= w->pages.len) return 0;
+    return !(w->pages.base[hp->first_page + pg] & (PTMD_PAGE_PRESENT | PTMD_PAGE_SWAPPED));
+}
+
+/* An arena chunk in use owns its usable bytes: from mem up to and including the next chunk's
+ * prev_size field (malloc_usable_size = chunksize - SIZE_SZ). A chunk over several pages is read a
+ * page at a time, skipping untouched pages. */
+static int scan_direct(ptmd_walk *w, uint64_t ci, const ptmd_heap_rec *hp)
+{
+    const ptmd_chunk_rec *c = PTMD_W_CHUNK(w, ci);
+    uint64_t p = c->addr + PTMD_CHUNK_HDR_SZ, end = c->addr + ptmd_rec_size(c) + PTMD_SIZE_SZ, ps = w->page_size;
+    if (end > hp->end) end = hp->end;
+    if (end - p < 2 * ps) return scan_words(w, ci, (const uint64_t *)(uintptr_t)p, (end - p) / 8);
+    while (p + 8 <= end) {
+        uint64_t next = (p & ~(ps - 1)) + ps;
+        if (next > end) next = end;
+        if (!page_untouched(w, hp, p) && scan_words(w, ci, (const uint64_t *)(uintptr_t)p, (next - p) / 8) != 0) return -1;
+        p = next;
+    }
+    return 0;
+}
+
+static int scan_safe(ptmd_walk *w, uint64_t ci, const ptmd_heap_rec *hp)
 {
     uint64_t buf[PTMD_REFS_BLOCK];
     const ptmd_chunk_rec *c = PTMD_W_CHUNK(w, ci);
-    uint64_t p = c->addr + PTMD_CHUNK_HDR_SZ, end = c->addr + ptmd_rec_size(c);
+    uint64_t p = c->addr + PTMD_CHUNK_HDR_SZ, end = c->addr + ptmd_rec_size(c), ps = w->page_size;
     while (p + 8 <= end) {
         uint64_t n = (end - p) / 8, k;
         if (n > PTMD_REFS_BLOCK) n = PTMD_REFS_BLOCK;
-        if (ptmd_safe_read(&w->mem, p, buf, n * 8) != 0) return 0;   /* unmapped meanwhile */
-        for (k = 0; k < n; k++)
-            if (add_ref(w, ci, buf[k]) != 0) return -1;
+        if (n * 8 > (p & ~(ps - 1)) + ps - p) n = ((p & ~(ps - 1)) + ps - p) / 8;   /* a page at a time */
+        if (!page_untouched(w, hp, p)) {
+            if (ptmd_safe_read(&w->mem, p, buf, n * 8) != 0) return 0;   /* unmapped meanwhile */
+            for (k = 0; k < n; k++)
+                if (add_ref(w, ci, buf[k]) != 0) return -1;
+        }
         p += n * 8;
     }
     return 0;
@@ -193,12 +217,12 @@ int ptmd_walk_references(ptmd_walk *w, ptmd_err *err)
                     const ptmd_chunk_rec *c = PTMD_W_CHUNK(w, ci);
                     if (ptmd_rec_state(c) != PTMD_ST_IN_USE) continue;
                     if (!ptmd_maps_readable(&w->maps, c->addr, ptmd_rec_size(c))) break;
-                    if (scan_direct(w, ci, hp->end) != 0) goto oom;
+                    if (scan_direct(w, ci, hp) != 0) goto oom;
                 }
                 continue;
             }
             for (ci = hp->first_chunk; ci < end; ci++)
-                if (ptmd_rec_state(PTMD_W_CHUNK(w, ci)) == PTMD_ST_IN_USE && scan_direct(w, ci, hp->end) != 0) goto oom;
+                if (ptmd_rec_state(PTMD_W_CHUNK(w, ci)) == PTMD_ST_IN_USE && scan_direct(w, ci, hp) != 0) goto oom;
         }
         ptmd_arena_unlock(mutex);
         continue;
@@ -211,7 +235,7 @@ int ptmd_walk_references(ptmd_walk *w, ptmd_err *err)
         uint64_t ci;
         if (hp->kind != PTMD_HEAP_MMAPPED_CHUNK) continue;
         for (ci = hp->first_chunk; ci < hp->first_chunk + hp->n_chunks; ci++)
-            if (ptmd_rec_state(PTMD_W_CHUNK(w, ci)) == PTMD_ST_MMAPPED && scan_safe(w, ci) != 0)
+            if (ptmd_rec_state(PTMD_W_CHUNK(w, ci)) == PTMD_ST_MMAPPED && scan_safe(w, ci, hp) != 0)
                 return ptmd_fail_sys(err, errno, "reference table", "mmap");
     }
     w->refs_ns = ptmd_now_ns() - t0;
