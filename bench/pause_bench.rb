@@ -26,6 +26,7 @@ module PauseBench
   end
 
   def report(label, path)
+    PtmallocDump.dump(path)
     d = PtmallocDump.load(path)
     rss = File.read("/proc/self/status")[/VmRSS:\s+(\d+)/, 1].to_i
     puts format("%s: %d chunks, %s malloc heap, %d live Ruby objects, RSS %d MiB", label, d.chunk_count,
@@ -33,8 +34,8 @@ module PauseBench
                 rss / 1024)
     [[{}, "default"], [{ references: false }, "references: false"]].each do |options, name|
       inproc, fork_pause = pauses(path, **options)
-      puts format("  %-38s %8.1f ms", "pause, in-process dump (#{name})", inproc * 1000)
-      puts format("  %-38s %8.1f ms  (%.1f%% of the in-process pause)", "pause, fork snapshot (#{name})",
+      puts format("  %-44s %8.1f ms", "pause, in-process dump (#{name})", inproc * 1000)
+      puts format("  %-44s %8.1f ms  (%.1f%% of the in-process pause)", "pause, fork snapshot (#{name})",
                   fork_pause * 1000, 100.0 * fork_pause / inproc)
     end
   end
