@@ -224,7 +224,8 @@ static int each_page(void *start, void *end, size_t stride, void *data)
         case T_FLOAT: case T_RATIONAL: case T_COMPLEX: case T_SYMBOL:
             break;
         default:
-            for (k = 2; k < nw; k++) kept = (uint16_t)(kept + keep_word(c, w[k]));
+            /* a struct's members, a proc's environment, ...: pointers and Integers holding one */
+            for (k = 2; k < nw; k++) kept = (uint16_t)(kept + keep_word(c, w[k]) + keep_int(c, w[k]));
         }
         if (c->oom) return 1;
         o->n_words = kept;
