@@ -385,7 +385,7 @@
   }
   function pointer(e) {
     const r = e.target.getBoundingClientRect();
-    return [Math.floor(e.clientX - r.left), Math.floor(e.clientY - r.top)];
+    return [Math.floor(e.clientX - r.left - e.target.clientLeft), Math.floor(e.clientY - r.top - e.target.clientTop)];
   }
   function start(raw) {
     D = decode(raw);
