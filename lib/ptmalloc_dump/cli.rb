@@ -111,8 +111,8 @@ module PtmallocDump
       prepare_outdir(outdir)
       ComparisonReport.new(outdir).write_diff(d)
       g = d.growth
-      @out.puts "heap #{format('%+d', g[:arena])} B, in use #{format('%+d', g[:in_use_bytes])} B, " \
-                "free resident #{format('%+d', g[:free_resident_bytes])} B, mmapped #{format('%+d', g[:hblkhd])} B"
+      @out.puts "malloc heap #{format('%+d', g[:arena])} B, in use #{format('%+d', g[:in_use_bytes])} B, " \
+                "free but resident #{format('%+d', g[:free_resident_bytes])} B, mmapped chunks #{format('%+d', g[:hblkhd])} B"
       @out.puts "wrote #{File.join(outdir, 'index.html')}"
       0
     end
@@ -125,7 +125,15 @@ module PtmallocDump
       prepare_outdir(outdir)
       ComparisonReport.new(outdir).write_fleet(fleet)
       d = fleet.most_deviant
-      @out.puts "deviates most: pid #{d[:pid]} (#{d[:figure]} #{d[:value]} B, median #{d[:median]} B)"
+      @out.puts "deviates most: pid #{d[:pid]} (#{ComparisonReport.label(d[:figure])} #{d[:value]} B, median #{d[:median]} B)"
+      reasons = ComparisonReport.deviation_reasons(fleet)
+      @out.puts "  above the median worker: #{reasons.map { |what, b| "#{what} +#{b} B" }.join(', ')}" unless reasons.empty?
+      fleet.dumps.each do |dump|
+        o = ComparisonReport.owners_of(dump)
+        top = (o[:classes].empty? ? o[:types] : o[:classes]).map { |n, b| "#{n} #{b} B" }.join(", ")
+        @out.puts "  pid #{dump.header[:pid]}: #{top.empty? ? 'no Ruby data' : top}#{o[:native] ? ", native #{o[:native]} B" : ''}" \
+                  "#{o[:leaked] ? ", leaked #{o[:leaked]} B" : ''}"
+      end
       @out.puts "wrote #{File.join(outdir, 'index.html')}"
       0
     end

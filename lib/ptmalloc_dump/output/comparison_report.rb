@@ -8,6 +8,68 @@ module PtmallocDump
   class ComparisonReport
     include FormatHelpers
 
+    # What each summary figure is called on a page (the names a reader knows, not glibc's field names).
+    LABELS = {
+      arena: "malloc heap (arenas)", in_use_bytes: "in use", in_use_count: "chunks in use",
+      free_resident_bytes: "free but resident", free_released_bytes: "free, released", hblkhd: "mmapped chunks",
+      hblks: "mmapped chunk count", tcache_bytes: "tcache", fastbin_bytes: "fastbins", resident_bytes: "resident",
+      chunk_count: "chunks", private_bytes: "private (this worker only)", shared_bytes: "shared with the parent"
+    }.freeze
+
+    # @param figure [Symbol] a summary key
+    # @return [String] its label
+    def self.label(figure)
+      LABELS.fetch(figure) { figure.to_s.tr("_", " ") }
+    end
+
+    # Ruby owners and leaked bytes of one worker: its top types, classes and (where the dump has them)
+    # defining modules, and native memory (unattributed, or anchored and leaked).
+    #
+    # @param dump [Dump]
+    # @return [Hash] :types, :classes, :modules (Arrays of [name, bytes], largest first, at most 3),
+    #   :native and :leaked (bytes or nil)
+    def self.owners_of(dump)
+      s = dump.summary
+      r = s[:ruby]
+      top = ->(h) { h ? h.sort_by { |_, e| -e[:bytes] }.first(3).map { |k, e| [k.to_s, e[:bytes]] } : [] }
+      { types: top.call(r && r[:by_type]), classes: top.call(r && r[:by_class]), modules: top.call(r && r[:by_module]),
+        native: r && r[:unattributed_bytes], leaked: s.dig(:owners, :leaked, :bytes) }
+    end
+
+    # What makes the most deviant worker deviate: the figures (free but resident, native, leaked, a
+    # Ruby type, class or module) by which it exceeds the median worker most.
+    #
+    # @param fleet [Fleet]
+    # @return [Array<Array(String, Integer)>] [what, bytes above the median], largest first, at most 3
+    def self.deviation_reasons(fleet)
+      d = fleet.most_deviant
+      worker = fleet.dumps.find { |x| x.path == d[:path] }
+      figures = fleet.dumps.to_h { |x| [x, deviation_figures(x)] }
+      names = figures.values.flat_map(&:keys).uniq
+      names.filter_map do |name|
+        values = fleet.dumps.map { |x| figures[x][name].to_i }.sort
+        excess = figures[worker][name].to_i - values[(values.size - 1) / 2]
+        [name, excess] if excess.positive?
+      end.max_by(3) { |_, b| b }
+    end
+
+    def self.deviation_figures(dump)
+      s = dump.summary
+      r = s[:ruby]
+      f = { "free but resident memory" => s[:free_resident_bytes], "mmapped chunks" => s[:hblkhd] }
+      if r
+        f["native memory (no Ruby owner)"] = r[:unattributed_bytes]
+        r[:by_type].each { |k, e| f["#{k} objects"] = e[:bytes] }
+        r[:by_class].each { |k, e| f["#{k} instances"] = e[:bytes] }
+        r[:by_module]&.each { |k, e| f["module #{k}"] = e[:bytes] }
+      else
+        f["memory in use"] = s[:in_use_bytes]
+      end
+      f["leaked memory"] = s.dig(:owners, :leaked, :bytes) if s[:owners]
+      f
+    end
+    private_class_method :deviation_figures
+
     def initialize(outdir)
       @outdir = outdir
     end
@@ -63,7 +125,7 @@ module PtmallocDump
       c = diff.chunks
       span = diff.new.header[:time] - diff.old.header[:time]
       totals = Diff::FIGURES.map do |f|
-        row(["<span class=\"l\">#{h(f)}</span>", h(f.to_s.end_with?("count", "hblks") ? diff.old.summary[f] : human_bytes(diff.old.summary[f])),
+        row(["<span class=\"l\">#{h(self.class.label(f))}</span>", h(f.to_s.end_with?("count", "hblks") ? diff.old.summary[f] : human_bytes(diff.old.summary[f])),
              h(f.to_s.end_with?("count", "hblks") ? diff.new.summary[f] : human_bytes(diff.new.summary[f])),
              h(f.to_s.end_with?("count", "hblks") ? format("%+d", g[f]) : signed(g[f]))])
       end
@@ -123,13 +185,29 @@ module PtmallocDump
       end
       t = fleet.totals
       d = fleet.most_deviant
+      reasons = self.class.deviation_reasons(fleet).map { |what, b| "#{h(what)} #{h(signed(b))}" }
       <<~HTML
-        <p>The worker that deviates most: <b>pid #{h(d[:pid])}</b>, #{h(d[:figure].to_s.tr('_', ' '))} #{h(human_bytes(d[:value]))} (#{d[:value]} B)
-        against a median of #{h(human_bytes(d[:median]))} (#{d[:median]} B).</p>
-        <table><tr><th>pid</th>#{Fleet::COLUMNS.map { |c| "<th>#{h(c.to_s.tr('_', ' '))}</th>" }.join}<th class="l">dump</th></tr>
+        <p>The worker that deviates most: <b>pid #{h(d[:pid])}</b>, #{h(self.class.label(d[:figure]))} #{h(human_bytes(d[:value]))} (#{d[:value]} B)
+        against a median of #{h(human_bytes(d[:median]))} (#{d[:median]} B)#{reasons.empty? ? '' : ". Above the median worker: #{reasons.join(', ')}"}.</p>
+        <table><tr><th>pid</th>#{Fleet::COLUMNS.map { |c| "<th>#{h(self.class.label(c))}</th>" }.join}<th class="l">dump</th></tr>
         #{rows.join("\n")}
         <tr><th>fleet</th>#{Fleet::COLUMNS.map { |c| "<th>#{h(human_bytes(t[c]))}</th>" }.join}<th></th></tr></table>
         <p class="sub">private = resident pages this worker alone maps; shared = pages still shared copy-on-write with the parent.</p>
+        #{fleet_owners(fleet)}
+      HTML
+    end
+
+    def fleet_owners(fleet)
+      rows = fleet.dumps.map do |dump|
+        o = self.class.owners_of(dump)
+        list = ->(pairs) { pairs.map { |n, b| "#{h(n)} #{h(human_bytes(b))}" }.join(", ") }
+        row([h(dump.header[:pid]), list.call(o[:types]), list.call(o[:classes]), o[:modules].empty? ? "-" : list.call(o[:modules]),
+             h(o[:native] ? human_bytes(o[:native]) : "-"), h(o[:leaked] ? human_bytes(o[:leaked]) : "-")])
+      end
+      <<~HTML
+        <h2>Owners by worker</h2>
+        <table><tr><th>pid</th><th class="l">top Ruby types</th><th class="l">top classes</th><th class="l">top modules</th><th>native</th><th>leaked</th></tr>
+        #{rows.join("\n")}</table>
       HTML
     end
   end
