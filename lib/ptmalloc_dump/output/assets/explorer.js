@@ -440,6 +440,7 @@
     setView(0);
     $("xp-status").textContent = D.chunkCount + " chunks loaded";
     window.ptmdExplorer.ready = true;
+    setTimeout(() => refs(0), 0);   // the reference index, built while nobody hovers yet
   }
 
   /* What the specs and a console user can drive. */
