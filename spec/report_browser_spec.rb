@@ -212,4 +212,45 @@ RSpec.describe "the report in a browser" do
       expect(browser.script("return window.ptmdExplorer.state().view")).to eq(view[:group].to_s)
     end
   end
+
+  it "explores a --diff the same way, coloured by what changed on each page of the newer dump" do
+    old = File.join(@dir, "old.dump")
+    new = File.join(@dir, "new.dump")
+    PtmallocDump.dump(old)
+    keep = Array.new(5_000) { |k| "grown-#{k}-" * 50 }
+    PtmallocDump.dump(new)
+    out_dir = File.join(@dir, "diff")
+    _o, err, status = Open3.capture3(RbConfig.ruby, "-I", SpecHelpers::LIB, SpecHelpers::VISUALIZE, "--diff", old, new, out_dir)
+    expect(status).to be_success, err
+    expect(keep.size).to eq(5_000)
+    diff = PtmallocDump.diff(old, new)
+    d = diff.new
+    changes = diff.page_changes
+    colors = PtmallocDump::Render.palette[:diff]
+    browser.visit("file://#{File.join(out_dir, 'index.html')}")
+    browser.wait_for("return window.ptmdExplorer && window.ptmdExplorer.ready")
+    expect(browser.script("return window.ptmdExplorer.state().mode")).to eq("change")
+    rng = Random.new(3)
+    first_page = d.pages.each_with_index.to_h { |pm, i| [i, d.pages.first(i).sum(&:size)] }
+    views = PtmallocDump::Explorer.new(d).views
+    10.times do
+      view = views.sample(random: rng)
+      heap = view[:heaps].sample(random: rng)
+      chunk = d.chunk_by_index(d.heaps.take_while { |h| h.index != heap.index }.sum(&:chunk_count) + rng.rand(heap.chunk_count))
+      target = chunk.address + [16, chunk.size / 2].min
+      shown = browser.script("return window.ptmdExplorer.show(#{view[:group].to_s.to_json}, 16, " \
+                             "#{PtmallocDump::ExplorerGeometry.row_centering(view[:heaps], target, 16)})")
+      geo = PtmallocDump::ExplorerGeometry.new(view[:heaps], shown["bpp"], shown["row"])
+      x, y = geo.pixel_for(target)
+      browser.move_to(*canvas_point(x, y))
+      shown_panel = panel
+      expect(shown_panel["address"]).to eq("0x#{chunk.address.to_s(16)}")
+      expect(shown_panel["state"]).to eq(chunk.state.to_s)
+      pm = d.pages[heap.index]
+      change = changes.getbyte(first_page[heap.index] + (target - pm.page_base) / pm.page_size)
+      pixel = browser.script("const p = document.getElementById('xp-map').getContext('2d').getImageData(#{x}, #{y}, 1, 1).data; " \
+                             "return '#' + Array.from(p.slice(0, 3)).map(v => v.toString(16).padStart(2, '0')).join('')")
+      expect(pixel).to eq(colors[change])
+    end
+  end
 end

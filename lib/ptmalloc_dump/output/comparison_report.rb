@@ -2,6 +2,7 @@
 
 require "cgi"
 require_relative "../format_helpers"
+require_relative "explorer"
 
 module PtmallocDump
   # The pages `ptmalloc-visualize --diff` and `--compare` write: OUTDIR/index.html, self-contained.
@@ -78,7 +79,9 @@ module PtmallocDump
     # @return [String] the path of index.html
     def write_diff(diff)
       images = Render.diff_maps(diff.new, @outdir, diff.page_changes)
-      write("Heap growth of pid #{diff.new.header[:pid]}", diff_body(diff, images))
+      explorer = Explorer.new(diff.new, page_changes: diff.page_changes)
+      explorer.write(@outdir)
+      write("Heap growth of pid #{diff.new.header[:pid]}", diff_body(diff, images, explorer), explorer: true)
     end
 
     # @param fleet [Fleet]
@@ -97,7 +100,7 @@ module PtmallocDump
       n.negative? ? "-#{human_bytes(-n)}" : "+#{human_bytes(n)}"
     end
 
-    def write(title, body)
+    def write(title, body, explorer: false)
       path = File.join(@outdir, "index.html")
       File.write(path, <<~HTML)
         <!DOCTYPE html>
@@ -105,11 +108,12 @@ module PtmallocDump
         <head>
         <meta charset="utf-8" />
         <title>#{h(title)}</title>
-        <style>#{Report.css}</style>
+        <style>#{Report.css}#{explorer ? " #{Explorer.css.gsub(/\s+/, ' ')}" : ''}</style>
         </head>
         <body>
         <h1>#{h(title)}</h1>
         #{body}
+        #{explorer ? "<script>//<![CDATA[\n#{Explorer.script}\n//]]></script>" : ''}
         </body>
         </html>
       HTML
@@ -120,7 +124,7 @@ module PtmallocDump
       "<tr>#{cells.map { |c| "<td>#{c}</td>" }.join}</tr>"
     end
 
-    def diff_body(diff, images)
+    def diff_body(diff, images, explorer)
       g = diff.growth
       c = diff.chunks
       span = diff.new.header[:time] - diff.old.header[:time]
@@ -157,6 +161,7 @@ module PtmallocDump
         <h2>In-use chunks by size class</h2>
         <table><tr><th>size class</th><th>before</th><th>after</th><th>chunks</th><th>bytes</th></tr>#{classes.join("\n")}</table>
         #{owners_section(diff)}
+        #{explorer.section}
         <h2>Pages by what changed</h2>
         <div class="legend">#{legend.join("\n")}</div>
         #{maps.join("\n")}

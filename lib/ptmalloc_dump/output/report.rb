@@ -253,27 +253,7 @@ module PtmallocDump
     end
 
     def explorer_section
-      modes = { "state" => "state", "owner" => "owner", "residency" => "residency", "pages" => "page class" }
-      radios = modes.map.with_index do |(v, label), i|
-        %(<label><input type="radio" name="xp-mode" value="#{v}"#{i.zero? ? ' checked="checked"' : ''} /> #{label}</label>)
-      end
-      <<~HTML
-        <h2 id="explorer">Heap explorer</h2>
-        <p class="sub">Every chunk of every heap. Wheel to zoom (down to one byte a pixel), drag or use the minimap on the right to move,
-        hover for the chunk under the pointer, click to pin it. Search an address (0x...), a class, a typed-data type, a Ruby type
-        (T_STRING), a state (tcache, smallbin ...) or an owner category (native, string ...).</p>
-        <form id="xp-form" class="xp-bar"><select id="xp-view"></select>
-        <span>colour by #{radios.join(' ')}</span>
-        <input id="xp-search" type="search" placeholder="0x7f..., String, tcache, native ..." />
-        <button type="submit">search</button>
-        <button type="button" id="xp-fit">whole heap</button><button type="button" id="xp-out">&#8722;</button><button type="button" id="xp-in">+</button>
-        <span id="xp-status">loading the chunk data ...</span></form>
-        <div class="xp"><canvas id="xp-map" width="#{ExplorerGeometry::WIDTH}" height="#{ExplorerGeometry::HEIGHT}"></canvas>
-        <canvas id="xp-mini" width="64" height="#{ExplorerGeometry::HEIGHT}"></canvas><div id="xp-panel"><p>Hover over the map.</p></div></div>
-        <p class="sub" id="xp-zoom"></p>
-        <div id="xp-legend"></div>
-        <div id="xp-results"></div>
-      HTML
+      Explorer.new(@dump).section
     end
 
     def card(label, bytes, note = nil, css: nil)

@@ -9,7 +9,7 @@
   const $ = (id) => document.getElementById(id);
   let D = null;            // decoded data
   let addr = null;         // Float64Array: chunk addresses
-  const st = { view: 0, bpp: 1, row: 0, mode: "state", pinned: -1, mask: null, miniCache: null };
+  const st = { view: 0, bpp: 1, row: 0, mode: null, pinned: -1, mask: null, miniCache: null };
 
   function bytes(b64) {
     const bin = atob(b64), n = bin.length, u8 = new Uint8Array(n);
@@ -49,6 +49,7 @@
       d.objDtype = typed(raw.objDataType, Uint32Array);
       d.objType = typed(raw.objType, Uint32Array);
     }
+    if (raw.pageChanges) d.chg8 = bytes(raw.pageChanges);
     if (raw.ownerKinds) { d.kind8 = bytes(raw.ownerKinds); d.anchorIds = typed(raw.anchorIds, Uint16Array); }
     addr = new Float64Array(d.chunkCount);
     d.chunkHeap = new Uint32Array(d.chunkCount);
@@ -70,7 +71,7 @@
       page: d.pageClasses.map((c) => rgb(p.page_classes[c])),
       owner: p.owners.map(rgb),
       resident: rgb("#3b73b9"), shared: rgb("#9e7bc4"), swapped: rgb("#8c564b"), absent: rgb("#e6e6e6"),
-      anchored: rgb("#b8860b"), leaked: rgb("#e7298a")
+      anchored: rgb("#b8860b"), leaked: rgb("#e7298a"), change: p.diff.map(rgb)
     };
     return d;
   }
@@ -132,11 +133,14 @@
       case "pages":
         c = D.col.page[pageFlags(h, a) >> 4];
         break;
+      case "change":
+        c = D.col.change[D.chg8[h.firstPage + Math.floor((a - h.pageBase) / D.pageSize)]] || BG;
+        break;
       default:
         c = D.col.state[s];
         if (!(pageFlags(h, a) & 1)) c = mix(c, WHITE, 0.55);
     }
-    if (st.mode !== "residency" && st.mode !== "pages" && (i & 1)) c = mix(c, BLACK, 0.12);
+    if ((st.mode === "state" || st.mode === "owner") && (i & 1)) c = mix(c, BLACK, 0.12);
     if (st.mask && !st.mask[i]) c = mix(c, WHITE, 0.82);
     return c;
   }
@@ -376,6 +380,8 @@
       if (D.kind8) items.push(sw("#e7298a", "leaked"));
     } else if (st.mode === "residency") {
       items = [sw("#3b73b9", "resident"), sw("#9e7bc4", "resident, shared with a parent"), sw("#8c564b", "swapped"), sw("#e6e6e6", "not resident")];
+    } else if (st.mode === "change") {
+      items = D.changeNames.map((c, k) => sw(p.diff[k], c.replace(/_/g, " ")));
     } else if (st.mode === "pages") {
       items = D.pageClasses.map((c) => sw(p.page_classes[c], c.replace("_", " ")));
     } else {
@@ -436,6 +442,7 @@
       const g = e.target.closest && e.target.closest("[data-go]");
       if (g) { e.preventDefault(); goTo(Number(g.dataset.go), true); }
     });
+    st.mode = document.querySelector("input[name=xp-mode]:checked").value;
     legend();
     setView(0);
     $("xp-status").textContent = D.chunkCount + " chunks loaded";
