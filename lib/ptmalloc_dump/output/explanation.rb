@@ -73,7 +73,7 @@ module PtmallocDump
         lines << "#{e[:address]} is in no heap, mmapped chunk or Ruby object page of this dump"
       end
       if (c = e[:chunk])
-        lines << row("chunk", "#{c[:address]}, #{c[:size]} B (#{human_bytes(c[:size])}), the address is #{c[:where]}")
+        lines << row("chunk", "#{c[:address]}, #{c[:size]} B#{c[:size] >= 1024 ? " (#{human_bytes(c[:size])})" : ''}, the address is #{c[:where]}")
         lines << row("state", [c[:state], c[:bin], *c[:flags]].compact.join("; "))
         lines << row("owner", e[:owner][:text])
         lines << row("holder", e[:holder]) if e[:holder]

@@ -272,7 +272,7 @@
     if (fl & 1) flags.push("named by an anomaly");
     if (fl & 4) flags.push("the arena's last_remainder");
     const rows = [
-      ["address", hex(addr[i])], ["size", chunkSize(i) + " B (" + human(chunkSize(i)) + ")"], ["state", stateOf(i)],
+      ["address", hex(addr[i])], ["size", chunkSize(i) + " B" + (chunkSize(i) >= 1024 ? " (" + human(chunkSize(i)) + ")" : "")], ["state", stateOf(i)],
       ["bin", binOf(i)], ["heap", "heap " + h.index + (h.arena === null ? ", mmapped" : ", arena " + h.arena) + ", user pointer " + hex(addr[i] + 16)],
       ["pages", pagesText(i)], ["owner", ownerText(i)], ["holder", holderText(i)], ["flags", flags.join("; ")]
     ];
