@@ -27,7 +27,7 @@ module PtmallocDump
 
     # @return [Array<Finding>] every finding that applies, in no particular order
     def all
-      [free_resident, leaked, by_module, native, top_class, mmapped, ruby_pages, file_backed].compact.reject { |f| f.bytes.zero? }
+      [free_resident, leaked, by_module, native, top_class, mmapped, ruby_pages].compact.reject { |f| f.bytes.zero? }
     end
 
     private
@@ -97,15 +97,6 @@ module PtmallocDump
 
       Finding.new(:ruby_pages, rss[:ruby_pages], "#{human_bytes(rss[:ruby_pages])} of the RSS is Ruby's object pages " \
                                                  "(#{percent(rss[:ruby_pages], rss[:total])}).", "rss")
-    end
-
-    def file_backed
-      rss = @s[:rss]
-      return nil unless rss && rss[:file_backed].to_i.positive?
-
-      f = Array(rss[:files]).first
-      Finding.new(:file_backed, rss[:file_backed], "#{human_bytes(rss[:file_backed])} of the RSS is mapped files" \
-                                                   "#{f ? ", the largest #{File.basename(f[:path].to_s)} (#{human_bytes(f[:bytes])})" : ''}.", "rss")
     end
   end
 end
