@@ -145,7 +145,7 @@ RSpec.describe "ptmalloc-visualize" do
       expect(out[/^  by class +(.*)$/, 1]).to start_with("#{name} #{PtmallocDump::FormatHelpers.human_bytes(e[:bytes])}")
       type, te = r[:by_type].first
       expect(out[/^  by type +(.*)$/, 1]).to start_with("#{type} #{PtmallocDump::FormatHelpers.human_bytes(te[:bytes])}")
-      PtmallocDump::Findings.new(dump).top(3).each { |f| expect(out).to include("- #{f.text}") }
+      PtmallocDump::Findings.new(dump).top(3).each_with_index { |f, i| expect(out).to include("#{i + 1}. #{f.text}") }
       expect(out).to match(/^rss +/)
     end
 

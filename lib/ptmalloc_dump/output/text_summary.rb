@@ -57,7 +57,7 @@ module PtmallocDump
     end
 
     def findings_lines
-      ["what stands out:"] + Findings.new(@dump).top(3).map { |f| "- #{f.text}" } + [""]
+      ["what stands out:"] + Findings.new(@dump).top(3).each_with_index.map { |f, i| "#{i + 1}. #{f.text}" } + [""]
     end
 
     RSS_LABELS = {
