@@ -454,7 +454,12 @@
   window.ptmdExplorer = {
     ready: false,
     width: W, height: H,
-    show(group, bpp, row) { setView(D.views.findIndex((v) => v.group === String(group)), bpp, row); return { bpp: st.bpp, row: st.row }; },
+    show(group, bpp, row) {
+      const v = D.views.findIndex((x) => x.group === String(group));
+      if (v < 0) throw new Error("no view " + group + " in this dump");
+      setView(v, bpp, row);
+      return { bpp: st.bpp, row: st.row };
+    },
     state() { return { view: D.views[st.view].group, bpp: st.bpp, row: st.row, mode: st.mode, pinned: st.pinned < 0 ? null : hex(addr[st.pinned]) }; },
     search(q) { $("xp-search").value = q; search(q); },
     highlighted() { const r = []; if (st.mask) for (let i = 0; i < D.chunkCount; i++) if (st.mask[i]) r.push(hex(addr[i])); return r; },
