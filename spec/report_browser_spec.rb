@@ -184,6 +184,38 @@ RSpec.describe "the report in a browser" do
     expect(browser.script("return window.ptmdExplorer.state().pinned")).to eq("0x#{chunk.address.to_s(16)}")
   end
 
+  it "zooms with the wheel around the pointer, and to a range dragged over on the minimap" do
+    open_report
+    view = views.first
+    middle = view[:heaps].first.start + view[:heaps].first.size / 2
+    shown = browser.script("return window.ptmdExplorer.show(#{view[:group].to_s.to_json}, 16, " \
+                           "#{PtmallocDump::ExplorerGeometry.row_centering(view[:heaps], middle, 16)})")
+    x = 300
+    y = 200
+    address = PtmallocDump::ExplorerGeometry.new(view[:heaps], shown["bpp"], shown["row"]).address_at(x, y)
+    browser.wheel_at(*canvas_point(x, y), -100)
+    after = browser.script("return window.ptmdExplorer.state()")
+    expect(after["bpp"]).to eq(8)
+    at = PtmallocDump::ExplorerGeometry.new(view[:heaps], after["bpp"], after["row"]).pixel_for(address)
+    expect(at[1]).to eq(y) # the row under the pointer still shows the address
+
+    mini = browser.script("document.getElementById('explorer').scrollIntoView(); const c = document.getElementById('xp-mini'), " \
+                          "r = c.getBoundingClientRect(); return [r.left + c.clientLeft, r.top + c.clientTop, c.width, c.height]")
+    left, top, mw, mh = mini
+    size = view[:heaps].sum(&:size)
+    browser.drag((left + 10).ceil, (top + 100).ceil, (left + 10).ceil, (top + 140).ceil)
+    z = browser.script("return window.ptmdExplorer.state()")
+    lo = 100 * mw * size.fdiv(mw * mh)
+    hi = 141 * mw * size.fdiv(mw * mh)
+    w = PtmallocDump::ExplorerGeometry::WIDTH
+    first = z["row"] * w * z["bpp"]
+    last = (z["row"] + PtmallocDump::ExplorerGeometry::HEIGHT) * w * z["bpp"]
+    expect(first).to be <= lo
+    expect(last).to be >= [hi, size].min
+    expect(z["bpp"]).to be < shown["bpp"] * 4 # zoomed to the range, not left at the whole heap
+    expect((hi - lo) / z["bpp"] / w).to be > PtmallocDump::ExplorerGeometry::HEIGHT / 4
+  end
+
   it "highlights exactly the chunks of a class searched for, with their totals" do
     open_report
     name, = dump.summary[:ruby][:by_class].first

@@ -83,6 +83,18 @@ class Browser
              { type: "pointerDown", button: 0 }, { type: "pointerUp", button: 0 }])
   end
 
+  # Presses the left button at one point, moves to another and releases it there.
+  def drag(x0, y0, x1, y1)
+    pointer([{ type: "pointerMove", duration: 0, origin: "viewport", x: x0, y: y0 }, { type: "pointerDown", button: 0 },
+             { type: "pointerMove", duration: 50, origin: "viewport", x: x1, y: y1 }, { type: "pointerUp", button: 0 }])
+  end
+
+  # Turns the mouse wheel over a point (negative dy: away from the user, up).
+  def wheel_at(x, y, dy)
+    command(:post, "actions", actions: [{ type: "wheel", id: "wheel", actions: [{ type: "scroll", x: x, y: y, deltaX: 0, deltaY: dy, duration: 0, origin: "viewport" }] }])
+    command(:delete, "actions")
+  end
+
   # Clears an input and types text into it, key by key.
   def type(css, text)
     id = element(css)

@@ -28,8 +28,8 @@ module PtmallocDump
       end
       <<~HTML
         <h2 id="explorer">Heap explorer</h2>
-        <p class="sub">Every chunk of every heap. Wheel to zoom (down to one byte a pixel), drag or use the minimap on the right to move,
-        hover for the chunk under the pointer, click to pin it. Search an address (0x...), a class, a typed-data type, a Ruby type
+        <p class="sub">Every chunk of every heap. Wheel to zoom (down to one byte a pixel) and drag to move; on the minimap at the right,
+        click to go somewhere, drag over a range to zoom to it. Hover for the chunk under the pointer, click to pin it. Search an address (0x...), a class, a typed-data type, a Ruby type
         (T_STRING), a state (tcache, smallbin ...) or an owner category (native, string ...).</p>
         <form id="xp-form" class="xp-bar"><select id="xp-view"></select>
         <span>colour by #{radios.join(' ')}</span>

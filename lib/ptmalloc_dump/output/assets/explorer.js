@@ -422,13 +422,32 @@
       showPanel(i, a);
     });
     map.addEventListener("wheel", (e) => { e.preventDefault(); const [x, y] = pointer(e); zoom(e.deltaY < 0 ? 0.5 : 2, x, y); }, { passive: false });
-    const miniGo = (e) => {
-      const [x, y] = pointer(e), v = (y * MW + x) * (viewSize() / (MW * H));
-      st.row = clampRow(v / st.bpp / W - H / 2);
+    /* the minimap: a click centres the view there, a drag over a range zooms to fit that range */
+    const miniOffset = (y) => Math.max(0, y) * MW * (viewSize() / (MW * H));
+    let sel = null;
+    mini.addEventListener("mousedown", (e) => { sel = { y0: pointer(e)[1] }; });
+    mini.addEventListener("mousemove", (e) => {
+      if (!sel || !(e.buttons & 1)) return;
+      sel.y1 = pointer(e)[1];
+      drawMini();
+      mctx.fillStyle = "rgba(0,0,0,.25)";
+      mctx.fillRect(0, Math.min(sel.y0, sel.y1), MW, Math.abs(sel.y1 - sel.y0) + 1);
+    });
+    mini.addEventListener("mouseup", (e) => {
+      if (!sel) return;
+      const y1 = pointer(e)[1], lo = Math.min(sel.y0, y1), hi = Math.max(sel.y0, y1);
+      sel = null;
+      if (hi - lo < 3) {
+        st.row = clampRow(miniOffset(y1) / st.bpp / W - H / 2);
+      } else {
+        const v0 = miniOffset(lo), v1 = miniOffset(hi + 1);
+        let b = 1;
+        while (Math.ceil((v1 - v0) / b / W) > H) b *= 2;
+        st.bpp = Math.min(b, fitBpp());
+        st.row = clampRow(v0 / st.bpp / W);
+      }
       draw();
-    };
-    mini.addEventListener("mousedown", miniGo);
-    mini.addEventListener("mousemove", (e) => { if (e.buttons & 1) miniGo(e); });
+    });
     $("xp-view").addEventListener("change", (e) => { st.pinned = -1; setView(Number(e.target.value)); });
     $("xp-fit").addEventListener("click", () => setView(st.view));
     $("xp-in").addEventListener("click", () => zoom(0.5, W / 2, H / 2));
