@@ -245,6 +245,40 @@ RSpec.describe "the report in a browser" do
     end
   end
 
+  it "shows what a chunk points at and what points at it, when the dump has references" do
+    require "fiddle"
+    a = Fiddle.malloc(96)
+    b = Fiddle.malloc(96)
+    begin
+      Fiddle::Pointer.new(a)[0, 8] = [b].pack("Q<")
+      Fiddle::Pointer.new(b)[0, 8] = [0].pack("Q<")
+      path = File.join(@dir, "refs.dump")
+      PtmallocDump.dump(path, references: true)
+      out_dir = File.join(@dir, "refs")
+      _o, err, status = Open3.capture3(RbConfig.ruby, "-I", SpecHelpers::LIB, SpecHelpers::VISUALIZE, path, out_dir)
+      expect(status).to be_success, err
+      browser.visit("file://#{File.join(out_dir, 'index.html')}")
+      browser.wait_for("return window.ptmdExplorer && window.ptmdExplorer.ready")
+      ca = format("0x%x", a - 16)
+      cb = format("0x%x", b - 16)
+      browser.type("#xp-search", format("0x%x", a))
+      browser.click("#xp-form button[type=submit]")
+      expect(panel["address"]).to eq(ca)
+      expect(panel["refs_out"]).to include(cb)
+      browser.type("#xp-search", format("0x%x", b))
+      browser.click("#xp-form button[type=submit]")
+      expect(panel["address"]).to eq(cb)
+      expect(panel["refs_in"]).to include(ca)
+      expect(panel["refs_out"]).to start_with("0")
+      out = StringIO.new
+      PtmallocDump::CLI.new(["--explain", format("0x%x", a), "--json", path], out: out).run
+      expect(JSON.parse(out.string).dig("references", "points_at")).to include(cb)
+    ensure
+      Fiddle.free(a)
+      Fiddle.free(b)
+    end
+  end
+
   it "explores a --diff the same way, coloured by what changed on each page of the newer dump" do
     old = File.join(@dir, "old.dump")
     new = File.join(@dir, "new.dump")
