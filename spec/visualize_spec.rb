@@ -102,7 +102,11 @@ RSpec.describe "ptmalloc-visualize" do
       out, err, status = visualize("--json", dump_path)
       expect(status).to be_success, err
       json = JSON.parse(out, symbolize_names: true)
-      expect(json[:summary]).to eq(JSON.parse(JSON.dump(PtmallocDump.load(dump_path).summary), symbolize_names: true))
+      dump = PtmallocDump.load(dump_path)
+      expect(json[:summary]).to eq(JSON.parse(JSON.dump(dump.summary), symbolize_names: true))
+      expect(json[:findings].map { |f| [f[:text], f[:bytes]] }).to eq(PtmallocDump::Findings.new(dump).top(3).map { |f| [f.text, f.bytes] })
+      expect(json[:findings].first[:bytes]).to eq(PtmallocDump::Findings.new(dump).all.map(&:bytes).max)
+      expect(json[:advice].map { |a| a[:text] }).to eq(PtmallocDump::Advice.new(dump).lines.map(&:text))
     end
 
     it "prints JSON and writes a UTF-8 report when a string in the dump is not UTF-8" do
