@@ -179,9 +179,17 @@ module PtmallocDump
       who = diff.top_growth_owner
       <<~HTML
         <h2>Growth by owner</h2>
-        <p>Grew most: <b>#{h(who[0])} #{h(who[1])}</b>, #{h(signed(who[2]))}. Native (no Ruby owner): #{h(signed(o[:native]))}.</p>
-        <div class="maps">#{top.call(o[:by_type], 'Ruby type')} #{top.call(o[:by_class], 'class')} #{top.call(o[:by_data_type], 'typed data')}</div>
+        <p>Grew most: <b>#{h(who[0])} #{h(who[1])}</b>, #{h(signed(who[2]))}. Native (no Ruby owner): #{h(signed(o[:native]))}.#{extra_growth(o)}</p>
+        <div class="maps">#{top.call(o[:by_type], 'Ruby type')} #{top.call(o[:by_class], 'class')} #{top.call(o[:by_data_type], 'typed data')}#{o[:by_module] ? " #{top.call(o[:by_module], 'module')}" : ''}</div>
       HTML
+    end
+
+    # Leaked memory and GC age, where both dumps have them.
+    def extra_growth(owners)
+      parts = []
+      parts << " Leaked: #{h(signed(owners[:leaked]))}." if owners[:leaked].is_a?(Integer)
+      parts << " Held by old objects: #{h(signed(owners[:old]))}, by young ones: #{h(signed(owners[:young]))}." if owners[:old].is_a?(Integer) && owners[:young].is_a?(Integer)
+      parts.join
     end
 
     def fleet_body(fleet)
@@ -206,8 +214,9 @@ module PtmallocDump
       rows = fleet.dumps.map do |dump|
         o = self.class.owners_of(dump)
         list = ->(pairs) { pairs.map { |n, b| "#{h(n)} #{h(human_bytes(b))}" }.join(", ") }
-        row([h(dump.header[:pid]), list.call(o[:types]), list.call(o[:classes]), o[:modules].empty? ? "-" : list.call(o[:modules]),
-             h(o[:native] ? human_bytes(o[:native]) : "-"), h(o[:leaked] ? human_bytes(o[:leaked]) : "-")])
+        text = [o[:types], o[:classes], o[:modules]].map { |pairs| "<td class=\"l\">#{pairs.empty? ? '-' : list.call(pairs)}</td>" }
+        "<tr><td>#{h(dump.header[:pid])}</td>#{text.join}<td>#{h(o[:native] ? human_bytes(o[:native]) : '-')}</td>" \
+          "<td>#{h(o[:leaked] ? human_bytes(o[:leaked]) : '-')}</td></tr>"
       end
       <<~HTML
         <h2>Owners by worker</h2>
