@@ -170,6 +170,30 @@ RSpec.describe "the report in a browser" do
     expect(out).to include("chunk          #{@explained.first.last['address']}", "owner          #{@explained.first.last['owner']}")
   end
 
+  it "colours pages by class as the PNG page maps do" do
+    open_report
+    browser.script("document.querySelector('input[name=xp-mode][value=pages]').click()")
+    maps = File.join(@dir, "maps-again")
+    FileUtils.mkdir_p(maps)
+    geo_png = PtmallocDump::Geometry.new(dump, PtmallocDump::Render.maps(dump, maps, true, nil, nil))
+    pngs = Hash.new { |cache, file| cache[file] = ChunkyPNG::Image.from_file(File.join(maps, file)) }
+    rng = Random.new(21)
+    20.times do
+      view = views.sample(random: rng)
+      heap = view[:heaps].sample(random: rng)
+      address = heap.start + rng.rand(heap.size)
+      shown = browser.script("return window.ptmdExplorer.show(#{view[:group].to_s.to_json}, 64, " \
+                             "#{PtmallocDump::ExplorerGeometry.row_centering(view[:heaps], address, 64)})")
+      geo = PtmallocDump::ExplorerGeometry.new(view[:heaps], shown["bpp"], shown["row"])
+      x, y = geo.pixel_for(address)
+      drawn = browser.script("const p = document.getElementById('xp-map').getContext('2d').getImageData(#{x}, #{y}, 1, 1).data; " \
+                             "return '#' + Array.from(p.slice(0, 3)).map(v => v.toString(16).padStart(2, '0')).join('')")
+      shown_address = geo.address_at(x, y)
+      image, px, py = geo_png.pixel_for(shown_address, :page_map)
+      expect(drawn).to eq(ChunkyPNG::Color.to_hex(pngs[image[:file]][px, py], false))
+    end
+  end
+
   it "pins the chunk clicked, and keeps it while the pointer moves on" do
     open_report
     view = views.first
