@@ -204,6 +204,21 @@ RSpec.describe "ptmalloc-visualize" do
       expect(html).not_to match(/>(hblkhd|arena|in use bytes)</)
     end
 
+    it "says before any figure where the figures may mislead" do
+      path = File.join(tmpdir, "plain.dump")
+      PtmallocDump.dump(path, ruby: false)
+      out_dir = File.join(tmpdir, "plain")
+      _o, err, status = visualize(path, out_dir)
+      expect(status).to be_success, err
+      html = File.read(File.join(out_dir, "index.html"))
+      banner = html[%r{<div class="banner">(.*?)</div>}, 1]
+      expect(banner).to include("No Ruby owners: the dump was taken with ruby: false.")
+      expect(html.index('class="banner"')).to be < html.index('class="bigbar"')
+      _o, err, status = visualize(dump_path, File.join(tmpdir, "with-ruby"))
+      expect(status).to be_success, err
+      expect(File.read(File.join(tmpdir, "with-ruby", "index.html"))).not_to include('<div class="banner">')
+    end
+
     it "renders into a new directory, refuses a non-empty one without --force" do
       out_dir = File.join(tmpdir, "report")
       _o, err, status = visualize(dump_path, out_dir)

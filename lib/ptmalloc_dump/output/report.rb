@@ -127,6 +127,7 @@ module PtmallocDump
         .bigbar { display: flex; height: 2em; border: 1px solid #888; border-radius: 3px; overflow: hidden; }
         .findings li { margin: .25em 0; font-size: 1.05em; } .advice li { margin: .2em 0; }
         .verdict .cards { margin: .6em 0; } .check { margin: .5em 0 0; }
+        .banner { background: #fff4d6; border: 1px solid #e0b44c; border-radius: 6px; padding: .4em .8em; margin: .4em 0; }
         .aside { display: flex; gap: 1.5em; align-items: flex-start; margin-top: 1.2em; }
         .toc { flex: 0 0 16em; } .toc ol { margin: .3em 0; padding-left: 1.4em; } .toc h2, .howto h2 { margin-top: 0; font-size: 1.1em; }
         .howto { flex: 1; background: #f7f9fc; border: 1px solid #dde4ee; border-radius: 6px; padding: .6em 1em; }
@@ -154,6 +155,7 @@ module PtmallocDump
     def verdict
       <<~HTML
         <section id="verdict" class="verdict">
+        #{caveats}
         #{rss_bar}
         #{heap_figures}
         <h2 class="first">What stands out</h2>
@@ -162,6 +164,20 @@ module PtmallocDump
         <p class="check">#{verify_line}</p>
         </section>
       HTML
+    end
+
+    # Where this dump's figures may mislead, said before any figure (as memray's banner does).
+    def caveats
+      hd = header
+      notes = []
+      notes << "The walk recorded #{@dump.anomalies.size} anomaly(ies): the heap is damaged, some figures stop where it is." unless @dump.anomalies.empty?
+      notes << "Not every thread was found: tcache memory of the others counts as in use." unless hd[:threads_complete]
+      notes << "glibc #{hd[:glibc_version]} has only mallinfo(), whose counters keep 32 bits: the check against it is partial." if hd[:mallinfo_32bit]
+      notes << "glibc's counters were not captured (the lists are damaged): nothing here is checked against them." unless hd[:oracles_captured]
+      notes << "No Ruby owners: #{hd[:ruby_layer] == :skipped ? "the Ruby pass was skipped (#{hd[:ruby_layer_reason]})" : 'the dump was taken with ruby: false'}." unless @dump.ruby
+      return "" if notes.empty?
+
+      %(<div class="banner">#{notes.map { |n| h(n) }.join('<br />')}</div>)
     end
 
     def bar(parts)
