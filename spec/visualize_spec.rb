@@ -76,6 +76,25 @@ RSpec.describe "ptmalloc-visualize" do
       end
     end
 
+    it "draws top in the owner maps as the free memory the legend names, not in an owner's colour" do
+      dump = dump_and_load
+      dir = File.join(tmpdir, "owners")
+      Dir.mkdir(dir)
+      report = PtmallocDump::Report.new(dump, dir)
+      report.write
+      geo = PtmallocDump::Geometry.new(dump, report.images)
+      idx = PtmallocDump::Render.palette[:indexed]
+      free_shades = [64, 65, 66, 67].map { |i| idx[i] } # PTMD_PAL_OWNER(0, shade, dim): "free (any bin, cache or top)"
+      tops = dump.arenas.map { |a| dump.chunk_at(a.top) }.compact.select { |c| c.state == :top && c.size >= 64 }
+      expect(tops).not_to be_empty
+      tops.each do |top|
+        image, x, y = geo.pixel_for(top.address + 32, :owner_map)
+        expect(free_shades).to include(color_at(File.join(dir, image[:file]), x, y))
+      end
+      html = File.read(File.join(dir, "index.html"))
+      expect(html).to include("free (any bin, cache or top)")
+    end
+
     it "splits a heap into numbered tiles under the pixel budget and draws every byte" do
       dump = dump_and_load
       dir = File.join(tmpdir, "tiles")
