@@ -238,6 +238,15 @@ RSpec.describe "the report in a browser" do
     expect(last).to be >= [hi, size].min
     expect(z["bpp"]).to be < shown["bpp"] * 4 # zoomed to the range, not left at the whole heap
     expect((hi - lo) / z["bpp"] / w).to be > PtmallocDump::ExplorerGeometry::HEIGHT / 4
+
+    # the keyboard, on the focused map: the down arrow moves a quarter of the canvas, - zooms out
+    browser.click_at(*canvas_point(10, 10))
+    before = browser.script("return window.ptmdExplorer.state()")
+    browser.keys("\uE015")
+    moved = browser.script("return window.ptmdExplorer.state()")
+    expect(moved["row"]).to eq(before["row"] + PtmallocDump::ExplorerGeometry::HEIGHT / 4)
+    browser.keys("-")
+    expect(browser.script("return window.ptmdExplorer.state()")["bpp"]).to eq(moved["bpp"] * 2)
   end
 
   it "highlights exactly the chunks of a class searched for, with their totals" do

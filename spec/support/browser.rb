@@ -95,6 +95,13 @@ class Browser
     command(:delete, "actions")
   end
 
+  # Presses and releases keys (WebDriver key values, e.g. "\uE015" for the down arrow) in the focused element.
+  def keys(*values)
+    actions = values.flat_map { |v| [{ type: "keyDown", value: v }, { type: "keyUp", value: v }] }
+    command(:post, "actions", actions: [{ type: "key", id: "keyboard", actions: actions }])
+    command(:delete, "actions")
+  end
+
   # Clears an input and types text into it, key by key.
   def type(css, text)
     id = element(css)

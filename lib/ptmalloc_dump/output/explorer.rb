@@ -37,8 +37,8 @@ module PtmallocDump
         <button type="submit">search</button>
         <button type="button" id="xp-fit">whole heap</button><button type="button" id="xp-out">&#8722;</button><button type="button" id="xp-in">+</button>
         <span id="xp-status">loading the chunk data ...</span></form>
-        <div class="xp"><canvas id="xp-map" width="#{ExplorerGeometry::WIDTH}" height="#{ExplorerGeometry::HEIGHT}"></canvas>
-        <canvas id="xp-mini" width="64" height="#{ExplorerGeometry::HEIGHT}"></canvas><div id="xp-panel"><p>Hover over the map.</p></div></div>
+        <div class="xp"><canvas id="xp-map" tabindex="0" role="img" aria-label="the heap, one chunk per run of pixels: arrow keys move, + and - zoom" width="#{ExplorerGeometry::WIDTH}" height="#{ExplorerGeometry::HEIGHT}"></canvas>
+        <canvas id="xp-mini" role="img" aria-label="the whole heap; the frame is the part shown" width="64" height="#{ExplorerGeometry::HEIGHT}"></canvas><div id="xp-panel"><p>Hover over the map.</p></div></div>
         <p class="sub" id="xp-zoom"></p>
         <div id="xp-legend"></div>
         <div id="xp-results"></div>

@@ -457,6 +457,14 @@
     }));
     $("xp-form").addEventListener("submit", (e) => { e.preventDefault(); search($("xp-search").value); });
     document.addEventListener("keydown", (e) => { if (e.key === "Escape" && st.pinned >= 0) { st.pinned = -1; draw(); } });
+    map.addEventListener("keydown", (e) => {
+      const step = { ArrowDown: H / 4, ArrowUp: -H / 4, PageDown: H, PageUp: -H }[e.key];
+      if (step) { st.row = clampRow(st.row + step); draw(); }
+      else if (e.key === "+" || e.key === "=") zoom(0.5, W / 2, H / 2);
+      else if (e.key === "-") zoom(2, W / 2, H / 2);
+      else return;
+      e.preventDefault();
+    });
     document.addEventListener("click", (e) => {
       const g = e.target.closest && e.target.closest("[data-go]");
       if (g) { e.preventDefault(); goTo(Number(g.dataset.go), true); }
