@@ -189,6 +189,18 @@ RSpec.describe "ptmalloc-visualize" do
       out, _e, status = visualize("--explain", "0x10", dump_path)
       expect(status).to be_success
       expect(out).to eq("0x10 is in no heap, mmapped chunk or Ruby object page of this dump\n")
+      require "objspace"
+      obj = Object.new
+      path = File.join(tmpdir, "slot.dump")
+      PtmallocDump.dump(path)
+      address = Integer(JSON.parse(ObjectSpace.dump(obj))["address"])
+      out, err, status = visualize("--explain", format("0x%x", address + 8), path)
+      expect(status).to be_success, err
+      page = PtmallocDump.load(path).ruby.pages.find { |pg| (pg.start...pg.end).cover?(address) }
+      expect(out).to start_with("#{format('0x%x', address + 8)} is in a Ruby object page (#{format('0x%x', page.start)}-" \
+                                "#{format('0x%x', page.end)}), slot #{(address - page.start) / page.stride}: " \
+                                "#<PtmallocDump::RubyObject #{format('0x%x', address)} T_OBJECT Object>")
+      expect(obj).to be_an(Object)
       _o, err, status = visualize("--explain", "nowhere", dump_path)
       expect(status.exitstatus).to eq(2)
       expect(err).to include("nowhere is not an address")
