@@ -2,6 +2,7 @@
 
 require "cgi"
 require_relative "../format_helpers"
+require_relative "explanation"
 require_relative "explorer"
 require_relative "findings"
 
