@@ -10,6 +10,9 @@ module PtmallocDump
   class Explorer
     DATA_FILE = "explorer-data.js"
     ASSETS = File.expand_path("assets", __dir__)
+    # the keys of {#data} that hold base64 of packed arrays
+    PACKED = %i[sizes states8 pages refs owners categories8 objAddress objClass objDataType objType ownerKinds anchorIds
+                pageChanges].freeze
 
     # @param dump [Dump]
     # @param page_changes [String, nil] for a comparison: {Diff#page_changes} of this (the newer) dump,
@@ -60,10 +63,17 @@ module PtmallocDump
     # @return [String] its path
     def write(outdir)
       path = File.join(outdir, DATA_FILE)
+      d = data
+      packed = d.slice(*PACKED)
       File.open(path, "w") do |f|
-        f.write("ptmdExplorerData(")
-        f.write(JSON.generate(data))
-        f.write(");\n")
+        # the packed arrays are base64, which JSON needs no escaping for: written as they are
+        f.write("ptmdExplorerData(Object.assign(#{JSON.generate(d.reject { |k, _| PACKED.include?(k) })}, {")
+        packed.each_with_index do |(key, b64), i|
+          f.write(%(#{i.zero? ? '' : ','}"#{key}":"))
+          f.write(b64)
+          f.write('"')
+        end
+        f.write("}));\n")
       end
       path
     end
