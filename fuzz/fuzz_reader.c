@@ -16,6 +16,7 @@
 #include "analysis/attribution.h"
 #include "analysis/owners.h"
 #include "analysis/diff.h"
+#include "analysis/explorer.h"
 #include "analysis/render.h"
 #include "format/reader.h"
 
@@ -164,6 +165,17 @@ size_t LLVMFuzzerCustomMutator(unsigned char *data, size_t size, size_t max_size
     return LLVMFuzzerMutate(data, size, max_size);
 }
 
+/* The explorer's per-chunk and per-page arrays (analysis/explorer.c). */
+static void explorer_chunks(const ptmd_view *v, const ptmd_page_usage *usage)
+{
+    uint32_t *sizes = malloc((v->n_chunks ? v->n_chunks : 1) * sizeof(uint32_t));
+    uint8_t *states = malloc(v->n_chunks ? v->n_chunks : 1), *pages = malloc(v->n_pages ? v->n_pages : 1);
+    if (sizes && states && pages) ptmd_explorer_chunks(v, usage, sizes, states, pages);
+    free(sizes);
+    free(states);
+    free(pages);
+}
+
 static void figures(const ptmd_view *v, const ptmd_page_usage *usage)
 {
     ptmd_totals t;
@@ -189,6 +201,7 @@ static void figures(const ptmd_view *v, const ptmd_page_usage *usage)
         memset(&ro, 0, sizeof(ro));
         ro.progress_fd = -1;
         ptmd_render_count(v, &ro);
+        explorer_chunks(v, usage);
     }
     free(per);
     free(trim);
@@ -210,6 +223,18 @@ static void owner_kinds(const ptmd_view *v, const ptmd_attribution *a)
     free(o.direct);
 }
 
+/* The explorer's packing of the owners (analysis/explorer.c). */
+static void explorer_owners(const ptmd_view *v, const ptmd_attribution *a)
+{
+    size_t no = v->n_ruby_objects ? v->n_ruby_objects : 1;
+    uint32_t *local = malloc((v->n_chunks ? v->n_chunks : 1) * sizeof(uint32_t));
+    uint32_t *remap = calloc(no, sizeof(uint32_t)), *objs = malloc(no * sizeof(uint32_t));
+    if (local && remap && objs) ptmd_explorer_owners(v, a, local, remap, objs);
+    free(local);
+    free(remap);
+    free(objs);
+}
+
 static void owners(const ptmd_view *v)
 {
     size_t nc = v->n_chunks ? v->n_chunks : 1, nn = v->n_ruby_names ? v->n_ruby_names : 1;
@@ -228,6 +253,7 @@ static void owners(const ptmd_view *v)
         ptmd_owner_summary(v, &a, &t);
         ptmd_object_order(v, order);
         owner_kinds(v, &a);
+        explorer_owners(v, &a);
     }
     free(a.owner);
     free(a.category);
