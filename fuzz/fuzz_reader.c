@@ -14,6 +14,7 @@
 
 #include "analysis/analysis.h"
 #include "analysis/attribution.h"
+#include "analysis/owners.h"
 #include "analysis/diff.h"
 #include "analysis/explorer.h"
 #include "analysis/render.h"
@@ -67,6 +68,9 @@ static const field ruby_object_fields[] = {
     F(ptmd_ruby_object, subtype), F(ptmd_ruby_object, n_words),
 };
 static const field ref_fields[] = { F(ptmd_ref, from), F(ptmd_ref, to) };
+static const field root_fields[] = { F(ptmd_root_rec, start), F(ptmd_root_rec, end), F(ptmd_root_rec, kind),
+                                     F(ptmd_root_rec, tid), { offsetof(ptmd_root_rec, name) + PTMD_ROOT_NAME_MAX - 1, 1 } };
+static const field root_ref_fields[] = { F(ptmd_root_ref, where), F(ptmd_root_ref, root), F(ptmd_root_ref, chunk) };
 static const field u64_field[] = { { 0, 8 } };
 static const field u8_field[] = { { 0, 1 } };
 
@@ -86,6 +90,8 @@ static const record_layout layouts[] = {
     L(PTMD_SEC_RUBY_META, sizeof(ptmd_ruby_meta), ruby_meta_fields), L(PTMD_SEC_RUBY_PAGES, sizeof(ptmd_ruby_page), ruby_page_fields),
     L(PTMD_SEC_RUBY_OBJECTS, sizeof(ptmd_ruby_object), ruby_object_fields), L(PTMD_SEC_RUBY_WORDS, 8, u64_field),
     L(PTMD_SEC_REFS, sizeof(ptmd_ref), ref_fields), L(PTMD_SEC_TRIM_CHECK, 8, u64_field),
+    L(PTMD_SEC_ROOTS, sizeof(ptmd_root_rec), root_fields), L(PTMD_SEC_ROOT_REFS, sizeof(ptmd_root_ref), root_ref_fields),
+    L(PTMD_SEC_INT_REFS, sizeof(ptmd_ref), ref_fields),
 };
 
 static uint64_t get(const unsigned char *p, size_t n)
@@ -202,6 +208,21 @@ static void figures(const ptmd_view *v, const ptmd_page_usage *usage)
     free(per_heap);
 }
 
+/* Ruby, anchored or leaked, over what the reader accepted */
+static void owner_kinds(const ptmd_view *v, const ptmd_attribution *a)
+{
+    size_t nc = v->n_chunks ? v->n_chunks : 1;
+    ptmd_owners o;
+    if (!ptmd_owners_available(v)) return;
+    o.kind = malloc(nc);
+    o.anchor = malloc(nc * sizeof(uint32_t));
+    o.direct = malloc(nc);
+    if (o.kind && o.anchor && o.direct) ptmd_owners_classify(v, a, &o);
+    free(o.kind);
+    free(o.anchor);
+    free(o.direct);
+}
+
 /* The explorer's packing of the owners (analysis/explorer.c). */
 static void explorer_owners(const ptmd_view *v, const ptmd_attribution *a)
 {
@@ -231,6 +252,7 @@ static void owners(const ptmd_view *v)
         t.data_type_chunks = arrays + 3 * nn;
         ptmd_owner_summary(v, &a, &t);
         ptmd_object_order(v, order);
+        owner_kinds(v, &a);
         explorer_owners(v, &a);
     }
     free(a.owner);
