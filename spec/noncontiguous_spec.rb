@@ -1,0 +1,135 @@
+# frozen_string_literal: true
+
+require "json"
+require "spec_helper"
+
+# A main arena that is not one brk region: when sbrk fails (here a page mapped right above the
+# break), glibc's sysmalloc continues the main arena in mmapped regions, marks it non-contiguous and
+# closes each old top with a pair of fenceposts. The heap is built in a child process (blocking the
+# break of this one would change every later example), dumped there in process and in fork
+# snapshots, with symbols and by structure, and checked here.
+RSpec.describe "a non-contiguous main arena" do
+  SEED = 1313
+  DUMPS = {
+    in_process: { ruby: false },
+    in_process_by_structure: { ruby: false, symbols: :heuristic },
+    snapshot: { ruby: false, fork: true, wait: true },
+    snapshot_by_structure: { ruby: false, fork: true, wait: true, symbols: :heuristic }
+  }.freeze
+
+  def self.child_code(dir, fixture)
+    support = File.join(SpecHelpers::ROOT, "spec", "support")
+    <<~RUBY
+      require "fiddle"
+      require "fileutils"
+      require "json"
+      %w[helpers native_threads heap_scenario].each { |f| require File.join(#{support.inspect}, f) }
+      lib = Fiddle.dlopen(#{fixture.inspect})
+      block_brk = Fiddle::Function.new(lib["bb_block_brk"], [], Fiddle::TYPE_INT)
+      dir = #{dir.inspect}
+      # some allocations in the brk region first (the interpreter's own), then the break is blocked
+      blocked = block_brk.call == 1
+      scenario = HeapScenario.new(#{SEED}, threads: 4, allocations: 20_000, max: 32 * 1024)
+      GC.disable
+      PtmallocDump.dump(File.join(dir, "warm.dump"), ruby: false)
+      scenario.build { PtmallocDump.dump(File.join(dir, "before.dump"), ruby: false) }
+      #{DUMPS.map { |name, opts| "PtmallocDump.dump(File.join(dir, #{"#{name}.dump".inspect}), **#{opts.inspect})" }.join("\n")}
+      puts JSON.generate(blocked: blocked, live: scenario.live.to_a, freed: scenario.freed.to_a,
+                         freed_by: scenario.freed_by.to_a)
+      scenario.cleanup
+    RUBY
+  end
+
+  before(:all) do
+    @dir = Dir.mktmpdir("ptmd-noncontiguous")
+    fixture = build_fixture("brk_block")
+    stdout, stderr, status = run_ruby(self.class.child_code(@dir, fixture))
+    raise "the child failed: #{stderr}" unless status.success?
+
+    @result = JSON.parse(stdout, symbolize_names: true)
+    @before = PtmallocDump.load(File.join(@dir, "before.dump"))
+    @dumps = DUMPS.keys.to_h { |name| [name, PtmallocDump.load(File.join(@dir, "#{name}.dump"))] }
+  end
+
+  after(:all) { FileUtils.rm_rf(@dir) if @dir }
+
+  def request2size(n)
+    [(n + 8 + 15) & ~15, 32].max
+  end
+
+  # Every block malloc returned, in its state: a live one in use, a freed one in a tcache, a bin or
+  # top (or merged into a free chunk), unless the child's own thread took it back before the capture.
+  def check_pointers(dump)
+    @result[:live].each do |addr, size|
+      chunk = dump.chunk_at(addr - 16)
+      expect(chunk).not_to be_nil, "no chunk at 0x#{(addr - 16).to_s(16)} for a live block of #{size} B"
+      expect(%i[in_use mmapped]).to include(chunk.state)
+      expect(chunk.size).to be >= size
+    end
+    freed_by = @result[:freed_by].to_h
+    reused = []
+    @result[:freed].each do |addr, size|
+      chunk = dump.chunk_containing(addr - 16)
+      if chunk.nil?
+        # only an mmapped chunk's mapping goes away: the main arena's regions are never unmapped
+        expect(@before.chunk_at(addr - 16)&.state).to eq(:mmapped), "a freed #{size} B block at 0x#{addr.to_s(16)} vanished"
+      elsif chunk.address == addr - 16 && chunk.state == :in_use && chunk.size != request2size(size)
+        next # split again for an allocation of the child's own after the free
+      elsif chunk.state == :in_use && freed_by[addr] == -1
+        reused << chunk.address
+      elsif chunk.address == addr - 16
+        expect(%i[tcache fastbin unsorted smallbin largebin top]).to include(chunk.state),
+                                                                    "freed block 0x#{addr.to_s(16)} is #{chunk.state}"
+      else
+        expect(chunk).to be_free, "freed block 0x#{addr.to_s(16)} lies inside #{chunk.inspect}"
+      end
+    end
+    # the dumps before this one (and the symbol-free locate) ran Ruby code between the frees and the capture
+    expect(reused.uniq.size).to be <= 16
+  end
+
+  it "blocked the break, so that the main arena went on in mmapped regions" do
+    expect(@result[:blocked]).to be(true)
+    main = @dumps[:in_process].arenas.first
+    expect(main).to be_main
+    expect(main.noncontiguous).to be(true)
+  end
+
+  DUMPS.each_key do |name|
+    describe "dumped #{name.to_s.tr('_', ' ')}" do
+      let(:dump) { @dumps[name] }
+      let(:main) { dump.arenas.first }
+
+      it "walks every region of the main arena: glibc's counters reproduced exactly, no anomaly" do
+        expect_valid_dump(dump)
+        expect(dump.header[:symbol_source]).to eq(:heuristic) if DUMPS[name][:symbols] == :heuristic
+        expect(dump.header[:fork_snapshot]).to eq(DUMPS[name][:fork] == true)
+        expect(dump.header[:oracles_captured]).to be(true)
+      end
+
+      it "lists each region as a heap of the main arena, together system_mem bytes" do
+        expect(main.heaps.size).to be > 10
+        expect(main.heaps.map(&:kind).uniq.sort).to eq(%i[main_mmap sbrk])
+        expect(main.heaps.sum(&:size)).to eq(main.system_mem)
+        expect(main.heaps.count { |h| h.range.cover?(main.top) }).to eq(1)
+        main.heaps.each_cons(2) { |a, b| expect(b.start).to be >= a.end }
+        # every region but top's ends in glibc's two fenceposts
+        main.heaps.reject { |h| h.range.cover?(main.top) }.each do |h|
+          last = dump.chunk_containing(h.end - 1)
+          expect([last.size, last.state]).to eq([16, :meta]), "#{h.inspect} ends in #{last.inspect}"
+        end
+      end
+
+      it "finds every pointer malloc returned in its right state" do
+        check_pointers(dump)
+      end
+    end
+  end
+
+  it "finds malloc's globals by structure as with symbols" do
+    %i[main_arena mp sbrk_base].each do |k|
+      expect(@dumps[:in_process_by_structure].header[k]).to eq(@dumps[:in_process].header[k])
+    end
+    expect(@dumps[:in_process].header[:mp]).to be_positive
+  end
+end
