@@ -58,8 +58,10 @@ RSpec.describe "a non-contiguous main arena" do
   end
 
   # Every block malloc returned, in its state: a live one in use, a freed one in a tcache, a bin or
-  # top (or merged into a free chunk), unless the child's own thread took it back before the capture.
-  def check_pointers(dump)
+  # top (or merged into a free chunk), unless the child's own thread took it back before the capture:
+  # a few times before the first dump, and for dumps after it, where the chunk that holds it was free
+  # in the first one (the Ruby code of the dumps in between allocates).
+  def check_pointers(dump, first)
     @result[:live].each do |addr, size|
       chunk = dump.chunk_at(addr - 16)
       expect(chunk).not_to be_nil, "no chunk at 0x#{(addr - 16).to_s(16)} for a live block of #{size} B"
@@ -68,6 +70,7 @@ RSpec.describe "a non-contiguous main arena" do
     end
     freed_by = @result[:freed_by].to_h
     reused = []
+    since_first = []
     @result[:freed].each do |addr, size|
       chunk = dump.chunk_containing(addr - 16)
       if chunk.nil?
@@ -75,6 +78,8 @@ RSpec.describe "a non-contiguous main arena" do
         expect(@before.chunk_at(addr - 16)&.state).to eq(:mmapped), "a freed #{size} B block at 0x#{addr.to_s(16)} vanished"
       elsif chunk.address == addr - 16 && chunk.state == :in_use && chunk.size != request2size(size)
         next # split again for an allocation of the child's own after the free
+      elsif chunk.state == :in_use && !dump.equal?(first) && first.chunk_containing(addr - 16)&.free?
+        since_first << chunk.address
       elsif chunk.state == :in_use && freed_by[addr] == -1
         reused << chunk.address
       elsif chunk.address == addr - 16
@@ -84,8 +89,8 @@ RSpec.describe "a non-contiguous main arena" do
         expect(chunk).to be_free, "freed block 0x#{addr.to_s(16)} lies inside #{chunk.inspect}"
       end
     end
-    # the dumps before this one (and the symbol-free locate) ran Ruby code between the frees and the capture
-    expect(reused.uniq.size).to be <= 16
+    expect(reused.uniq.size).to be <= 4
+    puts "#{since_first.uniq.size} chunks free in the first dump were allocated by the child since" unless since_first.empty?
   end
 
   it "blocked the break, so that the main arena went on in mmapped regions" do
@@ -121,7 +126,7 @@ RSpec.describe "a non-contiguous main arena" do
       end
 
       it "finds every pointer malloc returned in its right state" do
-        check_pointers(dump)
+        check_pointers(dump, @dumps[:in_process])
       end
     end
   end
