@@ -17,7 +17,7 @@ RSpec.describe "a non-contiguous main arena" do
     snapshot_by_structure: { ruby: false, fork: true, wait: true, symbols: :heuristic }
   }.freeze
 
-  def self.child_code(dir, fixture)
+  def self.child_code(dir, fixture, debug_dir)
     support = File.join(SpecHelpers::ROOT, "spec", "support")
     <<~RUBY
       require "fiddle"
@@ -33,9 +33,11 @@ RSpec.describe "a non-contiguous main arena" do
       GC.disable
       PtmallocDump.dump(File.join(dir, "warm.dump"), ruby: false)
       scenario.build { PtmallocDump.dump(File.join(dir, "before.dump"), ruby: false) }
-      #{DUMPS.map { |name, opts| "PtmallocDump.dump(File.join(dir, #{"#{name}.dump".inspect}), **#{opts.inspect})" }.join("\n")}
+      #{DUMPS.map { |name, opts| "PtmallocDump.dump(File.join(dir, #{"#{name}.dump".inspect}), debug_dir: #{debug_dir.inspect}, **#{opts.inspect})" }.join("\n")}
+      Dir.mkdir(File.join(dir, "check"))
+      check = PtmallocDump.check_symbol_free(File.join(dir, "check"), debug_dir: #{debug_dir.inspect})
       puts JSON.generate(blocked: blocked, live: scenario.live.to_a, freed: scenario.freed.to_a,
-                         freed_by: scenario.freed_by.to_a)
+                         freed_by: scenario.freed_by.to_a, check: check)
       scenario.cleanup
     RUBY
   end
@@ -43,7 +45,7 @@ RSpec.describe "a non-contiguous main arena" do
   before(:all) do
     @dir = Dir.mktmpdir("ptmd-noncontiguous")
     fixture = build_fixture("brk_block")
-    stdout, stderr, status = run_ruby(self.class.child_code(@dir, fixture))
+    stdout, stderr, status = run_ruby(self.class.child_code(@dir, fixture, LibcFacts.debug_dir))
     raise "the child failed: #{stderr}" unless status.success?
 
     @result = JSON.parse(stdout, symbolize_names: true)
@@ -107,7 +109,7 @@ RSpec.describe "a non-contiguous main arena" do
 
       it "walks every region of the main arena: glibc's counters reproduced exactly, no anomaly" do
         expect_valid_dump(dump)
-        expect(dump.header[:symbol_source]).to eq(:heuristic) if DUMPS[name][:symbols] == :heuristic
+        expect(dump.header[:symbol_source] == :heuristic).to eq(DUMPS[name][:symbols] == :heuristic)
         expect(dump.header[:fork_snapshot]).to eq(DUMPS[name][:fork] == true)
         expect(dump.header[:oracles_captured]).to be(true)
       end
@@ -129,6 +131,16 @@ RSpec.describe "a non-contiguous main arena" do
         check_pointers(dump, @dumps[:in_process])
       end
     end
+  end
+
+  it "passes check_symbol_free: one snapshot dumped with symbols and by structure, the same chunk by chunk" do
+    expect(@result[:check][:differences]).to eq([])
+    expect(@result[:check][:agree]).to be(true)
+    a, b = %w[symbols structure].map { |n| PtmallocDump.load(File.join(@dir, "check", "#{n}.dump")) }
+    expect(b.header[:symbol_source]).to eq(:heuristic)
+    expect(b.arenas.first.heaps.map(&:range)).to eq(a.arenas.first.heaps.map(&:range))
+    expect(b.arenas.first.heaps.size).to be > 10
+    [a, b].each { |d| expect_valid_dump(d) }
   end
 
   it "finds malloc's globals by structure as with symbols" do
