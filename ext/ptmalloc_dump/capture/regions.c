@@ -7,10 +7,12 @@
  * it. Nothing links the regions, and the kernel merges neighbouring mappings, so they are found among
  * the anonymous read-write mappings: a region is a chain of main-arena chunks (no NON_MAIN_ARENA or
  * IS_MMAPPED bit, sizes in bounds) from a page start whose first chunk has prev_size 0 and
- * PREV_INUSE, to top or to a run of fenceposts that ends on a page boundary. glibc never unmaps
- * these regions, but a candidate that is not one may be unmapped while it is read (an mmapped chunk
- * freed by another thread): chains are read fault-free, one 4 KiB window at a time, and only pages
- * that are resident (a chunk header's page always is) are looked at. Nothing here calls malloc.
+ * PREV_INUSE, to top or to a run of fenceposts that ends on a page boundary. A candidate that is not
+ * one may be unmapped while it is read (an mmapped chunk freed by another thread): chains are read
+ * fault-free, one 4 KiB window at a time, and only pages that are resident (a chunk header's page
+ * always is) are looked at. glibc never unmaps these regions: those an earlier search found (the
+ * check before glibc's counters are taken, an earlier dump) are read directly. Nothing here calls
+ * malloc.
  * glibc: malloc/malloc.c, sysmalloc and sysmalloc_mmap_fallback (2.27 .. 2.43). */
 #define _GNU_SOURCE
 #include "capture/arena.h"
@@ -26,12 +28,52 @@ typedef struct {
     ptmd_walk *w;
     uint64_t base;              /* address of the window in buf, 1 when none */
     uint64_t brk_start, brk_end;    /* the region found from sbrk_base, scanned no more */
+    uint64_t known_start, known_end;    /* the known region last read directly */
     unsigned char buf[WINDOW];
 } cursor;
+
+/* uint64 {start, end} of the regions the last search found, in address order, kept for the life of
+ * the process (one search at a time: dump_busy). */
+static ptmd_buf known;
+
+/* The known region that holds p, or NULL. */
+static const uint64_t *known_at(uint64_t p)
+{
+    const uint64_t *r = (const uint64_t *)(const void *)known.base;
+    size_t lo = 0, hi = known.len / (2 * sizeof(uint64_t));
+    while (lo < hi) {                       /* the first region ending after p */
+        size_t mid = lo + (hi - lo) / 2;
+        if (r[2 * mid + 1] <= p) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < known.len / (2 * sizeof(uint64_t)) && p >= r[2 * lo] ? r + 2 * lo : NULL;
+}
+
+/* Whether [p, p + 16) lies in a region an earlier search found (remembered in c). */
+static int known_region(cursor *c, uint64_t p)
+{
+    const uint64_t *r = known_at(p);
+    if (!r || r[1] - p < PTMD_CHUNK_HDR_SZ) return 0;
+    c->known_start = r[0];
+    c->known_end = r[1];
+    return 1;
+}
+
+/* Where the scan goes on when p lies inside a known region past its start (no region starts
+ * there: regions keep their extent), else p. */
+static uint64_t past_known(uint64_t p, uint64_t page_mask)
+{
+    const uint64_t *r = known_at(p);
+    return r && p != r[0] ? (r[1] + page_mask) & ~page_mask : p;
+}
 
 static int read_header(cursor *c, uint64_t p, uint64_t hdr[2])
 {
     uint64_t base = p & ~(uint64_t)(WINDOW - 1);
+    if ((p >= c->known_start && p < c->known_end && c->known_end - p >= PTMD_CHUNK_HDR_SZ) || known_region(c, p)) {
+        memcpy(hdr, (const void *)(uintptr_t)p, 16);
+        return 0;
+    }
     if (base != c->base) {
         c->base = 1;
         if (ptmd_safe_read(&c->w->mem, base, c->buf, WINDOW) != 0) return -1;
@@ -119,8 +161,9 @@ static int scan_extent(ptmd_walk *w, ptmd_arena_ctx *a, cursor *c, size_t mi, ui
 {
     const ptmd_map *m = PTMD_BUF_AT(&w->maps.maps, ptmd_map, mi);
     const uint64_t limit = extent_end(&w->maps, mi);
+    const uint64_t page_mask = w->page_size - 1;
     uint64_t pos = from;
-    while (pos < m->end) {
+    while ((pos = past_known(pos, page_mask)) < m->end) {
         uint8_t flags[SCAN_PAGES];
         uintptr_t addrs[SCAN_PAGES];
         uint64_t hdrs[SCAN_PAGES][2], next;
@@ -133,7 +176,7 @@ static int scan_extent(ptmd_walk *w, ptmd_arena_ctx *a, cursor *c, size_t mi, ui
         for (i = 0; i < npages; i++) {
             uint64_t p = pos + i * w->page_size;
             if ((flags[i] & (PTMD_PAGE_PRESENT | PTMD_PAGE_SWAPPED)) && !own_memory(w, p) &&
-                !(p >= c->brk_start && p < c->brk_end))
+                !(p >= c->brk_start && p < c->brk_end) && past_known(p, page_mask) == p)
                 addrs[n++] = p;
         }
         ptmd_safe_read_many(&w->mem, addrs, n, 16, hdrs, ok);
@@ -167,7 +210,7 @@ int ptmd_main_regions(ptmd_walk *w, ptmd_arena_ctx *a, ptmd_err *err)
     size_t i;
     c.w = w;
     c.base = 1;
-    c.brk_start = c.brk_end = 0;
+    c.brk_start = c.brk_end = c.known_start = c.known_end = 0;
     /* the brk region first, where sbrk_base's first chunk is aligned as sysmalloc aligned it */
     if (w->have_mp && w->sbrk_base) {
         const ptmd_map *m = ptmd_maps_find(&w->maps, w->sbrk_base);
@@ -192,6 +235,12 @@ int ptmd_main_regions(ptmd_walk *w, ptmd_arena_ctx *a, ptmd_err *err)
         if (scan_extent(w, a, &c, i, reached > m->start ? reached : m->start, &reached) != 0) goto oom;
     }
     ptmd_sort(PTMD_W_HEAP(w, a->first_heap), a->n_heaps, sizeof(ptmd_heap_rec), by_start, NULL);
+    known.len = 0;
+    for (i = 0; i < a->n_heaps; i++) {
+        const ptmd_heap_rec *h = PTMD_W_HEAP(w, a->first_heap + i);
+        uint64_t r[2] = { h->start, h->end };
+        if (ptmd_buf_append(&known, r, sizeof(r)) != 0) goto oom;
+    }
     return 0;
 oom:
     return ptmd_fail_sys(err, errno, "heap table", "mmap");
