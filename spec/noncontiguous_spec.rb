@@ -133,6 +133,24 @@ RSpec.describe "a non-contiguous main arena" do
     end
   end
 
+  it "draws each region in the report, where each region's own addresses are found" do
+    dump = @dumps[:in_process]
+    out = File.join(@dir, "report")
+    Dir.mkdir(out)
+    report = PtmallocDump::Report.new(dump, out)
+    report.write
+    geometry = PtmallocDump::Geometry.new(dump, report.images)
+    dump.arenas.first.heaps.each do |h|
+      expect(report.images.count { |im| im[:group] == h.index && im[:kind] == :page_map }).to eq(1), h.inspect
+      %i[page_map byte_map].each do |kind|
+        image, = geometry.pixel_for(h.end - 1, kind)
+        expect(image[:group]).to eq(h.index)
+        expect(File).to exist(File.join(out, image[:file]))
+      end
+    end
+    expect(File.read(File.join(out, "index.html")).scan(/<h3>Heap \d+:/).size).to eq(dump.heaps.count { |h| h.kind != :mmapped_chunk })
+  end
+
   it "passes check_symbol_free: one snapshot dumped with symbols and by structure, the same chunk by chunk" do
     expect(@result[:check][:differences]).to eq([])
     expect(@result[:check][:agree]).to be(true)
