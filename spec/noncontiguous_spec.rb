@@ -127,6 +127,15 @@ RSpec.describe "a non-contiguous main arena" do
         end
       end
 
+      it "finds main-arena chunks other threads freed in their tcaches (the case where an unwalked region misled the walk)" do
+        freed_by = @result[:freed_by].to_h
+        cached = @result[:freed].count do |addr, _|
+          chunk = dump.chunk_at(addr - 16)
+          freed_by[addr] >= 0 && chunk&.state == :tcache && chunk.heap.kind == :main_mmap
+        end
+        expect(cached).to be > 0
+      end
+
       it "finds every pointer malloc returned in its right state" do
         check_pointers(dump, @dumps[:in_process])
       end
