@@ -9,8 +9,8 @@ require "spec_helper"
 # break of this one would change every later example), dumped there in process and in fork
 # snapshots, with symbols and by structure, and checked here.
 RSpec.describe "a non-contiguous main arena" do
-  SEED = 1313
-  DUMPS = {
+  NONCONTIGUOUS_SEED = 1313
+  NONCONTIGUOUS_DUMPS = {
     in_process: { ruby: false },
     in_process_by_structure: { ruby: false, symbols: :heuristic },
     snapshot: { ruby: false, fork: true, wait: true },
@@ -29,11 +29,11 @@ RSpec.describe "a non-contiguous main arena" do
       dir = #{dir.inspect}
       # some allocations in the brk region first (the interpreter's own), then the break is blocked
       blocked = block_brk.call == 1
-      scenario = HeapScenario.new(#{SEED}, threads: 4, allocations: 20_000, max: 32 * 1024)
+      scenario = HeapScenario.new(#{NONCONTIGUOUS_SEED}, threads: 4, allocations: 20_000, max: 32 * 1024)
       GC.disable
       PtmallocDump.dump(File.join(dir, "warm.dump"), ruby: false)
       scenario.build { PtmallocDump.dump(File.join(dir, "before.dump"), ruby: false) }
-      #{DUMPS.map { |name, opts| "PtmallocDump.dump(File.join(dir, #{"#{name}.dump".inspect}), debug_dir: #{debug_dir.inspect}, **#{opts.inspect})" }.join("\n")}
+      #{NONCONTIGUOUS_DUMPS.map { |name, opts| "PtmallocDump.dump(File.join(dir, #{"#{name}.dump".inspect}), debug_dir: #{debug_dir.inspect}, **#{opts.inspect})" }.join("\n")}
       Dir.mkdir(File.join(dir, "check"))
       check = PtmallocDump.check_symbol_free(File.join(dir, "check"), debug_dir: #{debug_dir.inspect})
       puts JSON.generate(blocked: blocked, live: scenario.live.to_a, freed: scenario.freed.to_a,
@@ -50,7 +50,7 @@ RSpec.describe "a non-contiguous main arena" do
 
     @result = JSON.parse(stdout, symbolize_names: true)
     @before = PtmallocDump.load(File.join(@dir, "before.dump"))
-    @dumps = DUMPS.keys.to_h { |name| [name, PtmallocDump.load(File.join(@dir, "#{name}.dump"))] }
+    @dumps = NONCONTIGUOUS_DUMPS.keys.to_h { |name| [name, PtmallocDump.load(File.join(@dir, "#{name}.dump"))] }
   end
 
   after(:all) { FileUtils.rm_rf(@dir) if @dir }
@@ -102,15 +102,15 @@ RSpec.describe "a non-contiguous main arena" do
     expect(main.noncontiguous).to be(true)
   end
 
-  DUMPS.each_key do |name|
+  NONCONTIGUOUS_DUMPS.each_key do |name|
     describe "dumped #{name.to_s.tr('_', ' ')}" do
       let(:dump) { @dumps[name] }
       let(:main) { dump.arenas.first }
 
       it "walks every region of the main arena: glibc's counters reproduced exactly, no anomaly" do
         expect_valid_dump(dump)
-        expect(dump.header[:symbol_source] == :heuristic).to eq(DUMPS[name][:symbols] == :heuristic)
-        expect(dump.header[:fork_snapshot]).to eq(DUMPS[name][:fork] == true)
+        expect(dump.header[:symbol_source] == :heuristic).to eq(NONCONTIGUOUS_DUMPS[name][:symbols] == :heuristic)
+        expect(dump.header[:fork_snapshot]).to eq(NONCONTIGUOUS_DUMPS[name][:fork] == true)
         expect(dump.header[:oracles_captured]).to be(true)
       end
 
