@@ -21,6 +21,21 @@ task :fuzz, [:seconds] => :compile do |_t, args|
       t.join
     RUBY
   end
+  unless File.exist?("fuzz/corpus/noncontiguous.dump")
+    # a main arena continued in mmapped regions (heap kind main_mmap): a page mapped right above the
+    # break makes sbrk fail
+    ruby "-Ilib", "-rptmalloc_dump", "-rfiddle", "-e", <<~RUBY
+      f = ->(name, args, ret) { Fiddle::Function.new(Fiddle::Handle::DEFAULT[name], args, ret) }
+      page = 4096
+      at = (f.("sbrk", [Fiddle::TYPE_INTPTR_T], Fiddle::TYPE_INTPTR_T).call(0) + page - 1) & -page
+      f.("mmap", [Fiddle::TYPE_VOIDP, Fiddle::TYPE_SIZE_T, Fiddle::TYPE_INT, Fiddle::TYPE_INT, Fiddle::TYPE_INT,
+                  Fiddle::TYPE_LONG], Fiddle::TYPE_VOIDP).call(at, page, 0, 0x100022, -1, 0) # MAP_FIXED_NOREPLACE
+      keep = Array.new(3000) { |i| "x" * (100 + (i * 7919) % 20_000) }
+      keep = keep.each_slice(2).map(&:first)
+      GC.start
+      PtmallocDump.dump("fuzz/corpus/noncontiguous.dump", ruby: false)
+    RUBY
+  end
   sh "tmp/fuzz/fuzz_reader", "-max_total_time=#{seconds}", "-timeout=10", "-rss_limit_mb=4096",
      "-artifact_prefix=tmp/fuzz/crashes/", "-print_final_stats=1", "fuzz/corpus"
 end

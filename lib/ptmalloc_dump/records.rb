@@ -73,8 +73,9 @@ module PtmallocDump
     alias_method :to_s, :inspect
   end
 
-  # A contiguous region of malloc memory: the main arena's sbrk heap, a non-main heap, or the
-  # mapping of one mmapped chunk.
+  # A contiguous region of malloc memory: the main arena's sbrk heap (kind :sbrk), a region mmapped
+  # for the main arena once sbrk failed (:main_mmap), a non-main heap (:mmap_heap), or the mapping of
+  # one mmapped chunk (:mmapped_chunk).
   Heap = Struct.new(:index, :kind, :arena, :start, :end, :reserved_end, :chunk_count, :truncated) do
     # @return [Integer] bytes in the region
     def size

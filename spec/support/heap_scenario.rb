@@ -11,10 +11,12 @@ class HeapScenario
   # @param seed [Integer]
   # @param threads [Integer] extra native threads besides the calling one
   # @param allocations [Integer]
-  def initialize(seed, threads:, allocations: 300)
+  # @param max [Integer] the largest request (sizes are log-uniform from MIN)
+  def initialize(seed, threads:, allocations: 300, max: MAX)
     @rng = Random.new(seed)
     @threads = threads
     @allocations = allocations
+    @max = max
     @live = {}    # user address => requested size
     @freed = {}   # user address => requested size
     @freed_by = {} # user address => the thread that freed it (-1: the calling thread)
@@ -53,8 +55,8 @@ class HeapScenario
     @rng.rand(@threads + 1) - 1
   end
 
-  # log-uniform from 16 B to 1 MiB, so mmapped sizes (>= 128 KiB) appear in most scenarios
+  # log-uniform from 16 B to max (1 MiB by default, so mmapped sizes (>= 128 KiB) appear in most scenarios)
   def random_size
-    (MIN * (2**(@rng.rand * Math.log2(MAX / MIN)))).to_i
+    (MIN * (2**(@rng.rand * Math.log2(@max / MIN)))).to_i
   end
 end

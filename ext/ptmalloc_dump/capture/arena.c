@@ -37,6 +37,19 @@ int ptmd_in_arena(ptmd_walk *w, const ptmd_arena_ctx *a, uint64_t p, uint64_t le
 {
     uint32_t i;
     if (p & PTMD_MALLOC_ALIGN_MASK) return 0;
+    if (a->heaps_sorted) {
+        uint32_t lo = 0, hi = a->n_heaps;
+        while (lo < hi) {                   /* the first heap ending after p */
+            uint32_t mid = lo + (hi - lo) / 2;
+            if (PTMD_W_HEAP(w, a->first_heap + mid)->end <= p) lo = mid + 1;
+            else hi = mid;
+        }
+        if (lo == a->n_heaps) return 0;
+        {
+            const ptmd_heap_rec *h = PTMD_W_HEAP(w, a->first_heap + lo);
+            return p >= h->start && len <= h->end - p;
+        }
+    }
     for (i = 0; i < a->n_heaps; i++) {
         const ptmd_heap_rec *h = PTMD_W_HEAP(w, a->first_heap + i);
         if (p >= h->start && p < h->end && len <= h->end - p) return 1;
@@ -95,6 +108,45 @@ static int heap_listed(ptmd_walk *w, const ptmd_arena_ctx *a, uintptr_t h, uint3
     return 0;
 }
 
+/* The main arena once sbrk failed: its regions (regions.c), which together hold system_mem bytes and
+ * one of which ends in top. A region made since the mappings were read is missing from them: on a
+ * shortfall they are read again and the regions found again, once. What then still cannot be found
+ * is recorded (system_mem, and top when its region is not among them), and top's own chunk walked. */
+static int noncontiguous_heaps(ptmd_walk *w, ptmd_arena_ctx *a, ptmd_err *err)
+{
+    const size_t mark = w->heaps.len;
+    uint64_t bytes = 0, system_mem = ptmd_arena_field(w, a->av, w->L->ms_system_mem);
+    uint32_t i;
+    int has_top = 0;
+    for (;;) {
+        w->heaps.len = mark;
+        a->n_heaps = 0;
+        bytes = 0;
+        if (ptmd_main_regions(w, a, err) != 0) return -1;
+        for (i = 0; i < a->n_heaps; i++) bytes += PTMD_W_HEAP(w, a->first_heap + i)->end - PTMD_W_HEAP(w, a->first_heap + i)->start;
+        a->heaps_sorted = 1;
+        has_top = ptmd_in_arena(w, a, a->top, a->top_size);
+        if ((has_top && bytes == system_mem) || !ptmd_arena_maps_reload(w, a)) break;
+    }
+    if (!has_top) {
+        ptmd_walk_anomaly(w, PTMD_AN_TOP, a->top, a->top_size, a->index);
+        if (a->top_size >= PTMD_MINSIZE && ptmd_maps_readable(&w->maps, a->top, a->top_size) &&
+            !ptmd_in_arena(w, a, a->top_end - 1, 1)) {
+            uint32_t at = a->n_heaps;
+            if (!new_heap(w, a, PTMD_HEAP_MAIN_MMAP, a->top, a->top_end)) return ptmd_fail_sys(err, errno, "heap table", "mmap");
+            /* keep address order */
+            while (at > 0 && PTMD_W_HEAP(w, a->first_heap + at - 1)->start > a->top) {
+                ptmd_heap_rec tmp = *PTMD_W_HEAP(w, a->first_heap + at);
+                *PTMD_W_HEAP(w, a->first_heap + at) = *PTMD_W_HEAP(w, a->first_heap + at - 1);
+                *PTMD_W_HEAP(w, a->first_heap + at - 1) = tmp;
+                at--;
+            }
+            a->n_heaps++;
+        }
+    }
+    return 0;
+}
+
 int ptmd_arena_collect_heaps(ptmd_walk *w, ptmd_arena_ctx *a, ptmd_err *err)
 {
     const ptmd_layout *L = w->L;
@@ -104,6 +156,7 @@ int ptmd_arena_collect_heaps(ptmd_walk *w, ptmd_arena_ctx *a, ptmd_err *err)
         uint64_t start = w->have_mp && w->sbrk_base ? w->sbrk_base : 0;
         const ptmd_map *m;
         if (a->top == ptmd_initial_top(a->av + L->ms_bins)) return 0;       /* initial_top: never used */
+        if ((uint32_t)ptmd_rd64(a->av + L->ms_flags) & PTMD_NONCONTIGUOUS_BIT) return noncontiguous_heaps(w, a, err);
         if (!start) {
             m = ptmd_maps_find(&w->maps, a->top);
             start = m ? m->start : a->top;
@@ -260,7 +313,9 @@ static const char *validate_once(ptmd_walk *w)
             what = "main_arena.system_mem is not sane";
             goto fail;
         }
-        if (w->have_mp && w->sbrk_base && w->sbrk_base > top) {
+        /* once non-contiguous, top may lie in a region mmapped below the break */
+        if (w->have_mp && w->sbrk_base && w->sbrk_base > top &&
+            !((uint32_t)ptmd_rd64(av + L->ms_flags) & PTMD_NONCONTIGUOUS_BIT)) {
             what = "mp_.sbrk_base does not precede main_arena.top";
             goto fail;
         }

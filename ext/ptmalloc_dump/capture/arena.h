@@ -18,6 +18,7 @@ typedef struct {
     int maps_reloaded;              /* /proc/self/maps read again under this arena's lock */
     size_t fast_entries;
     int heaps_broken;               /* the heap_info chain did not end well (a cycle, a bad heap_info) */
+    int heaps_sorted;               /* its heaps are in address order (the main arena's regions) */
 } ptmd_arena_ctx;
 
 /* True when [p, p+len) lies inside one of the arena's heaps (and so was checked readable). */
@@ -34,6 +35,10 @@ int ptmd_arena_ok(ptmd_walk *w, uintptr_t av);
  * it breaks (a next that is no arena, or one already on it: recorded when `record`), -1 when out of
  * memory. */
 int ptmd_arena_ring(ptmd_walk *w, int record);
+
+/* regions.c: the regions of a non-contiguous main arena, found among the mappings, appended to
+ * w->heaps in address order (a->n_heaps counts them). */
+int ptmd_main_regions(ptmd_walk *w, ptmd_arena_ctx *a, ptmd_err *err);
 
 /* bins.c: the membership table of the arena's list entries, filled by ptmd_collect_lists */
 typedef struct {

@@ -375,9 +375,14 @@ static int check_allocator(const ptmd_libc *lc, ptmd_memreader *mem, ptmd_err *e
                 }
             } else if (lc->main_arena && lc->layout) {
                 uint64_t top = 0, system_mem = 0;
+                uint32_t flags = 0;
                 ptmd_safe_read(mem, lc->main_arena + lc->layout->ms_top, &top, 8);
                 ptmd_safe_read(mem, lc->main_arena + lc->layout->ms_system_mem, &system_mem, 8);
-                glibc_chunk = chunk < top && top - chunk < system_mem;
+                ptmd_safe_read(mem, lc->main_arena + lc->layout->ms_flags, &flags, 4);
+                /* once sbrk failed the main arena's regions lie anywhere (regions.c): its chunk
+                 * header then vouches alone */
+                glibc_chunk = (flags & PTMD_NONCONTIGUOUS_BIT) ? (size_word & PTMD_PREV_INUSE) != 0
+                                                               : chunk < top && top - chunk < system_mem;
             }
         }
         def_free(p);

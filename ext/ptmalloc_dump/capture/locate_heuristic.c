@@ -5,9 +5,13 @@
  *   look like an arena: empty bins pointing at themselves (fd == bk == the bin's own address - 16),
  *   the others pointing out of libc, `top` inside its heap, `system_mem` sane, a plausible mutex.
  *   Without the relocation the writable segment is scanned for the same structure.
- * - mp_: the struct in libc's writable segment whose sbrk_base starts the main heap (top's end minus
- *   system_mem), whose n_mmaps and mmapped_mem equal mallinfo2()'s hblks and hblkhd, and whose tcache
- *   settings are in range.
+ * - mp_: the struct in libc's writable segment whose sbrk_base starts the main heap, whose n_mmaps and
+ *   mmapped_mem equal mallinfo2()'s hblks and hblkhd, and whose tcache settings are in range. While the
+ *   main arena is contiguous its heap is the system_mem bytes ending at top's end; once sbrk has failed
+ *   (NONCONTIGUOUS_BIT) top lies in a region mmapped in its place and sbrk_base is where the first of
+ *   the arena's regions begins: at the start of the [heap] mapping, or at a page of an anonymous one
+ *   when sbrk never worked, with a main-arena chunk (prev_size 0, PREV_INUSE, neither IS_MMAPPED nor
+ *   NON_MAIN_ARENA) first.
  * - tcache_key and every thread's tcache are found during the walk, by structure (tcache.c), which
  *   also tells glibc 2.43's __tcache_dummy (all zero, inside libc's image) from a live tcache.
  * Field offsets come from the version's layout and are confirmed by these structural checks; a glibc
@@ -39,7 +43,7 @@ static void on_reloc(uint64_t vaddr, uint64_t addend, void *arg)
  * well-linked list leaving libc (fd->bk == bk->fd == the bin); min_empty empty bins are required
  * (more when there is no relocation witness). */
 static int arena_shape(const ptmd_libc *lc, const ptmd_layout *L, ptmd_memreader *mem, const ptmd_maps *maps,
-                       uintptr_t av, int min_empty, uint64_t *top_end, uint64_t *system_mem)
+                       uintptr_t av, int min_empty, uint64_t *top_end, uint64_t *system_mem, uint32_t *flags)
 {
     uint32_t mutex;
     uint64_t top, size;
@@ -62,6 +66,7 @@ static int arena_shape(const ptmd_libc *lc, const ptmd_layout *L, ptmd_memreader
     if (self < min_empty) return 0;
     memcpy(&top, (const void *)(av + L->ms_top), 8);
     memcpy(system_mem, (const void *)(av + L->ms_system_mem), 8);
+    memcpy(flags, (const void *)(av + L->ms_flags), 4);
     if (top == ptmd_initial_top(av + L->ms_bins)) {            /* initial_top: a main arena never used */
         *top_end = 0;
         return *system_mem == 0;
@@ -76,7 +81,7 @@ static int arena_shape(const ptmd_libc *lc, const ptmd_layout *L, ptmd_memreader
 }
 
 static uintptr_t find_main_arena(const ptmd_libc *lc, const ptmd_layout *L, ptmd_memreader *mem, const ptmd_maps *maps,
-                                 uint64_t *top_end, uint64_t *system_mem)
+                                 uint64_t *top_end, uint64_t *system_mem, uint32_t *flags)
 {
     ptmd_elf_file f;
     ptmd_err ignored;
@@ -91,7 +96,7 @@ static uintptr_t find_main_arena(const ptmd_libc *lc, const ptmd_layout *L, ptmd
     }
     for (i = 0; i < rc.n; i++) {
         av = lc->libc_base + rc.found[i];
-        if (arena_shape(lc, L, mem, maps, av, 0, top_end, system_mem)) {
+        if (arena_shape(lc, L, mem, maps, av, 0, top_end, system_mem, flags)) {
             hit = av;
             hits++;
         }
@@ -100,14 +105,30 @@ static uintptr_t find_main_arena(const ptmd_libc *lc, const ptmd_layout *L, ptmd
     /* no witness: the writable segment, word by word */
     hits = 0;
     for (av = (lc->rw_start + 7) & ~(uintptr_t)7; av + L->ms_size <= lc->rw_end; av += 8)
-        if (arena_shape(lc, L, mem, maps, av, 16, top_end, system_mem)) {
+        if (arena_shape(lc, L, mem, maps, av, 16, top_end, system_mem, flags)) {
             hit = av;
             hits++;
         }
     return hits == 1 ? hit : 0;
 }
 
-static int mp_shape(const ptmd_layout *L, uintptr_t mp, uint64_t top_end, uint64_t system_mem, const ptmd_mallinfo2_rec *mi, int exact)
+/* Where the first region of a non-contiguous main arena can begin: see the head of this file. */
+static int first_region_at(ptmd_memreader *mem, const ptmd_maps *maps, uint64_t sbrk_base)
+{
+    const ptmd_map *m = ptmd_maps_find(maps, sbrk_base);
+    uint64_t first = sbrk_base + ((PTMD_MALLOC_ALIGNMENT - ((sbrk_base + PTMD_CHUNK_HDR_SZ) & PTMD_MALLOC_ALIGN_MASK)) &
+                                  PTMD_MALLOC_ALIGN_MASK);
+    uint64_t hdr[2];
+    if (!m) return 0;
+    if (m->kind == PTMD_MAPKIND_BRK ? sbrk_base - m->start >= PTMD_MALLOC_ALIGNMENT
+                                    : m->kind != PTMD_MAPKIND_ANON || (sbrk_base & 4095) != 0)
+        return 0;
+    if (ptmd_safe_read(mem, first, hdr, sizeof(hdr)) != 0) return 0;
+    return hdr[0] == 0 && (hdr[1] & PTMD_SIZE_BITS) == PTMD_PREV_INUSE && ptmd_chunksize(hdr[1]) >= PTMD_MINSIZE;
+}
+
+static int mp_shape(const ptmd_layout *L, uintptr_t mp, uint64_t top_end, uint64_t system_mem, const ptmd_mallinfo2_rec *mi,
+                    int exact, uint32_t flags, ptmd_memreader *mem, const ptmd_maps *maps)
 {
     uint64_t sbrk_base, mmapped_mem, mmap_threshold, tcache_bins, tcache_count;
     int32_t n_mmaps;
@@ -120,11 +141,13 @@ static int mp_shape(const ptmd_layout *L, uintptr_t mp, uint64_t top_end, uint64
     if (n_mmaps < 0 || (uint64_t)n_mmaps != mi->hblks) return 0;
     if (exact ? mmapped_mem != mi->hblkhd : (mmapped_mem & 0xffffffffu) != mi->hblkhd) return 0;
     if (mmap_threshold > (64ull << 20) || tcache_bins > PTMD_TCACHE_MAX_BINS_MAX || tcache_count > 65535) return 0;
+    if (top_end && (flags & PTMD_NONCONTIGUOUS_BIT)) return sbrk_base && first_region_at(mem, maps, sbrk_base);
     if (top_end) return sbrk_base <= top_end && top_end - sbrk_base == system_mem;
     return sbrk_base == 0;
 }
 
-static uintptr_t find_mp(const ptmd_libc *lc, const ptmd_layout *L, uint64_t top_end, uint64_t system_mem)
+static uintptr_t find_mp(const ptmd_libc *lc, const ptmd_layout *L, uint64_t top_end, uint64_t system_mem, uint32_t flags,
+                         ptmd_memreader *mem, const ptmd_maps *maps)
 {
     ptmd_mallinfo2_rec mi;
     int exact = ptmd_mallinfo(&mi);
@@ -132,7 +155,7 @@ static uintptr_t find_mp(const ptmd_libc *lc, const ptmd_layout *L, uint64_t top
     size_t hits = 0;
     for (mp = (lc->rw_start + 7) & ~(uintptr_t)7; mp + L->mp_size <= lc->rw_end; mp += 8) {
         if (mp + L->mp_size > lc->main_arena && mp < lc->main_arena + L->ms_size) continue;
-        if (mp_shape(L, mp, top_end, system_mem, &mi, exact)) {
+        if (mp_shape(L, mp, top_end, system_mem, &mi, exact, flags, mem, maps)) {
             hit = mp;
             hits++;
         }
@@ -146,6 +169,7 @@ int ptmd_locate_heuristic(ptmd_libc *lc, ptmd_err *err)
     ptmd_memreader mem;
     ptmd_maps maps;
     uint64_t top_end = 0, system_mem = 0;
+    uint32_t flags = 0;
     uintptr_t av;
     int found = 0;
     PTMD_UNUSED(err);
@@ -153,10 +177,10 @@ int ptmd_locate_heuristic(ptmd_libc *lc, ptmd_err *err)
     memset(&maps, 0, sizeof(maps));
     if (ptmd_memreader_open(&mem, err) != 0) return 0;
     if (ptmd_maps_load(&maps, err) != 0) goto out;
-    av = find_main_arena(lc, L, &mem, &maps, &top_end, &system_mem);
+    av = find_main_arena(lc, L, &mem, &maps, &top_end, &system_mem, &flags);
     if (!av) goto out;
     lc->main_arena = av;
-    lc->mp = find_mp(lc, L, top_end, system_mem);
+    lc->mp = find_mp(lc, L, top_end, system_mem, flags, &mem, &maps);
     lc->tcache_key = 0;
     lc->tcache_dummy = 0;
     lc->tcache_tls = lc->thread_arena_tls = -1;

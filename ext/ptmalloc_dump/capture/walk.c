@@ -187,8 +187,6 @@ static int walk_arena(ptmd_walk *w, uintptr_t av, uint32_t index, ptmd_err *err)
     ar->next = ptmd_arena_field(w, av, L->ms_next);
     ar->next_free = ptmd_arena_field(w, av, L->ms_next_free);
     ar->attached_threads = ptmd_arena_field(w, av, L->ms_attached_threads);
-    if (a.main && (ar->flags & PTMD_AF_NONCONTIGUOUS))
-        ptmd_walk_anomaly(w, PTMD_AN_NONCONTIGUOUS, av, ar->system_mem, index);
 
     if ((rc = ptmd_arena_collect_heaps(w, &a, err)) != 0) goto out;
     for (i = 0; i < a.n_heaps; i++) {
@@ -206,8 +204,7 @@ static int walk_arena(ptmd_walk *w, uintptr_t av, uint32_t index, ptmd_err *err)
         const ptmd_list_slot *s = &((const ptmd_list_slot *)(const void *)w->lists.base)[k];
         if (s->addr && !s->seen) ptmd_walk_anomaly(w, PTMD_AN_LIST_NOT_CHUNK, s->addr, s->state, index);
     }
-    if (a.n_heaps && heap_bytes != PTMD_W_ARENA(w, index)->system_mem &&
-        !(PTMD_W_ARENA(w, index)->flags & PTMD_AF_NONCONTIGUOUS))
+    if (a.n_heaps && heap_bytes != PTMD_W_ARENA(w, index)->system_mem)
         ptmd_walk_anomaly(w, PTMD_AN_SYSTEM_MEM, av, heap_bytes, index);
 out:
     ptmd_arena_unlock(mutex);

@@ -199,8 +199,9 @@ typedef struct {
 #define PTMD_HEAP_KINDS(X)                                                                         \
     X(PTMD_HEAP_SBRK, 1, "sbrk")                     /* the main arena's brk region */             \
     X(PTMD_HEAP_MMAP_HEAP, 2, "mmap_heap")           /* a non-main arena's heap_info region */     \
-    X(PTMD_HEAP_MMAPPED_CHUNK, 3, "mmapped_chunk")   /* the mapping of one mmapped chunk */
-enum { PTMD_HEAP_KINDS(PTMD_ENUM_CONSTANT) PTMD_HEAP_KIND_COUNT = 4 };
+    X(PTMD_HEAP_MMAPPED_CHUNK, 3, "mmapped_chunk")   /* the mapping of one mmapped chunk */        \
+    X(PTMD_HEAP_MAIN_MMAP, 4, "main_mmap")           /* a region mmapped for the main arena when sbrk failed */
+enum { PTMD_HEAP_KINDS(PTMD_ENUM_CONSTANT) PTMD_HEAP_KIND_COUNT = 5 };
 extern const char *const ptmd_heap_kind_names[PTMD_HEAP_KIND_COUNT];
 #define PTMD_HF_TRUNCATED (1u << 0)    /* the chunk walk stopped before the end */
 #define PTMD_NO_ARENA 0xffffffffu
@@ -254,7 +255,7 @@ typedef struct {
     X(PTMD_AN_WRONG_BIN, 10, "wrong_bin")              /* a size that does not belong to its bin */ \
     X(PTMD_AN_DUPLICATE, 11, "duplicate")              /* a chunk in two lists */                  \
     X(PTMD_AN_TOP, 12, "top")                          /* top does not end its heap */             \
-    X(PTMD_AN_NONCONTIGUOUS, 13, "noncontiguous")      /* the main arena is not one sbrk region */ \
+    X(PTMD_AN_NONCONTIGUOUS, 13, "noncontiguous")      /* no longer recorded: its regions are walked */ \
     X(PTMD_AN_SYSTEM_MEM, 14, "system_mem")            /* system_mem differs from the walked size */ \
     X(PTMD_AN_HEAP_INFO, 15, "heap_info")              /* a heap_info that does not check out */   \
     X(PTMD_AN_TCACHE_COUNT, 16, "tcache_count")        /* a tcache chain longer or shorter than its count */ \

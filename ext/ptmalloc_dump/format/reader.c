@@ -87,7 +87,8 @@ static int check_strings(const unsigned char *p, size_t len)
 /* Ruby pages hold at most 64 KiB of 40-byte slots (Ruby 3.4) or 16 KiB of them before: far fewer. */
 #define PTMD_MAX_SLOTS_PER_PAGE 65536ull
 
-/* Each heap: a known kind, an arena exactly when it is no mmapped chunk, start <= end <= reserved_end,
+/* Each heap: a known kind, an arena exactly when it is no mmapped chunk (the main arena exactly when it
+ * is a brk or main_mmap region), start <= end <= reserved_end,
  * the pages the walk gives it (page_base the page holding start, n_pages to the page holding end),
  * the heaps' pages one after another in file order, together the PAGES section. */
 static int check_heaps(const ptmd_view *v, const char *name, ptmd_err *err)
@@ -97,11 +98,17 @@ static int check_heaps(const ptmd_view *v, const char *name, ptmd_err *err)
     for (i = 0; i < v->n_heaps; i++) {
         const ptmd_heap_rec *h = &v->heaps[i];
         uint64_t pages;
-        if (h->kind < PTMD_HEAP_SBRK || h->kind > PTMD_HEAP_MMAPPED_CHUNK)
+        if (h->kind < PTMD_HEAP_SBRK || h->kind >= PTMD_HEAP_KIND_COUNT)
             FAIL("%s: heap %zu has an unknown kind %u", name, i, h->kind);
         if ((h->kind == PTMD_HEAP_MMAPPED_CHUNK) != (h->arena == PTMD_NO_ARENA) ||
             (h->arena != PTMD_NO_ARENA && h->arena >= v->n_arenas))
             FAIL("%s: heap %zu names arena %u, which does not fit its kind or does not exist", name, i, h->arena);
+        /* the brk region and the regions mmapped in its place are the main arena's; heap_info regions are not */
+        if (h->arena != PTMD_NO_ARENA &&
+            ((h->kind == PTMD_HEAP_MMAP_HEAP) == ((v->arenas[h->arena].flags & PTMD_AF_MAIN) != 0)))
+            FAIL("%s: heap %zu is a %s region of arena %u, which is %sthe main arena", name, i,
+                 h->kind == PTMD_HEAP_MMAP_HEAP ? "heap_info" : "main arena", h->arena,
+                 h->kind == PTMD_HEAP_MMAP_HEAP ? "" : "not ");
         if (h->end < h->start || h->reserved_end < h->end)
             FAIL("%s: heap %zu has bad bounds (start %#llx, end %#llx, reserved end %#llx)", name, i,
                  (unsigned long long)h->start, (unsigned long long)h->end, (unsigned long long)h->reserved_end);
