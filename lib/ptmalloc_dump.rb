@@ -15,6 +15,10 @@ require_relative "ptmalloc_dump/advice"
 require_relative "ptmalloc_dump/diff"
 require_relative "ptmalloc_dump/fleet"
 require_relative "ptmalloc_dump/signal_handler"
+# readings over time: cheap figures, a sampler, Prometheus text
+require_relative "ptmalloc_dump/stats"
+require_relative "ptmalloc_dump/sampler"
+require_relative "ptmalloc_dump/prometheus"
 # the outputs: text, JSON, the HTML report and the comparison page
 require_relative "ptmalloc_dump/output/text_summary"
 require_relative "ptmalloc_dump/output/json_summary"
