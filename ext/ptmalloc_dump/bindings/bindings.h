@@ -45,5 +45,6 @@ void ptmd_ruby_heap_class_init(void);
 void ptmd_render_module_init(void);
 void ptmd_diff_class_init(void);
 void ptmd_stats_module_init(void);
+void ptmd_signal_arrival_init(void);
 
 #endif
