@@ -19,12 +19,14 @@ require_relative "ptmalloc_dump/signal_handler"
 require_relative "ptmalloc_dump/stats"
 require_relative "ptmalloc_dump/sampler"
 require_relative "ptmalloc_dump/prometheus"
+require_relative "ptmalloc_dump/timeline"
 # the outputs: text, JSON, the HTML report and the comparison page
 require_relative "ptmalloc_dump/output/text_summary"
 require_relative "ptmalloc_dump/output/json_summary"
 require_relative "ptmalloc_dump/output/geometry"
 require_relative "ptmalloc_dump/output/report"
 require_relative "ptmalloc_dump/output/comparison_report"
+require_relative "ptmalloc_dump/output/timeline_report"
 
 # Looks inside glibc's malloc (ptmalloc2) heap of the running Ruby process: every arena, heap and
 # chunk, classified and reconciled with glibc's own counters, written to one file.

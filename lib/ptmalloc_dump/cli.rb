@@ -8,7 +8,8 @@ module PtmallocDump
     USAGE = "Usage: ptmalloc-visualize [options] DUMP OUTDIR\n" \
             "       ptmalloc-visualize --summary|--json DUMP\n" \
             "       ptmalloc-visualize --diff OLD NEW OUTDIR\n" \
-            "       ptmalloc-visualize --compare DUMP... OUTDIR"
+            "       ptmalloc-visualize --compare DUMP... OUTDIR\n" \
+            "       ptmalloc-visualize --timeline FILE... OUTDIR"
 
     def initialize(argv, out: $stdout, err: $stderr)
       @argv = argv.dup
@@ -25,6 +26,7 @@ module PtmallocDump
       when :json then with_dump(1) { |d| @out.puts JSON.pretty_generate(JsonSummary.new(d).to_h) }
       when :diff then diff
       when :compare then compare
+      when :timeline then timeline
       else render
       end
     rescue OptionParser::ParseError, UsageError => e
@@ -51,6 +53,7 @@ module PtmallocDump
         o.on("--json", "Print the summary of DUMP as JSON and exit") { @options[:mode] = :json }
         o.on("--diff", "Compare two dumps of one process: OLD NEW OUTDIR") { @options[:mode] = :diff }
         o.on("--compare", "Compare dumps of several workers: DUMP... OUTDIR") { @options[:mode] = :compare }
+        o.on("--timeline", "Chart readings over time (PtmallocDump.sample's files, and dumps): FILE... OUTDIR") { @options[:mode] = :timeline }
         o.on("-f", "--force", "Write into OUTDIR even if it is not empty; --diff dumps of different processes") { @options[:force] = true }
         o.on("-v", "--version", "Print the version") do
           @out.puts "ptmalloc-visualize #{VERSION}"
@@ -105,6 +108,18 @@ module PtmallocDump
       ComparisonReport.new(outdir).write_fleet(fleet)
       d = fleet.most_deviant
       @out.puts "deviates most: pid #{d[:pid]} (#{d[:figure]} #{d[:value]} B, median #{d[:median]} B)"
+      @out.puts "wrote #{File.join(outdir, 'index.html')}"
+      0
+    end
+
+    def timeline
+      raise UsageError, "--timeline expects FILE... OUTDIR" if @argv.size < 2
+
+      outdir = @argv.pop
+      t = Timeline.new(@argv)
+      prepare_outdir(outdir)
+      TimelineReport.new(t, outdir).write
+      t.verdicts.each { |v| @out.puts v }
       @out.puts "wrote #{File.join(outdir, 'index.html')}"
       0
     end
