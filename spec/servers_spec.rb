@@ -62,7 +62,7 @@ RSpec.describe "the worker recipes" do
   end
 
   it "unicorn: after_fork installs the handler in each worker" do
-    app = app_for("unicorn", [%(gem "unicorn", "~> 6.1")])
+    app = app_for("unicorn", [%(gem "unicorn", "~> 6.1"), %(gem "rack", "~> 2.2")]) # unicorn does not depend on rack
     app.write("config.ru", CONFIG_RU)
     app.write("config/unicorn.rb", <<~RUBY)
       worker_processes 2
