@@ -164,4 +164,60 @@ RSpec.describe "the worker recipes" do
     end
     expect_dump_of(app, pid)
   end
+
+  it "a Puma worker under a request loop, signalled 10 times: every dump valid; latencies printed" do
+    app = app_for("puma8", [%(gem "puma", "~> 8.0")])
+    app.write("config.ru", CONFIG_RU)
+    app.write("config/puma.rb", <<~RUBY)
+      workers 1
+      threads 2, 2
+      bind "tcp://127.0.0.1:#{app.port}"
+      #{recipe(app, 'puma8')}
+    RUBY
+    app.start("puma", "-C", "config/puma.rb", "config.ru")
+    worker = app.booted(1).first
+    latencies = Queue.new
+    stop = false
+    client = Thread.new do
+      20_000.times do # bounded: at most 20,000 requests, one every 5 ms or so
+        break if stop
+
+        t = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+        app.get
+        latencies << [t, Process.clock_gettime(Process::CLOCK_MONOTONIC) - t]
+        sleep 0.005
+      end
+    end
+    sleep 0.5 # the loop's own pace first
+    signals = []
+    dumps = Array.new(10) do
+      signals << Process.clock_gettime(Process::CLOCK_MONOTONIC)
+      path = app.dump_of(worker)
+      sleep 0.2
+      path
+    end
+    stop = true
+    client.join(30)
+    dumps.each do |path|
+      d = PtmallocDump.load(path)
+      expect(d.verify.ok?).to be(true), d.verify.differences.map(&:to_s).join("\n")
+      expect_valid_dump(d)
+    end
+    samples = Array.new(latencies.size) { latencies.pop }
+    ms = samples.map { |_, l| l * 1000 }.sort
+    median = ms[ms.size / 2]
+    pauses = app.log.scan(/the worker paused ([\d.]+) ms/).flatten.map(&:to_f)
+    expect(pauses.size).to eq(10)
+    worst = samples.max_by { |_, l| l }
+    puts format("%d requests, median %.1f ms, slowest %.1f ms; fork pauses (signal to return) %s ms; " \
+                "requests over the largest pause + 50 ms above the median: %d",
+                samples.size, median, worst[1] * 1000, pauses.map { |x| x.round(1) }.join(", "),
+                ms.count { |l| l > pauses.max + 50 + median })
+    signals.each_with_index do |t, i|
+      # the requests running while the worker may have paused: sent before the handler returned
+      near = samples.select { |s0, l| s0 <= t + pauses[i] / 1000 + 0.05 && s0 + l >= t }.map { |_, l| l * 1000 }
+      puts format("  signal %2d: pause %5.1f ms; %d request(s) in flight, slowest %.1f ms (median + pause + 50 ms = %.1f)",
+                  i + 1, pauses[i], near.size, near.max || 0, median + pauses[i] + 50)
+    end
+  end
 end
