@@ -85,6 +85,10 @@ module PauseBench
       end
     end
     s = PtmallocDump.stats(smaps: false)
+    stats = [false, true].to_h do |smaps|
+      t = Array.new(50) { Benchmark.realtime { PtmallocDump.stats(smaps: smaps) } }.sort
+      [smaps, t[t.size / 2]]
+    end
     med = pauses.transform_values { |v| v.sort[v.size / 2] }
     puts format("%s: malloc heap %s, %d Ruby objects, RSS %d MiB", name,
                 PtmallocDump::FormatHelpers.human_bytes(s[:malloc][:arena] + s[:malloc][:hblkhd]),
@@ -94,7 +98,9 @@ module PauseBench
                 med[:fork], 100.0 * med[:fork] / med[:inproc])
     puts format("  %-48s %8.1f ms  (%.1f%%)", "pause, fork snapshot without Ruby (ruby: false)",
                 med[:fork_no_ruby], 100.0 * med[:fork_no_ruby] / med[:inproc])
-    med.merge(heap: s[:malloc][:arena] + s[:malloc][:hblkhd], objects: s[:gc][:heap_live_slots],
+    puts format("  %-48s %8.3f ms (smaps_rollup too: %.3f ms)", "PtmallocDump.stats(smaps: false), median of 50",
+                stats[false] * 1000, stats[true] * 1000)
+    med.merge(stats: stats[false], stats_smaps: stats[true], heap: s[:malloc][:arena] + s[:malloc][:hblkhd], objects: s[:gc][:heap_live_slots],
       rss: s[:rss][:vm_rss])
   end
 end

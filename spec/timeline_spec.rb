@@ -41,7 +41,7 @@ RSpec.describe "readings over time" do
     end
 
     it "gives the kernel's RSS figures and GC.stat's" do
-      s = PtmallocDump.stats
+      s = PtmallocDump.stats(smaps: true)
       status = File.read("/proc/self/status")
       vm_rss = status[/^VmRSS:\s+(\d+)/, 1].to_i * 1024
       expect(s[:rss][:vm_rss]).to be_within(4 * 1024 * 1024).of(vm_rss)

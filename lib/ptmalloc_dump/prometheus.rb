@@ -51,7 +51,7 @@ module PtmallocDump
     # @param prefix [String] prepended to every metric name
     # @param smaps [Boolean] as for {stats}
     # @return [String]
-    def prometheus_text(prefix: "ptmalloc", smaps: true)
+    def prometheus_text(prefix: "ptmalloc", smaps: false)
       Prometheus.text(stats(smaps: smaps), prefix: prefix)
     end
   end

@@ -15,7 +15,7 @@ module PtmallocDump
     # @param every [Numeric] seconds between readings
     # @param to [String] the file to append to
     # @param smaps [Boolean] as for {PtmallocDump.stats}
-    def initialize(every:, to:, smaps: true)
+    def initialize(every:, to:, smaps: false)
       raise ArgumentError, "every: must be a positive number of seconds" unless every.is_a?(Numeric) && every.positive?
 
       @every = every
@@ -93,7 +93,7 @@ module PtmallocDump
     # @param to [String] the JSON Lines file (read by `ptmalloc-visualize --timeline`)
     # @param smaps [Boolean] as for {stats}
     # @return [Sampler]
-    def sample(every: 60, to:, smaps: true)
+    def sample(every: 60, to:, smaps: false)
       @samplers ||= {}
       path = File.expand_path(to.to_s)
       sampler = @samplers[path]
