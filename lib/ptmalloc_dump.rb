@@ -202,4 +202,13 @@ module PtmallocDump
   warm_up
 end
 
+# The first call of each method from a call site fills Ruby's call caches, which mallocs: a reading is
+# taken once when the gem loads, so that later ones allocate nothing after glibc's counters are read.
+begin
+  PtmallocDump::Stats.read(smaps: true)
+  PtmallocDump::Stats.read(smaps: false)
+rescue PtmallocDump::Error, SystemCallError
+  nil # where malloc is not glibc's, stats raises when called
+end
+
 PtmallocDump.ruby_layer.warning&.then { |message| warn(message) }
