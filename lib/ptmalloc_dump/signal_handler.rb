@@ -161,18 +161,21 @@ module PtmallocDump
     # Method; "DEFAULT", "IGNORE" and friends are not called). Installing again for the same signal
     # returns the handler already in place. The directory is checked here, not when the signal comes.
     #
-    # @param signal [String, Symbol, Integer] e.g. "USR2"
+    # @param signal [String, Symbol, Integer] URG by default: ignored where no handler is installed, and
+    #   used by none of Puma, Unicorn, Pitchfork and Sidekiq (Puma's workers inherit the master's USR2
+    #   handler, a restart, which this handler would chain to)
     # @param dir [String] where dumps go: an existing, writable directory, not a symbolic link
     # @param fork [Boolean] fork snapshot mode (the default): the worker pauses for the Ruby pass and
-    #   the fork only, a few percent of an in-process dump (README has the figures); false dumps in
-    #   the worker, which then waits for the whole walk
+    #   the fork only (2% of an in-process dump's pause on the bench heap, half of it on a Rails-sized
+    #   heap of few chunks: README has the figures); false dumps in the worker, which then waits for the
+    #   whole walk
     # @param log [IO, nil] where the report lines go
     # @param dump_options every other option of {dump} by name (ruby:, references:, symbols:,
     #   debug_dir:, ...), checked here
     # @return [Proc] the handler
     # @raise [DumpDirectoryError] when `dir` cannot take dumps
     # @raise [ArgumentError] for an unknown signal or dump option
-    def install_signal_handler(signal = "USR2", dir: Dir.tmpdir, fork: true, log: $stderr, **dump_options)
+    def install_signal_handler(signal = "URG", dir: Dir.tmpdir, fork: true, log: $stderr, **dump_options)
       SignalHandler.install(signal, dir: dir, fork: fork, log: log, dump_options: dump_options)
     end
   end
