@@ -69,9 +69,12 @@ RSpec.describe "advice that holds" do
 
       trim = lines[:malloc_trim]
       trim_gain = without[:before_trim][:rss] - without[:after_trim][:rss]
-      unless trim # no advice: trimming would not give back a MiB (holes smaller than a page)
-        puts format("malloc_trim(0): not advised; measured RSS %.2f MiB", trim_gain / 1048576.0)
-        expect(trim_gain).to be < PtmallocDump::Advice::MIB
+      unless trim # not advised (under a MiB, or 1% of the resident heap): the estimate still holds
+        est = PtmallocDump.load(path).analysis[:trim_estimate].sum
+        puts format("malloc_trim(0): not advised, estimate %.2f MiB; measured RSS %.2f MiB", est / 1048576.0, trim_gain / 1048576.0)
+        # a quarter MiB for the pages the process itself touches meanwhile
+        expect(trim_gain).to be_between(est * PtmallocDump::Advice::TRIM_RANGE.first - 262_144,
+                                        est * PtmallocDump::Advice::TRIM_RANGE.last + 262_144)
         next
       end
       puts format("malloc_trim(0): estimate %.1f MiB (%.1f to %.1f); measured RSS %.1f MiB (%.2f of the estimate)",
