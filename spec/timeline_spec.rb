@@ -117,6 +117,7 @@ RSpec.describe "readings over time" do
       ruby_child(FRAGMENT.sub("FILE", frag.inspect))
       dump = File.join(tmpdir, "leak-end.dump")
       PtmallocDump.dump(dump, ruby: false)
+      expect(PtmallocDump::CLI.new([dump, File.join(tmpdir, "leak-end")], out: StringIO.new, err: StringIO.new).run).to eq(0)
 
       outdir = File.join(tmpdir, "timeline")
       out = StringIO.new
@@ -138,6 +139,7 @@ RSpec.describe "readings over time" do
       expect(html.scan("<svg").size).to eq(2)
       expect(html.scan("<polyline").size).to be >= 2 * 4
       expect(html).to include("leak-end.dump")
+      expect(html).to include(%(<a href="file://#{File.join(tmpdir, 'leak-end', 'index.html')}">)) # its report (listed; taken after the period, so not on the axis)
       expect(html).to include("pid #{leak_pid}: in use climbs")
     end
   end
