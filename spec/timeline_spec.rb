@@ -99,7 +99,11 @@ RSpec.describe "readings over time" do
     LEAK = <<~RUBY
       keep = []
       PtmallocDump.sample(every: 0.1, to: FILE)
-      30.times { keep << Array.new(400) { "l" * 1000 }; sleep 0.1 }   # about 4 MB a second, kept
+      30.times do |i|
+        keep << Array.new(400) { "l" * 1000 }                              # about 4 MB a second, kept
+        PtmallocDump.dump(MID, ruby: false) if i == 15
+        sleep 0.1
+      end
     RUBY
     FRAGMENT = <<~RUBY
       all = Array.new(60_000) { |i| "f" * (200 + i % 64) }
@@ -113,7 +117,8 @@ RSpec.describe "readings over time" do
     it "says in-use memory climbs for a leak and not for fragmentation that settles" do
       leak = File.join(tmpdir, "leak.jsonl")
       frag = File.join(tmpdir, "frag.jsonl")
-      ruby_child(LEAK.sub("FILE", leak.inspect))
+      mid = File.join(tmpdir, "leak-mid.dump")
+      ruby_child(LEAK.sub("FILE", leak.inspect).sub("MID", mid.inspect))
       ruby_child(FRAGMENT.sub("FILE", frag.inspect))
       dump = File.join(tmpdir, "leak-end.dump")
       PtmallocDump.dump(dump, ruby: false)
@@ -122,7 +127,7 @@ RSpec.describe "readings over time" do
       outdir = File.join(tmpdir, "timeline")
       out = StringIO.new
       err = StringIO.new
-      status = PtmallocDump::CLI.new(["--timeline", leak, frag, dump, outdir], out: out, err: err).run
+      status = PtmallocDump::CLI.new(["--timeline", leak, frag, mid, dump, outdir], out: out, err: err).run
       expect(status).to eq(0), err.string
       t = PtmallocDump::Timeline.new([leak, frag])
       leak_pid = JSON.parse(File.readlines(leak).first)["pid"]
@@ -139,6 +144,8 @@ RSpec.describe "readings over time" do
       expect(html.scan("<svg").size).to eq(2)
       expect(html.scan("<polyline").size).to be >= 2 * 4
       expect(html).to include("leak-end.dump")
+      # the dump taken during the period is marked on both charts' time axes
+      expect(html.scan(/<line [^>]*stroke="#8e44ad"[^>]*><title>dump leak-mid\.dump \(pid #{leak_pid}\)/).size).to eq(2)
       expect(html).to include(%(<a href="file://#{File.join(tmpdir, 'leak-end', 'index.html')}">)) # its report (listed; taken after the period, so not on the axis)
       expect(html).to include("pid #{leak_pid}: in use climbs")
     end
