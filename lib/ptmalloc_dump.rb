@@ -15,12 +15,18 @@ require_relative "ptmalloc_dump/advice"
 require_relative "ptmalloc_dump/diff"
 require_relative "ptmalloc_dump/fleet"
 require_relative "ptmalloc_dump/signal_handler"
+# readings over time: cheap figures, a sampler, Prometheus text
+require_relative "ptmalloc_dump/stats"
+require_relative "ptmalloc_dump/sampler"
+require_relative "ptmalloc_dump/prometheus"
+require_relative "ptmalloc_dump/timeline"
 # the outputs: text, JSON, the HTML report and the comparison page
 require_relative "ptmalloc_dump/output/text_summary"
 require_relative "ptmalloc_dump/output/json_summary"
 require_relative "ptmalloc_dump/output/geometry"
 require_relative "ptmalloc_dump/output/report"
 require_relative "ptmalloc_dump/output/comparison_report"
+require_relative "ptmalloc_dump/output/timeline_report"
 
 # Looks inside glibc's malloc (ptmalloc2) heap of the running Ruby process: every arena, heap and
 # chunk, classified and reconciled with glibc's own counters, written to one file.
@@ -198,6 +204,15 @@ module PtmallocDump
   end
 
   warm_up
+end
+
+# The first call of each method from a call site fills Ruby's call caches, which mallocs: a reading is
+# taken once when the gem loads, so that later ones allocate nothing after glibc's counters are read.
+begin
+  PtmallocDump::Stats.read(smaps: true)
+  PtmallocDump::Stats.read(smaps: false)
+rescue PtmallocDump::Error, SystemCallError
+  nil # where malloc is not glibc's, stats raises when called
 end
 
 PtmallocDump.ruby_layer.warning&.then { |message| warn(message) }

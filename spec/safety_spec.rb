@@ -161,8 +161,8 @@ RSpec.describe "safety in a production worker" do
         # syswrite: a handler that runs while the main thread is inside IO#write (Ruby 3.3 runs traps
         # there) must not take the IO's write lock again
         Signal.trap("USR2") { $stdout.syswrite("previous handler\n") }
-        PtmallocDump.install_signal_handler("USR2", dir: #{dir.inspect})
-        PtmallocDump.install_signal_handler("USR2", dir: #{dir.inspect}) # idempotent
+        PtmallocDump.install_signal_handler("USR2", dir: #{dir.inspect}, fork: false)
+        PtmallocDump.install_signal_handler("USR2", dir: #{dir.inspect}, fork: false) # idempotent
         $stdout.syswrite("ready\n")
         keep = []
         loop do
@@ -199,7 +199,7 @@ RSpec.describe "safety in a production worker" do
       out, err, status = child(<<~RUBY)
         log = File.open(#{log.inspect}, "a")
         log.sync = true
-        PtmallocDump.install_signal_handler("USR2", dir: #{tmpdir.inspect}, log: log)
+        PtmallocDump.install_signal_handler("USR2", dir: #{tmpdir.inspect}, fork: false, log: log)
         signaller = Thread.new do
           3.times do |n|
             Process.kill("USR2", Process.pid)

@@ -9,10 +9,18 @@ module PtmallocDump
     include FormatHelpers
 
     MIB = 1024 * 1024
+    # The arenas MALLOC_ARENA_MAX is advised to.
+    ARENA_MAX = 2
+    # Each range's margins around its estimate, from spec/advice_calibration_spec.rb's runs (README
+    # gives the measured ratios).
+    ARENA_RANGE = (0.8..1.2)
+    TRIM_RANGE = (0.8..1.2)
 
     # One piece of advice: `figure` is the number behind it (bytes unless `unit` says otherwise),
-    # `gain` what acting on it could give back (bytes), `text` the sentence with both in it.
-    Line = Struct.new(:topic, :figure, :unit, :gain, :text) do
+    # `gain` what acting on it could give back (bytes), `text` the sentence with both in it; `low` and
+    # `high` the range the gain is expected in, where it was checked against a real run
+    # (spec/advice_calibration_spec.rb), else nil.
+    Line = Struct.new(:topic, :figure, :unit, :gain, :text, :low, :high) do
       def to_s
         text
       end
@@ -41,20 +49,36 @@ module PtmallocDump
 
       measured = @dump.trim_released&.sum
       checked = measured ? "; malloc_trim(0) run after the dump released #{b(measured)}" : ""
+      low = (est * TRIM_RANGE.first).floor
+      high = (est * TRIM_RANGE.last).ceil
       Line.new(:malloc_trim, est, :bytes, est,
                "malloc_trim(0) would return #{b(est)} of resident memory now (whole pages inside free chunks and the " \
-               "main arena's top): call it periodically, for example after a major GC, to gain about #{human_bytes(est)}#{checked}.")
+               "main arena's top): call it periodically, for example after a major GC, to gain about #{human_bytes(est)} " \
+               "(#{human_bytes(low)} to #{human_bytes(high)} of RSS)#{checked}.", low, high)
     end
 
+    # MALLOC_ARENA_MAX=ARENA_MAX leaves ARENA_MAX arenas for every thread, the main one included: the
+    # threads of the extra arenas then reuse each other's free memory, but each remaining arena still
+    # keeps about as much free memory as one of today's extra arenas. So the gain is the extra arenas'
+    # free resident memory less ARENA_MAX arenas' worth of it: less than all of it (the upper bound,
+    # what the advice once promised), between the worth of the fullest and of the emptiest arena.
     def arenas
       others = @s[:arenas].reject { |a| a[:main] }
       held = others.sum { |a| a[:free_resident_bytes] }
-      return nil if others.size < 2 || held < 4 * MIB
+      return nil if others.size < ARENA_MAX || held < 4 * MIB
 
-      Line.new(:arena_max, held, :bytes, held,
+      free = others.map { |a| a[:free_resident_bytes] }
+      est = [held - ARENA_MAX * held / others.size, 0].max
+      low = ([held - ARENA_MAX * free.max, 0].max * ARENA_RANGE.first).floor
+      high = [(held - ARENA_MAX * free.min) * ARENA_RANGE.last, held].min.ceil
+      return nil if high < 4 * MIB
+
+      Line.new(:arena_max, held, :bytes, est,
                "#{others.size + 1} arenas; the #{others.size} besides the main arena hold #{b(held)} free but resident: " \
-               "MALLOC_ARENA_MAX=2 makes threads share arenas so their free memory is reused, expected gain up to " \
-               "#{human_bytes(held)}.")
+               "MALLOC_ARENA_MAX=#{ARENA_MAX} makes threads share #{ARENA_MAX} arenas so they reuse each other's free memory; " \
+               "each arena left keeps some, so expect about #{human_bytes(est)} less heap and RSS " \
+               "(#{human_bytes(low)} to #{human_bytes(high)}; all #{human_bytes(held)} only if every thread's free memory were reused).",
+               low, high)
     end
 
     def pinned

@@ -48,5 +48,7 @@ void ptmd_dump_class_init(void);
 void ptmd_ruby_heap_class_init(void);
 void ptmd_render_module_init(void);
 void ptmd_diff_class_init(void);
+void ptmd_stats_module_init(void);
+void ptmd_signal_arrival_init(void);
 
 #endif

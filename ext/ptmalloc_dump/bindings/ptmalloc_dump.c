@@ -233,6 +233,8 @@ RUBY_FUNC_EXPORTED void Init_ptmalloc_dump(void)
     ptmd_ruby_heap_class_init();
     ptmd_render_module_init();
     ptmd_diff_class_init();
+    ptmd_stats_module_init();
+    ptmd_signal_arrival_init();
     ptmd_ruby_heap_init();
     ptmd_dump_setup();
     rb_define_singleton_method(ptmd_mPtmallocDump, "_dump", rb_ptmd_dump, 7);
