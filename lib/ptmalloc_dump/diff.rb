@@ -73,7 +73,8 @@ module PtmallocDump
     DIFF_PAGE_STATES = Format::PAGE_CHANGES
 
     # Growth by owner (with Ruby data in both dumps): :by_type, :by_class, :by_data_type (largest
-    # growth first) and :native.
+    # growth first) and :native; :old and :young split the Ruby-owned growth by the owners' GC age
+    # (growth of old objects is what a leak looks like; young ones may be garbage not yet collected).
     # @return [Hash, nil]
     def owners
       return nil unless @old.ruby && @new.ruby
@@ -85,7 +86,8 @@ module PtmallocDump
                                    .sort_by { |_, v| -v }.to_h
       end
       { by_type: grow.call(:by_type), by_class: grow.call(:by_class), by_data_type: grow.call(:by_data_type),
-        native: b[:unattributed_bytes] - a[:unattributed_bytes] }
+        native: b[:unattributed_bytes] - a[:unattributed_bytes],
+        old: b[:old_bytes] - a[:old_bytes], young: b[:young_bytes] - a[:young_bytes] }
     end
 
     # @return [Array(Symbol, String, Integer), nil] the owner that grew most: [:type or :class or

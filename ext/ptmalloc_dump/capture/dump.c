@@ -137,6 +137,68 @@ static int trim_check(ptmd_dump_state *d, ptmd_err *err)
     return 0;
 }
 
+/* ---- the whole RSS ------------------------------------------------------------------------ */
+
+/* The mappings and VmRSS, right after the walk's page residency so that the two describe one moment.
+ * A snapshot child takes the ones its parent read just before the fork: the child's own smaps would
+ * describe the child (file pages the fork did not copy into its page tables are missing, the other
+ * threads' stacks are still there), while the dump describes the parent at the fork. */
+static int capture_mappings(ptmd_dump_state *d, ptmd_err *err)
+{
+    if (d->parent_mappings) {
+        if (!d->parent_mappings->present) return 0;
+        d->mappings = *d->parent_mappings;
+        d->mappings.head.flags |= PTMD_MAPF_PARENT;
+        return 0;
+    }
+    return ptmd_mappings_read(&d->mappings, err);
+}
+
+/* Resident bytes of each Ruby page's body: the OS pages its slots span, from pagemap. */
+static int ruby_page_rss(ptmd_dump_state *d, ptmd_err *err)
+{
+    ptmd_walk *w = &d->w;
+    size_t i, n = PTMD_BUF_COUNT(&d->ruby.pages, ptmd_ruby_page);
+    uint64_t ps = w->page_size;
+    uint8_t flags[64];
+    if (!d->ruby.present) return 0;
+    if (ptmd_buf_reserve(&d->ruby_rss, n * sizeof(uint64_t) + 8) != 0) return ptmd_fail_sys(err, errno, "Ruby page residency", "mmap");
+    d->ruby_rss.len = n * sizeof(uint64_t);
+    for (i = 0; i < n; i++) {
+        const ptmd_ruby_page *pg = PTMD_BUF_AT(&d->ruby.pages, ptmd_ruby_page, i);
+        uint64_t lo = pg->start & ~(ps - 1), hi = (pg->end + ps - 1) & ~(ps - 1), bytes = 0;
+        while (lo < hi) {
+            size_t k, m = (hi - lo) / ps < sizeof(flags) ? (size_t)((hi - lo) / ps) : sizeof(flags);
+            if (ptmd_pagemap_read(&w->pagemap, (uintptr_t)lo, m, flags) != 0) break;
+            for (k = 0; k < m; k++)
+                if (flags[k] & PTMD_PAGE_PRESENT) bytes += ps;
+            lo += m * ps;
+        }
+        *PTMD_BUF_AT(&d->ruby_rss, uint64_t, i) = bytes;
+    }
+    return 0;
+}
+
+static void write_rss_sections(ptmd_dump_state *d)
+{
+    ptmd_writer *wr = &d->writer;
+    const ptmd_mappings *m = &d->mappings;
+    if (d->ruby.present) {
+        ptmd_writer_section(wr, PTMD_SEC_GC, 1, &d->ruby.gc, sizeof(d->ruby.gc));
+        if (d->ruby_rss.base)
+            ptmd_writer_section(wr, PTMD_SEC_RUBY_PAGE_RSS, PTMD_BUF_COUNT(&d->ruby_rss, uint64_t), d->ruby_rss.base,
+                                d->ruby_rss.len);
+    }
+    if (m->present) {
+        uint64_t len = sizeof(m->head) + m->recs.len + m->paths.len;
+        ptmd_writer_begin(wr, PTMD_SEC_MAPPINGS, PTMD_BUF_COUNT(&m->recs, ptmd_mapping_rec), len);
+        ptmd_writer_put(wr, &m->head, sizeof(m->head));
+        ptmd_writer_put(wr, m->recs.base, m->recs.len);
+        ptmd_writer_put(wr, m->paths.base, m->paths.len);
+        ptmd_writer_end(wr, len);
+    }
+}
+
 /* ---- the sequence ------------------------------------------------------------------------- */
 
 static void fill_meta(ptmd_dump_state *d, const ptmd_libc *lc, const struct timespec *now)
@@ -224,6 +286,7 @@ static void write_sections(ptmd_dump_state *d)
         ptmd_writer_section(wr, PTMD_SEC_REFS, PTMD_BUF_COUNT(&w->refs, ptmd_ref), w->refs.base, w->refs.len);
     if (d->trim.base)
         ptmd_writer_section(wr, PTMD_SEC_TRIM_CHECK, PTMD_BUF_COUNT(&d->trim, uint64_t), d->trim.base, d->trim.len);
+    write_rss_sections(d);
 }
 
 void ptmd_dump_init(ptmd_dump_state *d)
@@ -298,6 +361,7 @@ int ptmd_dump_run(ptmd_dump_state *d, const ptmd_dump_opts *o, ptmd_err *err)
     else if (!d->mallinfo_exact) d->meta.flags |= PTMD_MF_MALLINFO32;
     d->meta.walk_ns = t1 - t0;
     d->meta.residency_ns = ptmd_now_ns() - t1;
+    if (ruby_page_rss(d, err) != 0 || capture_mappings(d, err) != 0) goto out;
     if (ptmd_walk_references(&d->w, err) != 0) goto out;
     if (o->trim_check && trim_check(d, err) != 0) goto out;
     if (d->ruby.present) {
@@ -371,6 +435,8 @@ int ptmd_dump_fork(ptmd_dump_state *d, const ptmd_dump_opts *opts, size_t n_opts
     int fds[2];
     pid_t pid;
     if (list_threads(d, &opts[0], err) != 0) return -1;
+    /* the parent's mappings and VmRSS at the fork (capture_mappings says why) */
+    if (ptmd_mappings_read(&d->mappings, err) != 0) return -1;
     if (pipe2(fds, O_CLOEXEC) != 0) return ptmd_fail_sys(err, errno, "pipe", "cannot create a pipe for the snapshot");
     /* glibc's fork takes every arena lock around the fork: the child's heap is one consistent state */
     pid = fork();
@@ -393,6 +459,7 @@ int ptmd_dump_fork(ptmd_dump_state *d, const ptmd_dump_opts *opts, size_t n_opts
             ptmd_dump_init(&di);
             di.ruby = d->ruby;                  /* recorded by the parent, shared read-only */
             di.parent = &d->w;
+            di.parent_mappings = &d->mappings;
             co.fork_child = 1;
             memset(&cerr, 0, sizeof(cerr));
             rc = ptmd_dump_run(&di, &co, &cerr);
@@ -408,6 +475,21 @@ int ptmd_dump_fork(ptmd_dump_state *d, const ptmd_dump_opts *opts, size_t n_opts
     *pid_out = (int)pid;
     *errfd_out = fds[0];
     return 0;
+}
+
+static void view_rss(const ptmd_dump_state *d, ptmd_view *v)
+{
+    if (d->ruby.present) {
+        v->gc = &d->ruby.gc;
+        v->ruby_page_rss = (const uint64_t *)(const void *)d->ruby_rss.base;
+        v->n_ruby_page_rss = PTMD_BUF_COUNT(&d->ruby_rss, uint64_t);
+    }
+    if (d->mappings.present) {
+        v->mappings_head = &d->mappings.head;
+        v->mappings = (const ptmd_mapping_rec *)(const void *)d->mappings.recs.base;
+        v->n_mappings = PTMD_BUF_COUNT(&d->mappings.recs, ptmd_mapping_rec);
+        v->mapping_paths = (const char *)d->mappings.paths.base;
+    }
 }
 
 void ptmd_dump_view(const ptmd_dump_state *d, ptmd_view *v)
@@ -454,11 +536,14 @@ void ptmd_dump_view(const ptmd_dump_state *d, ptmd_view *v)
         v->trim_released = (const uint64_t *)(const void *)d->trim.base;
         v->n_trim_released = PTMD_BUF_COUNT(&d->trim, uint64_t);
     }
+    view_rss(d, v);
 }
 
 void ptmd_dump_release(ptmd_dump_state *d)
 {
     ptmd_buf_release(&d->trim);
+    ptmd_buf_release(&d->ruby_rss);
+    if (!d->parent_mappings) ptmd_mappings_release(&d->mappings);
     ptmd_buf_release(&d->ruby.pages);
     ptmd_buf_release(&d->ruby.objects);
     ptmd_buf_release(&d->ruby.words);
