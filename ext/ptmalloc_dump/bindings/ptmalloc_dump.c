@@ -18,11 +18,12 @@ typedef struct {
     int rc;
 } dump_call;
 
-/* gc: true collects first (a full mark and an immediate sweep: garbage is gone from the pass); this
- * may allocate, as it runs before glibc's counters are taken. */
+/* gc: true collects first, as GC.start does (a full mark and an immediate sweep, also while GC is
+ * disabled, which rb_gc() would respect): garbage is gone from the pass. This may allocate: it runs
+ * before glibc's counters are taken. */
 static void ruby_pass(dump_call *c)
 {
-    if (c->full_gc) rb_gc_start();
+    if (c->full_gc) rb_funcall(rb_mGC, rb_intern("start"), 0);
     if (!c->ruby) return;
     ptmd_ruby_pass(&c->d.ruby);
     if (c->full_gc) ptmd_ruby_pass_after_full_gc(&c->d.ruby);
