@@ -140,18 +140,32 @@ static int trim_check(ptmd_dump_state *d, ptmd_err *err)
 /* ---- the whole RSS ------------------------------------------------------------------------ */
 
 /* The mappings and VmRSS, right after the walk's page residency so that the two describe one moment.
- * A snapshot child takes the ones its parent read just before the fork: the child's own smaps would
- * describe the child (file pages the fork did not copy into its page tables are missing, the other
- * threads' stacks are still there), while the dump describes the parent at the fork. */
+ * A snapshot child takes its parent's (read_parent_mappings). */
 static int capture_mappings(ptmd_dump_state *d, ptmd_err *err)
 {
     if (d->parent_mappings) {
         if (!d->parent_mappings->present) return 0;
         d->mappings = *d->parent_mappings;
-        d->mappings.head.flags |= PTMD_MAPF_PARENT;
         return 0;
     }
-    return ptmd_mappings_read(&d->mappings, err);
+    return ptmd_mappings_read(&d->mappings, 0, err);
+}
+
+/* A snapshot child's first act: its parent's smaps and VmRSS. The child's own would describe the
+ * child (fork copies no page table entries of file mappings without private pages, so a mapped file
+ * would show next to nothing; the other threads are gone), while the dump describes the parent at the
+ * fork. Reading them in the parent before the fork would lengthen its pause by the whole smaps walk
+ * (tens of milliseconds on a large heap, as long as the rest of the pause); read here, they lag the
+ * fork by about the time a fork takes to return, during which the parent runs on. Left out when the
+ * parent is already gone. */
+static void read_parent_mappings(ptmd_mappings *m, int parent)
+{
+    ptmd_err ignored;
+    if (getppid() != parent || ptmd_mappings_read(m, parent, &ignored) != 0) {
+        m->present = 0;
+        return;
+    }
+    m->head.flags |= PTMD_MAPF_PARENT;
 }
 
 /* Resident bytes of each Ruby page's body: the OS pages its slots span, from pagemap. */
@@ -434,9 +448,8 @@ int ptmd_dump_fork(ptmd_dump_state *d, const ptmd_dump_opts *opts, size_t n_opts
 {
     int fds[2];
     pid_t pid;
+    int parent = (int)getpid();
     if (list_threads(d, &opts[0], err) != 0) return -1;
-    /* the parent's mappings and VmRSS at the fork (capture_mappings says why) */
-    if (ptmd_mappings_read(&d->mappings, err) != 0) return -1;
     if (pipe2(fds, O_CLOEXEC) != 0) return ptmd_fail_sys(err, errno, "pipe", "cannot create a pipe for the snapshot");
     /* glibc's fork takes every arena lock around the fork: the child's heap is one consistent state */
     pid = fork();
@@ -451,6 +464,7 @@ int ptmd_dump_fork(ptmd_dump_state *d, const ptmd_dump_opts *opts, size_t n_opts
         int rc = 0;
         close(fds[0]);
         signal(SIGPIPE, SIG_IGN);
+        read_parent_mappings(&d->mappings, parent);
         /* several dumps of the same frozen heap, one after the other: nothing runs in between */
         for (i = 0; i < n_opts && rc == 0; i++) {
             ptmd_dump_opts co = opts[i];

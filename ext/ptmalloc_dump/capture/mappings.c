@@ -156,16 +156,39 @@ static void parse_status(ptmd_mappings_head *h, const ptmd_buf *text)
     }
 }
 
-int ptmd_mappings_read(ptmd_mappings *m, ptmd_err *err)
+/* "/proc/<pid>/<file>", or /proc/self/<file> for pid 0, without snprintf. */
+static void proc_path(char *out, size_t cap, int pid, const char *file)
+{
+    char digits[16];
+    size_t n = 0;
+    ptmd_strlcpy(out, "/proc/", cap);
+    if (pid <= 0) {
+        ptmd_strlcat(out, "self", cap);
+    } else {
+        char rev[16];
+        size_t k = 0;
+        for (; pid && k < sizeof(rev); pid /= 10) rev[k++] = (char)('0' + pid % 10);
+        while (k) digits[n++] = rev[--k];
+        digits[n] = '\0';
+        ptmd_strlcat(out, digits, cap);
+    }
+    ptmd_strlcat(out, "/", cap);
+    ptmd_strlcat(out, file, cap);
+}
+
+int ptmd_mappings_read(ptmd_mappings *m, int pid, ptmd_err *err)
 {
     uint64_t t0 = ptmd_now_ns();
     ptmd_buf status;
+    char smaps_path[64], status_path[64];
+    proc_path(smaps_path, sizeof(smaps_path), pid, "smaps");
+    proc_path(status_path, sizeof(status_path), pid, "status");
     memset(&status, 0, sizeof(status));
     m->recs.len = m->paths.len = 0;
     memset(&m->head, 0, sizeof(m->head));
-    if (slurp("/proc/self/smaps", &m->text, err) != 0) return -1;
-    if (parse_smaps(m) != 0) return ptmd_fail_sys(err, errno, "/proc/self/smaps", "mmap scratch for");
-    if (slurp("/proc/self/status", &status, err) != 0) return -1;
+    if (slurp(smaps_path, &m->text, err) != 0) return -1;
+    if (parse_smaps(m) != 0) return ptmd_fail_sys(err, errno, smaps_path, "mmap scratch for");
+    if (slurp(status_path, &status, err) != 0) return -1;
     parse_status(&m->head, &status);
     ptmd_buf_release(&status);
     ptmd_buf_release(&m->text);

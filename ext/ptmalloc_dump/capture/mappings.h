@@ -13,8 +13,9 @@ typedef struct {
     ptmd_buf text;                  /* smaps as read (released after parsing) */
 } ptmd_mappings;
 
-/* Reads /proc/self/smaps, then /proc/self/status, into m (mmapped scratch; no malloc). */
-int ptmd_mappings_read(ptmd_mappings *m, ptmd_err *err);
+/* Reads /proc/PID/smaps, then /proc/PID/status (pid 0: this process), into m (mmapped scratch; no
+ * malloc). */
+int ptmd_mappings_read(ptmd_mappings *m, int pid, ptmd_err *err);
 void ptmd_mappings_release(ptmd_mappings *m);
 
 #endif
