@@ -15,7 +15,7 @@ module PtmallocDump
 
     # @return [String]
     def to_s
-      (process_lines + totals_lines + arena_lines + verify_lines + advice_lines).join("\n") << "\n"
+      (process_lines + rss_lines + totals_lines + arena_lines + verify_lines + advice_lines).join("\n") << "\n"
     end
 
     private
@@ -53,6 +53,21 @@ module PtmallocDump
       return "none: the dump was taken with ruby: false" unless @h[:ruby_layer] == :skipped
 
       "none: the Ruby pass was skipped: #{@h[:ruby_layer_reason]}"
+    end
+
+    # The whole RSS by part, and the Ruby-owned bytes by GC age (Dump#rss, RubyHeap#summary).
+    def rss_lines
+      lines = []
+      if (r = @s[:rss])
+        parts = %i[malloc_in_use malloc_free_resident malloc_metadata mmapped_chunks ruby_pages stacks file_backed other_anonymous]
+        lines << "RSS #{human_bytes(r[:total])} = " + parts.map { |p| "#{p.to_s.tr('_', ' ')} #{human_bytes(r[p])}" }.join(" + ") +
+                 " (VmRSS #{human_bytes(r[:vm_rss])})"
+      end
+      if (ruby = @s[:ruby]) && ruby[:young_bytes]
+        lines << "Ruby-owned by GC age: old #{human_bytes(ruby[:old_bytes])}, young #{human_bytes(ruby[:young_bytes])}" +
+                 (@h.dig(:gc, :full_gc) ? " (after a full GC)" : " (young objects may be garbage not yet collected)")
+      end
+      lines.empty? ? lines : lines << ""
     end
 
     def row(label, text)
