@@ -140,15 +140,16 @@ static int trim_check(ptmd_dump_state *d, ptmd_err *err)
 /* ---- the whole RSS ------------------------------------------------------------------------ */
 
 /* The mappings and VmRSS, right after the walk's page residency so that the two describe one moment.
- * A snapshot child takes its parent's (read_parent_mappings). */
-static int capture_mappings(ptmd_dump_state *d, ptmd_err *err)
+ * A snapshot child takes its parent's (read_parent_mappings). Where /proc/self/smaps cannot be read the
+ * dump goes on without them (the RSS is then not accounted), as residency falls back to mincore. */
+static void capture_mappings(ptmd_dump_state *d)
 {
+    ptmd_err ignored;
     if (d->parent_mappings) {
-        if (!d->parent_mappings->present) return 0;
-        d->mappings = *d->parent_mappings;
-        return 0;
+        if (d->parent_mappings->present) d->mappings = *d->parent_mappings;
+        return;
     }
-    return ptmd_mappings_read(&d->mappings, 0, err);
+    if (ptmd_mappings_read(&d->mappings, 0, &ignored) != 0) d->mappings.present = 0;
 }
 
 /* A snapshot child's first act: its parent's smaps and VmRSS. The child's own would describe the
@@ -375,7 +376,8 @@ int ptmd_dump_run(ptmd_dump_state *d, const ptmd_dump_opts *o, ptmd_err *err)
     else if (!d->mallinfo_exact) d->meta.flags |= PTMD_MF_MALLINFO32;
     d->meta.walk_ns = t1 - t0;
     d->meta.residency_ns = ptmd_now_ns() - t1;
-    if (ruby_page_rss(d, err) != 0 || capture_mappings(d, err) != 0) goto out;
+    if (ruby_page_rss(d, err) != 0) goto out;
+    capture_mappings(d);
     if (ptmd_walk_references(&d->w, err) != 0) goto out;
     if (o->trim_check && trim_check(d, err) != 0) goto out;
     if (d->ruby.present) {
