@@ -16,7 +16,7 @@ Gem::Specification.new do |spec|
   spec.required_ruby_version = ">= 2.7"
   spec.platform = Gem::Platform::RUBY
 
-  spec.files = Dir["lib/**/*.rb", "ext/**/*.{c,h,rb}", "ext/**/depend", "exe/*", "doc/*.md", "README.md", "LICENSE.txt"]
+  spec.files = Dir["lib/**/*.rb", "lib/ptmalloc_dump/output/assets/*", "ext/**/*.{c,h,rb}", "ext/**/depend", "exe/*", "doc/*.md", "README.md", "LICENSE.txt"]
   spec.bindir = "exe"
   spec.executables = ["ptmalloc-visualize"]
   spec.require_paths = ["lib"]

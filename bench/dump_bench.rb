@@ -54,6 +54,9 @@ module DumpBench
     floor_chunks = 0
 
     t_dump = measure(runs) { PtmallocDump.dump(path) }
+    t_norefs = measure(runs) { PtmallocDump.dump(path, references: false) }
+    t_refs = measure(runs) { PtmallocDump.dump(path, references: true) }
+    refs_dump = PtmallocDump.load(path)
     t_floor = measure(runs) do
       floor_chunks = heaps.zip(starts).sum { |h, s| floor.call(s, h.end, Fiddle::Pointer[sum]) }
     end
@@ -67,11 +70,14 @@ module DumpBench
     puts format("%-34s %12s %10s", "", "median", "ratio")
     puts format("%-34s %12s %10s", "floor: bare walk summing sizes", ms(t_floor), "1.0x")
     puts format("%-34s %12s %9.1fx", "glibc malloc_info() to /dev/null", ms(t_minfo), t_minfo / t_floor)
-    puts format("%-34s %12s %9.1fx", "PtmallocDump.dump (walk + write)", ms(t_dump), t_dump / t_floor)
+    puts format("%-34s %12s %9.1fx", "PtmallocDump.dump (default)", ms(t_dump), t_dump / t_floor)
+    puts format("%-34s %12s %9.1fx", "  references: false", ms(t_norefs), t_norefs / t_floor)
+    puts format("%-34s %12s %9.1fx", "  references: true", ms(t_refs), t_refs / t_floor)
+    puts format("%-34s %12s", "  of which the reference scan", ms(refs_dump.ruby.meta[:refs_ns] / 1e9)) if refs_dump.ruby
     puts format("%-34s %12s", "  of which the walk (in the file)", ms(dump.header[:walk_ns] / 1e9))
     puts format("%-34s %12s", "load + summary", ms(t_load))
     puts format("%-34s %12s (%.1f bytes/chunk)", "file size", PtmallocDump::FormatHelpers.human_bytes(size), size.to_f / dump.chunk_count)
-    { dump: t_dump, floor: t_floor, malloc_info: t_minfo, load: t_load, size: size, chunks: dump.chunk_count }
+    { dump: t_dump, no_references: t_norefs, references: t_refs, floor: t_floor, malloc_info: t_minfo, load: t_load, size: size, chunks: dump.chunk_count }
   ensure
     release&.call
     FileUtils.rm_rf(dir) if dir

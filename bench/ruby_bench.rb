@@ -1,8 +1,8 @@
 # frozen_string_literal: true
 
 # rake bench: the Ruby pass (ObjectSpace pages and live objects, recorded inside the dump's pause)
-# for ~1,000,000 live objects, the load-time attribution of chunks to objects, and the cost of
-# references: true.
+# for ~1,000,000 live objects, the load-time attribution of chunks to objects, and the cost of the
+# references and roots (on by default) against references: false.
 require "benchmark"
 require "fileutils"
 require "tmpdir"
@@ -38,9 +38,9 @@ module RubyBench
     plain = File.join(dir, "plain.dump")
     ruby = File.join(dir, "ruby.dump")
     refs = File.join(dir, "refs.dump")
-    t_plain = Array.new(3) { Benchmark.realtime { PtmallocDump.dump(plain, ruby: false) } }.min
-    t_ruby = Array.new(3) { Benchmark.realtime { PtmallocDump.dump(ruby) } }.min
-    t_refs = Benchmark.realtime { PtmallocDump.dump(refs, references: true) }
+    t_plain = Array.new(3) { Benchmark.realtime { PtmallocDump.dump(plain, ruby: false, references: false) } }.min
+    t_ruby = Array.new(3) { Benchmark.realtime { PtmallocDump.dump(ruby, references: false) } }.min
+    t_refs = Array.new(3) { Benchmark.realtime { PtmallocDump.dump(refs) } }.min
     dump = PtmallocDump.load(ruby)
     pass = dump.ruby.meta[:pass_ns] / 1e9
     n = dump.ruby.meta[:object_count]
@@ -50,11 +50,14 @@ module RubyBench
     per_m = 1_000_000.0 / n
     puts "#{n} live objects (GC.stat heap_live_slots #{live}), #{dump.ruby.pages.size} pages, #{dump.chunk_count} chunks"
     puts format("%-44s %10s  (%s per million objects)", "Ruby pass, inside the dump", ms(pass), ms(pass * per_m))
-    puts format("%-44s %10s vs %s", "dump with / without the Ruby pass", ms(t_ruby), ms(t_plain))
+    puts format("%-44s %10s vs %s", "dump with / without the Ruby pass (no refs)", ms(t_ruby), ms(t_plain))
     puts format("%-44s %10s  (%s per million objects)", "attribution at load (ruby.summary)", ms(t_attr), ms(t_attr * per_m))
-    puts format("%-44s %10s  (%d references, reference scan %s)", "dump with references: true", ms(t_refs),
-                refs_dump.ruby.meta[:reference_count], ms(refs_dump.ruby.meta[:refs_ns] / 1e9))
+    puts format("%-44s %10s  (%d references, %d roots, scan %s)", "default dump (references and roots)", ms(t_refs),
+                refs_dump.ruby.meta[:reference_count], refs_dump.roots.size, ms(refs_dump.ruby.meta[:refs_ns] / 1e9))
     puts format("%-44s %10s", "attribution with references", ms(t_attr_refs))
+    t_owners = Benchmark.realtime { PtmallocDump.load(refs).owners }
+    puts format("%-44s %10s  (%s)", "load + owner kinds (Dump#owners)", ms(t_owners),
+                refs_dump.owners.slice(:ruby, :anchored, :leaked).map { |k, v| "#{k} #{v[:count]}" }.join(", "))
     puts format("%-44s %10s / %s", "file size with Ruby data / references", PtmallocDump::FormatHelpers.human_bytes(File.size(ruby)),
                 PtmallocDump::FormatHelpers.human_bytes(File.size(refs)))
     keep.size

@@ -15,7 +15,9 @@
 #include "analysis/age.h"
 #include "analysis/analysis.h"
 #include "analysis/attribution.h"
+#include "analysis/owners.h"
 #include "analysis/diff.h"
+#include "analysis/explorer.h"
 #include "analysis/render.h"
 #include "analysis/rss.h"
 #include "format/reader.h"
@@ -75,6 +77,9 @@ static const field mapping_fields[] = {
 };
 static const field mappings_head_fields[] = { F(ptmd_mappings_head, vm_rss), F(ptmd_mappings_head, paths_len) };
 static const field gc_fields[] = { F(ptmd_gc_rec, count), F(ptmd_gc_rec, flags) };
+static const field root_fields[] = { F(ptmd_root_rec, start), F(ptmd_root_rec, end), F(ptmd_root_rec, kind),
+                                     F(ptmd_root_rec, tid), { offsetof(ptmd_root_rec, name) + PTMD_ROOT_NAME_MAX - 1, 1 } };
+static const field root_ref_fields[] = { F(ptmd_root_ref, where), F(ptmd_root_ref, root), F(ptmd_root_ref, chunk) };
 static const field u64_field[] = { { 0, 8 } };
 static const field u8_field[] = { { 0, 1 } };
 
@@ -99,6 +104,8 @@ static const record_layout layouts[] = {
     L(PTMD_SEC_MAPPINGS, sizeof(ptmd_mappings_head), mappings_head_fields),
     L_AFTER(PTMD_SEC_MAPPINGS, sizeof(ptmd_mapping_rec), mapping_fields, sizeof(ptmd_mappings_head)),
     L(PTMD_SEC_GC, sizeof(ptmd_gc_rec), gc_fields), L(PTMD_SEC_RUBY_PAGE_RSS, 8, u64_field),
+    L(PTMD_SEC_ROOTS, sizeof(ptmd_root_rec), root_fields), L(PTMD_SEC_ROOT_REFS, sizeof(ptmd_root_ref), root_ref_fields),
+    L(PTMD_SEC_INT_REFS, sizeof(ptmd_ref), ref_fields),
 };
 
 static uint64_t get(const unsigned char *p, size_t n)
@@ -173,6 +180,17 @@ size_t LLVMFuzzerCustomMutator(unsigned char *data, size_t size, size_t max_size
     return LLVMFuzzerMutate(data, size, max_size);
 }
 
+/* The explorer's per-chunk and per-page arrays (analysis/explorer.c). */
+static void explorer_chunks(const ptmd_view *v, const ptmd_page_usage *usage)
+{
+    uint32_t *sizes = malloc((v->n_chunks ? v->n_chunks : 1) * sizeof(uint32_t));
+    uint8_t *states = malloc(v->n_chunks ? v->n_chunks : 1), *pages = malloc(v->n_pages ? v->n_pages : 1);
+    if (sizes && states && pages) ptmd_explorer_chunks(v, usage, sizes, states, pages);
+    free(sizes);
+    free(states);
+    free(pages);
+}
+
 static void figures(const ptmd_view *v, const ptmd_page_usage *usage)
 {
     ptmd_totals t;
@@ -198,6 +216,7 @@ static void figures(const ptmd_view *v, const ptmd_page_usage *usage)
         memset(&ro, 0, sizeof(ro));
         ro.progress_fd = -1;
         ptmd_render_count(v, &ro);
+        explorer_chunks(v, usage);
     }
     free(per);
     free(trim);
@@ -211,6 +230,31 @@ static void rss(const ptmd_view *v)
     uint64_t *file_bytes = calloc(v->n_mappings ? v->n_mappings : 1, sizeof(uint64_t));
     if (file_bytes) ptmd_rss_account(v, &r, file_bytes);
     free(file_bytes);
+/* Ruby, anchored or leaked, over what the reader accepted */
+static void owner_kinds(const ptmd_view *v, const ptmd_attribution *a)
+{
+    size_t nc = v->n_chunks ? v->n_chunks : 1;
+    ptmd_owners o;
+    if (!ptmd_owners_available(v)) return;
+    o.kind = malloc(nc);
+    o.anchor = malloc(nc * sizeof(uint32_t));
+    o.direct = malloc(nc);
+    if (o.kind && o.anchor && o.direct) ptmd_owners_classify(v, a, &o);
+    free(o.kind);
+    free(o.anchor);
+    free(o.direct);
+}
+
+/* The explorer's packing of the owners (analysis/explorer.c). */
+static void explorer_owners(const ptmd_view *v, const ptmd_attribution *a)
+{
+    size_t no = v->n_ruby_objects ? v->n_ruby_objects : 1;
+    uint32_t *local = malloc((v->n_chunks ? v->n_chunks : 1) * sizeof(uint32_t));
+    uint32_t *remap = calloc(no, sizeof(uint32_t)), *objs = malloc(no * sizeof(uint32_t));
+    if (local && remap && objs) ptmd_explorer_owners(v, a, local, remap, objs);
+    free(local);
+    free(remap);
+    free(objs);
 }
 
 static void owners(const ptmd_view *v)
@@ -234,6 +278,8 @@ static void owners(const ptmd_view *v)
             ptmd_age_totals age;
             ptmd_age_summary(v, &a, &age);
         }
+        owner_kinds(v, &a);
+        explorer_owners(v, &a);
     }
     free(a.owner);
     free(a.category);

@@ -41,8 +41,12 @@ module PtmallocDump
     #   their structure), :file (a symbol file or SymbolsNotFoundError), :heuristic (by structure only)
     # @param ruby [Boolean] also record ObjectSpace's pages and live objects (see {Dump#ruby}); skipped,
     #   with the reason in the dump's header, where this Ruby does not allow it (see {ruby_layer})
-    # @param references [Boolean] also record, for every in-use chunk, which of its aligned words
-    #   equal another chunk's user address, so ownership follows pointers between chunks (slower)
+    # @param references [Boolean] record the pointer graph (default): for every in-use chunk, which of
+    #   its aligned words equal another allocated chunk's user address (or hold it as a Ruby Integer),
+    #   so that ownership follows pointers between chunks; and the roots (loaded objects' writable
+    #   data, threads' stacks and TLS, the dumping thread's registers) with the chunks they point at,
+    #   so that native chunks are told anchored from leaked (see {Dump#owner_kind_of}). false skips
+    #   both: a shorter pause, Ruby owners by slot pointers only, no anchored or leaked
     # @param fork [Boolean] snapshot mode: Ruby's heap is recorded here, then the process forks and
     #   the child (a consistent copy of the heap: glibc holds every arena lock across fork) walks,
     #   writes and exits; this process pauses only for the Ruby pass and the fork
@@ -63,7 +67,7 @@ module PtmallocDump
     # @raise [HeapDamagedError] with `fork: true`, when the arena ring does not lead back to
     #   main_arena (glibc's fork would never return); an in-process dump records that damage
     # @raise [SystemCallError] when the file cannot be written (the target is left untouched)
-    def dump(path, debug_dir: nil, symbols: :auto, ruby: true, references: false, fork: false, wait: false,
+    def dump(path, debug_dir: nil, symbols: :auto, ruby: true, references: true, fork: false, wait: false,
              trim_check: false, gc: false)
       path = path.to_s
       # an absolute path is used as given: no new string is allocated before glibc's counters are taken

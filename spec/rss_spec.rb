@@ -56,8 +56,8 @@ RSpec.describe "the whole RSS, accounted" do
                 result[:info][:read_ns] / 1e6)
     expect(rss[:total]).to eq(parts.sum { |p| rss[p] })
     # the kernel's VmRSS, read by the dump right after smaps, is this process's RSS around the dump
-    # (plus the dump's own scratch memory while it runs)
-    expect(rss[:vm_rss]).to be_between([result[:before], result[:after]].min * 0.95, [result[:before], result[:after]].max * 1.10)
+    # plus the dump's own scratch memory while it runs (chunk records, the reference scan's tables)
+    expect(rss[:vm_rss]).to be_between([result[:before], result[:after]].min * 0.95, [result[:before], result[:after]].max * 1.25)
     expect((rss[:total] - rss[:vm_rss]).abs).to be <= rss[:vm_rss] / 100
     # the mapped file under its path, with the resident bytes smaps gives it
     mapped = rss[:files].find { |f| f[:path] == data }

@@ -70,11 +70,11 @@ RSpec.describe "correlating the malloc heap with Ruby's ObjectSpace" do
     end
   end
 
-  it "ties a hash's table to the T_HASH, and with references: true its entries and bins too" do
+  it "ties a hash's table to the T_HASH, and with references (the default) its entries and bins too" do
     hash = (1..10_000).to_h { |i| [i, i] }
     # Ruby 3.3 keeps the st_table in the hash's slot; before, the slot points at a malloc'd one
     table_in_slot = Gem::Version.new(RUBY_VERSION) >= Gem::Version.new("3.3")
-    plain = settled_dump
+    plain = settled_dump(references: false)
     direct = owned_chunks(plain, hash)
     expect(direct.map { |c| plain.ruby.owner_of(c).type }.uniq).to eq([:T_HASH])
     if table_in_slot
@@ -84,7 +84,7 @@ RSpec.describe "correlating the malloc heap with Ruby's ObjectSpace" do
       # without references only the st_table itself
       expect(direct.map(&:size)).to match([be <= 96])
     end
-    with_refs = settled_dump(references: true)
+    with_refs = settled_dump
     chunks = owned_chunks(with_refs, hash)
     # the entries array and the bins, through the st_table (the scan is conservative: a stale word in
     # the entries' unused capacity may bring in one more)
@@ -120,10 +120,12 @@ RSpec.describe "correlating the malloc heap with Ruby's ObjectSpace" do
     expect(dump.summary[:ruby][:by_data_type]).to include(type_name)
   end
 
-  it "does not attribute native memory held only in a C array to any Ruby object" do
+  # by slot pointers: with references (the default) the array's address, which Fiddle's call returned
+  # and left in a Ruby-owned buffer, would lead to it
+  it "does not attribute native memory held only in a C array to any Ruby object by slot pointers" do
     blocks = NativeThreads.hold(10_000, 64)
     begin
-      dump = settled_dump
+      dump = settled_dump(references: false)
       blocks.each do |b|
         chunk = dump.chunk_at(b - 16)
         expect(chunk.state).to eq(:in_use)
@@ -219,7 +221,7 @@ RSpec.describe "correlating the malloc heap with Ruby's ObjectSpace" do
     expect(addresses.map { |a| swept.ruby.object_at(a) }.compact).to eq([])
     expect(swept.header[:gc][:full_gc]).to be(true)
     expect(swept.header[:gc][:last_gc_major]).to be(true)
-    expect(swept.summary[:ruby][:young_bytes]).to be < dump.summary[:ruby][:young_bytes] - 2_000 * 400
+    expect(swept.summary[:ruby][:young_objects]).to be <= dump.summary[:ruby][:young_objects] - 2_000
   end
 
   it "can leave Ruby out" do

@@ -76,6 +76,25 @@ RSpec.describe "ptmalloc-visualize" do
       end
     end
 
+    it "draws top in the owner maps as the free memory the legend names, not in an owner's colour" do
+      dump = dump_and_load
+      dir = File.join(tmpdir, "owners")
+      Dir.mkdir(dir)
+      report = PtmallocDump::Report.new(dump, dir)
+      report.write
+      geo = PtmallocDump::Geometry.new(dump, report.images)
+      idx = PtmallocDump::Render.palette[:indexed]
+      free_shades = [64, 65, 66, 67].map { |i| idx[i] } # PTMD_PAL_OWNER(0, shade, dim): "free (any bin, cache or top)"
+      tops = dump.arenas.map { |a| dump.chunk_at(a.top) }.compact.select { |c| c.state == :top && c.size >= 64 }
+      expect(tops).not_to be_empty
+      tops.each do |top|
+        image, x, y = geo.pixel_for(top.address + 32, :owner_map)
+        expect(free_shades).to include(color_at(File.join(dir, image[:file]), x, y))
+      end
+      html = File.read(File.join(dir, "index.html"))
+      expect(html).to include("free (any bin, cache or top)")
+    end
+
     it "splits a heap into numbered tiles under the pixel budget and draws every byte" do
       dump = dump_and_load
       dir = File.join(tmpdir, "tiles")
@@ -102,7 +121,11 @@ RSpec.describe "ptmalloc-visualize" do
       out, err, status = visualize("--json", dump_path)
       expect(status).to be_success, err
       json = JSON.parse(out, symbolize_names: true)
-      expect(json[:summary]).to eq(JSON.parse(JSON.dump(PtmallocDump.load(dump_path).summary), symbolize_names: true))
+      dump = PtmallocDump.load(dump_path)
+      expect(json[:summary]).to eq(JSON.parse(JSON.dump(dump.summary), symbolize_names: true))
+      expect(json[:findings].map { |f| [f[:text], f[:bytes]] }).to eq(PtmallocDump::Findings.new(dump).top(3).map { |f| [f.text, f.bytes] })
+      expect(json[:findings].first[:bytes]).to eq(PtmallocDump::Findings.new(dump).all.map(&:bytes).max)
+      expect(json[:advice].map { |a| a[:text] }).to eq(PtmallocDump::Advice.new(dump).lines.map(&:text))
     end
 
     it "prints JSON and writes a UTF-8 report when a string in the dump is not UTF-8" do
@@ -133,6 +156,98 @@ RSpec.describe "ptmalloc-visualize" do
       expect(out[/in use .* in (\d+) chunks/, 1].to_i).to eq(s[:in_use_count])
       expect(out[/free, resident .*\((\d+) B\)/, 1].to_i).to eq(s[:free_resident_bytes])
       expect(out[/malloc heap .*\((\d+) B\)/, 1].to_i).to eq(s[:arena])
+    end
+
+    it "prints the RSS, the Ruby owners (the summary's own figures), the findings and the advice in --summary" do
+      out, err, status = visualize("--summary", dump_path)
+      expect(status).to be_success, err
+      dump = PtmallocDump.load(dump_path)
+      r = dump.summary[:ruby]
+      name, e = r[:by_class].first
+      expect(out).to include("ruby owners:", "what stands out:", "advice")
+      expect(out[/^  by class +(.*)$/, 1]).to start_with("#{name} #{PtmallocDump::FormatHelpers.human_bytes(e[:bytes])}")
+      type, te = r[:by_type].first
+      expect(out[/^  by type +(.*)$/, 1]).to start_with("#{type} #{PtmallocDump::FormatHelpers.human_bytes(te[:bytes])}")
+      PtmallocDump::Findings.new(dump).top(3).each_with_index { |f, i| expect(out).to include("#{i + 1}. #{f.text}") }
+      expect(out).to match(/^rss +/)
+    end
+
+    it "--explain says what an address is, in text and JSON, and where it is outside every heap" do
+      dump = PtmallocDump.load(dump_path)
+      chunk = dump.each_chunk.find { |c| c.state == :in_use && dump.ruby.owner_of(c) }
+      out, err, status = visualize("--explain", format("0x%x", chunk.address + 20), "--json", dump_path)
+      expect(status).to be_success, err
+      e = JSON.parse(out)
+      expect(e["chunk"]).to include("address" => format("0x%x", chunk.address), "size" => chunk.size, "state" => "in_use", "offset" => 20)
+      o = dump.ruby.owner_of(chunk)
+      expect(e["owner"]).to include("class" => o.class_name, "object_address" => format("0x%x", o.address))
+      expect(e["heap"]["index"]).to eq(chunk.heap.index)
+      expect(e["page"]["residency"]).to eq(dump.pages[chunk.heap.index].state_at(chunk.address + 20).to_s)
+      out, err, status = visualize("--explain", (chunk.address + 20).to_s, dump_path)
+      expect(status).to be_success, err
+      expect(out).to include("chunk          #{format('0x%x', chunk.address)}, #{chunk.size} B", "4 B into its user data")
+      out, _e, status = visualize("--explain", "0x10", dump_path)
+      expect(status).to be_success
+      expect(out).to eq("0x10 is in no heap, mmapped chunk or Ruby object page of this dump\n")
+      require "objspace"
+      obj = Object.new
+      path = File.join(tmpdir, "slot.dump")
+      PtmallocDump.dump(path)
+      address = Integer(JSON.parse(ObjectSpace.dump(obj))["address"])
+      out, err, status = visualize("--explain", format("0x%x", address + 8), path)
+      expect(status).to be_success, err
+      page = PtmallocDump.load(path).ruby.pages.find { |pg| (pg.start...pg.end).cover?(address) }
+      expect(out).to start_with("#{format('0x%x', address + 8)} is in a Ruby object page (#{format('0x%x', page.start)}-" \
+                                "#{format('0x%x', page.end)}), slot #{(address - page.start) / page.stride}: " \
+                                "#<PtmallocDump::RubyObject #{format('0x%x', address)} T_OBJECT Object>")
+      expect(obj).to be_an(Object)
+      _o, err, status = visualize("--explain", "nowhere", dump_path)
+      expect(status.exitstatus).to eq(2)
+      expect(err).to include("nowhere is not an address")
+    end
+
+    it "--compare names figures as the report does, shows each worker's owners and what makes the deviant one deviate" do
+      paths = %w[big small].map { |n| File.join(tmpdir, "#{n}.dump") }
+      pids = paths.map.with_index do |path, i|
+        fork do
+          keep = i.zero? ? Array.new(20_000) { |k| "deviant-#{k}-" * 200 } : []
+          PtmallocDump.dump(path)
+          keep.clear
+          exit!(0)
+        rescue Exception => e # whatever ends the child is reported by the parent
+          File.write("#{path}.error", "#{e.class}: #{e.message}")
+          exit!(1)
+        end
+      end
+      pids.zip(paths) { |pid, path| expect(Process.wait2(pid)[1]).to be_success, -> { File.read("#{path}.error") } }
+      out, err, status = visualize("--compare", *paths, File.join(tmpdir, "fleet"))
+      expect(status).to be_success, err
+      big = PtmallocDump.load(paths[0])
+      small = PtmallocDump.load(paths[1])
+      excess = big.summary[:ruby][:by_class]["String"][:bytes] - small.summary[:ruby][:by_class]["String"][:bytes]
+      expect(excess).to be >= 20_000 * 2_000
+      expect(out).to include("deviates most: pid #{big.header[:pid]}")
+      expect(out[/above the median worker: (.*)$/, 1].split(", ")).to include("String instances +#{excess} B")
+      expect(out).to include("pid #{big.header[:pid]}: String #{big.summary[:ruby][:by_class]['String'][:bytes]} B")
+      html = File.read(File.join(tmpdir, "fleet", "index.html"))
+      REXML::Document.new(html)
+      expect(html).to include("Owners by worker", "malloc heap (arenas)", "mmapped chunks", "String instances")
+      expect(html).not_to match(/>(hblkhd|arena|in use bytes)</)
+    end
+
+    it "says before any figure where the figures may mislead" do
+      path = File.join(tmpdir, "plain.dump")
+      PtmallocDump.dump(path, ruby: false)
+      out_dir = File.join(tmpdir, "plain")
+      _o, err, status = visualize(path, out_dir)
+      expect(status).to be_success, err
+      html = File.read(File.join(out_dir, "index.html"))
+      banner = html[%r{<div class="banner">(.*?)</div>}, 1]
+      expect(banner).to include("No Ruby owners: the dump was taken with ruby: false.")
+      expect(html.index('class="banner"')).to be < html.index('class="bigbar"')
+      _o, err, status = visualize(dump_path, File.join(tmpdir, "with-ruby"))
+      expect(status).to be_success, err
+      expect(File.read(File.join(tmpdir, "with-ruby", "index.html"))).not_to include('<div class="banner">')
     end
 
     it "renders into a new directory, refuses a non-empty one without --force" do
@@ -200,7 +315,8 @@ RSpec.describe "ptmalloc-visualize" do
       expect(srcs).not_to be_empty
       srcs.each { |s| expect(File.exist?(File.join(out_dir, s))).to be(true) }
       expect(html).not_to match(%r{(src|href)="(https?:)?//})
-      expect(html).not_to include("<script")
+      expect(html).not_to match(/<script[^>]*src=|fetch\(|XMLHttpRequest|https?:/)
+      expect(File.exist?(File.join(out_dir, "explorer-data.js"))).to be(true)
     end
 
     it "loads in headless Chromium: every image, no console error, the totals on the page" do
@@ -208,14 +324,18 @@ RSpec.describe "ptmalloc-visualize" do
 
       Browser.open(File.join(tmpdir, "chrome-profile")) do |b|
         b.visit("file://#{File.join(out_dir, 'index.html')}")
+        expect(b.script("return Array.from(document.images).every(i => i.loading === 'lazy')")).to be(true)
+        b.script("Array.from(document.images).forEach(i => { i.loading = 'eager' })")
+        b.wait_for("return Array.from(document.images).every(i => i.complete)")
+        b.wait_for("return window.ptmdExplorer && window.ptmdExplorer.ready")
         images = b.script("return Array.from(document.images).map(i => [i.getAttribute('src'), i.complete, i.naturalWidth])")
         expect(images).not_to be_empty
         images.each { |src, complete, width| expect([src, complete, width.positive?]).to eq([src, true, true]) }
         errors = b.console.select { |e| e["level"] == "SEVERE" }
         expect(errors).to eq([])
         text = b.script("return document.body.innerText")
-        expect(text).to include("free, resident", "Reclaimable now", "Fragmentation", "The 20 largest free and resident runs")
-        expect(text).to match(/of malloc memory: .* in use/)
+        expect(text).to include("free but resident", "Reclaimable now", "Fragmentation", "The 20 largest free and resident runs", "Heap explorer")
+        expect(text).to match(/Malloc heap .* resident/)
         shot = b.screenshot
         File.binwrite(File.join(tmpdir, "report.png"), shot)
         expect(ChunkyPNG::Image.from_blob(shot).width).to be > 800

@@ -12,11 +12,11 @@ task :fuzz, [:seconds] => :compile do |_t, args|
   FileUtils.mkdir_p(%w[fuzz/corpus tmp/fuzz/crashes])
   sh "clang", "-g", "-O1", "-fsanitize=fuzzer,address,undefined", "-fno-sanitize-recover=undefined",
      "-DPTMD_FUZZ_NO_CRC", "-Iext/ptmalloc_dump", "fuzz/fuzz_reader.c", *FUZZ_SOURCES, "-lpng", "-o", "tmp/fuzz/fuzz_reader"
-  # seeds: real dumps, small and with Ruby data and references
+  # seeds: real dumps, small and with Ruby data, references and roots
   if Dir.empty?("fuzz/corpus")
     ruby "-Ilib", "-rptmalloc_dump", "-e", <<~RUBY
       PtmallocDump.dump("fuzz/corpus/plain.dump", ruby: false)
-      PtmallocDump.dump("fuzz/corpus/ruby.dump", references: true)
+      PtmallocDump.dump("fuzz/corpus/ruby.dump")
       t = Thread.new { x = Array.new(1000) { "y" * 300 }; PtmallocDump.dump("fuzz/corpus/threads.dump", ruby: false); x }
       t.join
     RUBY

@@ -7,6 +7,7 @@ module PtmallocDump
   class CLI
     USAGE = "Usage: ptmalloc-visualize [options] DUMP OUTDIR\n" \
             "       ptmalloc-visualize --summary|--json DUMP\n" \
+            "       ptmalloc-visualize --explain ADDR [--json] DUMP\n" \
             "       ptmalloc-visualize --diff OLD NEW OUTDIR\n" \
             "       ptmalloc-visualize --compare DUMP... OUTDIR"
 
@@ -20,9 +21,11 @@ module PtmallocDump
     # @return [Integer] the exit status
     def run
       parser.parse!(@argv)
+      @options[:mode] = :json if @options[:json] && @options[:mode] == :render
       case @options[:mode]
       when :summary then with_dump(1) { |d| @out.print TextSummary.new(d) }
       when :json then with_dump(1) { |d| @out.puts JSON.pretty_generate(JsonSummary.new(d).to_h) }
+      when :explain then explain
       when :diff then diff
       when :compare then compare
       else render
@@ -48,7 +51,11 @@ module PtmallocDump
         o.banner = USAGE
         o.separator ""
         o.on("--summary", "Print the text summary of DUMP and exit") { @options[:mode] = :summary }
-        o.on("--json", "Print the summary of DUMP as JSON and exit") { @options[:mode] = :json }
+        o.on("--json", "Print the summary of DUMP as JSON and exit (with --explain: the explanation)") { @options[:json] = true }
+        o.on("--explain ADDR", "Say what ADDR (hex or decimal) is in DUMP: heap, chunk, state, owner, page") do |a|
+          @options[:mode] = :explain
+          @options[:address] = parse_address(a)
+        end
         o.on("--diff", "Compare two dumps of one process: OLD NEW OUTDIR") { @options[:mode] = :diff }
         o.on("--compare", "Compare dumps of several workers: DUMP... OUTDIR") { @options[:mode] = :compare }
         o.on("-f", "--force", "Write into OUTDIR even if it is not empty; --diff dumps of different processes") { @options[:force] = true }
@@ -66,9 +73,23 @@ module PtmallocDump
     def with_dump(args)
       raise UsageError, "expected #{args} argument(s), got #{@argv.size}" unless @argv.size == args
 
-      require "json" if @options[:mode] == :json
+      require "json" if @options[:json]
       yield PtmallocDump.load(@argv[0])
       0
+    end
+
+    def parse_address(text)
+      Integer(text.start_with?("0x", "0X") ? text : text.sub(/\A(?=[0-9a-f]*[a-f])/i, "0x"))
+    rescue ArgumentError
+      raise UsageError, "--explain: #{text} is not an address (hex like 0x7f12... or decimal)"
+    end
+
+    def explain
+      require_relative "output/explanation"
+      with_dump(1) do |d|
+        e = Explanation.new(d, @options[:address])
+        @out.print(@options[:json] ? "#{JSON.pretty_generate(e.to_h)}\n" : e.to_s)
+      end
     end
 
     def render
@@ -90,8 +111,8 @@ module PtmallocDump
       prepare_outdir(outdir)
       ComparisonReport.new(outdir).write_diff(d)
       g = d.growth
-      @out.puts "heap #{format('%+d', g[:arena])} B, in use #{format('%+d', g[:in_use_bytes])} B, " \
-                "free resident #{format('%+d', g[:free_resident_bytes])} B, mmapped #{format('%+d', g[:hblkhd])} B"
+      @out.puts "malloc heap #{format('%+d', g[:arena])} B, in use #{format('%+d', g[:in_use_bytes])} B, " \
+                "free but resident #{format('%+d', g[:free_resident_bytes])} B, mmapped chunks #{format('%+d', g[:hblkhd])} B"
       @out.puts "wrote #{File.join(outdir, 'index.html')}"
       0
     end
@@ -104,7 +125,15 @@ module PtmallocDump
       prepare_outdir(outdir)
       ComparisonReport.new(outdir).write_fleet(fleet)
       d = fleet.most_deviant
-      @out.puts "deviates most: pid #{d[:pid]} (#{d[:figure]} #{d[:value]} B, median #{d[:median]} B)"
+      @out.puts "deviates most: pid #{d[:pid]} (#{ComparisonReport.label(d[:figure])} #{d[:value]} B, median #{d[:median]} B)"
+      reasons = ComparisonReport.deviation_reasons(fleet)
+      @out.puts "  above the median worker: #{reasons.map { |what, b| "#{what} +#{b} B" }.join(', ')}" unless reasons.empty?
+      fleet.dumps.each do |dump|
+        o = ComparisonReport.owners_of(dump)
+        top = (o[:classes].empty? ? o[:types] : o[:classes]).map { |n, b| "#{n} #{b} B" }.join(", ")
+        @out.puts "  pid #{dump.header[:pid]}: #{top.empty? ? 'no Ruby data' : top}#{o[:native] ? ", native #{o[:native]} B" : ''}" \
+                  "#{o[:leaked] ? ", leaked #{o[:leaked]} B" : ''}"
+      end
       @out.puts "wrote #{File.join(outdir, 'index.html')}"
       0
     end

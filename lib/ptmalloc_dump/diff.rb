@@ -75,6 +75,9 @@ module PtmallocDump
     # Growth by owner (with Ruby data in both dumps): :by_type, :by_class, :by_data_type (largest
     # growth first) and :native; :old and :young split the Ruby-owned growth by the owners' GC age
     # (growth of old objects is what a leak looks like; young ones may be garbage not yet collected).
+    # When both dumps have roots ({Dump#owners}), also :ruby, :anchored
+    # and :leaked ({ bytes:, count: } growth each), :anchored_by (bytes per root name, largest growth
+    # first) and :leaked_by_size ({ size:, count:, bytes: } growth per chunk size, largest first).
     # @return [Hash, nil]
     def owners
       return nil unless @old.ruby && @new.ruby
@@ -87,7 +90,7 @@ module PtmallocDump
       end
       { by_type: grow.call(:by_type), by_class: grow.call(:by_class), by_data_type: grow.call(:by_data_type),
         native: b[:unattributed_bytes] - a[:unattributed_bytes],
-        old: b[:old_bytes] - a[:old_bytes], young: b[:young_bytes] - a[:young_bytes] }
+        old: b[:old_bytes] - a[:old_bytes], young: b[:young_bytes] - a[:young_bytes], **owner_kind_growth }
     end
 
     # @return [Array(Symbol, String, Integer), nil] the owner that grew most: [:type or :class or
@@ -101,6 +104,30 @@ module PtmallocDump
     end
 
     private
+
+    def owner_kind_growth
+      a = @old.owners
+      b = @new.owners
+      return {} unless a && b
+
+      kinds = %i[ruby anchored leaked].to_h do |k|
+        [k, { bytes: b[k][:bytes] - a[k][:bytes], count: b[k][:count] - a[k][:count] }]
+      end
+      anchors = (a[:anchored_by].keys | b[:anchored_by].keys)
+                .to_h { |n| [n, b[:anchored_by].fetch(n, 0) - a[:anchored_by].fetch(n, 0)] }.sort_by { |_, v| -v }.to_h
+      kinds.merge(anchored_by: anchors, leaked_by_size: leaked_size_growth(a[:leaked_by_size], b[:leaked_by_size]))
+    end
+
+    # from the sizes each dump lists (its 20 with the most leaked bytes)
+    def leaked_size_growth(before, after)
+      old = before.to_h { |e| [e[:size], e] }
+      new = after.to_h { |e| [e[:size], e] }
+      (old.keys | new.keys).map do |size|
+        o = old.fetch(size, { count: 0, bytes: 0 })
+        n = new.fetch(size, { count: 0, bytes: 0 })
+        { size: size, count: n[:count] - o[:count], bytes: n[:bytes] - o[:bytes] }
+      end.sort_by { |e| -e[:bytes] }
+    end
 
     def compute_pages
       @chunks, @page_changes = _compare(@old, @new)

@@ -154,7 +154,8 @@ module PtmallocDump
     # :absent_bytes, :free_resident_bytes (free but still resident: the bloat), :largest_free,
     # per-state figures under :states and the same per arena under :arenas.
     #
-    # With Ruby data, :ruby holds {RubyHeap#summary}. :rss holds {#rss}.
+    # With Ruby data, :ruby holds {RubyHeap#summary}. :rss holds {#rss}. :owners (see {#owners}) says who
+    # keeps the allocated chunks alive; nil for dumps taken with `references: false` or by older versions.
     #
     # @return [Hash{Symbol=>Object}]
     def summary
@@ -162,6 +163,7 @@ module PtmallocDump
         s = _summary
         s[:ruby] = ruby.summary if ruby
         s[:rss] = rss
+        s[:owners] = owners
         s.freeze
       end
     end
@@ -195,6 +197,54 @@ module PtmallocDump
     #   smaps), :read_ns (reading both) and :from_parent (a fork snapshot's, read by the parent)
     def mappings_info
       @mappings_info ||= _mappings_head&.freeze
+    end
+
+    # Allocated chunks by what keeps them alive, found conservatively (any aligned word equal to a
+    # chunk's user address counts as a pointer, and in Ruby memory an Integer of one, as
+    # Fiddle.malloc hands it out): :ruby (owned by a Ruby object or reachable from Ruby-owned
+    # memory), :anchored (reachable from a root: a loaded object's writable data, a thread's stack,
+    # TLS or the dumping thread's registers; directly or through other native chunks) and :leaked
+    # (reachable from neither), each { bytes:, count: }; :anchored_by, anchored bytes per root name
+    # (largest first); :leaked_by_size, the 20 sizes with the most leaked bytes, each { size:,
+    # count:, bytes:, samples: } (up to 5 chunk addresses).
+    #
+    # @return [Hash{Symbol=>Object}, nil] nil when the dump has no roots (`references: false`)
+    def owners
+      return @owners if defined?(@owners)
+
+      @owners = _owners&.then do |o|
+        o.merge(anchored_by: o[:anchored_by].sort_by { |name, bytes| [-bytes, name] }.to_h).freeze
+      end
+    end
+
+    # @param chunk [Chunk, Integer] a chunk or a chunk address
+    # @return [Symbol, nil] :ruby, :anchored or :leaked for an allocated chunk (see {#owners}); nil
+    #   for a chunk that is not allocated, an address where no chunk starts, or a dump without roots
+    def owner_kind_of(chunk)
+      _owner_of(chunk_address(chunk))&.first
+    end
+
+    # @param chunk [Chunk, Integer] a chunk or a chunk address
+    # @return [String, nil] the name of the root an anchored chunk is reached from: the path of a
+    #   loaded object whose writable data holds it (or holds the native chunk that leads to it),
+    #   "stack of thread N", "TLS of thread N" or "registers of thread N"; nil when not anchored
+    def anchor_of(chunk)
+      _owner_of(chunk_address(chunk))&.at(1)
+    end
+
+    # @param chunk [Chunk, Integer] a chunk or a chunk address
+    # @return [Hash, nil] for an anchored chunk, { name:, kind: (:data, :stack, :tls, :registers),
+    #   direct: (whether a word of the root itself holds its address) }
+    def anchor_details(chunk)
+      kind, name, root_kind, direct = _owner_of(chunk_address(chunk))
+      kind == :anchored ? { name: name, kind: root_kind, direct: direct } : nil
+    end
+
+    # The roots the dump scanned.
+    #
+    # @return [Array<Hash>] { start:, end:, kind:, tid:, name: } each; empty without roots
+    def roots
+      @roots ||= _roots.map { |s, e, k, t, n| { start: s, end: e, kind: k, tid: t, name: n }.freeze }.freeze
     end
 
     # Ruby's heap as recorded with the dump: pages, objects and which chunks they own.
@@ -237,6 +287,10 @@ module PtmallocDump
     end
 
     private
+
+    def chunk_address(chunk)
+      chunk.is_a?(Integer) ? chunk : chunk.address
+    end
 
     def flag?(meta, name)
       meta[:flags].anybits?(Format::META_FLAGS.fetch(name))

@@ -5,7 +5,8 @@ require "net/http"
 require "socket"
 
 # A minimal WebDriver client (chromedriver + Debian's chromium, headless) over Net::HTTP: enough to
-# open a page, run a script, read the console log and take a screenshot.
+# open a page, run a script, read the console log, take a screenshot, and move, click and type as a
+# person does (W3C actions: the page sees real pointer and key events).
 class Browser
   CHROMIUM = ENV.fetch("CHROMIUM", "/usr/bin/chromium")
   CHROMEDRIVER = ENV.fetch("CHROMEDRIVER", "/usr/bin/chromedriver")
@@ -47,6 +48,72 @@ class Browser
     command(:post, "execute/sync", script: source, args: [])
   end
 
+  # Runs JavaScript until it returns something truthy (or raises after timeout seconds).
+  def wait_for(source, timeout: 30)
+    deadline = Time.now + timeout
+    loop do
+      value = script(source)
+      return value if value
+      raise "timed out waiting for: #{source}" if Time.now > deadline
+
+      sleep 0.05
+    end
+  end
+
+  # Sets the size of the window's viewport (CSS pixels), whatever the browser's frame adds.
+  def viewport(width, height)
+    command(:post, "window/rect", width: width, height: height)
+    dw, dh = script("return [window.outerWidth - window.innerWidth, window.outerHeight - window.innerHeight]")
+    command(:post, "window/rect", width: width + dw, height: height + dh)
+  end
+
+  # @return [String] the WebDriver id of the first element matching a CSS selector
+  def element(css)
+    command(:post, "element", using: "css selector", value: css).values.first
+  end
+
+  # Moves the real pointer to viewport coordinates (integers, CSS pixels).
+  def move_to(x, y)
+    pointer([{ type: "pointerMove", duration: 0, origin: "viewport", x: x, y: y }])
+  end
+
+  # Moves the pointer there and clicks the left button.
+  def click_at(x, y)
+    pointer([{ type: "pointerMove", duration: 0, origin: "viewport", x: x, y: y },
+             { type: "pointerDown", button: 0 }, { type: "pointerUp", button: 0 }])
+  end
+
+  # Presses the left button at one point, moves to another and releases it there.
+  def drag(x0, y0, x1, y1)
+    pointer([{ type: "pointerMove", duration: 0, origin: "viewport", x: x0, y: y0 }, { type: "pointerDown", button: 0 },
+             { type: "pointerMove", duration: 50, origin: "viewport", x: x1, y: y1 }, { type: "pointerUp", button: 0 }])
+  end
+
+  # Turns the mouse wheel over a point (negative dy: away from the user, up).
+  def wheel_at(x, y, dy)
+    command(:post, "actions", actions: [{ type: "wheel", id: "wheel", actions: [{ type: "scroll", x: x, y: y, deltaX: 0, deltaY: dy, duration: 0, origin: "viewport" }] }])
+    command(:delete, "actions")
+  end
+
+  # Presses and releases keys (WebDriver key values, e.g. "\uE015" for the down arrow) in the focused element.
+  def keys(*values)
+    actions = values.flat_map { |v| [{ type: "keyDown", value: v }, { type: "keyUp", value: v }] }
+    command(:post, "actions", actions: [{ type: "key", id: "keyboard", actions: actions }])
+    command(:delete, "actions")
+  end
+
+  # Clears an input and types text into it, key by key.
+  def type(css, text)
+    id = element(css)
+    command(:post, "element/#{id}/clear", {})
+    command(:post, "element/#{id}/value", text: text)
+  end
+
+  # Clicks an element (WebDriver's element click: scrolled into view, at its centre).
+  def click(css)
+    command(:post, "element/#{element(css)}/click", {})
+  end
+
   # @return [Array<Hash>] console entries (level, message)
   def console
     command(:post, "se/log", type: "browser")
@@ -70,6 +137,11 @@ class Browser
   end
 
   private
+
+  def pointer(actions)
+    command(:post, "actions", actions: [{ type: "pointer", id: "mouse", parameters: { pointerType: "mouse" }, actions: actions }])
+    command(:delete, "actions")
+  end
 
   def wait_ready
     deadline = Time.now + 30

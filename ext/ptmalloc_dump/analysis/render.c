@@ -204,7 +204,7 @@ static void paint_byte_map(const ptmd_view *v, const group *g, uint64_t u0, uint
             int st = ptmd_rec_state(c), shade = (int)(i & 1);
             int in_use = ptmd_state_is_allocated(st);
             int own = owner_mode && in_use ? owner[i] : 0;
-            int free_chunk = owner_mode && ptmd_state_is_free(st) && st != PTMD_ST_TOP;
+            int free_chunk = owner_mode && ptmd_state_is_free(st);
             if (c->addr >= hi_a) break;
             if (e > hi_a) e = hi_a;
             while (a < e) {

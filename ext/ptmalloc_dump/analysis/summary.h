@@ -40,6 +40,12 @@ typedef struct {
     size_t ruby_names_len, n_ruby_names;
     const ptmd_ref *refs;
     size_t n_refs;
+    const ptmd_ref *int_refs;       /* chunk -> chunk through a Fixnum of the user address */
+    size_t n_int_refs;
+    const ptmd_root_rec *roots;     /* NULL when the dump has no ROOTS section */
+    size_t n_roots;
+    const ptmd_root_ref *root_refs;
+    size_t n_root_refs;
     const uint64_t *trim_released;  /* trim_check: bytes malloc_trim(0) released per arena, or NULL */
     size_t n_trim_released;
     /* GC counts and the whole RSS (absent in older dumps) */

@@ -8,6 +8,7 @@
 #include "format/ptmd.h"
 #include "analysis/analysis.h"
 #include "analysis/attribution.h"
+#include "analysis/owners.h"
 #include "analysis/summary.h"
 #include "analysis/rss.h"
 #include "analysis/age.h"
@@ -44,6 +45,9 @@ const ptmd_view *ptmd_rb_dump_view(VALUE dump);
 const ptmd_page_usage *ptmd_rb_dump_usage(VALUE dump);
 const ptmd_attribution *ptmd_rb_dump_attribution(VALUE dump);
 const uint32_t *ptmd_rb_dump_object_order(VALUE dump);   /* Ruby object indices by address */
+const ptmd_owners *ptmd_rb_dump_owners(VALUE dump);       /* NULL when the dump has no roots */
+/* owners_class.c: Dump's owner methods (ruby, anchored or leaked), defined on the Dump class */
+void ptmd_owners_class_init(VALUE cDump);
 
 void ptmd_errors_init(void);
 void ptmd_format_module_init(void);

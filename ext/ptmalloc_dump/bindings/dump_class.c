@@ -20,7 +20,8 @@ typedef struct {
     ptmd_page_usage *usage; /* per page, computed on first use */
     ptmd_attribution attr;  /* chunk owners, computed on first use */
     uint32_t *obj_order;    /* Ruby object indices by address, computed on first use */
-    int attr_ready;
+    ptmd_owners owners;     /* ruby, anchored or leaked per chunk, computed on first use */
+    int attr_ready, owners_ready;
     int loaded;
 } rb_dump_t;
 
@@ -36,6 +37,9 @@ static void dump_free(void *p)
     xfree(d->attr.category);
     xfree(d->attr.direct);
     xfree(d->obj_order);
+    xfree(d->owners.kind);
+    xfree(d->owners.anchor);
+    xfree(d->owners.direct);
     xfree(d);
 }
 
@@ -92,6 +96,22 @@ const ptmd_attribution *ptmd_rb_dump_attribution(VALUE self)
         d->attr_ready = 1;
     }
     return &d->attr;
+}
+
+const ptmd_owners *ptmd_rb_dump_owners(VALUE self)
+{
+    rb_dump_t *d = get_dump(self);
+    if (!ptmd_owners_available(&d->view)) return NULL;
+    if (!d->owners_ready) {
+        const ptmd_attribution *a = ptmd_rb_dump_attribution(self);
+        size_t n = d->view.n_chunks ? d->view.n_chunks : 1;
+        if (!d->owners.kind) d->owners.kind = ALLOC_N(uint8_t, n);
+        if (!d->owners.anchor) d->owners.anchor = ALLOC_N(uint32_t, n);
+        if (!d->owners.direct) d->owners.direct = ALLOC_N(uint8_t, n);
+        if (ptmd_owners_classify(&d->view, a, &d->owners) != 0) rb_raise(rb_eNoMemError, "classifying chunks by owner");
+        d->owners_ready = 1;
+    }
+    return &d->owners;
 }
 
 const uint32_t *ptmd_rb_dump_object_order(VALUE self)
@@ -363,4 +383,5 @@ void ptmd_dump_class_init(void)
     rb_define_method(cDump, "chunk_count", dump_chunk_count, 0);
     rb_define_method(cDump, "file_size", dump_file_size, 0);
     rb_define_method(cDump, "trim_released", dump_trim_released, 0);
+    ptmd_owners_class_init(cDump);
 }

@@ -38,6 +38,8 @@ void ptmd_format_module_init(void)
     rb_define_const(mFormat, "HEAP_KINDS", NAMES(ptmd_heap_kind_names));
     rb_define_const(mFormat, "SYMBOL_SOURCES", NAMES(ptmd_symbol_source_names));
     rb_define_const(mFormat, "RESIDENCY_SOURCES", NAMES(ptmd_residency_source_names));
+    rb_define_const(mFormat, "ROOT_KINDS", NAMES(ptmd_root_kind_names));
+    rb_define_const(mFormat, "OWNER_KINDS", NAMES(ptmd_owner_kind_names));
     rb_define_const(mFormat, "PAGE_CLASSES", NAMES(ptmd_page_class_names));
     rb_define_const(mFormat, "OWNER_CATEGORIES", NAMES(ptmd_owner_category_names));
     rb_define_const(mFormat, "PAGE_CHANGES", NAMES(ptmd_page_change_names));

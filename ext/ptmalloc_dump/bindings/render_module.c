@@ -2,6 +2,7 @@
  * palette for the report's legend. */
 #include "bindings/bindings.h"
 #include "analysis/diff.h"
+#include "analysis/explorer.h"
 #include "analysis/render.h"
 
 #include <string.h>
@@ -88,6 +89,79 @@ static VALUE render_diff_maps(VALUE self, VALUE dump, VALUE outdir, VALUE change
     return images;
 }
 
+/* A binary String of n elements of size each, filled by the caller. */
+static VALUE packed(size_t n, size_t size, void **ptr)
+{
+    VALUE s = rb_str_new(NULL, (long)(n * size));
+    *ptr = RSTRING_PTR(s);
+    return s;
+}
+
+/* The owners' part of Render.explorer_data: chunk -> dense owner, and per owning object its address
+ * (double), type key (type | imemo subtype << 8), class and typed-data name indices (RUBY_NAMES, or
+ * PTMD_NO_NAME). */
+static void explorer_owners(const ptmd_view *v, const ptmd_attribution *a, VALUE h)
+{
+    uint32_t *remap = ZALLOC_N(uint32_t, v->n_ruby_objects ? v->n_ruby_objects : 1);
+    uint32_t *objs = ALLOC_N(uint32_t, v->n_ruby_objects ? v->n_ruby_objects : 1);
+    uint32_t *local, *klass, *dtype, *type;
+    double *addr;
+    size_t n, k;
+    VALUE owners = packed(v->n_chunks, 4, (void **)&local), a_addr, a_klass, a_dtype, a_type, index;
+    n = ptmd_explorer_owners(v, a, local, remap, objs);
+    xfree(remap);
+    a_addr = packed(n, 8, (void **)&addr);
+    a_klass = packed(n, 4, (void **)&klass);
+    a_dtype = packed(n, 4, (void **)&dtype);
+    a_type = packed(n, 4, (void **)&type);
+    index = rb_ary_new_capa((long)n);
+    for (k = 0; k < n; k++) {
+        const ptmd_ruby_object *o = &v->ruby_objects[objs[k]];
+        addr[k] = (double)o->address;
+        klass[k] = o->klass;
+        dtype[k] = o->data_type;
+        type[k] = (uint32_t)o->type | (o->type == T_IMEMO ? (uint32_t)o->subtype << 8 : 0);
+        rb_ary_push(index, ULONG2NUM(objs[k]));
+    }
+    xfree(objs);
+    PTMD_SET(h, "owners", owners);
+    PTMD_SET(h, "categories", rb_str_new((const char *)a->category, (long)v->n_chunks));
+    PTMD_SET(h, "object_index", index);
+    PTMD_SET(h, "object_address", a_addr);
+    PTMD_SET(h, "object_class", a_klass);
+    PTMD_SET(h, "object_data_type", a_dtype);
+    PTMD_SET(h, "object_type", a_type);
+}
+
+/* Render.explorer_data(dump) -> Hash of little-endian packed Strings for the report's explorer:
+ * :sizes (u32 size / 16 per chunk), :states (u8 state | flags << 4), :pages (u8 residency flags |
+ * page class << 4), :refs (u32 from, to pairs); with Ruby data also the owners (explorer_owners). */
+static VALUE render_explorer_data(VALUE self, VALUE dump)
+{
+    const ptmd_view *v = ptmd_rb_dump_view(dump);
+    const ptmd_page_usage *usage = ptmd_rb_dump_usage(dump);
+    VALUE h = rb_hash_new(), sizes, states, pages, refs;
+    uint32_t *sz, *rf;
+    uint8_t *st, *pg;
+    size_t i;
+    PTMD_UNUSED(self);
+    sizes = packed(v->n_chunks, 4, (void **)&sz);
+    states = packed(v->n_chunks, 1, (void **)&st);
+    pages = packed(v->n_pages, 1, (void **)&pg);
+    ptmd_explorer_chunks(v, usage, sz, st, pg);
+    refs = packed(v->n_refs, 8, (void **)&rf);
+    for (i = 0; i < v->n_refs; i++) {
+        rf[2 * i] = v->refs[i].from;
+        rf[2 * i + 1] = v->refs[i].to;
+    }
+    PTMD_SET(h, "sizes", sizes);
+    PTMD_SET(h, "states", states);
+    PTMD_SET(h, "pages", pages);
+    PTMD_SET(h, "refs", refs);
+    if (v->ruby_meta) explorer_owners(v, ptmd_rb_dump_attribution(dump), h);
+    return h;
+}
+
 /* Render.palette -> Hash of colour tables (the legend) */
 static VALUE render_palette(VALUE self)
 {
@@ -115,6 +189,7 @@ void ptmd_render_module_init(void)
     rb_define_module_function(mRender, "maps", render_maps, 5);
     rb_define_module_function(mRender, "diff_maps", render_diff_maps, 3);
     rb_define_module_function(mRender, "palette", render_palette, 0);
+    rb_define_module_function(mRender, "explorer_data", render_explorer_data, 1);
     rb_define_const(mRender, "OWNER_CATEGORIES", rb_const_get(rb_const_get(ptmd_mPtmallocDump, rb_intern("Format")), rb_intern("OWNER_CATEGORIES")));
     rb_define_const(mRender, "BYTES_PER_PIXEL", INT2NUM(PTMD_BYTE_MAP_BYTES_PER_PX));
     rb_define_const(mRender, "PAGE_CELLS_PER_ROW", INT2NUM(PTMD_PAGE_MAP_CELLS_PER_ROW));

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <malloc.h>
+#include <setjmp.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -297,11 +298,28 @@ static void write_sections(ptmd_dump_state *d)
         ptmd_writer_section(wr, PTMD_SEC_RUBY_WORDS, PTMD_BUF_COUNT(&r->words, uint64_t), r->words.base, r->words.len);
         ptmd_writer_section(wr, PTMD_SEC_RUBY_NAMES, r->n_names, r->names.base, r->names.len);
     }
-    if (w->references)
+    if (w->references) {
         ptmd_writer_section(wr, PTMD_SEC_REFS, PTMD_BUF_COUNT(&w->refs, ptmd_ref), w->refs.base, w->refs.len);
+        ptmd_writer_section(wr, PTMD_SEC_INT_REFS, PTMD_BUF_COUNT(&w->int_refs, ptmd_ref), w->int_refs.base, w->int_refs.len);
+        ptmd_writer_section(wr, PTMD_SEC_ROOTS, PTMD_BUF_COUNT(&w->roots, ptmd_root_rec), w->roots.base, w->roots.len);
+        ptmd_writer_section(wr, PTMD_SEC_ROOT_REFS, PTMD_BUF_COUNT(&w->root_refs, ptmd_root_ref), w->root_refs.base,
+                            w->root_refs.len);
+    }
     if (d->trim.base)
         ptmd_writer_section(wr, PTMD_SEC_TRIM_CHECK, PTMD_BUF_COUNT(&d->trim, uint64_t), d->trim.base, d->trim.len);
     write_rss_sections(d);
+}
+
+/* For the roots: the caller's callee-saved registers as they are here (setjmp keeps rbx and r12 to
+ * r15 as they are), and the frame just below this function's caller, above which the dumping
+ * thread's stack is the program's (the callee-saved registers that caller spilled included) and
+ * below which everything is the dump's own. */
+static __attribute__((noinline)) void note_caller(ptmd_walk *w)
+{
+    jmp_buf regs;
+    setjmp(regs);
+    memcpy(w->caller_regs, regs, sizeof(w->caller_regs) < sizeof(regs) ? sizeof(w->caller_regs) : sizeof(regs));
+    w->caller_frame = (uint64_t)(uintptr_t)__builtin_frame_address(0);
 }
 
 void ptmd_dump_init(ptmd_dump_state *d)
@@ -330,6 +348,7 @@ int ptmd_dump_run(ptmd_dump_state *d, const ptmd_dump_opts *o, ptmd_err *err)
     }
     if (ptmd_walk_prepare(&d->w, lc, err) != 0) goto out;
     d->w.references = o->references;
+    note_caller(&d->w);
     if (d->parent) {
         const ptmd_buf *t = &d->parent->threads;
         uint64_t r[2] = { (uint64_t)(uintptr_t)t->base, (uint64_t)(uintptr_t)t->base + t->cap };
@@ -379,9 +398,10 @@ int ptmd_dump_run(ptmd_dump_state *d, const ptmd_dump_opts *o, ptmd_err *err)
     if (ruby_page_rss(d, err) != 0) goto out;
     capture_mappings(d);
     if (ptmd_walk_references(&d->w, err) != 0) goto out;
+    if (ptmd_walk_roots(&d->w, err) != 0) goto out;
     if (o->trim_check && trim_check(d, err) != 0) goto out;
     if (d->ruby.present) {
-        d->ruby.meta.refs_ns = d->w.refs_ns;
+        d->ruby.meta.refs_ns = d->w.refs_ns + d->w.roots_ns;
         if (o->references) d->ruby.meta.flags |= PTMD_RF_REFERENCES;
     }
 
@@ -547,6 +567,12 @@ void ptmd_dump_view(const ptmd_dump_state *d, ptmd_view *v)
     if (w->references) {
         v->refs = (const ptmd_ref *)(const void *)w->refs.base;
         v->n_refs = PTMD_BUF_COUNT(&w->refs, ptmd_ref);
+        v->int_refs = (const ptmd_ref *)(const void *)w->int_refs.base;
+        v->n_int_refs = PTMD_BUF_COUNT(&w->int_refs, ptmd_ref);
+        v->roots = (const ptmd_root_rec *)(const void *)w->roots.base;
+        v->n_roots = PTMD_BUF_COUNT(&w->roots, ptmd_root_rec);
+        v->root_refs = (const ptmd_root_ref *)(const void *)w->root_refs.base;
+        v->n_root_refs = PTMD_BUF_COUNT(&w->root_refs, ptmd_root_ref);
     }
     if (d->trim.base) {
         v->trim_released = (const uint64_t *)(const void *)d->trim.base;

@@ -91,6 +91,18 @@ static uint16_t keep_word(pass_ctx *c, uint64_t x)
     return 1;
 }
 
+/* Records x when it is a Fixnum whose value could be a malloc'd user pointer ((pointer << 1) | 1, as
+ * Fiddle.malloc hands one to Ruby): an embedded ivar or array element holding such an Integer. */
+static uint16_t keep_int(pass_ctx *c, uint64_t x)
+{
+    if ((x & 31) != 1 || (x >> 1) < PTMD_MIN_POINTER || (x >> 1) >= PTMD_MAX_POINTER) return 0;
+    if (ptmd_buf_append(&c->rd->words, &x, sizeof(x)) != 0) {
+        c->oom = 1;
+        return 0;
+    }
+    return 1;
+}
+
 static int each_page(void *start, void *end, size_t stride, void *data)
 {
     pass_ctx *c = data;
@@ -153,10 +165,25 @@ static int each_page(void *start, void *end, size_t stride, void *data)
             if (flags & RSTRING_NOEMBED) kept = keep_word(c, (uint64_t)(uintptr_t)RSTRING(v)->as.heap.ptr);
             break;
         case T_ARRAY:
-            if (!(flags & RARRAY_EMBED_FLAG)) kept = keep_word(c, (uint64_t)(uintptr_t)RARRAY(v)->as.heap.ptr);
+            if (!(flags & RARRAY_EMBED_FLAG)) {
+                kept = keep_word(c, (uint64_t)(uintptr_t)RARRAY(v)->as.heap.ptr);
+#if defined(RARRAY_TRANSIENT_P) && USE_TRANSIENT_HEAP
+                /* Ruby 3.0 to 3.2 keep young arrays' elements in the transient heap (transient_heap.c),
+                 * outside malloc, where the reference scan does not look: their Integers are taken here
+                 * (such a buffer holds at most TRANSIENT_HEAP_ALLOC_MAX, 2 KiB) */
+                if (flags & RARRAY_TRANSIENT_FLAG) {
+                    const VALUE *e = RARRAY(v)->as.heap.ptr;
+                    long n = RARRAY(v)->as.heap.len, i;
+                    for (i = 0; i < n && i < 256 && kept < UINT16_MAX; i++) kept = (uint16_t)(kept + keep_int(c, (uint64_t)e[i]));
+                }
+#endif
+            } else {
+                for (k = 2; k < nw; k++) kept = (uint16_t)(kept + keep_int(c, w[k]));
+            }
             break;
         case T_OBJECT:
             if (!(flags & ROBJECT_EMBED)) kept = keep_word(c, (uint64_t)(uintptr_t)ROBJECT(v)->as.heap.ivptr);
+            else for (k = 2; k < nw; k++) kept = (uint16_t)(kept + keep_int(c, w[k]));
             break;
         case T_HASH:
 #if RUBY_API_VERSION_MAJOR * 100 + RUBY_API_VERSION_MINOR >= 303
@@ -201,7 +228,8 @@ static int each_page(void *start, void *end, size_t stride, void *data)
         case T_FLOAT: case T_RATIONAL: case T_COMPLEX: case T_SYMBOL:
             break;
         default:
-            for (k = 2; k < nw; k++) kept = (uint16_t)(kept + keep_word(c, w[k]));
+            /* a struct's members, a proc's environment, ...: pointers and Integers holding one */
+            for (k = 2; k < nw; k++) kept = (uint16_t)(kept + keep_word(c, w[k]) + keep_int(c, w[k]));
         }
         if (c->oom) return 1;
         o->n_words = kept;

@@ -33,7 +33,16 @@ typedef struct {
     ptmd_buf exclude;               /* sorted {start, end} ranges that hold no malloc chunk (Ruby's pages) */
     int references;                 /* scan in-use chunks for pointers to chunks */
     ptmd_buf refs;                  /* ptmd_ref */
+    ptmd_buf int_refs;              /* ptmd_ref: a word of `from` is a Fixnum of `to`'s user address */
     uint64_t refs_ns;
+    ptmd_buf cmap;                  /* the chunk-start map (refs.c) */
+    size_t cmap_n;
+    uint64_t cmap_words, cmap_lo, cmap_hi, cmap_span;
+    ptmd_buf roots;                 /* ptmd_root_rec (roots.c) */
+    ptmd_buf root_refs;             /* ptmd_root_ref */
+    uint64_t roots_ns;
+    uint64_t caller_frame;          /* the dump's outermost frame: the dumping thread's stack above it */
+    uint64_t caller_regs[8];        /* that thread's callee-saved registers at the dump's entry */
 
     uint64_t lock_wait_ns;
     uint32_t thread_count;
@@ -72,6 +81,14 @@ int ptmd_walk_mmapped(ptmd_walk *w, ptmd_err *err);
 int ptmd_walk_tcaches(ptmd_walk *w, ptmd_err *err);
 int ptmd_walk_residency(ptmd_walk *w, ptmd_err *err);
 int ptmd_walk_references(ptmd_walk *w, ptmd_err *err);
+/* The chunk-start map over the walk's heaps (called by ptmd_walk_references); then the index of
+ * the allocated chunk whose user address is mem, in O(1), or -1. */
+int ptmd_walk_build_chunk_map(ptmd_walk *w);
+long ptmd_refs_chunk_of_mem(const ptmd_walk *w, uint64_t mem);
+/* roots.c: the loaded objects' writable segments, the threads' stacks and TLS and the dumping
+ * thread's registers, scanned for words equal to an allocated chunk's user address (after
+ * ptmd_walk_references, whose map it uses). */
+int ptmd_walk_roots(ptmd_walk *w, ptmd_err *err);
 
 /* helpers shared between the walk files */
 #define PTMD_TCACHE_STRUCT_MAX (PTMD_TCACHE_MAX_BINS_MAX * 10)   /* bound on sizeof (tcache_perthread_struct) */
@@ -90,7 +107,8 @@ int ptmd_walk_sort_heaps(ptmd_walk *w);
  * not take for chunks. One list, so that a buffer added to ptmd_walk is added to both. */
 #define PTMD_WALK_BUFFERS(w)                                                                       \
     &(w)->arenas, &(w)->heaps, &(w)->chunks, &(w)->anomalies, &(w)->threads, &(w)->pages,           \
-        &(w)->lists, &(w)->tcache_cands, &(w)->heap_order, &(w)->ring, &(w)->exclude, &(w)->refs
+        &(w)->lists, &(w)->tcache_cands, &(w)->heap_order, &(w)->ring, &(w)->exclude, &(w)->refs,   \
+        &(w)->int_refs, &(w)->cmap, &(w)->roots, &(w)->root_refs
 
 #define PTMD_W_ARENA(w, i) PTMD_BUF_AT(&(w)->arenas, ptmd_arena_rec, i)
 #define PTMD_W_HEAP(w, i) PTMD_BUF_AT(&(w)->heaps, ptmd_heap_rec, i)

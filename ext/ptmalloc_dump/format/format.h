@@ -50,6 +50,9 @@ enum {
     PTMD_SEC_MAPPINGS = 18,     /* ptmd_mappings_head, ptmd_mapping_rec[count], then the paths' bytes */
     PTMD_SEC_GC = 19,           /* ptmd_gc_rec, count 1: GC.stat's counts at the Ruby pass */
     PTMD_SEC_RUBY_PAGE_RSS = 23, /* uint64[count]: resident bytes of each Ruby page's body (RUBY_PAGES order) */
+    PTMD_SEC_ROOTS = 20,        /* ptmd_root_rec[count]: memory outside malloc scanned for chunk addresses */
+    PTMD_SEC_ROOT_REFS = 21,    /* ptmd_root_ref[count]: root -> chunk pointers */
+    PTMD_SEC_INT_REFS = 26,     /* ptmd_ref[count]: chunk -> chunk as a Ruby Integer ((address << 1) | 1) */
     PTMD_SEC_END = 0xffff
 };
 
@@ -283,7 +286,7 @@ typedef struct {
     uint64_t heap_free_slots;
     uint64_t total_allocated_objects;
     uint64_t pass_ns;               /* the Ruby pass */
-    uint64_t refs_ns;               /* the reference scan */
+    uint64_t refs_ns;               /* the reference scan: chunks, then roots */
     uint32_t flags;                 /* PTMD_RF_* */
     uint32_t heap_tomb_pages;       /* GC.stat: empty pages kept for reuse, which the pass does not see */
 } ptmd_ruby_meta;
@@ -376,6 +379,30 @@ typedef struct {
     uint32_t from, to;              /* chunk indices: a word of `from` equals `to`'s user address */
 } ptmd_ref;
 
+/* What a root range is (ptmd_root_rec.kind). */
+#define PTMD_ROOT_KINDS(X)                                                                         \
+    X(PTMD_ROOT_DATA, 1, "data")              /* a writable PT_LOAD segment of a loaded object */  \
+    X(PTMD_ROOT_STACK, 2, "stack")            /* a thread's stack */                               \
+    X(PTMD_ROOT_TLS, 3, "tls")                /* a thread's static TLS and struct pthread */        \
+    X(PTMD_ROOT_REGISTERS, 4, "registers")    /* the dumping thread's callee-saved registers */
+enum { PTMD_ROOT_KINDS(PTMD_ENUM_CONSTANT) PTMD_ROOT_KIND_COUNT = 5 };
+extern const char *const ptmd_root_kind_names[PTMD_ROOT_KIND_COUNT];
+
+#define PTMD_ROOT_NAME_MAX 96
+typedef struct {
+    uint64_t start, end;            /* the range scanned (end > start) */
+    uint32_t kind;                  /* PTMD_ROOT_* */
+    uint32_t tid;                   /* the thread of a stack, TLS or registers; 0 else */
+    char name[PTMD_ROOT_NAME_MAX];  /* NUL-terminated: the object's path (its tail when longer), or
+                                     * "stack of thread N" ... */
+} ptmd_root_rec;
+
+typedef struct {
+    uint64_t where;                 /* address of the word in the root */
+    uint32_t root;                  /* index into ROOTS */
+    uint32_t chunk;                 /* index into the chunk table: the word equals its user address */
+} ptmd_root_ref;
+
 typedef struct {
     uint32_t type;
     uint32_t reserved;
@@ -407,6 +434,8 @@ _Static_assert(sizeof(ptmd_gc_rec) == 96, "gc record layout");
 _Static_assert(sizeof(ptmd_mappings_head) == 56, "mappings head layout");
 _Static_assert(sizeof(ptmd_mapping_rec) == 88, "mapping record layout");
 _Static_assert(sizeof(ptmd_footer) == 32, "footer layout");
+_Static_assert(sizeof(ptmd_root_rec) == 120, "root record layout");
+_Static_assert(sizeof(ptmd_root_ref) == 16, "root reference layout");
 
 #define PTMD_PREAMBLE_SIZE 16
 #define PTMD_END_SIZE (sizeof(ptmd_section_hdr) + sizeof(ptmd_footer))

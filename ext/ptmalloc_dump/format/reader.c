@@ -35,6 +35,9 @@ static const section_rule rules[] = {
     { PTMD_SEC_MAPPINGS, 0, 0, 1 },
     { PTMD_SEC_GC, sizeof(ptmd_gc_rec), 0, 1 },
     { PTMD_SEC_RUBY_PAGE_RSS, sizeof(uint64_t), 0, 1 },
+    { PTMD_SEC_ROOTS, sizeof(ptmd_root_rec), 0, 1 },
+    { PTMD_SEC_ROOT_REFS, sizeof(ptmd_root_ref), 0, 1 },
+    { PTMD_SEC_INT_REFS, sizeof(ptmd_ref), 0, 1 },
 };
 #define N_RULES (sizeof(rules) / sizeof(rules[0]))
 
@@ -47,6 +50,11 @@ static const char *section_name(uint32_t type)
                                          "heaps", "chunks", "pages", "threads", "anomalies", "ruby_meta",
                                          "ruby_pages", "ruby_objects", "ruby_words", "ruby_names", "refs",
                                          "trim_check" };
+    switch (type) {
+    case PTMD_SEC_ROOTS: return "roots";
+    case PTMD_SEC_ROOT_REFS: return "root_refs";
+    case PTMD_SEC_INT_REFS: return "int_refs";
+    }
     return type < sizeof(names) / sizeof(names[0]) ? names[type] : "unknown";
 }
 
@@ -185,6 +193,33 @@ static int check_rss_sections(const ptmd_view *v, const char *name, ptmd_err *er
     return 0;
 }
 
+/* Roots: a known kind, start < end, a NUL-terminated name; each root reference names an existing
+ * root and chunk and a word inside its root; chunk references through Integers name chunks. The
+ * reference sections come only with the roots. */
+static int check_roots(const ptmd_view *v, const char *name, ptmd_err *err)
+{
+    size_t i;
+    if ((v->root_refs || v->int_refs) && !v->roots) FAIL("%s: root or Integer references without a roots section", name);
+    for (i = 0; i < v->n_roots; i++) {
+        const ptmd_root_rec *r = &v->roots[i];
+        if (r->kind < PTMD_ROOT_DATA || r->kind >= PTMD_ROOT_KIND_COUNT)
+            FAIL("%s: root %zu has an unknown kind %u", name, i, r->kind);
+        if (r->end <= r->start) FAIL("%s: root %zu has bad bounds", name, i);
+        if (!memchr(r->name, 0, sizeof(r->name))) FAIL("%s: root %zu has an unterminated name", name, i);
+    }
+    for (i = 0; i < v->n_root_refs; i++) {
+        const ptmd_root_ref *rr = &v->root_refs[i];
+        if (rr->root >= v->n_roots || rr->chunk >= v->n_chunks)
+            FAIL("%s: root reference %zu names a root or chunk that does not exist", name, i);
+        if (rr->where < v->roots[rr->root].start || rr->where >= v->roots[rr->root].end)
+            FAIL("%s: root reference %zu lies outside its root", name, i);
+    }
+    for (i = 0; i < v->n_int_refs; i++)
+        if (v->int_refs[i].from >= v->n_chunks || v->int_refs[i].to >= v->n_chunks)
+            FAIL("%s: Integer reference %zu names a chunk that does not exist", name, i);
+    return 0;
+}
+
 int ptmd_read_view(const unsigned char *data, size_t len, const char *name, ptmd_view *v, ptmd_err *err)
 {
     uint32_t version, mark;
@@ -269,6 +304,9 @@ int ptmd_read_view(const unsigned char *data, size_t len, const char *name, ptmd
                 break;
             case PTMD_SEC_GC: v->gc = (const void *)payload; if (sh->count != 1) FAIL("%s: bad gc section", name); break;
             case PTMD_SEC_RUBY_PAGE_RSS: v->ruby_page_rss = (const void *)payload; v->n_ruby_page_rss = sh->count; break;
+            case PTMD_SEC_ROOTS: v->roots = (const void *)payload; v->n_roots = sh->count; break;
+            case PTMD_SEC_ROOT_REFS: v->root_refs = (const void *)payload; v->n_root_refs = sh->count; break;
+            case PTMD_SEC_INT_REFS: v->int_refs = (const void *)payload; v->n_int_refs = sh->count; break;
             }
         }
         /* unknown section types of the same format version are skipped */
@@ -328,6 +366,7 @@ int ptmd_read_view(const unsigned char *data, size_t len, const char *name, ptmd
     for (i = 0; i < v->n_refs; i++)
         if (v->refs[i].from >= v->n_chunks || v->refs[i].to >= v->n_chunks)
             FAIL("%s: reference %zu names a chunk that does not exist", name, i);
+    if (check_roots(v, name, err) != 0) return -1;
     for (i = 0; i < v->n_anomalies; i++)
         if (v->anomalies[i].arena != PTMD_NO_ARENA && v->anomalies[i].arena >= v->n_arenas)
             FAIL("%s: anomaly %zu names an arena that does not exist", name, i);

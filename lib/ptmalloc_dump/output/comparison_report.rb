@@ -2,11 +2,74 @@
 
 require "cgi"
 require_relative "../format_helpers"
+require_relative "explorer"
 
 module PtmallocDump
   # The pages `ptmalloc-visualize --diff` and `--compare` write: OUTDIR/index.html, self-contained.
   class ComparisonReport
     include FormatHelpers
+
+    # What each summary figure is called on a page (the names a reader knows, not glibc's field names).
+    LABELS = {
+      arena: "malloc heap (arenas)", in_use_bytes: "in use", in_use_count: "chunks in use",
+      free_resident_bytes: "free but resident", free_released_bytes: "free, released", hblkhd: "mmapped chunks",
+      hblks: "mmapped chunk count", tcache_bytes: "tcache", fastbin_bytes: "fastbins", resident_bytes: "resident",
+      chunk_count: "chunks", private_bytes: "private (this worker only)", shared_bytes: "shared with the parent"
+    }.freeze
+
+    # @param figure [Symbol] a summary key
+    # @return [String] its label
+    def self.label(figure)
+      LABELS.fetch(figure) { figure.to_s.tr("_", " ") }
+    end
+
+    # Ruby owners and leaked bytes of one worker: its top types, classes and (where the dump has them)
+    # defining modules, and native memory (unattributed, or anchored and leaked).
+    #
+    # @param dump [Dump]
+    # @return [Hash] :types, :classes, :modules (Arrays of [name, bytes], largest first, at most 3),
+    #   :native and :leaked (bytes or nil)
+    def self.owners_of(dump)
+      s = dump.summary
+      r = s[:ruby]
+      top = ->(h) { h ? h.sort_by { |_, e| -e[:bytes] }.first(3).map { |k, e| [k.to_s, e[:bytes]] } : [] }
+      { types: top.call(r && r[:by_type]), classes: top.call(r && r[:by_class]), modules: top.call(r && r[:by_module]),
+        native: r && r[:unattributed_bytes], leaked: s.dig(:owners, :leaked, :bytes) }
+    end
+
+    # What makes the most deviant worker deviate: the figures (free but resident, native, leaked, a
+    # Ruby type, class or module) by which it exceeds the median worker most.
+    #
+    # @param fleet [Fleet]
+    # @return [Array<Array(String, Integer)>] [what, bytes above the median], largest first, at most 3
+    def self.deviation_reasons(fleet)
+      d = fleet.most_deviant
+      worker = fleet.dumps.find { |x| x.path == d[:path] }
+      figures = fleet.dumps.to_h { |x| [x, deviation_figures(x)] }
+      names = figures.values.flat_map(&:keys).uniq
+      names.filter_map do |name|
+        values = fleet.dumps.map { |x| figures[x][name].to_i }.sort
+        excess = figures[worker][name].to_i - values[(values.size - 1) / 2]
+        [name, excess] if excess.positive?
+      end.max_by(3) { |_, b| b }
+    end
+
+    def self.deviation_figures(dump)
+      s = dump.summary
+      r = s[:ruby]
+      f = { "free but resident memory" => s[:free_resident_bytes], "mmapped chunks" => s[:hblkhd] }
+      if r
+        f["native memory (no Ruby owner)"] = r[:unattributed_bytes]
+        r[:by_type].each { |k, e| f["#{k} objects"] = e[:bytes] }
+        r[:by_class].each { |k, e| f["#{k} instances"] = e[:bytes] }
+        r[:by_module]&.each { |k, e| f["module #{k}"] = e[:bytes] }
+      else
+        f["memory in use"] = s[:in_use_bytes]
+      end
+      f["leaked memory"] = s.dig(:owners, :leaked, :bytes) if s[:owners]
+      f
+    end
+    private_class_method :deviation_figures
 
     def initialize(outdir)
       @outdir = outdir
@@ -16,7 +79,9 @@ module PtmallocDump
     # @return [String] the path of index.html
     def write_diff(diff)
       images = Render.diff_maps(diff.new, @outdir, diff.page_changes)
-      write("Heap growth of pid #{diff.new.header[:pid]}", diff_body(diff, images))
+      explorer = Explorer.new(diff.new, page_changes: diff.page_changes)
+      explorer.write(@outdir)
+      write("Heap growth of pid #{diff.new.header[:pid]}", diff_body(diff, images, explorer), explorer: true)
     end
 
     # @param fleet [Fleet]
@@ -35,7 +100,7 @@ module PtmallocDump
       n.negative? ? "-#{human_bytes(-n)}" : "+#{human_bytes(n)}"
     end
 
-    def write(title, body)
+    def write(title, body, explorer: false)
       path = File.join(@outdir, "index.html")
       File.write(path, <<~HTML)
         <!DOCTYPE html>
@@ -43,11 +108,12 @@ module PtmallocDump
         <head>
         <meta charset="utf-8" />
         <title>#{h(title)}</title>
-        <style>#{Report.css}</style>
+        <style>#{Report.css}#{explorer ? " #{Explorer.css.gsub(/\s+/, ' ')}" : ''}</style>
         </head>
         <body>
         <h1>#{h(title)}</h1>
         #{body}
+        #{explorer ? "<script>//<![CDATA[\n#{Explorer.script}\n//]]></script>" : ''}
         </body>
         </html>
       HTML
@@ -58,12 +124,12 @@ module PtmallocDump
       "<tr>#{cells.map { |c| "<td>#{c}</td>" }.join}</tr>"
     end
 
-    def diff_body(diff, images)
+    def diff_body(diff, images, explorer)
       g = diff.growth
       c = diff.chunks
       span = diff.new.header[:time] - diff.old.header[:time]
       totals = Diff::FIGURES.map do |f|
-        row(["<span class=\"l\">#{h(f)}</span>", h(f.to_s.end_with?("count", "hblks") ? diff.old.summary[f] : human_bytes(diff.old.summary[f])),
+        row(["<span class=\"l\">#{h(self.class.label(f))}</span>", h(f.to_s.end_with?("count", "hblks") ? diff.old.summary[f] : human_bytes(diff.old.summary[f])),
              h(f.to_s.end_with?("count", "hblks") ? diff.new.summary[f] : human_bytes(diff.new.summary[f])),
              h(f.to_s.end_with?("count", "hblks") ? format("%+d", g[f]) : signed(g[f]))])
       end
@@ -95,6 +161,7 @@ module PtmallocDump
         <h2>In-use chunks by size class</h2>
         <table><tr><th>size class</th><th>before</th><th>after</th><th>chunks</th><th>bytes</th></tr>#{classes.join("\n")}</table>
         #{owners_section(diff)}
+        #{explorer.section}
         <h2>Pages by what changed</h2>
         <div class="legend">#{legend.join("\n")}</div>
         #{maps.join("\n")}
@@ -112,9 +179,17 @@ module PtmallocDump
       who = diff.top_growth_owner
       <<~HTML
         <h2>Growth by owner</h2>
-        <p>Grew most: <b>#{h(who[0])} #{h(who[1])}</b>, #{h(signed(who[2]))}. Native (no Ruby owner): #{h(signed(o[:native]))}.</p>
-        <div class="maps">#{top.call(o[:by_type], 'Ruby type')} #{top.call(o[:by_class], 'class')} #{top.call(o[:by_data_type], 'typed data')}</div>
+        <p>Grew most: <b>#{h(who[0])} #{h(who[1])}</b>, #{h(signed(who[2]))}. Native (no Ruby owner): #{h(signed(o[:native]))}.#{extra_growth(o)}</p>
+        <div class="maps">#{top.call(o[:by_type], 'Ruby type')} #{top.call(o[:by_class], 'class')} #{top.call(o[:by_data_type], 'typed data')}#{o[:by_module] ? " #{top.call(o[:by_module], 'module')}" : ''}</div>
       HTML
+    end
+
+    # Leaked memory and GC age, where both dumps have them.
+    def extra_growth(owners)
+      parts = []
+      parts << " Leaked: #{h(signed(owners[:leaked]))}." if owners[:leaked].is_a?(Integer)
+      parts << " Held by old objects: #{h(signed(owners[:old]))}, by young ones: #{h(signed(owners[:young]))}." if owners[:old].is_a?(Integer) && owners[:young].is_a?(Integer)
+      parts.join
     end
 
     def fleet_body(fleet)
@@ -123,13 +198,30 @@ module PtmallocDump
       end
       t = fleet.totals
       d = fleet.most_deviant
+      reasons = self.class.deviation_reasons(fleet).map { |what, b| "#{h(what)} #{h(signed(b))}" }
       <<~HTML
-        <p>The worker that deviates most: <b>pid #{h(d[:pid])}</b>, #{h(d[:figure].to_s.tr('_', ' '))} #{h(human_bytes(d[:value]))} (#{d[:value]} B)
-        against a median of #{h(human_bytes(d[:median]))} (#{d[:median]} B).</p>
-        <table><tr><th>pid</th>#{Fleet::COLUMNS.map { |c| "<th>#{h(c.to_s.tr('_', ' '))}</th>" }.join}<th class="l">dump</th></tr>
+        <p>The worker that deviates most: <b>pid #{h(d[:pid])}</b>, #{h(self.class.label(d[:figure]))} #{h(human_bytes(d[:value]))} (#{d[:value]} B)
+        against a median of #{h(human_bytes(d[:median]))} (#{d[:median]} B)#{reasons.empty? ? '' : ". Above the median worker: #{reasons.join(', ')}"}.</p>
+        <table><tr><th>pid</th>#{Fleet::COLUMNS.map { |c| "<th>#{h(self.class.label(c))}</th>" }.join}<th class="l">dump</th></tr>
         #{rows.join("\n")}
         <tr><th>fleet</th>#{Fleet::COLUMNS.map { |c| "<th>#{h(human_bytes(t[c]))}</th>" }.join}<th></th></tr></table>
         <p class="sub">private = resident pages this worker alone maps; shared = pages still shared copy-on-write with the parent.</p>
+        #{fleet_owners(fleet)}
+      HTML
+    end
+
+    def fleet_owners(fleet)
+      rows = fleet.dumps.map do |dump|
+        o = self.class.owners_of(dump)
+        list = ->(pairs) { pairs.map { |n, b| "#{h(n)} #{h(human_bytes(b))}" }.join(", ") }
+        text = [o[:types], o[:classes], o[:modules]].map { |pairs| "<td class=\"l\">#{pairs.empty? ? '-' : list.call(pairs)}</td>" }
+        "<tr><td>#{h(dump.header[:pid])}</td>#{text.join}<td>#{h(o[:native] ? human_bytes(o[:native]) : '-')}</td>" \
+          "<td>#{h(o[:leaked] ? human_bytes(o[:leaked]) : '-')}</td></tr>"
+      end
+      <<~HTML
+        <h2>Owners by worker</h2>
+        <table><tr><th>pid</th><th class="l">top Ruby types</th><th class="l">top classes</th><th class="l">top modules</th><th>native</th><th>leaked</th></tr>
+        #{rows.join("\n")}</table>
       HTML
     end
   end

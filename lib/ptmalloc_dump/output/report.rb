@@ -2,10 +2,15 @@
 
 require "cgi"
 require_relative "../format_helpers"
+require_relative "explanation"
+require_relative "explorer"
+require_relative "findings"
 
 module PtmallocDump
-  # Writes OUTDIR/index.html and its PNG maps for one dump: a self-contained page (its own images and
-  # inline CSS only) that shows the state of the heap on its first screen.
+  # Writes OUTDIR/index.html, its PNG maps and the explorer's data (explorer-data.js) for one dump: a
+  # self-contained page (its own files beside it, inline CSS and script, nothing from the network) whose
+  # first screen gives the verdict: the RSS and its parts, the malloc heap, the three largest findings,
+  # the advice and whether the walk reproduced glibc's counters; the evidence follows, the maps last.
   class Report
     include FormatHelpers
 
@@ -46,6 +51,7 @@ module PtmallocDump
     def write
       @images = Render.maps(@dump, @outdir, !@dump.ruby.nil?, @max_tile_pixels, @progress&.fileno)
       @analysis = @dump.analysis
+      Explorer.new(@dump).write(@outdir)
       path = File.join(@outdir, "index.html")
       File.write(path, html)
       path
@@ -73,22 +79,25 @@ module PtmallocDump
         <meta charset="utf-8" />
         <meta name="viewport" content="width=device-width, initial-scale=1" />
         <title>#{h("Heap of pid #{header[:pid]} on #{header[:hostname]}")}</title>
-        <style>#{css}</style>
+        <style>#{css} #{Explorer.css.gsub(/\s+/, ' ')}</style>
         </head>
         <body>
         #{masthead}
-        #{cards}
-        #{legend}
+        #{verdict}
+        #{contents}
         #{ruby_section}
-        #{heaps_section}
-        #{advice_section}
+        #{explorer_section}
         #{reclaimable_section}
         #{fragmentation_section}
         #{arenas_section}
         #{runs_section}
         #{pinned_section}
         #{threads_section}
+        #{maps_section}
         #{process_section}
+        <script>//<![CDATA[
+        #{Explorer.script}
+        //]]></script>
         </body>
         </html>
       HTML
@@ -115,45 +124,157 @@ module PtmallocDump
         img.map { image-rendering: pixelated; border: 1px solid #ccc; display: block; }
         .bar { background: #e31a1c; height: .9em; display: inline-block; } .barcell { text-align: left; width: 22em; }
         .ok { color: #1a7f37; } .warn { color: #b35900; }
+        h2.first { margin-top: .6em; font-size: 1.2em; } .lead { margin: .6em 0 .3em; font-size: 1.1em; }
+        .bigbar { display: flex; height: 2em; border: 1px solid #888; border-radius: 3px; overflow: hidden; }
+        .findings li { margin: .25em 0; font-size: 1.05em; } .advice li { margin: .2em 0; }
+        .verdict .cards { margin: .6em 0; } .check { margin: .5em 0 0; }
+        .banner { background: #fff4d6; border: 1px solid #e0b44c; border-radius: 6px; padding: .4em .8em; margin: .4em 0; }
+        .aside { display: flex; gap: 1.5em; align-items: flex-start; margin-top: 1.2em; }
+        .toc { flex: 0 0 16em; } .toc ol { margin: .3em 0; padding-left: 1.4em; } .toc h2, .howto h2 { margin-top: 0; font-size: 1.1em; }
+        .howto { flex: 1; background: #f7f9fc; border: 1px solid #dde4ee; border-radius: 6px; padding: .6em 1em; }
+        .mapset h3 { content-visibility: auto; } .mapset .maps { content-visibility: auto; contain-intrinsic-size: auto 400px; }
       CSS
     end
 
     def masthead
-      v = @dump.verify
-      check = if v.ok? then %(<span class="ok">reproduces glibc's #{v.mallinfo_name}() and malloc_info() exactly</span>)
-              else %(<span class="warn">#{v.differences.size} figure(s) differ from glibc's, #{v.anomalies.size} anomaly(ies) recorded</span>)
-              end
       <<~HTML
         <h1>Heap of pid #{h(header[:pid])} on #{h(header[:hostname])}</h1>
         <p class="sub">#{h(header[:time].utc.strftime('%Y-%m-%d %H:%M:%S UTC'))} &#183; glibc #{h(header[:glibc_version])} &#183;
-        #{h(header[:ruby_version])} &#183; #{summary[:arena_count]} arena(s), #{h(header[:thread_count])} thread(s) &#183; the walk #{check}</p>
-        <p><b>#{h(human_bytes(summary[:arena] + summary[:hblkhd]))}</b> of malloc memory:
-        #{h(human_bytes(summary[:in_use_bytes] + summary[:mmapped_bytes]))} in use,
-        <b>#{h(human_bytes(summary[:free_resident_bytes]))} free but still resident</b>
-        (#{h(percent(summary[:free_resident_bytes], summary[:resident_bytes]))} of resident malloc memory),
-        #{h(human_bytes(summary[:free_released_bytes]))} free and released; #{h(human_bytes(reclaimable_total))} of it
-        malloc_trim(0) would give back now.</p>
+        #{h(header[:ruby_version])} &#183; #{summary[:arena_count]} arena(s), #{h(header[:thread_count])} thread(s) &#183;
+        #{h(header[:strings]['program'] || '')}</p>
       HTML
+    end
+
+    RSS_PARTS = {
+      malloc_in_use: ["malloc, in use", "#3b73b9"], malloc_free_resident: ["malloc, free but resident", "#e31a1c"],
+      malloc_metadata: ["malloc metadata", "#5b6770"], mmapped_chunks: ["mmapped chunks", "#17a398"],
+      ruby_pages: ["Ruby object pages", "#bcbd22"], stacks: ["thread stacks", "#9467bd"],
+      file_backed: ["mapped files", "#c7c7c7"], other_anonymous: ["other anonymous memory", "#ff7f0e"]
+    }.freeze
+
+    # The first screen: the RSS as one bar, the malloc heap, the findings, the advice, the check.
+    def verdict
+      <<~HTML
+        <section id="verdict" class="verdict">
+        #{caveats}
+        #{rss_bar}
+        #{heap_figures}
+        <h2 class="first">What stands out</h2>
+        <ol class="findings">#{Findings.new(@dump).top(3).map { |f| "<li>#{h(f.text)} <a href=\"##{f.anchor}\">evidence</a></li>" }.join("\n")}</ol>
+        #{advice_list}
+        <p class="check">#{verify_line}</p>
+        </section>
+      HTML
+    end
+
+    # Where this dump's figures may mislead, said before any figure (as memray's banner does).
+    def caveats
+      hd = header
+      notes = []
+      notes << "The walk recorded #{@dump.anomalies.size} anomaly(ies): the heap is damaged, some figures stop where it is." unless @dump.anomalies.empty?
+      notes << "Not every thread was found: tcache memory of the others counts as in use." unless hd[:threads_complete]
+      notes << "glibc #{hd[:glibc_version]} has only mallinfo(), whose counters keep 32 bits: the check against it is partial." if hd[:mallinfo_32bit]
+      notes << "glibc's counters were not captured (the lists are damaged): nothing here is checked against them." unless hd[:oracles_captured]
+      notes << "No Ruby owners: #{hd[:ruby_layer] == :skipped ? "the Ruby pass was skipped (#{hd[:ruby_layer_reason]})" : 'the dump was taken with ruby: false'}." unless @dump.ruby
+      return "" if notes.empty?
+
+      %(<div class="banner">#{notes.map { |n| h(n) }.join('<br />')}</div>)
+    end
+
+    def bar(parts)
+      total = parts.sum { |_, b, _| b }
+      spans = parts.reject { |_, b, _| b.zero? }.map do |label, bytes, color|
+        %(<span title="#{h(label)}: #{h(human_bytes(bytes))}" style="flex:#{bytes} 0 0;background:#{color}"></span>)
+      end
+      keys = parts.reject { |_, b, _| b.zero? }.map do |label, bytes, color|
+        %(<span><span class="sw" style="background:#{color}"></span>#{h(label)} <b>#{h(human_bytes(bytes))}</b> #{h(percent(bytes, total))}</span>)
+      end
+      %(<div class="bigbar">#{spans.join}</div><div class="legend">#{keys.join("\n")}</div>)
+    end
+
+    def rss_bar
+      rss = summary[:rss]
+      unless rss
+        return <<~HTML
+          <p class="lead">Malloc heap <b>#{h(human_bytes(summary[:arena] + summary[:hblkhd]))}</b>, #{h(human_bytes(summary[:resident_bytes]))} of it resident (this dump does not account the rest of the RSS):</p>
+          #{bar(malloc_parts)}
+        HTML
+      end
+      parts = RSS_PARTS.map { |k, (label, color)| [label, rss[k].to_i, color] }
+      vm = rss[:vm_rss] ? " (the kernel's VmRSS at the dump: #{human_bytes(rss[:vm_rss])})" : ""
+      <<~HTML
+        <p class="lead" id="rss">RSS <b>#{h(human_bytes(rss[:total]))}</b>#{h(vm)}:</p>
+        #{bar(parts)}
+      HTML
+    end
+
+    def malloc_parts
+      s = summary
+      pal = Render.palette
+      [["in use", s[:in_use_bytes], pal[:states][:in_use]], ["mmapped chunks", s[:mmapped_bytes], pal[:states][:mmapped]],
+       ["free but resident", s[:free_resident_bytes], pal[:page_classes][:free_resident]],
+       ["free, released or swapped", s[:free_released_bytes] + s[:free_swapped_bytes], pal[:page_classes][:released]],
+       ["allocator metadata", s[:meta_bytes], pal[:states][:meta]]]
+    end
+
+    def heap_figures
+      s = summary
+      <<~HTML
+        <div class="cards">
+        #{card('malloc heap', s[:arena] + s[:hblkhd], "#{s[:arena_count]} arena(s), #{s[:heap_count] - s[:hblks]} heap(s), #{s[:hblks]} mmapped chunk(s)")}
+        #{card('in use', s[:in_use_bytes] + s[:mmapped_bytes], "#{percent(s[:in_use_bytes] + s[:mmapped_bytes], s[:arena] + s[:hblkhd])} of the heap")}
+        #{card('free but resident', s[:free_resident_bytes], "malloc_trim(0) now: #{human_bytes(reclaimable_total)}", css: 'bloat')}
+        #{card('free, released', s[:free_released_bytes], "swapped #{human_bytes(s[:swapped_bytes])}")}
+        #{card('tcache + fastbins', s[:tcache_bytes] + s[:fastbin_bytes], "#{s[:tcache_count]} + #{s[:fastbin_count]} chunks")}
+        </div>
+      HTML
+    end
+
+    def advice_list
+      lines = Advice.new(@dump).lines
+      return %(<h2 id="advice" class="first">Advice</h2><p>Nothing stands out: no figure crosses a threshold for advice.</p>) if lines.empty?
+
+      %(<h2 id="advice" class="first">Advice</h2><ul class="advice">#{lines.map { |l| "<li class=\"advice\">#{h(l.text)}</li>" }.join("\n")}</ul>)
+    end
+
+    def verify_line
+      v = @dump.verify
+      if v.ok?
+        %(<span class="ok">&#10003; The walk reproduces glibc's #{h(v.mallinfo_name)}() and malloc_info() exactly: every figure here adds up to glibc's own.</span>)
+      else
+        %(<span class="warn">&#9888; #{v.differences.size} figure(s) differ from glibc's #{h(v.mallinfo_name)}(), #{v.anomalies.size} anomaly(ies) recorded: read the figures with care (see <a href="#process">Process</a>).</span>)
+      end
+    end
+
+    SECTIONS = [
+      %w[verdict Verdict], %w[owners Where\ the\ heap\ goes], %w[explorer Heap\ explorer], %w[reclaimable Reclaimable\ now],
+      %w[fragmentation Fragmentation], %w[arenas Arenas], %w[runs Largest\ free\ runs], %w[pinned Pinned\ pages],
+      %w[threads Threads], %w[maps Maps], %w[process Process]
+    ].freeze
+
+    def contents
+      <<~HTML
+        <div class="aside">
+        <nav class="toc" id="contents"><h2>Contents</h2><ol>#{SECTIONS.map { |id, t| "<li><a href=\"##{id}\">#{h(t)}</a></li>" }.join}</ol></nav>
+        <div class="howto" id="how-to-read"><h2>How to read this</h2>
+        <p><b>RSS</b> is what the process holds in RAM; the <b>malloc heap</b> is the part glibc's malloc manages:
+        its arenas' heaps and the chunks it mmapped for large requests. A chunk is <b>in use</b> (the program holds
+        it) or <b>free</b> (in a bin, a fastbin, a thread's <b>tcache</b> or the arena's <b>top</b>).
+        <b>Free but resident</b> memory is free to malloc and still in RAM: the program does not use it, the kernel
+        cannot take it back; <code>malloc_trim(0)</code> returns the whole free pages of it. A <b>pinned</b> page is
+        kept in RAM by a few live bytes among free ones. The <b>tcache</b> is a per-thread cache of small free
+        chunks that the arena counts as in use. <b>Owners</b>: a chunk belongs to the Ruby object whose slot (or
+        whose memory) points at it; in-use chunks no Ruby object reaches are <b>native</b>.</p></div>
+        </div>
+      HTML
+    end
+
+    def explorer_section
+      Explorer.new(@dump).section
     end
 
     def card(label, bytes, note = nil, css: nil)
       %(<div class="card#{css ? " #{css}" : ''}"><b>#{h(human_bytes(bytes))}</b>#{h(label)}#{note ? "<br /><small>#{h(note)}</small>" : ''}</div>)
-    end
-
-    def cards
-      s = summary
-      <<~HTML
-        <div class="cards">
-        #{card('heap (arenas)', s[:arena], "#{s[:heap_count] - s[:hblks]} heap(s)")}
-        #{card('in use', s[:in_use_bytes], percent(s[:in_use_bytes], s[:arena]) + ' of the heap')}
-        #{card('free, resident', s[:free_resident_bytes], "reclaimable; malloc_trim now: #{human_bytes(reclaimable_total)}", css: 'bloat')}
-        #{card('free, released', s[:free_released_bytes])}
-        #{card('swapped', s[:swapped_bytes])}
-        #{card('mmapped chunks', s[:hblkhd], "#{s[:hblks]} chunk(s)")}
-        #{card('tcache + fastbins', s[:tcache_bytes] + s[:fastbin_bytes], "#{s[:tcache_count]} + #{s[:fastbin_count]} chunks")}
-        #{card('resident', s[:resident_bytes], "#{human_bytes(s[:resident_bytes] - s[:shared_bytes])} private, #{human_bytes(s[:shared_bytes])} shared with a parent")}
-        </div>
-      HTML
     end
 
     OWNER_LABELS = {
@@ -174,9 +295,10 @@ module PtmallocDump
       pal = Render.palette
       pages = PAGE_CLASS_LABELS.map { |k, label| swatch(pal[:page_classes][k], label) }
       states = STATE_LABELS.map { |k, label| swatch(pal[:states][k], label) }
-      owners = OWNER_LABELS.map { |k, label| swatch(owner_color(k), label) } + [swatch(owner_color(:none), "free (any bin or cache)")]
+      owners = OWNER_LABELS.map { |k, label| swatch(owner_color(k), label) } +
+             [swatch(owner_color(:none), "free (any bin, cache or top)"), swatch(pal[:states][:meta], "allocator metadata")]
       <<~HTML
-        <h2>Legend</h2>
+        <h3>Legend</h3>
         <p>Page maps: one cell per #{h(human_bytes(header[:page_size]))} page, #{Render::PAGE_CELLS_PER_ROW} to a row. A checkered cell is still shared copy-on-write with a parent process.</p>
         <div class="legend">#{pages.join("\n")}</div>
         <p>Byte maps: one pixel per #{Render::BYTES_PER_PIXEL} bytes, #{Render::BYTE_MAP_PAGES_PER_ROW} pages to a row; neighbouring chunks of one state alternate two shades; pale pixels are on pages not resident.</p>
@@ -189,7 +311,7 @@ module PtmallocDump
     def no_ruby_section
       why = header[:ruby_layer] == :skipped ? "the Ruby pass was skipped: #{header[:ruby_layer_reason]}" : "it was taken with ruby: false"
       <<~HTML
-        <h2>Where the heap goes</h2>
+        <h2 id="owners">Where the heap goes</h2>
         <p class="warn">No Ruby owners: this dump holds no Ruby objects (#{h(why)}), so its in-use memory is not divided between Ruby objects and native code.</p>
       HTML
     end
@@ -216,15 +338,48 @@ module PtmallocDump
       end
       pages = @images.select { |im| im[:kind] == :ruby_pages }
       <<~HTML
-        <h2>Where the heap goes</h2>
+        <h2 id="owners">Where the heap goes</h2>
         <p>#{h(human_bytes(r[:owned_bytes]))} of malloc memory is owned by #{r[:objects]} live Ruby objects#{r[:references] ? ' (following pointers between chunks)' : ''},
         #{h(human_bytes(r[:unattributed_bytes]))} is in use by native code that no Ruby object points at.
         Ruby's own object pages: #{r[:pages]} (#{h(human_bytes(r[:ruby_page_bytes]))}#{r[:ruby_pages_in_malloc_bytes].zero? ? ', allocated outside malloc' : ''}).</p>
         <div style="display:flex;height:1.6em;border:1px solid #999;margin:.5em 0">#{bar.join}</div>
         <table><tr><th class="l">what</th><th>bytes</th><th>share</th></tr>#{table.join("\n")}</table>
-        <div class="maps">#{top.call(r[:by_type].transform_keys(&:to_s), 'Ruby type')} #{top.call(r[:by_class], 'class (top 20 of 50 in the JSON)')} #{top.call(r[:by_data_type], 'typed data')}</div>
+        #{holders_paragraph}
+        <div class="maps">#{top.call(r[:by_type].transform_keys(&:to_s), 'Ruby type')} #{top.call(r[:by_class], 'class (top 20 of 50 in the JSON)')} #{top.call(r[:by_data_type], 'typed data')}#{r[:by_module] ? " #{top.call(r[:by_module], 'defining module')}" : ''}</div>
+        #{methods_table}
         #{pages.empty? ? '' : "<h3>Ruby's object pages</h3><p class=\"sub\">one row per page, one cell per slot; live slots coloured like their owners above, free slots white</p><div class=\"maps\">#{pages.map { |im| figure(im, "object pages #{im[:first_unit] + 1}-#{im[:first_unit] + im[:units]}") }.join}</div>"}
       HTML
+    end
+
+    # Native memory by who holds it (anchored by a root, or leaked) and Ruby memory by GC age, where
+    # the dump has those figures.
+    def holders_paragraph
+      o = summary[:owners]
+      r = summary[:ruby]
+      parts = []
+      if o
+        anchors = Array(o[:anchored_by]).max_by(5) { |_, b| b }.map { |n, b| "#{h(n)} #{h(human_bytes(b))}" }
+        parts << "Native memory: #{h(human_bytes(o.dig(:anchored, :bytes)))} anchored by roots#{anchors.empty? ? '' : " (#{anchors.join(', ')})"}, " \
+                 "<b>#{h(human_bytes(o.dig(:leaked, :bytes)))} leaked</b> in #{o.dig(:leaked, :count)} block(s): nothing points at them."
+        sizes = Array(o[:leaked_by_size]).first(5).map do |e|
+          "#{e[:count]} x #{h(human_bytes(e[:size]))} (#{h(human_bytes(e[:bytes]))}; e.g. #{Array(e[:samples]).first(2).map { |a| "<code>#{h(hex(a))}</code>" }.join(', ')})"
+        end
+        parts << "Leaked blocks by size: #{sizes.join('; ')}." unless sizes.empty?
+      end
+      if r[:young_bytes] && r[:old_bytes]
+        parts << "By GC age of the owner: #{h(human_bytes(r[:old_bytes]))} held by old objects, #{h(human_bytes(r[:young_bytes]))} by young ones."
+      end
+      parts.empty? ? "" : "<p>#{parts.join(' ')}</p>"
+    end
+
+    def methods_table
+      methods = summary.dig(:ruby, :methods)
+      return "" if methods.nil? || methods.empty?
+
+      rows = methods.first(15).map do |m|
+        "<tr><td class=\"l\">#{h(m[:module])}##{h(m[:method])}</td><td class=\"l\">#{h(m[:path])}:#{h(m[:line])}</td><td>#{h(human_bytes(m[:bytes]))}</td></tr>"
+      end
+      "<table><tr><th class=\"l\">method</th><th class=\"l\">defined at</th><th>bytes</th></tr>#{rows.join("\n")}</table>"
     end
 
     def group_images(group)
@@ -232,14 +387,25 @@ module PtmallocDump
     end
 
     def figure(im, caption)
-      %(<figure><img class="map" src="#{h(im[:file])}" width="#{im[:width]}" height="#{im[:height]}" alt="#{h(caption)}" /><figcaption>#{h(caption)}</figcaption></figure>)
+      %(<figure><img class="map" loading="lazy" decoding="async" src="#{h(im[:file])}" width="#{im[:width]}" height="#{im[:height]}" alt="#{h(caption)}" /><figcaption>#{h(caption)}</figcaption></figure>)
+    end
+
+    # The PNG maps, last: the explorer above shows the same bytes interactively; the images load as
+    # they scroll into view, so a report of many heaps opens as fast as one of one.
+    def maps_section
+      <<~HTML
+        <h2 id="maps">Maps</h2>
+        <p class="sub">The same heaps as still pictures, one file each (they load as they scroll into view).</p>
+        #{legend}
+        <div class="mapset">#{heaps_section}</div>
+      HTML
     end
 
     def heaps_section
       groups = @dump.heaps.reject { |hp| hp.kind == :mmapped_chunk }.map { |hp| [hp.index, [hp]] }
       mm = @dump.heaps.select { |hp| hp.kind == :mmapped_chunk }
       groups << [:mmapped, mm] unless mm.empty?
-      "<h2>Heaps</h2>\n" + groups.map { |group, heaps| heap_block(group, heaps) }.join("\n")
+      groups.map { |group, heaps| heap_block(group, heaps) }.join("\n")
     end
 
     def heap_block(group, heaps)
@@ -276,15 +442,6 @@ module PtmallocDump
       @analysis[:trim_estimate].sum
     end
 
-    def advice_section
-      lines = Advice.new(@dump).lines
-      items = lines.map { |l| "<li class=\"advice\">#{h(l.text)}</li>" }
-      <<~HTML
-        <h2>Advice</h2>
-        #{lines.empty? ? '<p>Nothing stands out: no figure crosses a threshold for advice.</p>' : "<ul>#{items.join("\n")}</ul>"}
-      HTML
-    end
-
     def reclaimable_section
       rows = @dump.arenas.map do |a|
         s = summary[:arenas][a.index]
@@ -292,7 +449,7 @@ module PtmallocDump
           "<td>#{h(human_bytes(s[:free_resident_bytes]))}</td><td>#{h(human_bytes(@analysis[:trim_estimate][a.index]))}</td></tr>"
       end
       <<~HTML
-        <h2>Reclaimable now</h2>
+        <h2 id="reclaimable">Reclaimable now</h2>
         <p>What <code>malloc_trim(0)</code> would give back: the whole pages inside free chunks (after fastbins are consolidated) and, for the main arena, the top beyond its first page. Memory in tcaches stays.</p>
         #{measured_trim}
         <table><tr><th class="l">arena</th><th class="l">address</th><th>free, resident</th><th>malloc_trim(0) would release</th></tr>
@@ -320,7 +477,7 @@ module PtmallocDump
       end
       small = @analysis[:free_bytes_below_page]
       <<~HTML
-        <h2>Fragmentation</h2>
+        <h2 id="fragmentation">Fragmentation</h2>
         <p>Largest free chunk: <b>#{h(human_bytes(summary[:largest_free]))}</b> (top chunks aside).
         Free memory in chunks smaller than a page: <b>#{h(percent(small, @analysis[:free_bytes_not_top]))}</b>
         (#{h(human_bytes(small))} of #{h(human_bytes(@analysis[:free_bytes_not_top]))}): such memory can only be reused by
@@ -338,7 +495,7 @@ module PtmallocDump
           "<td>#{a[:chunk_count]}</td><td>#{a[:heap_count]}</td></tr>"
       end
       <<~HTML
-        <h2>Arenas</h2>
+        <h2 id="arenas">Arenas</h2>
         <table><tr><th class="l">arena</th><th class="l">address</th><th>heap</th><th>in use</th><th>free, resident</th><th>free, released</th>
         <th>tcache</th><th>fastbins</th><th>top</th><th>largest free</th><th>chunks</th><th>heaps</th></tr>
         #{rows.join("\n")}</table>
@@ -351,7 +508,7 @@ module PtmallocDump
           "<td>#{h(human_bytes(r[:resident]))}</td><td>#{r[:chunks]}</td><td>#{r[:heap]}</td></tr>"
       end
       <<~HTML
-        <h2>The 20 largest free and resident runs</h2>
+        <h2 id="runs">The 20 largest free and resident runs</h2>
         <p>Runs of adjacent free chunks (bins, tcache, fastbins, top), by their resident bytes.</p>
         <table><tr><th class="l">address</th><th>size</th><th>resident</th><th>chunks</th><th>heap</th></tr>
         #{rows.join("\n")}</table>
@@ -365,7 +522,7 @@ module PtmallocDump
           "<td>#{pg[:chunk_count]}</td><td class=\"l\">#{chunks}</td></tr>"
       end
       <<~HTML
-        <h2>Pages pinned by little live data</h2>
+        <h2 id="pinned">Pages pinned by little live data</h2>
         <p>#{@analysis[:pinned_page_count]} resident page(s) hold less than 10% in-use bytes; the rest of each is free but cannot be released. The emptiest:</p>
         <table><tr><th class="l">page</th><th>in use</th><th>chunks</th><th class="l">chunks pinning it</th></tr>
         #{rows.join("\n")}</table>
@@ -378,7 +535,7 @@ module PtmallocDump
           "<td>#{t.tcache_count}</td><td>#{h(human_bytes(t.tcache_bytes))}</td><td class=\"l\">#{h(t.found_by)}</td></tr>"
       end
       <<~HTML
-        <h2>Threads and their tcaches</h2>
+        <h2 id="threads">Threads and their tcaches</h2>
         <table><tr><th class="l">thread</th><th class="l">arena</th><th>tcache chunks</th><th>tcache bytes</th><th class="l">found by</th></tr>
         #{rows.join("\n")}</table>
       HTML
@@ -396,7 +553,7 @@ module PtmallocDump
         ["walk", format("%.1f ms", hd[:walk_ns] / 1e6)], ["dump file", "#{File.basename(@dump.path)} (#{human_bytes(@dump.file_size)})"]
       ]
       <<~HTML
-        <h2>Process</h2>
+        <h2 id="process">Process</h2>
         <table>#{rows.map { |k, v| "<tr><th class=\"l\">#{h(k)}</th><td class=\"l\">#{h(v)}</td></tr>" }.join("\n")}</table>
       HTML
     end

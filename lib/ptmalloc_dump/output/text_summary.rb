@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "../format_helpers"
+require_relative "findings"
 
 module PtmallocDump
   # The plain-text summary of a dump: what `ptmalloc-visualize --summary` and the demo print.
@@ -15,7 +16,7 @@ module PtmallocDump
 
     # @return [String]
     def to_s
-      (process_lines + rss_lines + totals_lines + arena_lines + verify_lines + advice_lines).join("\n") << "\n"
+      (process_lines + findings_lines + totals_lines + rss_lines + owner_lines + arena_lines + verify_lines + advice_lines).join("\n") << "\n"
     end
 
     private
@@ -55,19 +56,48 @@ module PtmallocDump
       "none: the Ruby pass was skipped: #{@h[:ruby_layer_reason]}"
     end
 
-    # The whole RSS by part, and the Ruby-owned bytes by GC age (Dump#rss, RubyHeap#summary).
+    def findings_lines
+      ["what stands out:"] + Findings.new(@dump).top(3).each_with_index.map { |f, i| "#{i + 1}. #{f.text}" } + [""]
+    end
+
+    RSS_LABELS = {
+      malloc_in_use: "malloc, in use", malloc_free_resident: "malloc, free", malloc_metadata: "malloc metadata",
+      mmapped_chunks: "mmapped chunks", ruby_pages: "Ruby pages", stacks: "thread stacks", file_backed: "mapped files",
+      other_anonymous: "other anonymous"
+    }.freeze
+
+    # The RSS by part, where the dump accounts it (dumps with a mappings section).
     def rss_lines
-      lines = []
-      if (r = @s[:rss])
-        parts = %i[malloc_in_use malloc_free_resident malloc_metadata mmapped_chunks ruby_pages stacks file_backed other_anonymous]
-        lines << "RSS #{human_bytes(r[:total])} = " + parts.map { |p| "#{p.to_s.tr('_', ' ')} #{human_bytes(r[p])}" }.join(" + ") +
-                 " (VmRSS #{human_bytes(r[:vm_rss])})"
+      rss = @s[:rss]
+      return [row("rss", "not accounted: this dump has no mappings section"), ""] unless rss
+
+      vm = rss[:vm_rss] ? ", VmRSS #{human_bytes(rss[:vm_rss])} (#{rss[:vm_rss]} B)" : ""
+      lines = [row("rss", "#{human_bytes(rss[:total])} (#{rss[:total]} B)#{vm}")]
+      RSS_LABELS.each do |k, label|
+        lines << format("  %-16s %10s %6s", label, human_bytes(rss[k].to_i), percent(rss[k].to_i, rss[:total]))
       end
-      if (ruby = @s[:ruby]) && ruby[:young_bytes]
-        lines << "Ruby-owned by GC age: old #{human_bytes(ruby[:old_bytes])}, young #{human_bytes(ruby[:young_bytes])}" +
-                 (@h.dig(:gc, :full_gc) ? " (after a full GC)" : " (young objects may be garbage not yet collected)")
+      Array(rss[:files]).first(3).each { |f| lines << format("    %-14s %10s", File.basename(f[:path].to_s), human_bytes(f[:bytes])) }
+      lines << ""
+    end
+
+    # Who owns the memory in use: Ruby by type, class and defining module; native by anchor, and leaked.
+    def owner_lines
+      r = @s[:ruby]
+      return [] unless r
+
+      top = ->(h) { h.first(5).map { |name, e| "#{name} #{human_bytes(e[:bytes])}" }.join(", ") }
+      lines = ["ruby owners:",
+               format("  %-16s %s", "by type", top.call(r[:by_type])),
+               format("  %-16s %s", "by class", top.call(r[:by_class]))]
+      lines << format("  %-16s %s", "by typed data", top.call(r[:by_data_type])) unless r[:by_data_type].empty?
+      lines << format("  %-16s %s", "by module", top.call(r[:by_module])) if r[:by_module]
+      lines << format("  %-16s %s old, %s young", "by GC age", human_bytes(r[:old_bytes]), human_bytes(r[:young_bytes])) if r[:old_bytes]
+      if (o = @s[:owners])
+        lines << format("  %-16s %s in %d block(s)%s", "anchored", human_bytes(o.dig(:anchored, :bytes)), o.dig(:anchored, :count),
+                        Array(o[:anchored_by]).max_by(3) { |_, b| b }.map { |n, b| ", #{n} #{human_bytes(b)}" }.join)
+        lines << format("  %-16s %s in %d block(s)", "leaked", human_bytes(o.dig(:leaked, :bytes)), o.dig(:leaked, :count))
       end
-      lines.empty? ? lines : lines << ""
+      lines << ""
     end
 
     def row(label, text)

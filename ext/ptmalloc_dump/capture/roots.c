@@ -1,0 +1,224 @@
+/* Roots: the memory outside malloc from which a program reaches its chunks, scanned conservatively
+ * (aligned words equal to an allocated chunk's user address) as chap does for cores, but in the live
+ * process:
+ *   - every loaded object's writable PT_LOAD segments (.data, .bss, .got), from dl_iterate_phdr;
+ *   - every thread's stack. Other threads' registers cannot be read from inside the process and
+ *     their stack pointers are unknown, so their whole stack mapping is scanned (below their static
+ *     TLS); the main thread's is the [stack] mapping. The dumping thread's stack is scanned from the
+ *     dump's outermost frame up, so that nothing the dump itself left on the stack counts, and its
+ *     callee-saved registers as they were at the dump's entry;
+ *   - every thread's static TLS and struct pthread (a window around its thread pointer).
+ * Ruby's object pages are not roots (they are anonymous mappings of no object), nor are the dump's
+ * own scratch buffers. Free chunks are never targets, so libc's arena bins, top and tcache lists
+ * (which point at free chunks only) anchor nothing. Every read is fault-free; untouched pages
+ * (pagemap: neither present nor swapped) hold zeros and are skipped. */
+#define _GNU_SOURCE
+#include "capture/walk.h"
+
+#include <errno.h>
+#include <link.h>
+#include <string.h>
+#include <unistd.h>
+
+#define PTMD_ROOTS_BLOCK 8192                   /* words per read */
+#define PTMD_ROOTS_MAX 65536                    /* ranges */
+#define PTMD_TLS_BELOW_MAX (1u << 20)           /* static TLS below the thread pointer, at most */
+#define PTMD_TLS_BELOW_DEFAULT (4u << 10)       /* when no module's TLS block says */
+#define PTMD_TLS_ABOVE (4u << 10)               /* struct pthread above it (2,304 bytes in 2.36) */
+
+typedef struct {
+    ptmd_walk *w;
+    uint64_t tp;                /* the dumping thread's thread pointer, 0 when unknown */
+    uint64_t tls_below;         /* how far below it the static TLS blocks reach */
+    int oom;
+} phdr_ctx;
+
+static char exe_path[PTMD_ROOT_NAME_MAX * 4];
+
+/* The tail of a long path, so that the object's file name survives. */
+static void set_name(ptmd_root_rec *r, const char *name)
+{
+    size_t n = strlen(name);
+    if (n >= PTMD_ROOT_NAME_MAX) name += n - (PTMD_ROOT_NAME_MAX - 1);
+    strncpy(r->name, name, PTMD_ROOT_NAME_MAX - 1);
+    r->name[PTMD_ROOT_NAME_MAX - 1] = 0;
+}
+
+/* "<what> of thread <tid>", without snprintf */
+static void set_thread_name(ptmd_root_rec *r, const char *what, uint32_t tid)
+{
+    char digits[12];
+    size_t n = 0, at;
+    do digits[n++] = (char)('0' + tid % 10); while ((tid /= 10) && n < sizeof(digits));
+    at = strlen(what);
+    memcpy(r->name, what, at);
+    memcpy(r->name + at, " of thread ", 11);
+    at += 11;
+    while (n) r->name[at++] = digits[--n];
+    r->name[at] = 0;
+}
+
+static ptmd_root_rec *add_root(ptmd_walk *w, uint64_t start, uint64_t end, uint32_t kind, uint32_t tid)
+{
+    ptmd_root_rec *r;
+    if (end <= start || PTMD_BUF_COUNT(&w->roots, ptmd_root_rec) >= PTMD_ROOTS_MAX) return NULL;
+    r = ptmd_buf_push(&w->roots, sizeof(*r));
+    if (!r) return NULL;
+    r->start = start & ~7ull;
+    r->end = end;
+    r->kind = kind;
+    r->tid = tid;
+    return r;
+}
+
+static int each_object(struct dl_phdr_info *info, size_t size, void *data)
+{
+    phdr_ctx *c = data;
+    const char *name = info->dlpi_name;
+    int i;
+    PTMD_UNUSED(size);
+    /* x86-64 (TLS_TCB_AT_TP): every thread's static TLS blocks lie at the same offsets below its
+     * thread pointer; the dumping thread's own blocks (dlpi_tls_data) tell how far down they reach */
+    if (c->tp && info->dlpi_tls_data) {
+        uint64_t d = (uint64_t)(uintptr_t)info->dlpi_tls_data;
+        if (d < c->tp && c->tp - d <= PTMD_TLS_BELOW_MAX && c->tp - d > c->tls_below) c->tls_below = c->tp - d;
+    }
+    if (!name || !name[0]) {
+        if (!exe_path[0]) {
+            ssize_t n = readlink("/proc/self/exe", exe_path, sizeof(exe_path) - 1);
+            if (n > 0) exe_path[n] = 0;
+            else memcpy(exe_path, "[executable]", 13);
+        }
+        name = exe_path;
+    }
+    for (i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        ptmd_root_rec *r;
+        if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_W) || !ph->p_memsz) continue;
+        r = add_root(c->w, info->dlpi_addr + ph->p_vaddr, info->dlpi_addr + ph->p_vaddr + ph->p_memsz, PTMD_ROOT_DATA, 0);
+        if (!r) {
+            c->oom = PTMD_BUF_COUNT(&c->w->roots, ptmd_root_rec) < PTMD_ROOTS_MAX;
+            return c->oom;
+        }
+        set_name(r, name);
+    }
+    return 0;
+}
+
+static const ptmd_map *stack_mapping(const ptmd_walk *w)
+{
+    const ptmd_map *m = (const ptmd_map *)(const void *)w->maps.maps.base;
+    size_t i;
+    for (i = 0; i < w->maps.count; i++)
+        if (m[i].kind == PTMD_MAPKIND_STACK) return &m[i];
+    return NULL;
+}
+
+static int thread_roots(ptmd_walk *w, uint64_t tls_below)
+{
+    size_t i, n = PTMD_BUF_COUNT(&w->threads, ptmd_thread_rec);
+    /* the process dumped: a snapshot child describes its parent */
+    uint32_t pid = (uint32_t)(w->given_threads ? getppid() : getpid());
+    const ptmd_map *main_stack = stack_mapping(w);
+    for (i = 0; i < n; i++) {
+        const ptmd_thread_rec t = *PTMD_BUF_AT(&w->threads, ptmd_thread_rec, i);
+        const ptmd_map *m = t.pthread ? ptmd_maps_find(&w->maps, t.pthread) : NULL;
+        int current = (t.flags & PTMD_TF_CURRENT) != 0;
+        uint64_t tls_lo, lo, hi;
+        ptmd_root_rec *r;
+        /* a thread pointer in malloc's own [heap] would make chunks roots */
+        if (!m || m->kind == PTMD_MAPKIND_BRK) continue;
+        tls_lo = t.pthread - m->start > tls_below ? t.pthread - tls_below : m->start;
+        hi = m->end - t.pthread > PTMD_TLS_ABOVE ? t.pthread + PTMD_TLS_ABOVE : m->end;
+        if (!(r = add_root(w, tls_lo, hi, PTMD_ROOT_TLS, t.tid))) return -1;
+        set_thread_name(r, "TLS", t.tid);
+        if (t.tid == pid) {
+            /* the main thread's stack is [stack]; its TLS was allocated by ld.so elsewhere */
+            if (!main_stack) continue;
+            lo = main_stack->start;
+            hi = main_stack->end;
+        } else {
+            /* a thread's stack block holds its stack, then its static TLS and struct pthread on top */
+            lo = m->start;
+            hi = tls_lo;
+        }
+        if (current && w->caller_frame >= lo && w->caller_frame < hi) lo = w->caller_frame;
+        if (!(r = add_root(w, lo, hi, PTMD_ROOT_STACK, t.tid))) continue;
+        set_thread_name(r, "stack", t.tid);
+        if (current) {
+            uint64_t regs = (uint64_t)(uintptr_t)w->caller_regs;
+            if (!(r = add_root(w, regs, regs + sizeof(w->caller_regs), PTMD_ROOT_REGISTERS, t.tid))) return -1;
+            set_thread_name(r, "registers", t.tid);
+        }
+    }
+    return 0;
+}
+
+static int scan_words(ptmd_walk *w, uint32_t root, uint64_t at, const uint64_t *buf, uint64_t n)
+{
+    uint64_t k;
+    for (k = 0; k < n; k++) {
+        uint64_t v = buf[k];
+        long ci;
+        ptmd_root_ref *rr;
+        if (v - w->cmap_lo >= w->cmap_span || (ci = ptmd_refs_chunk_of_mem(w, v)) < 0) continue;
+        if (!(rr = ptmd_buf_push(&w->root_refs, sizeof(*rr)))) return -1;
+        rr->where = at + k * 8;
+        rr->root = root;
+        rr->chunk = (uint32_t)ci;
+    }
+    return 0;
+}
+
+/* One root, block by block: pages never touched are skipped, a block that cannot be read whole is
+ * read page by page (a thread may exit and unmap its stack meanwhile). */
+static int scan_root(ptmd_walk *w, uint32_t root)
+{
+    uint64_t buf[PTMD_ROOTS_BLOCK];   /* on the stack below the dump's outermost frame: not scanned */
+    uint8_t flags[PTMD_ROOTS_BLOCK * 8 / 4096 + 2];
+    const ptmd_root_rec r = *PTMD_BUF_AT(&w->roots, ptmd_root_rec, root);
+    uint64_t ps = w->page_size, p = r.start;
+    while (p < r.end) {
+        uint64_t n = (r.end - p) / 8, first = p & ~(ps - 1), np, k, any = 0;
+        if (n > PTMD_ROOTS_BLOCK) n = PTMD_ROOTS_BLOCK;
+        if (!n) break;
+        np = (p + n * 8 - 1 - first) / ps + 1;
+        if (np > sizeof(flags)) np = sizeof(flags);
+        if (r.kind == PTMD_ROOT_REGISTERS || ptmd_pagemap_read(&w->pagemap, first, np, flags) != 0) any = 1;
+        else
+            for (k = 0; k < np; k++) any |= flags[k] & (PTMD_PAGE_PRESENT | PTMD_PAGE_SWAPPED);
+        if (any) {
+            if (ptmd_safe_read(&w->mem, p, buf, n * 8) == 0) {
+                if (scan_words(w, root, p, buf, n) != 0) return -1;
+            } else {
+                uint64_t q = p, end = p + n * 8;
+                while (q < end) {
+                    uint64_t m = ((q & ~(ps - 1)) + ps < end ? (q & ~(ps - 1)) + ps : end) - q;
+                    if (ptmd_safe_read(&w->mem, q, buf, m) == 0 && scan_words(w, root, q, buf, m / 8) != 0) return -1;
+                    q += m;
+                }
+            }
+        }
+        p += n * 8;
+    }
+    return 0;
+}
+
+int ptmd_walk_roots(ptmd_walk *w, ptmd_err *err)
+{
+    phdr_ctx c = { w, 0, 0, 0 };
+    uint32_t i, n = (uint32_t)PTMD_BUF_COUNT(&w->threads, ptmd_thread_rec);
+    uint64_t t0 = ptmd_now_ns();
+    if (!w->references) return 0;
+    for (i = 0; i < n; i++)
+        if (PTMD_BUF_AT(&w->threads, ptmd_thread_rec, i)->flags & PTMD_TF_CURRENT)
+            c.tp = PTMD_BUF_AT(&w->threads, ptmd_thread_rec, i)->pthread;
+    dl_iterate_phdr(each_object, &c);
+    if (!c.tls_below) c.tls_below = PTMD_TLS_BELOW_DEFAULT;
+    if (c.oom || thread_roots(w, (c.tls_below + 63) & ~63ull) != 0) return ptmd_fail_sys(err, errno, "root table", "mmap");
+    n = (uint32_t)PTMD_BUF_COUNT(&w->roots, ptmd_root_rec);
+    for (i = 0; i < n; i++)
+        if (scan_root(w, i) != 0) return ptmd_fail_sys(err, errno, "root references", "mmap");
+    w->roots_ns = ptmd_now_ns() - t0;
+    return 0;
+}

@@ -1,0 +1,183 @@
+# frozen_string_literal: true
+
+require_relative "../format_helpers"
+
+module PtmallocDump
+  # What one address of a dump is (`ptmalloc-visualize --explain ADDR DUMP`): the heap or Ruby page
+  # that holds it, its chunk with state and bin, the chunk's owner, and the residency of its page.
+  # The explorer's panel shows the same for the chunk under the pointer.
+  class Explanation
+    include FormatHelpers
+
+    # @param dump [Dump]
+    # @param address [Integer]
+    def initialize(dump, address)
+      @dump = dump
+      @address = address
+    end
+
+    # glibc's bin for a free chunk's state and size (malloc.c: csize2tidx, fastbin_index,
+    # smallbin_index, largebin_index_64), or nil.
+    #
+    # @return [String, nil]
+    def self.bin_of(state, size)
+      case state
+      when :tcache then "tcache bin #{(size - 32) / 16} (#{size} B chunks)"
+      when :fastbin then "fastbin #{(size >> 4) - 2} (#{size} B chunks)"
+      when :smallbin then "small bin #{size >> 4}"
+      when :largebin then "large bin #{largebin_index(size)}"
+      when :unsorted then "unsorted bin"
+      end
+    end
+
+    def self.largebin_index(sz)
+      if (sz >> 6) <= 48 then 48 + (sz >> 6)
+      elsif (sz >> 9) <= 20 then 91 + (sz >> 9)
+      elsif (sz >> 12) <= 10 then 110 + (sz >> 12)
+      elsif (sz >> 15) <= 4 then 119 + (sz >> 15)
+      elsif (sz >> 18) <= 2 then 124 + (sz >> 18)
+      else 126
+      end
+    end
+
+    # @return [Hash] :address, :heap, :chunk, :owner, :holder, :page, :ruby_slot, :references (each
+    #   nil when it does not apply)
+    def to_h
+      @to_h ||= begin
+        heap = @dump.heaps.find { |h| h.range.cover?(@address) }
+        chunk = heap && @dump.chunk_containing(@address)
+        {
+          address: hex(@address),
+          heap: heap && heap_h(heap),
+          chunk: chunk && chunk_h(chunk),
+          owner: chunk && owner_h(chunk),
+          holder: chunk && holder(chunk),
+          page: heap && page_h(heap),
+          ruby_slot: heap ? nil : ruby_slot,
+          references: chunk && references(chunk)
+        }
+      end
+    end
+
+    # @return [String] the text `--explain` prints
+    def to_s
+      e = to_h
+      lines = []
+      if e[:heap]
+        hp = e[:heap]
+        lines << "#{e[:address]} is in heap #{hp[:index]} (#{hp[:kind]}#{hp[:arena] ? " of arena #{hp[:arena]}" : ''}, #{hp[:start]}-#{hp[:end]})"
+      elsif e[:ruby_slot]
+        s = e[:ruby_slot]
+        lines << "#{e[:address]} is in a Ruby object page (#{s[:page]}), slot #{s[:slot]}: #{s[:object] || 'a free slot'}"
+      else
+        lines << "#{e[:address]} is in no heap, mmapped chunk or Ruby object page of this dump"
+      end
+      if (c = e[:chunk])
+        lines << row("chunk", "#{c[:address]}, #{c[:size]} B#{c[:size] >= 1024 ? " (#{human_bytes(c[:size])})" : ''}, the address is #{c[:where]}")
+        lines << row("state", [c[:state], c[:bin], *c[:flags]].compact.join("; "))
+        lines << row("owner", e[:owner][:text])
+        lines << row("holder", e[:holder]) if e[:holder]
+      elsif e[:heap]
+        lines << row("chunk", "none: the walk did not reach this address")
+      end
+      lines << row("page", "#{e[:page][:address]}: #{e[:page][:residency]}#{e[:page][:exclusive] == false ? ', shared with a parent' : ''}") if e[:page]
+      if (r = e[:references])
+        lines << row("points at", list(r[:points_at]))
+        lines << row("pointed at by", list(r[:pointed_at_by]))
+      end
+      lines.join("\n") << "\n"
+    end
+
+    private
+
+    def row(label, text)
+      format("%-14s %s", label, text)
+    end
+
+    def list(addrs)
+      addrs.empty? ? "nothing" : "#{addrs.size} chunk(s): #{addrs.first(8).join(', ')}#{addrs.size > 8 ? ', ...' : ''}"
+    end
+
+    def heap_h(heap)
+      { index: heap.index, kind: heap.kind, arena: heap.arena&.index, start: hex(heap.start), end: hex(heap.end) }
+    end
+
+    def chunk_h(chunk)
+      off = @address - chunk.address
+      flags = []
+      flags << "a thread's tcache_perthread_struct" if chunk.tcache_struct?
+      flags << "named by an anomaly" if chunk.anomaly?
+      flags << "the arena's last_remainder" if chunk.flags.anybits?(ChunkFlags::LAST_REMAINDER)
+      { address: hex(chunk.address), size: chunk.size, state: chunk.state, bin: self.class.bin_of(chunk.state, chunk.size),
+        user_address: hex(chunk.user_address), offset: off, flags: flags,
+        where: off < 16 ? "in its header (byte #{off})" : "#{off - 16} B into its user data" }
+    end
+
+    def owner_h(chunk)
+      ruby = @dump.ruby
+      return { text: "no Ruby data in this dump" } unless ruby
+
+      o = ruby.owner_of(chunk)
+      category = ruby.category_of(chunk)
+      return { text: category.to_s, category: category } unless o
+
+      type = o.imemo_type ? "#{o.type} (#{o.imemo_type})" : o.type.to_s
+      { text: "#{type} #{o.class_name}#{o.data_type ? " (#{o.data_type})" : ''} at #{hex(o.address)}",
+        category: category, type: o.type, imemo_type: o.imemo_type, class: o.class_name, data_type: o.data_type,
+        object_address: hex(o.address) }
+    end
+
+    def holder(chunk)
+      return nil unless @dump.respond_to?(:owner_kind_of)
+
+      case @dump.owner_kind_of(chunk)
+      when :anchored then "anchored#{(a = @dump.anchor_of(chunk)) ? " by #{a}" : ''}"
+      when :leaked then "leaked: nothing reaches it"
+      when :ruby then "a Ruby object"
+      end
+    end
+
+    def page_h(heap)
+      pm = @dump.pages[heap.index]
+      ps = @dump.header[:page_size]
+      { address: hex(@address & ~(ps - 1)), residency: pm.state_at(@address), exclusive: pm.exclusive?(@address) }
+    end
+
+    def ruby_slot
+      ruby = @dump.ruby
+      page = ruby&.pages&.find { |p| (p.start...p.end).cover?(@address) }
+      return nil unless page
+
+      slot = (@address - page.start) / page.stride
+      object = ruby.object_at(page.start + slot * page.stride)
+      { page: "#{hex(page.start)}-#{hex(page.end)}", slot: slot, object: object&.inspect }
+    end
+
+    def references(chunk)
+      refs = Render.explorer_data(@dump)[:refs]
+      return nil if refs.empty?
+
+      index = chunk_index(chunk)
+      out = []
+      into = []
+      refs.unpack("V*").each_slice(2) do |from, to|
+        out << to if from == index
+        into << from if to == index
+      end
+      { points_at: out.map { |i| hex(@dump.chunk_by_index(i).address) }, pointed_at_by: into.map { |i| hex(@dump.chunk_by_index(i).address) } }
+    end
+
+    def chunk_index(chunk)
+      before = @dump.heaps.take_while { |h| h.index != chunk.heap.index }.sum(&:chunk_count)
+      lo = before
+      hi = before + chunk.heap.chunk_count - 1
+      while lo < hi
+        mid = (lo + hi + 1) / 2
+        if @dump.chunk_by_index(mid).address <= chunk.address then lo = mid
+        else hi = mid - 1
+        end
+      end
+      lo
+    end
+  end
+end

@@ -1,0 +1,180 @@
+# frozen_string_literal: true
+
+require "json"
+
+module PtmallocDump
+  # The data of the report's heap explorer: every chunk, page and owning Ruby object of a dump as packed
+  # little-endian arrays (base64), written to OUTDIR/explorer-data.js, a script that hands them to the
+  # page (a file:// page may load a script beside it, but not fetch() a file). The page's own code is
+  # assets/explorer.js.
+  class Explorer
+    DATA_FILE = "explorer-data.js"
+    ASSETS = File.expand_path("assets", __dir__)
+    # the keys of {#data} that hold base64 of packed arrays
+    PACKED = %i[sizes states8 pages refs owners categories8 objAddress objClass objDataType objType ownerKinds anchorIds
+                pageChanges].freeze
+
+    # @param dump [Dump]
+    # @param page_changes [String, nil] for a comparison: {Diff#page_changes} of this (the newer) dump,
+    #   which the explorer can colour pages by
+    def initialize(dump, page_changes: nil)
+      @dump = dump
+      @page_changes = page_changes
+    end
+
+    # @return [String] the explorer's HTML (its script runs from the page's end, see {.script})
+    def section
+      modes = { "state" => "state", "owner" => "owner", "residency" => "residency", "pages" => "page class" }
+      modes = { "change" => "what changed" }.merge(modes) if @page_changes
+      radios = modes.map.with_index do |(v, label), i|
+        %(<label><input type="radio" name="xp-mode" value="#{v}"#{i.zero? ? ' checked="checked"' : ''} /> #{label}</label>)
+      end
+      <<~HTML
+        <h2 id="explorer">Heap explorer</h2>
+        <p class="sub">Every chunk of every heap. Wheel to zoom (down to one byte a pixel) and drag to move; on the minimap at the right,
+        click to go somewhere, drag over a range to zoom to it. Hover for the chunk under the pointer, click to pin it. Search an address (0x...), a class, a typed-data type, a Ruby type
+        (T_STRING), a state (tcache, smallbin ...) or an owner category (native, string ...).</p>
+        <form id="xp-form" class="xp-bar"><select id="xp-view"></select>
+        <span>colour by #{radios.join(' ')}</span>
+        <input id="xp-search" type="search" placeholder="0x7f..., String, tcache, native ..." />
+        <button type="submit">search</button>
+        <button type="button" id="xp-fit">whole heap</button><button type="button" id="xp-out">&#8722;</button><button type="button" id="xp-in">+</button>
+        <span id="xp-status">loading the chunk data ...</span></form>
+        <div class="xp"><canvas id="xp-map" tabindex="0" role="img" aria-label="the heap, one chunk per run of pixels: arrow keys move, + and - zoom" width="#{ExplorerGeometry::WIDTH}" height="#{ExplorerGeometry::HEIGHT}"></canvas>
+        <canvas id="xp-mini" role="img" aria-label="the whole heap; the frame is the part shown" width="64" height="#{ExplorerGeometry::HEIGHT}"></canvas><div id="xp-panel"><p>Hover over the map.</p></div></div>
+        <p class="sub" id="xp-zoom"></p>
+        <div id="xp-legend"></div>
+        <div id="xp-results"></div>
+      HTML
+    end
+
+    # @return [String] the page's script (inline in index.html)
+    def self.script
+      File.read(File.join(ASSETS, "explorer.js"))
+    end
+
+    # @return [String] the explorer's stylesheet (inline in index.html)
+    def self.css
+      File.read(File.join(ASSETS, "explorer.css"))
+    end
+
+    # Writes OUTDIR/explorer-data.js.
+    # @param outdir [String]
+    # @return [String] its path
+    def write(outdir)
+      path = File.join(outdir, DATA_FILE)
+      d = data
+      packed = d.slice(*PACKED)
+      File.open(path, "w") do |f|
+        # the packed arrays are base64, which JSON needs no escaping for: written as they are
+        f.write("ptmdExplorerData(Object.assign(#{JSON.generate(d.reject { |k, _| PACKED.include?(k) })}, {")
+        packed.each_with_index do |(key, b64), i|
+          f.write(%(#{i.zero? ? '' : ','}"#{key}":"))
+          f.write(b64)
+          f.write('"')
+        end
+        f.write("}));\n")
+      end
+      path
+    end
+
+    # The views the explorer offers: one per arena heap, and one for all mmapped chunks laid end to
+    # end (in file order), as {ExplorerGeometry} lays them out too.
+    #
+    # @return [Array<Hash>] :group (a heap index or :mmapped), :heaps (Array<Heap>), :label
+    def views
+      arena = @dump.heaps.reject { |h| h.kind == :mmapped_chunk }.map do |h|
+        where = h.kind == :sbrk ? "main arena (sbrk)" : "arena #{h.arena&.index}"
+        { group: h.index, heaps: [h], label: "heap #{h.index}: #{where}, #{FormatHelpers.hex(h.start)}, #{FormatHelpers.human_bytes(h.size)}" }
+      end
+      mm = @dump.heaps.select { |h| h.kind == :mmapped_chunk }
+      arena << { group: :mmapped, heaps: mm, label: "#{mm.size} mmapped chunk(s), #{FormatHelpers.human_bytes(mm.sum(&:size))}" } unless mm.empty?
+      arena
+    end
+
+    # @return [Hash] what explorer-data.js passes to the page
+    def data
+      packed = Render.explorer_data(@dump)
+      d = {
+        pageSize: @dump.header[:page_size],
+        heaps: heap_table,
+        views: views.map { |v| { group: v[:group].to_s, heaps: v[:heaps].map(&:index), label: v[:label] } },
+        states: STATES.map(&:to_s),
+        pageClasses: Format::PAGE_CLASSES.map(&:to_s),
+        categories: Format::OWNER_CATEGORIES.map(&:to_s),
+        palette: Render.palette,
+        chunkCount: @dump.chunk_count,
+        sizes: b64(packed[:sizes]), states8: b64(packed[:states]), pages: b64(packed[:pages]),
+        refs: b64(packed[:refs]), references: !packed[:refs].empty?
+      }
+      d.merge!(ruby_tables(packed)) if packed[:owners]
+      d.merge!(pageChanges: b64(@page_changes), changeNames: Format::PAGE_CHANGES.map(&:to_s)) if @page_changes
+      d.merge!(owner_kinds) if @dump.respond_to?(:owner_kind_of)
+      d
+    end
+
+    private
+
+    def b64(str)
+      [str].pack("m0")
+    end
+
+    def heap_table
+      first_chunk = 0
+      first_page = 0
+      @dump.heaps.zip(@dump.pages).map do |h, pm|
+        row = { index: h.index, kind: h.kind.to_s, arena: h.arena&.index, start: h.start, end: h.end,
+                pageBase: pm.page_base, firstPage: first_page, pages: pm.size, firstChunk: first_chunk, chunks: h.chunk_count }
+        first_chunk += h.chunk_count
+        first_page += pm.size
+        row
+      end
+    end
+
+    # Names of the owning objects' classes, typed-data types and types: each read once, from one
+    # object that has it, through RubyHeap's public API.
+    def ruby_tables(packed)
+      ruby = @dump.ruby
+      index = packed[:object_index]
+      names = {}
+      dnames = {}
+      tnames = {}
+      [[packed[:object_class], names, ->(o) { o.class_name }],
+       [packed[:object_data_type], dnames, ->(o) { o.data_type }],
+       [packed[:object_type], tnames, ->(o) { o.imemo_type ? "#{o.type} (#{o.imemo_type})" : o.type.to_s }]].each do |bytes, table, name|
+        bytes.unpack("V*").each_with_index do |key, k|
+          next if table.key?(key)
+
+          table[key] = utf8_or_nil(name.call(ruby.object(index[k])))
+        end
+      end
+      {
+        owners: b64(packed[:owners]), categories8: b64(packed[:categories]),
+        objAddress: b64(packed[:object_address]), objClass: b64(packed[:object_class]),
+        objDataType: b64(packed[:object_data_type]), objType: b64(packed[:object_type]),
+        classNames: names, dataTypeNames: dnames, typeNames: tnames
+      }
+    end
+
+    def utf8_or_nil(str)
+      str && FormatHelpers.utf8(str)
+    end
+
+    # Who holds each in-use chunk (Ruby, anchored by a root, or leaked), where the dump says so: one
+    # byte per chunk (0 unknown, 1 ruby, 2 anchored, 3 leaked), and per chunk the anchor's name + 1
+    # (u16, 0 none) with the names.
+    def owner_kinds
+      kinds = { ruby: 1, anchored: 2, leaked: 3 }
+      anchors = {}
+      bytes = String.new(capacity: @dump.chunk_count, encoding: Encoding::BINARY)
+      ids = []
+      @dump.each_chunk do |c|
+        kind = @dump.owner_kind_of(c)
+        bytes << (kinds[kind] || 0)
+        name = kind == :anchored ? @dump.anchor_of(c) : nil
+        ids << (name ? anchors.fetch(name) { anchors[name] = [anchors.size + 1, 0xffff].min } : 0)
+      end
+      { ownerKinds: b64(bytes), anchorIds: b64(ids.pack("v*")), anchors: anchors.keys.map { |n| FormatHelpers.utf8(n.to_s) } }
+    end
+  end
+end

@@ -1,0 +1,102 @@
+# frozen_string_literal: true
+
+require_relative "../format_helpers"
+
+module PtmallocDump
+  # The largest things a dump says about where memory goes, each as a sentence with its figure and the
+  # report section that holds the evidence: what the report's first screen and `--summary` lead with.
+  # Figures other parts of the gem add later (the RSS accounting, anchored and leaked memory, owners
+  # by module) are used when the dump's summary has them.
+  class Findings
+    include FormatHelpers
+
+    # `bytes` ranks it, `text` says it, `anchor` is the id of the report section with the evidence.
+    Finding = Struct.new(:topic, :bytes, :text, :anchor)
+
+    # @param dump [Dump]
+    def initialize(dump)
+      @dump = dump
+      @s = dump.summary
+    end
+
+    # @param n [Integer]
+    # @return [Array<Finding>] the n largest, largest first
+    def top(n = 3)
+      all.sort_by { |f| -f.bytes }.first(n)
+    end
+
+    # @return [Array<Finding>] every finding that applies, in no particular order
+    def all
+      [free_resident, leaked, by_module, native, top_class, mmapped, ruby_pages].compact.reject { |f| f.bytes.zero? }
+    end
+
+    private
+
+    def free_resident
+      arenas = @s[:arenas].count { |a| a[:free_resident_bytes].positive? }
+      trim = @dump.analysis[:trim_estimate].sum
+      extra = if @s[:arenas].size > 2 then "; MALLOC_ARENA_MAX=2 would let threads reuse it"
+              elsif trim.positive? then "; malloc_trim(0) would give back #{human_bytes(trim)} now"
+              else ""
+              end
+      Finding.new(:free_resident, @s[:free_resident_bytes],
+                  "#{human_bytes(@s[:free_resident_bytes])} of malloc memory is free but resident in #{arenas} arena(s) " \
+                  "(#{percent(@s[:free_resident_bytes], @s[:resident_bytes])} of resident malloc memory)#{extra}.", "reclaimable")
+    end
+
+    def leaked
+      o = @s[:owners]
+      return nil unless o && o[:leaked] && o[:leaked][:bytes].positive?
+
+      big = Array(o[:leaked_by_size]).max_by { |e| e[:bytes] }
+      how = big ? ", most in #{big[:count]} block(s) of #{human_bytes(big[:size])}" : ""
+      Finding.new(:leaked, o[:leaked][:bytes],
+                  "#{human_bytes(o[:leaked][:bytes])} in #{o[:leaked][:count]} block(s) is leaked: nothing points at it#{how}.", "owners")
+    end
+
+    def by_module
+      name, e = @s.dig(:ruby, :by_module)&.max_by { |_, v| v[:bytes] }
+      return nil unless name
+
+      Finding.new(:module, e[:bytes], "#{human_bytes(e[:bytes])} in #{e[:chunks]} chunk(s) is held by #{name} (its code and the objects it owns).", "owners")
+    end
+
+    def native
+      r = @s[:ruby]
+      return nil unless r
+
+      o = @s[:owners]
+      if o && o[:anchored]
+        name, bytes = Array(o[:anchored_by]).max_by { |_, b| b }
+        by = name ? ", most by #{name} (#{human_bytes(bytes)})" : ""
+        return Finding.new(:anchored, o[:anchored][:bytes],
+                           "#{human_bytes(o[:anchored][:bytes])} in #{o[:anchored][:count]} block(s) is held by native code#{by}.", "owners")
+      end
+      Finding.new(:native, r[:unattributed_bytes],
+                  "#{human_bytes(r[:unattributed_bytes])} in use is native: no Ruby object points at it " \
+                  "(#{percent(r[:unattributed_bytes], @s[:in_use_bytes] + @s[:mmapped_bytes])} of the memory in use).", "owners")
+    end
+
+    def top_class
+      name, e = @s.dig(:ruby, :by_class)&.first
+      return nil unless name
+
+      Finding.new(:class, e[:bytes], "#{human_bytes(e[:bytes])} in #{e[:chunks]} chunk(s) is owned by #{name} objects, the largest class.", "owners")
+    end
+
+    def mmapped
+      return nil if @s[:hblks].zero?
+
+      Finding.new(:mmapped, @s[:hblkhd], "#{human_bytes(@s[:hblkhd])} is in #{@s[:hblks]} mmapped chunk(s) (requests above the " \
+                                         "mmap threshold, #{human_bytes(@dump.header[:mmap_threshold])}).", "arenas")
+    end
+
+    def ruby_pages
+      rss = @s[:rss]
+      return nil unless rss && rss[:ruby_pages].to_i.positive?
+
+      Finding.new(:ruby_pages, rss[:ruby_pages], "#{human_bytes(rss[:ruby_pages])} of the RSS is Ruby's object pages " \
+                                                 "(#{percent(rss[:ruby_pages], rss[:total])}).", "rss")
+    end
+  end
+end

@@ -1,0 +1,171 @@
+# frozen_string_literal: true
+
+require "spec_helper"
+
+# Ruby-owned, anchored or leaked (Dump#owners): the native memory of spec/fixtures/ext/owners_fixture.c,
+# kept alive in each way, checked against the addresses the fixture malloc'd (written to a file, so
+# that the process itself keeps no copy).
+RSpec.describe "owners: Ruby-owned, anchored or leaked" do
+  size_t = Fiddle::TYPE_SIZE_T
+  int = Fiddle::TYPE_INT
+
+  def fn(name, args, ret)
+    @fixture ||= Fiddle.dlopen(build_fixture("owners_fixture", extra_flags: ["-lpthread"]))
+    Fiddle::Function.new(@fixture[name], args, ret)
+  end
+
+  # Calls a fixture function with a file descriptor to write its addresses to; returns [result, file].
+  # The file is read after the dump ({addresses}): as Ruby Integers in this process they would keep
+  # the blocks Ruby-owned.
+  def with_addresses(dir)
+    path = File.join(dir, "addresses-#{rand(1 << 30)}")
+    File.open(path, "wb") { |f| [yield(f.fileno), path] }
+  end
+
+  def addresses(path)
+    File.binread(path).unpack("Q*")
+  end
+
+  def chunk_of(address)
+    address - 16
+  end
+
+  def fixture_path
+    File.join(SpecHelpers::ROOT, "spec", "fixtures", "ext", "build", "owners_fixture.so")
+  end
+
+  it "finds at least 95% of 50,000 forgotten blocks of 1,040 bytes leaked, in the diff and in the dump" do
+    leak = fn("ow_leak", [size_t, size_t, int], size_t)
+    Dir.mktmpdir do |dir|
+      before = File.join(dir, "before.dump")
+      after = File.join(dir, "after.dump")
+      PtmallocDump.dump(before)
+      made, file = with_addresses(dir) { |fd| leak.call(50_000, 1024, fd) }
+      PtmallocDump.dump(after)
+      forgotten = addresses(file)
+      expect(made).to eq(50_000)
+      expect(forgotten.size).to eq(50_000)
+
+      dump = PtmallocDump.load(after)
+      kinds = forgotten.map { |a| dump.owner_kind_of(chunk_of(a)) }.tally
+      puts "    forgotten blocks by owner kind: #{kinds}"
+      expect(kinds.fetch(:leaked, 0)).to be >= 47_500
+      # malloc(1024) is a chunk of 1,040 bytes, or 1,056 where splitting a free chunk would have left
+      # less than MINSIZE behind
+      sizes = forgotten.map { |a| dump.chunk_at(chunk_of(a))&.size }.tally
+      expect(sizes.keys).to all(be_between(1040, 1056))
+
+      owners = dump.summary[:owners]
+      by_size = owners[:leaked_by_size].select { |e| sizes.key?(e[:size]) }
+      expect(by_size.sum { |e| e[:count] }).to be >= 47_500
+      by_size.each do |e|
+        expect(e[:bytes]).to eq(e[:count] * e[:size])
+        expect(e[:count]).to be >= sizes[e[:size]] * 95 / 100
+        expect(e[:samples].map { |s| dump.owner_kind_of(s) }.uniq).to eq([:leaked])
+      end
+      expect(owners[:leaked][:count]).to be >= by_size.sum { |e| e[:count] }
+
+      growth = PtmallocDump.diff(before, after).owners
+      puts "    diff: leaked #{growth[:leaked]}, anchored #{growth[:anchored]}"
+      expect(growth[:leaked][:count]).to be >= 47_500
+      expect(growth[:leaked][:bytes]).to be >= 47_500 * 1040
+    end
+  end
+
+  it "tells blocks in a C global array anchored by the fixture's .so, and a block behind another native block too" do
+    global = fn("ow_anchor_global", [size_t, size_t, int], size_t)
+    chain = fn("ow_anchor_chain", [size_t, int], int)
+    Dir.mktmpdir do |dir|
+      _, held_file = with_addresses(dir) { |fd| global.call(100, 1024, fd) }
+      _, chain_file = with_addresses(dir) { |fd| chain.call(512, fd) }
+      path = File.join(dir, "a.dump")
+      PtmallocDump.dump(path)
+      dump = PtmallocDump.load(path)
+      held = addresses(held_file)
+      inner, outer = addresses(chain_file)
+
+      expect(held.size).to eq(100)
+      expect(held.map { |a| dump.owner_kind_of(chunk_of(a)) }.uniq).to eq([:anchored])
+      expect(held.map { |a| dump.anchor_of(chunk_of(a)) }.uniq).to eq([fixture_path])
+      expect(dump.anchor_details(chunk_of(held.first))).to eq(name: fixture_path, kind: :data, direct: true)
+
+      expect(dump.owner_kind_of(chunk_of(outer))).to eq(:anchored)
+      expect(dump.anchor_details(chunk_of(outer))).to include(name: fixture_path, direct: true)
+      expect(dump.owner_kind_of(chunk_of(inner))).to eq(:anchored)
+      expect(dump.anchor_details(chunk_of(inner))).to eq(name: fixture_path, kind: :data, direct: false)
+
+      owners = dump.summary[:owners]
+      expect(owners[:anchored_by][fixture_path]).to be >= 100 * 1040 + 528
+      expect(dump.roots.select { |r| r[:name] == fixture_path }.map { |r| r[:kind] }.uniq).to eq([:data])
+    end
+  end
+
+  it "tells blocks held only on another thread's stack anchored by that thread's stack, in process and in a fork snapshot" do
+    start = fn("ow_stack_start", [size_t, size_t, int], int)
+    stop = fn("ow_stack_stop", [], Fiddle::TYPE_VOID)
+    Dir.mktmpdir do |dir|
+      tid, file = with_addresses(dir) { |fd| start.call(20, 1024, fd) }
+      expect(tid).to be > 0
+      inproc = File.join(dir, "in.dump")
+      snap = File.join(dir, "snap.dump")
+      PtmallocDump.dump(inproc)
+      PtmallocDump.dump(snap, fork: true, wait: true)
+      held = addresses(file)
+      [inproc, snap].each do |path|
+        dump = PtmallocDump.load(path)
+        expect(held.size).to eq(20)
+        expect(held.map { |a| dump.owner_kind_of(chunk_of(a)) }.uniq).to eq([:anchored])
+        expect(held.map { |a| dump.anchor_of(chunk_of(a)) }.uniq).to eq(["stack of thread #{tid}"])
+        stack = dump.roots.find { |r| r[:name] == "stack of thread #{tid}" }
+        expect(stack).to include(kind: :stack, tid: tid)
+        expect(dump.threads.map(&:tid)).to include(tid)
+      end
+    ensure
+      stop.call if tid&.positive?
+    end
+  end
+
+  it "does not call a Fiddle.malloc'd block that a Ruby Integer holds leaked" do
+    holder = Struct.new(:pointer)
+    Dir.mktmpdir do |dir|
+      in_struct = holder.new(Fiddle.malloc(200))         # a member in the struct's slot
+      in_ivar = Object.new.tap { |o| o.instance_variable_set(:@pointer, Fiddle.malloc(300)) } # in the object's slot
+      many = Array.new(1000) { Fiddle.malloc(48) }       # in the array's malloc'd buffer
+      path = File.join(dir, "a.dump")
+      PtmallocDump.dump(path)
+      dump = PtmallocDump.load(path)
+      expect(dump.owner_kind_of(chunk_of(in_struct.pointer))).to eq(:ruby)
+      expect(dump.owner_kind_of(chunk_of(in_ivar.instance_variable_get(:@pointer)))).to eq(:ruby)
+      kinds = many.map { |a| dump.owner_kind_of(chunk_of(a)) }.tally
+      expect(kinds).to eq(ruby: 1000)
+    ensure
+      Fiddle.free(in_struct.pointer) if in_struct
+      Fiddle.free(in_ivar.instance_variable_get(:@pointer)) if in_ivar
+      many&.each { |a| Fiddle.free(a) }
+    end
+  end
+
+  it "adds up: Ruby-owned, anchored and leaked bytes are the allocated bytes; references: false records no owners" do
+    Dir.mktmpdir do |dir|
+      path = File.join(dir, "a.dump")
+      off = File.join(dir, "off.dump")
+      PtmallocDump.dump(path)
+      PtmallocDump.dump(off, references: false)
+      dump = PtmallocDump.load(path)
+      o = dump.summary[:owners]
+      allocated = dump.each_chunk.select { |c| %i[in_use mmapped].include?(c.state) }
+      expect(o[:ruby][:bytes] + o[:anchored][:bytes] + o[:leaked][:bytes]).to eq(allocated.sum(&:size))
+      expect(o[:ruby][:count] + o[:anchored][:count] + o[:leaked][:count]).to eq(allocated.size)
+      expect(o[:anchored_by].values.sum).to eq(o[:anchored][:bytes])
+      expect(dump.owner_kind_of(dump.each_chunk.find { |c| c.state == :top }.address)).to be_nil
+      expect(dump.roots.map { |r| r[:kind] }.uniq).to include(:data, :stack, :tls, :registers)
+      expect(dump.roots.map { |r| r[:name] }).to include(a_string_ending_with("ptmalloc_dump.so"))
+
+      without = PtmallocDump.load(off)
+      expect(without.summary[:owners]).to be_nil
+      expect(without.roots).to eq([])
+      expect(without.owner_kind_of(allocated.first.address)).to be_nil
+      expect(without.ruby.meta[:references]).to be(false)
+    end
+  end
+end

@@ -1,0 +1,355 @@
+# frozen_string_literal: true
+
+require "chunky_png"
+require "json"
+require "stringio"
+require "spec_helper"
+require "ptmalloc_dump/cli"
+
+# The report as a person uses it: the demo's dump rendered by ptmalloc-visualize, opened in headless
+# Chromium through WebDriver, read at 1400x900, explored with a real pointer and keyboard.
+RSpec.describe "the report in a browser" do
+  root = File.expand_path("..", __dir__)
+  artifacts = File.join(root, "tmp", "spec-artifacts")
+  define_method(:artifacts) { artifacts }
+
+  before(:context) do
+    raise "chromium and chromedriver are missing: bin/setup installs them" unless Browser.available?
+
+    @dir = Dir.mktmpdir("ptmd-browser")
+    _o, err, status = Open3.capture3(RbConfig.ruby, "-I", SpecHelpers::LIB, File.join(root, "examples", "fragment.rb"), @dir)
+    raise "the demo failed: #{err}" unless status.success?
+
+    @dump_path = File.join(@dir, "demo.dump")
+    @report = File.join(@dir, "report")
+    _o, err, status = Open3.capture3(RbConfig.ruby, "-I", SpecHelpers::LIB, SpecHelpers::VISUALIZE, @dump_path, @report)
+    raise "rendering failed: #{err}" unless status.success?
+
+    @dump = PtmallocDump.load(@dump_path)
+    @browser = Browser.new(File.join(@dir, "chrome-profile"))
+    @browser.viewport(1400, 900)
+    FileUtils.mkdir_p(artifacts)
+  end
+
+  after(:context) do
+    @browser&.close
+    FileUtils.rm_rf(@dir) if @dir
+  end
+
+  attr_reader :browser, :dump
+
+  def open_report
+    browser.visit("file://#{File.join(@report, 'index.html')}")
+    browser.wait_for("return window.ptmdExplorer && window.ptmdExplorer.ready")
+  end
+
+  # Where to put the pointer (whole CSS pixels of the viewport) for pixel x, y of the canvas, after
+  # scrolling the explorer into view: the canvas's content box may start at a fraction of a pixel.
+  def canvas_point(x, y)
+    browser.script("document.getElementById('explorer').scrollIntoView()")
+    left, top = browser.script("const c = document.getElementById('xp-map'), r = c.getBoundingClientRect(); " \
+                               "return [r.left + c.clientLeft, r.top + c.clientTop]")
+    [(left + x).ceil, (top + y).ceil]
+  end
+
+  def panel
+    browser.script("const o = {}; document.querySelectorAll('#xp-panel [data-k]').forEach(e => o[e.dataset.k] = e.textContent); return o")
+  end
+
+  def owner_text(chunk)
+    ruby = dump.ruby
+    o = ruby.owner_of(chunk)
+    return ruby.category_of(chunk).to_s unless o
+
+    type = o.imemo_type ? "#{o.type} (#{o.imemo_type})" : o.type.to_s
+    "#{type} #{o.class_name}#{o.data_type ? " (#{o.data_type})" : ''} at 0x#{o.address.to_s(16)}"
+  end
+
+  def expect_panel_shows(chunk, shown = panel)
+    expect(shown["address"]).to eq("0x#{chunk.address.to_s(16)}")
+    expect(shown["size"]).to start_with("#{chunk.size} B")
+    expect(shown["state"]).to eq(chunk.state.to_s)
+    expect(shown["owner"]).to eq(owner_text(chunk))
+  end
+
+  def views
+    PtmallocDump::Explorer.new(dump).views
+  end
+
+  it "answers on its first screen at 1400x900: the heap, the three findings, the advice, the check" do
+    open_report
+    browser.script("window.scrollTo(0, 0)")
+    expect(browser.script("return [window.innerWidth, window.innerHeight]")).to eq([1400, 900])
+    shot = browser.screenshot
+    File.binwrite(File.join(artifacts, "first-screen.png"), shot)
+    expect(ChunkyPNG::Image.from_blob(shot).dimension.to_a).to eq([1400, 900])
+
+    on_screen = lambda do |css|
+      browser.script("return Array.from(document.querySelectorAll(#{css.to_json})).map(e => { const r = e.getBoundingClientRect(); " \
+                     "return [e.innerText, r.top >= 0 && r.bottom <= window.innerHeight] })")
+    end
+    s = dump.summary
+    lead = on_screen.call("#verdict .lead")
+    expect(lead.map(&:last)).to all(be(true))
+    heap = s[:rss] ? s[:rss][:total] : s[:arena] + s[:hblkhd]
+    expect(lead.first.first).to include(PtmallocDump::FormatHelpers.human_bytes(heap))
+
+    findings = on_screen.call("#verdict .findings li")
+    expect(findings.size).to eq(3)
+    expect(findings.map(&:last)).to all(be(true))
+    expected = PtmallocDump::Findings.new(dump).top(3).map(&:text)
+    expect(findings.map { |t, _| t.delete_suffix(" evidence") }).to eq(expected)
+    # the figures the findings name are the summary's own
+    expect(findings.first.first).to include(PtmallocDump::FormatHelpers.human_bytes(PtmallocDump::Findings.new(dump).top(1).first.bytes))
+
+    advice = on_screen.call("#verdict li.advice")
+    lines = PtmallocDump::Advice.new(dump).lines
+    expect(lines).not_to be_empty
+    expect(advice.map(&:first)).to eq(lines.map(&:text))
+    expect(advice.map(&:last)).to all(be(true))
+
+    check = on_screen.call("#verdict .check")
+    expect(check.first.last).to be(true)
+    expect(check.first.first).to include(dump.verify.ok? ? "reproduces glibc's" : "differ from glibc's")
+
+    toc = browser.script("return Array.from(document.querySelectorAll('#contents a')).map(a => [a.getAttribute('href'), !!document.getElementById(a.getAttribute('href').slice(1))])")
+    expect(toc.size).to be >= 10
+    expect(toc.map(&:last)).to all(be(true))
+    expect(browser.console.select { |e| e["level"] == "SEVERE" }).to eq([])
+  end
+
+  it "shows, under the real pointer, the chunk Dump#chunk_containing and RubyHeap#owner_of give, at several zoom levels" do
+    open_report
+    rng = Random.new(14)
+    w = PtmallocDump::ExplorerGeometry::WIDTH
+    hgt = PtmallocDump::ExplorerGeometry::HEIGHT
+    checked = 0
+    [1, 16, 256, nil].each_with_index do |bpp, zi|
+      13.times do |k|
+        break if checked == 50
+
+        view = views[(zi + k) % views.size]
+        heap = view[:heaps].sample(random: rng)
+        chunk = dump.chunk_by_index(dump.heaps.take_while { |h| h.index != heap.index }.sum(&:chunk_count) + rng.rand(heap.chunk_count))
+        target = chunk.address + [16, chunk.size / 2].min
+        fit = browser.script("return window.ptmdExplorer.show(#{view[:group].to_s.to_json}, null, 0)")["bpp"]
+        b = bpp || fit
+        row = PtmallocDump::ExplorerGeometry.row_centering(view[:heaps], target, b)
+        shown = browser.script("return window.ptmdExplorer.show(#{view[:group].to_s.to_json}, #{b}, #{row})")
+        geo = PtmallocDump::ExplorerGeometry.new(view[:heaps], shown["bpp"], shown["row"])
+        x, y = geo.pixel_for(target)
+        expect([x, y]).to all(be_a(Integer))
+        expect(x).to be_between(0, w - 1)
+        expect(y).to be_between(0, hgt - 1)
+        expected = dump.chunk_containing(geo.address_at(x, y))
+        expected = chunk if shown["bpp"] <= 16 # one pixel shows 16 bytes or fewer: exactly the chunk aimed at
+        expect(dump.chunk_containing(geo.address_at(x, y))).to eq(expected)
+        browser.move_to(*canvas_point(x, y))
+        expect_panel_shows(expected)
+        @explained ||= []
+        @explained << [geo.address_at(x, y), panel]
+        checked += 1
+      end
+    end
+    expect(checked).to eq(50)
+    File.binwrite(File.join(artifacts, "explorer.png"), browser.screenshot)
+
+    # --explain over the same addresses agrees with the panel
+    @explained.each do |address, shown|
+      out = StringIO.new
+      expect(PtmallocDump::CLI.new(["--explain", format("0x%x", address), "--json", @dump_path], out: out).run).to eq(0)
+      e = JSON.parse(out.string)
+      expect(e.dig("chunk", "address")).to eq(shown["address"])
+      expect(shown["size"]).to start_with("#{e.dig('chunk', 'size')} B")
+      expect(e.dig("chunk", "state")).to eq(shown["state"])
+      expect(e.dig("owner", "text")).to eq(shown["owner"])
+    end
+    address = @explained.first.first
+    out, err, status = Open3.capture3(RbConfig.ruby, "-I", SpecHelpers::LIB, SpecHelpers::VISUALIZE, "--explain", format("0x%x", address), @dump_path)
+    expect(status).to be_success, err
+    expect(out).to include("chunk          #{@explained.first.last['address']}", "owner          #{@explained.first.last['owner']}")
+  end
+
+  it "colours pages by class as the PNG page maps do" do
+    open_report
+    browser.script("document.querySelector('input[name=xp-mode][value=pages]').click()")
+    maps = File.join(@dir, "maps-again")
+    FileUtils.mkdir_p(maps)
+    geo_png = PtmallocDump::Geometry.new(dump, PtmallocDump::Render.maps(dump, maps, true, nil, nil))
+    pngs = Hash.new { |cache, file| cache[file] = ChunkyPNG::Image.from_file(File.join(maps, file)) }
+    rng = Random.new(21)
+    20.times do
+      view = views.sample(random: rng)
+      heap = view[:heaps].sample(random: rng)
+      address = heap.start + rng.rand(heap.size)
+      shown = browser.script("return window.ptmdExplorer.show(#{view[:group].to_s.to_json}, 64, " \
+                             "#{PtmallocDump::ExplorerGeometry.row_centering(view[:heaps], address, 64)})")
+      geo = PtmallocDump::ExplorerGeometry.new(view[:heaps], shown["bpp"], shown["row"])
+      x, y = geo.pixel_for(address)
+      drawn = browser.script("const p = document.getElementById('xp-map').getContext('2d').getImageData(#{x}, #{y}, 1, 1).data; " \
+                             "return '#' + Array.from(p.slice(0, 3)).map(v => v.toString(16).padStart(2, '0')).join('')")
+      shown_address = geo.address_at(x, y)
+      image, px, py = geo_png.pixel_for(shown_address, :page_map)
+      expect(drawn).to eq(ChunkyPNG::Color.to_hex(pngs[image[:file]][px, py], false))
+    end
+  end
+
+  it "pins the chunk clicked, and keeps it while the pointer moves on" do
+    open_report
+    view = views.first
+    heap = view[:heaps].first
+    chunk = dump.chunk_by_index(heap.chunk_count / 2)
+    shown = browser.script("return window.ptmdExplorer.show(#{view[:group].to_s.to_json}, 16, #{PtmallocDump::ExplorerGeometry.row_centering(view[:heaps], chunk.address + 16, 16)})")
+    geo = PtmallocDump::ExplorerGeometry.new(view[:heaps], shown["bpp"], shown["row"])
+    x, y = geo.pixel_for(chunk.address + 16)
+    browser.click_at(*canvas_point(x, y))
+    browser.move_to(*canvas_point(5, 5))
+    expect_panel_shows(chunk)
+    expect(browser.script("return window.ptmdExplorer.state().pinned")).to eq("0x#{chunk.address.to_s(16)}")
+  end
+
+  it "zooms with the wheel around the pointer, and to a range dragged over on the minimap" do
+    open_report
+    view = views.first
+    middle = view[:heaps].first.start + view[:heaps].first.size / 2
+    shown = browser.script("return window.ptmdExplorer.show(#{view[:group].to_s.to_json}, 16, " \
+                           "#{PtmallocDump::ExplorerGeometry.row_centering(view[:heaps], middle, 16)})")
+    x = 300
+    y = 200
+    address = PtmallocDump::ExplorerGeometry.new(view[:heaps], shown["bpp"], shown["row"]).address_at(x, y)
+    browser.wheel_at(*canvas_point(x, y), -100)
+    after = browser.script("return window.ptmdExplorer.state()")
+    expect(after["bpp"]).to eq(8)
+    at = PtmallocDump::ExplorerGeometry.new(view[:heaps], after["bpp"], after["row"]).pixel_for(address)
+    expect(at[1]).to eq(y) # the row under the pointer still shows the address
+
+    mini = browser.script("document.getElementById('explorer').scrollIntoView(); const c = document.getElementById('xp-mini'), " \
+                          "r = c.getBoundingClientRect(); return [r.left + c.clientLeft, r.top + c.clientTop, c.width, c.height]")
+    left, top, mw, mh = mini
+    size = view[:heaps].sum(&:size)
+    browser.drag((left + 10).ceil, (top + 100).ceil, (left + 10).ceil, (top + 140).ceil)
+    z = browser.script("return window.ptmdExplorer.state()")
+    lo = 100 * mw * size.fdiv(mw * mh)
+    hi = 141 * mw * size.fdiv(mw * mh)
+    w = PtmallocDump::ExplorerGeometry::WIDTH
+    first = z["row"] * w * z["bpp"]
+    last = (z["row"] + PtmallocDump::ExplorerGeometry::HEIGHT) * w * z["bpp"]
+    expect(first).to be <= lo
+    expect(last).to be >= [hi, size].min
+    expect(z["bpp"]).to be < shown["bpp"] * 4 # zoomed to the range, not left at the whole heap
+    expect((hi - lo) / z["bpp"] / w).to be > PtmallocDump::ExplorerGeometry::HEIGHT / 4
+
+    # the keyboard, on the focused map: the down arrow moves a quarter of the canvas, - zooms out
+    browser.click_at(*canvas_point(10, 10))
+    before = browser.script("return window.ptmdExplorer.state()")
+    browser.keys("\uE015")
+    moved = browser.script("return window.ptmdExplorer.state()")
+    expect(moved["row"]).to eq(before["row"] + PtmallocDump::ExplorerGeometry::HEIGHT / 4)
+    browser.keys("-")
+    expect(browser.script("return window.ptmdExplorer.state()")["bpp"]).to eq(moved["bpp"] * 2)
+  end
+
+  it "highlights exactly the chunks of a class searched for, with their totals" do
+    open_report
+    name, = dump.summary[:ruby][:by_class].first
+    expected = dump.each_chunk.select { |c| dump.ruby.owner_of(c)&.class_name == name }
+    expect(expected).not_to be_empty
+    browser.type("#xp-search", name)
+    browser.click("#xp-form button[type=submit]")
+    got = browser.script("return window.ptmdExplorer.highlighted()")
+    expect(got).to eq(expected.map { |c| "0x#{c.address.to_s(16)}" })
+    totals = browser.script("return document.querySelector('#xp-results [data-k=totals]').textContent")
+    expect(totals).to include("#{expected.size} chunk(s), #{expected.sum(&:size)} B")
+  end
+
+  it "lands on the chunk of an address searched for" do
+    open_report
+    rng = Random.new(7)
+    5.times do
+      heap = dump.heaps.sample(random: rng)
+      chunk = dump.chunk_by_index(dump.heaps.take_while { |h| h.index != heap.index }.sum(&:chunk_count) + rng.rand(heap.chunk_count))
+      address = chunk.address + rng.rand(chunk.size)
+      browser.type("#xp-search", format("0x%x", address))
+      browser.click("#xp-form button[type=submit]")
+      expect(browser.script("return window.ptmdExplorer.state().pinned")).to eq("0x#{chunk.address.to_s(16)}")
+      expect_panel_shows(chunk)
+      view = views.find { |v| v[:heaps].include?(heap) }
+      expect(browser.script("return window.ptmdExplorer.state().view")).to eq(view[:group].to_s)
+    end
+  end
+
+  it "shows what a chunk points at and what points at it, when the dump has references" do
+    require "fiddle"
+    a = Fiddle.malloc(96)
+    b = Fiddle.malloc(96)
+    begin
+      Fiddle::Pointer.new(a)[0, 8] = [b].pack("Q<")
+      Fiddle::Pointer.new(b)[0, 8] = [0].pack("Q<")
+      path = File.join(@dir, "refs.dump")
+      PtmallocDump.dump(path, references: true)
+      out_dir = File.join(@dir, "refs")
+      _o, err, status = Open3.capture3(RbConfig.ruby, "-I", SpecHelpers::LIB, SpecHelpers::VISUALIZE, path, out_dir)
+      expect(status).to be_success, err
+      browser.visit("file://#{File.join(out_dir, 'index.html')}")
+      browser.wait_for("return window.ptmdExplorer && window.ptmdExplorer.ready")
+      ca = format("0x%x", a - 16)
+      cb = format("0x%x", b - 16)
+      browser.type("#xp-search", format("0x%x", a))
+      browser.click("#xp-form button[type=submit]")
+      expect(panel["address"]).to eq(ca)
+      expect(panel["refs_out"]).to include(cb)
+      browser.type("#xp-search", format("0x%x", b))
+      browser.click("#xp-form button[type=submit]")
+      expect(panel["address"]).to eq(cb)
+      expect(panel["refs_in"]).to include(ca)
+      expect(panel["refs_out"]).to start_with("0")
+      out = StringIO.new
+      PtmallocDump::CLI.new(["--explain", format("0x%x", a), "--json", path], out: out).run
+      expect(JSON.parse(out.string).dig("references", "points_at")).to include(cb)
+    ensure
+      Fiddle.free(a)
+      Fiddle.free(b)
+    end
+  end
+
+  it "explores a --diff the same way, coloured by what changed on each page of the newer dump" do
+    old = File.join(@dir, "old.dump")
+    new = File.join(@dir, "new.dump")
+    PtmallocDump.dump(old)
+    keep = Array.new(5_000) { |k| "grown-#{k}-" * 50 }
+    PtmallocDump.dump(new)
+    out_dir = File.join(@dir, "diff")
+    _o, err, status = Open3.capture3(RbConfig.ruby, "-I", SpecHelpers::LIB, SpecHelpers::VISUALIZE, "--diff", old, new, out_dir)
+    expect(status).to be_success, err
+    expect(keep.size).to eq(5_000)
+    diff = PtmallocDump.diff(old, new)
+    d = diff.new
+    changes = diff.page_changes
+    colors = PtmallocDump::Render.palette[:diff]
+    browser.visit("file://#{File.join(out_dir, 'index.html')}")
+    browser.wait_for("return window.ptmdExplorer && window.ptmdExplorer.ready")
+    expect(browser.script("return window.ptmdExplorer.state().mode")).to eq("change")
+    rng = Random.new(3)
+    first_page = d.pages.each_with_index.to_h { |pm, i| [i, d.pages.first(i).sum(&:size)] }
+    views = PtmallocDump::Explorer.new(d).views
+    10.times do
+      view = views.sample(random: rng)
+      heap = view[:heaps].sample(random: rng)
+      chunk = d.chunk_by_index(d.heaps.take_while { |h| h.index != heap.index }.sum(&:chunk_count) + rng.rand(heap.chunk_count))
+      target = chunk.address + [16, chunk.size / 2].min
+      shown = browser.script("return window.ptmdExplorer.show(#{view[:group].to_s.to_json}, 16, " \
+                             "#{PtmallocDump::ExplorerGeometry.row_centering(view[:heaps], target, 16)})")
+      geo = PtmallocDump::ExplorerGeometry.new(view[:heaps], shown["bpp"], shown["row"])
+      x, y = geo.pixel_for(target)
+      browser.move_to(*canvas_point(x, y))
+      shown_panel = panel
+      expect(shown_panel["address"]).to eq("0x#{chunk.address.to_s(16)}")
+      expect(shown_panel["state"]).to eq(chunk.state.to_s)
+      pm = d.pages[heap.index]
+      change = changes.getbyte(first_page[heap.index] + (target - pm.page_base) / pm.page_size)
+      pixel = browser.script("const p = document.getElementById('xp-map').getContext('2d').getImageData(#{x}, #{y}, 1, 1).data; " \
+                             "return '#' + Array.from(p.slice(0, 3)).map(v => v.toString(16).padStart(2, '0')).join('')")
+      expect(pixel).to eq(colors[change])
+    end
+  end
+end
