@@ -230,6 +230,8 @@ static void rss(const ptmd_view *v)
     uint64_t *file_bytes = calloc(v->n_mappings ? v->n_mappings : 1, sizeof(uint64_t));
     if (file_bytes) ptmd_rss_account(v, &r, file_bytes);
     free(file_bytes);
+}
+
 /* Ruby, anchored or leaked, over what the reader accepted */
 static void owner_kinds(const ptmd_view *v, const ptmd_attribution *a)
 {
