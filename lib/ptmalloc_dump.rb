@@ -60,6 +60,10 @@ module PtmallocDump
     # @param trim_check [Boolean] after the walk, call malloc_trim(0) and record the resident bytes it
     #   really released per arena (pagemap before and after), to check the report's estimate against
     #   (not with fork: true, where trimming the child would tell nothing about this process)
+    # @param gc [Boolean] run a full GC (full mark, immediate sweep) first, so that objects that are
+    #   already garbage are not recorded; it costs a full mark, and runs before the dump's window
+    #   opens (it allocates as the GC does). Off by default: then objects allocated since the latest
+    #   GC may be garbage awaiting collection, which {RubyHeap#summary}'s :young_bytes shows
     # @return [Hash{Symbol=>Object}] the dump's summary (see {Dump#summary}, without :ruby) plus :path;
     #   with `fork: true` and no `wait`, the child's pid (reap it with Process.wait or Process.detach);
     #   should the child fail, it says why in one line on stderr as it exits
@@ -70,16 +74,16 @@ module PtmallocDump
     #   main_arena (glibc's fork would never return); an in-process dump records that damage
     # @raise [SystemCallError] when the file cannot be written (the target is left untouched)
     def dump(path, debug_dir: nil, symbols: :auto, ruby: true, references: true, fork: false, wait: false,
-             trim_check: false)
+             trim_check: false, gc: false)
       path = path.to_s
       # an absolute path is used as given: no new string is allocated before glibc's counters are taken
       path = File.expand_path(path) unless path.start_with?("/")
       mode = symbols_mode(symbols)
       raise ArgumentError, "trim_check: and fork: cannot be combined" if fork && trim_check
-      return snapshot(path, debug_dir, mode, ruby, references, wait) if fork
+      return snapshot(path, debug_dir, mode, ruby, references, wait, gc) if fork
 
       summary = _dump(path, debug_dir&.to_s, dump_strings(ruby), ruby && ruby_layer.available?, references, mode,
-                      trim_check)
+                      trim_check, gc)
       summary[:path] = path
       summary
     end
@@ -145,8 +149,8 @@ module PtmallocDump
       SYMBOLS_MODES.fetch(symbols) { raise ArgumentError, "symbols: must be one of #{SYMBOLS_MODES.keys.join(', ')}" }
     end
 
-    def snapshot(path, debug_dir, mode, ruby, references, wait)
-      pid, errors = fork_dumps([[path, mode]], debug_dir, ruby, references, report: !wait)
+    def snapshot(path, debug_dir, mode, ruby, references, wait, gc)
+      pid, errors = fork_dumps([[path, mode]], debug_dir, ruby, references, report: !wait, gc: gc)
       unless wait
         errors.close # the child says on stderr why it failed, if it does
         return pid
@@ -155,9 +159,9 @@ module PtmallocDump
       load(path).summary.merge(path: path, pid: pid)
     end
 
-    def fork_dumps(targets, debug_dir, ruby, references, report: false)
+    def fork_dumps(targets, debug_dir, ruby, references, report: false, gc: false)
       pid, fd = _dump_fork(targets, debug_dir&.to_s, dump_strings(ruby), ruby && ruby_layer.available?, references,
-                           report)
+                           report, gc)
       [pid, IO.new(fd, autoclose: true)]
     end
 

@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "socket"
+require "zlib"
 require "spec_helper"
 
 RSpec.describe "the dump file" do
@@ -12,6 +13,45 @@ RSpec.describe "the dump file" do
     f = File.join(tmpdir, "bad.dump")
     File.binwrite(f, bytes)
     PtmallocDump.load(f)
+  end
+
+  # The file with the given section types left out, its end section made to match (as an earlier
+  # writer, which had no such sections, would have written it).
+  def without_sections(bytes, types)
+    body = bytes.byteslice(0, 16)
+    off = 16
+    n = 0
+    while off < bytes.bytesize - 56
+      type, _, _, length = bytes.byteslice(off, 24).unpack("LLQQ")
+      size = 24 + ((length + 7) & ~7)
+      unless types.include?(type)
+        body << bytes.byteslice(off, size)
+        n += 1
+      end
+      off += size
+    end
+    n_chunks = bytes.byteslice(bytes.bytesize - 32 + 8, 8).unpack1("Q<")
+    body + [0xffff, 0, 1, 32].pack("LLQQ") + [n, n_chunks, body.bytesize, Zlib.crc32(body), 0x454d5450].pack("Q<Q<Q<L<L<")
+  end
+
+  it "reads a file of a writer that recorded no mappings or GC counts: no RSS, no GC figures" do
+    dump = load_bytes(without_sections(File.binread(path), [18, 19, 23]))
+    expect(dump.rss).to be_nil
+    expect(dump.summary[:rss]).to be_nil
+    expect(dump.header[:gc]).to be_nil
+    expect(dump.ruby.objects.count).to be > 0
+    expect(PtmallocDump.load(path).rss[:total]).to be > 0
+  end
+
+  it "refuses GC figures without the Ruby sections and a mappings section whose paths do not fill it" do
+    bytes = File.binread(path)
+    expect { load_bytes(without_sections(bytes, [11, 12, 13, 14, 15])) }.to raise_error(PtmallocDump::FormatError, /GC figures/)
+    off = 16
+    off += 24 + ((bytes.byteslice(off + 16, 8).unpack1("Q<") + 7) & ~7) until bytes.byteslice(off, 4).unpack1("L<") == 18
+    damaged = bytes.dup
+    damaged[off + 24 + 40, 8] = [bytes.byteslice(off + 24 + 40, 8).unpack1("Q<") + 8].pack("Q<") # head.paths_len
+    damaged[damaged.bytesize - 8, 4] = [Zlib.crc32(damaged.byteslice(0, damaged.bytesize - 56))].pack("L<")
+    expect { load_bytes(damaged) }.to raise_error(PtmallocDump::FormatError, /paths do not fill it/)
   end
 
   it "is written with mode 0600 and leaves no temporary file behind" do

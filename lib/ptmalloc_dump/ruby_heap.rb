@@ -13,11 +13,17 @@ module PtmallocDump
       end
     end
 
-    # A live Ruby object. `address` is the same number as ObjectSpace.dump's "address".
-    RubyObject = Struct.new(:index, :address, :type, :class_name, :data_type, :imemo_type) do
+    # A live Ruby object. `address` is the same number as ObjectSpace.dump's "address"; `old` is its GC
+    # age (promoted: it survived enough marks), ObjectSpace.dump's "old".
+    RubyObject = Struct.new(:index, :address, :type, :class_name, :data_type, :imemo_type, :old) do
       def inspect
-        format("#<PtmallocDump::RubyObject 0x%x %s %s%s>", address, type, class_name,
-               data_type ? " (#{data_type})" : "")
+        format("#<PtmallocDump::RubyObject 0x%x %s %s%s%s>", address, type, class_name,
+               data_type ? " (#{data_type})" : "", old ? " old" : "")
+      end
+
+      # @return [Boolean] made since it was last promoted: possibly garbage awaiting the next GC
+      def young?
+        !old
       end
       alias_method :to_s, :inspect
     end
@@ -84,7 +90,11 @@ module PtmallocDump
     end
 
     # Malloc bytes owned by Ruby objects: by builtin type, class (top 50) and typed-data name, Ruby's
-    # page bytes, and in-use bytes no object owns (native).
+    # page bytes, and in-use bytes no object owns (native). Entries of one class name add up (every
+    # class object's class is a metaclass whose name is "Class"); an anonymous class is named as
+    # Ruby inspects it, "#<Class:0x...>". :old_bytes and :young_bytes split the owned bytes by the
+    # owner's GC age (:old_objects, :young_objects count the objects): young objects made since the
+    # latest GC may be garbage awaiting collection, unless the dump ran one (+gc: true+).
     #
     # @return [Hash{Symbol=>Object}]
     def summary
@@ -103,6 +113,10 @@ module PtmallocDump
           ambiguous_chunks: s[:ambiguous_chunks],
           direct_chunks: s[:direct_chunks],
           chunks_via_references: s[:chunks_via_references],
+          old_bytes: s[:old_bytes],
+          young_bytes: s[:young_bytes],
+          old_objects: s[:old_objects],
+          young_objects: s[:young_objects],
           references: meta[:references],
           pages: meta[:page_count],
           objects: meta[:object_count]
@@ -117,8 +131,8 @@ module PtmallocDump
     end
 
     def build(index, tuple)
-      address, type, klass, dtype, imemo = tuple
-      RubyObject.new(index, address, type, klass ? names[klass] : "(hidden)", dtype && names[dtype], imemo)
+      address, type, klass, dtype, imemo, old = tuple
+      RubyObject.new(index, address, type, klass ? names[klass] : "(hidden)", dtype && names[dtype], imemo, old)
     end
   end
 end

@@ -48,6 +48,14 @@ typedef struct {
     size_t n_root_refs;
     const uint64_t *trim_released;  /* trim_check: bytes malloc_trim(0) released per arena, or NULL */
     size_t n_trim_released;
+    /* GC counts and the whole RSS (absent in older dumps) */
+    const ptmd_gc_rec *gc;
+    const uint64_t *ruby_page_rss;  /* per Ruby page, or NULL */
+    size_t n_ruby_page_rss;
+    const ptmd_mappings_head *mappings_head;
+    const ptmd_mapping_rec *mappings;
+    size_t n_mappings;
+    const char *mapping_paths;      /* mappings_head->paths_len bytes */
 } ptmd_view;
 
 typedef struct {

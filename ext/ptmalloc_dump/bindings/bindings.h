@@ -10,6 +10,8 @@
 #include "analysis/attribution.h"
 #include "analysis/owners.h"
 #include "analysis/summary.h"
+#include "analysis/rss.h"
+#include "analysis/age.h"
 
 #define PTMD_U64(x) ULL2NUM((unsigned long long)(x))
 #define PTMD_SYM(name) ID2SYM(rb_intern(name))
@@ -32,6 +34,11 @@ VALUE ptmd_rb_thread_records(const ptmd_view *v);
 VALUE ptmd_rb_anomaly_records(const ptmd_view *v);
 VALUE ptmd_rb_summary(const ptmd_view *v);
 VALUE ptmd_rb_analysis(const ptmd_view *v, const ptmd_page_usage *usage);
+/* figures.c: the whole RSS by part (nil without mappings), the mappings and their head, the GC's counts */
+VALUE ptmd_rb_rss(const ptmd_view *v);
+VALUE ptmd_rb_mappings(const ptmd_view *v);
+VALUE ptmd_rb_mappings_head(const ptmd_view *v);
+VALUE ptmd_rb_gc(const ptmd_view *v);
 
 /* dump_class.c: a loaded PtmallocDump::Dump's view, and what is computed from it once. */
 const ptmd_view *ptmd_rb_dump_view(VALUE dump);

@@ -345,6 +345,11 @@ static VALUE dump_trim_released(VALUE self)
     return ary;
 }
 
+static VALUE dump_rss(VALUE self) { return ptmd_rb_rss(ptmd_rb_dump_view(self)); }
+static VALUE dump_mappings(VALUE self) { return ptmd_rb_mappings(ptmd_rb_dump_view(self)); }
+static VALUE dump_mappings_head(VALUE self) { return ptmd_rb_mappings_head(ptmd_rb_dump_view(self)); }
+static VALUE dump_gc(VALUE self) { return ptmd_rb_gc(ptmd_rb_dump_view(self)); }
+
 static VALUE dump_file_size(VALUE self)
 {
     return PTMD_U64(get_dump(self)->len);
@@ -370,6 +375,10 @@ void ptmd_dump_class_init(void)
     rb_define_private_method(cDump, "_size_classes", dump_size_classes, 0);
     rb_define_private_method(cDump, "_first_difference", dump_first_difference, 1);
     rb_define_private_method(cDump, "_ruby?", dump_ruby_p, 0);
+    rb_define_private_method(cDump, "_rss", dump_rss, 0);
+    rb_define_private_method(cDump, "_mappings", dump_mappings, 0);
+    rb_define_private_method(cDump, "_mappings_head", dump_mappings_head, 0);
+    rb_define_private_method(cDump, "_gc", dump_gc, 0);
     rb_define_method(cDump, "malloc_info", dump_malloc_info, 0);
     rb_define_method(cDump, "chunk_count", dump_chunk_count, 0);
     rb_define_method(cDump, "file_size", dump_file_size, 0);

@@ -48,4 +48,7 @@ void ptmd_format_module_init(void)
     FLAGS("THREAD_FLAGS", PTMD_THREAD_FLAGS);
     FLAGS("CHUNK_FLAGS", PTMD_CHUNK_FLAGS);
     FLAGS("PAGE_FLAGS", PTMD_PAGE_FLAGS);
+    rb_define_const(mFormat, "MAPPING_KINDS", NAMES(ptmd_mapping_kind_names));
+    FLAGS("OBJECT_FLAGS", PTMD_OBJECT_FLAGS);
+    FLAGS("GC_FLAGS", PTMD_GC_FLAGS);
 }

@@ -107,13 +107,14 @@ static VALUE heap_pages(VALUE self)
     return ary;
 }
 
-/* [address, type, class index or nil, data type index or nil, imemo type or nil] */
+/* [address, type, class index or nil, data type index or nil, imemo type or nil, old?] */
 static VALUE object_tuple(const ptmd_ruby_object *o)
 {
-    return rb_ary_new_from_args(5, PTMD_U64(o->address), ID2SYM(rb_intern(type_name(o->type))),
+    return rb_ary_new_from_args(6, PTMD_U64(o->address), ID2SYM(rb_intern(type_name(o->type))),
                                 o->klass == PTMD_NO_NAME ? Qnil : UINT2NUM(o->klass),
                                 o->data_type == PTMD_NO_NAME ? Qnil : UINT2NUM(o->data_type),
-                                o->type == T_IMEMO ? ID2SYM(rb_intern(imemo_names[o->subtype & 15])) : Qnil);
+                                o->type == T_IMEMO ? ID2SYM(rb_intern(imemo_names[o->subtype & 15])) : Qnil,
+                                PTMD_BOOL(o->flags & PTMD_OF_OLD));
 }
 
 static VALUE heap_object(VALUE self, VALUE index)
@@ -179,6 +180,32 @@ static VALUE pair(uint64_t bytes, uint64_t chunks)
     return rb_ary_new_from_args(2, PTMD_U64(bytes), PTMD_U64(chunks));
 }
 
+/* Adds bytes and chunks to the entry of `name`: the names are per class (or data type) identity, and
+ * many share one name (every class object's class is its own metaclass, whose real class is Class). */
+static void add_pair(VALUE h, VALUE name, uint64_t bytes, uint64_t chunks)
+{
+    VALUE prev = rb_hash_lookup2(h, name, Qnil);
+    if (NIL_P(prev)) {
+        rb_hash_aset(h, name, pair(bytes, chunks));
+        return;
+    }
+    rb_ary_store(prev, 0, rb_funcall(RARRAY_AREF(prev, 0), '+', 1, PTMD_U64(bytes)));
+    rb_ary_store(prev, 1, rb_funcall(RARRAY_AREF(prev, 1), '+', 1, PTMD_U64(chunks)));
+}
+
+/* Owned bytes by the owner's GC age (analysis/age.c). */
+static void age_into(VALUE h, const ptmd_view *v, const ptmd_attribution *a)
+{
+    ptmd_age_totals t;
+    ptmd_age_summary(v, a, &t);
+    PTMD_SET(h, "old_bytes", PTMD_U64(t.old_bytes));
+    PTMD_SET(h, "old_chunks", PTMD_U64(t.old_chunks));
+    PTMD_SET(h, "young_bytes", PTMD_U64(t.young_bytes));
+    PTMD_SET(h, "young_chunks", PTMD_U64(t.young_chunks));
+    PTMD_SET(h, "old_objects", PTMD_U64(t.old_objects));
+    PTMD_SET(h, "young_objects", PTMD_U64(t.young_objects));
+}
+
 /* The owner summary: bytes of allocated chunks by owner category, builtin type, class and typed-data
  * name (analysis/attribution.c: ptmd_owner_summary). */
 static VALUE heap_summary(VALUE self)
@@ -200,8 +227,8 @@ static VALUE heap_summary(VALUE self)
         if (t.type_chunks[i]) rb_hash_aset(by_type, PTMD_SYM(type_name((int)i)), pair(t.type_bytes[i], t.type_chunks[i]));
     for (i = 0; i < v->n_ruby_names; i++) {
         VALUE name = rb_ary_entry(names, (long)i);
-        if (t.class_chunks[i]) rb_hash_aset(by_class, name, pair(t.class_bytes[i], t.class_chunks[i]));
-        if (t.data_type_chunks[i]) rb_hash_aset(by_dtype, name, pair(t.data_type_bytes[i], t.data_type_chunks[i]));
+        if (t.class_chunks[i]) add_pair(by_class, name, t.class_bytes[i], t.class_chunks[i]);
+        if (t.data_type_chunks[i]) add_pair(by_dtype, name, t.data_type_bytes[i], t.data_type_chunks[i]);
     }
     xfree(arrays);
     for (i = 1; i < PTMD_OWN_COUNT; i++)
@@ -219,6 +246,7 @@ static VALUE heap_summary(VALUE self)
     PTMD_SET(h, "ambiguous_chunks", PTMD_U64(a->ambiguous));
     PTMD_SET(h, "direct_chunks", PTMD_U64(a->direct_count));
     PTMD_SET(h, "chunks_via_references", PTMD_U64(a->via_refs));
+    age_into(h, v, a);
     return h;
 }
 

@@ -138,6 +138,83 @@ static int trim_check(ptmd_dump_state *d, ptmd_err *err)
     return 0;
 }
 
+/* ---- the whole RSS ------------------------------------------------------------------------ */
+
+/* The mappings and VmRSS, right after the walk's page residency so that the two describe one moment.
+ * A snapshot child takes its parent's (read_parent_mappings). Where /proc/self/smaps cannot be read the
+ * dump goes on without them (the RSS is then not accounted), as residency falls back to mincore. */
+static void capture_mappings(ptmd_dump_state *d)
+{
+    ptmd_err ignored;
+    if (d->parent_mappings) {
+        if (d->parent_mappings->present) d->mappings = *d->parent_mappings;
+        return;
+    }
+    if (ptmd_mappings_read(&d->mappings, 0, &ignored) != 0) d->mappings.present = 0;
+}
+
+/* A snapshot child's first act: its parent's smaps and VmRSS. The child's own would describe the
+ * child (fork copies no page table entries of file mappings without private pages, so a mapped file
+ * would show next to nothing; the other threads are gone), while the dump describes the parent at the
+ * fork. Reading them in the parent before the fork would lengthen its pause by the whole smaps walk
+ * (tens of milliseconds on a large heap, as long as the rest of the pause); read here, they lag the
+ * fork by about the time a fork takes to return, during which the parent runs on. Left out when the
+ * parent is already gone. */
+static void read_parent_mappings(ptmd_mappings *m, int parent)
+{
+    ptmd_err ignored;
+    if (getppid() != parent || ptmd_mappings_read(m, parent, &ignored) != 0) {
+        m->present = 0;
+        return;
+    }
+    m->head.flags |= PTMD_MAPF_PARENT;
+}
+
+/* Resident bytes of each Ruby page's body: the OS pages its slots span, from pagemap. */
+static int ruby_page_rss(ptmd_dump_state *d, ptmd_err *err)
+{
+    ptmd_walk *w = &d->w;
+    size_t i, n = PTMD_BUF_COUNT(&d->ruby.pages, ptmd_ruby_page);
+    uint64_t ps = w->page_size;
+    uint8_t flags[64];
+    if (!d->ruby.present) return 0;
+    if (ptmd_buf_reserve(&d->ruby_rss, n * sizeof(uint64_t) + 8) != 0) return ptmd_fail_sys(err, errno, "Ruby page residency", "mmap");
+    d->ruby_rss.len = n * sizeof(uint64_t);
+    for (i = 0; i < n; i++) {
+        const ptmd_ruby_page *pg = PTMD_BUF_AT(&d->ruby.pages, ptmd_ruby_page, i);
+        uint64_t lo = pg->start & ~(ps - 1), hi = (pg->end + ps - 1) & ~(ps - 1), bytes = 0;
+        while (lo < hi) {
+            size_t k, m = (hi - lo) / ps < sizeof(flags) ? (size_t)((hi - lo) / ps) : sizeof(flags);
+            if (ptmd_pagemap_read(&w->pagemap, (uintptr_t)lo, m, flags) != 0) break;
+            for (k = 0; k < m; k++)
+                if (flags[k] & PTMD_PAGE_PRESENT) bytes += ps;
+            lo += m * ps;
+        }
+        *PTMD_BUF_AT(&d->ruby_rss, uint64_t, i) = bytes;
+    }
+    return 0;
+}
+
+static void write_rss_sections(ptmd_dump_state *d)
+{
+    ptmd_writer *wr = &d->writer;
+    const ptmd_mappings *m = &d->mappings;
+    if (d->ruby.present) {
+        ptmd_writer_section(wr, PTMD_SEC_GC, 1, &d->ruby.gc, sizeof(d->ruby.gc));
+        if (d->ruby_rss.base)
+            ptmd_writer_section(wr, PTMD_SEC_RUBY_PAGE_RSS, PTMD_BUF_COUNT(&d->ruby_rss, uint64_t), d->ruby_rss.base,
+                                d->ruby_rss.len);
+    }
+    if (m->present) {
+        uint64_t len = sizeof(m->head) + m->recs.len + m->paths.len;
+        ptmd_writer_begin(wr, PTMD_SEC_MAPPINGS, PTMD_BUF_COUNT(&m->recs, ptmd_mapping_rec), len);
+        ptmd_writer_put(wr, &m->head, sizeof(m->head));
+        ptmd_writer_put(wr, m->recs.base, m->recs.len);
+        ptmd_writer_put(wr, m->paths.base, m->paths.len);
+        ptmd_writer_end(wr, len);
+    }
+}
+
 /* ---- the sequence ------------------------------------------------------------------------- */
 
 static void fill_meta(ptmd_dump_state *d, const ptmd_libc *lc, const struct timespec *now)
@@ -230,6 +307,7 @@ static void write_sections(ptmd_dump_state *d)
     }
     if (d->trim.base)
         ptmd_writer_section(wr, PTMD_SEC_TRIM_CHECK, PTMD_BUF_COUNT(&d->trim, uint64_t), d->trim.base, d->trim.len);
+    write_rss_sections(d);
 }
 
 /* For the roots: the caller's callee-saved registers as they are here (setjmp keeps rbx and r12 to
@@ -317,6 +395,8 @@ int ptmd_dump_run(ptmd_dump_state *d, const ptmd_dump_opts *o, ptmd_err *err)
     else if (!d->mallinfo_exact) d->meta.flags |= PTMD_MF_MALLINFO32;
     d->meta.walk_ns = t1 - t0;
     d->meta.residency_ns = ptmd_now_ns() - t1;
+    if (ruby_page_rss(d, err) != 0) goto out;
+    capture_mappings(d);
     if (ptmd_walk_references(&d->w, err) != 0) goto out;
     if (ptmd_walk_roots(&d->w, err) != 0) goto out;
     if (o->trim_check && trim_check(d, err) != 0) goto out;
@@ -390,6 +470,7 @@ int ptmd_dump_fork(ptmd_dump_state *d, const ptmd_dump_opts *opts, size_t n_opts
 {
     int fds[2];
     pid_t pid;
+    int parent = (int)getpid();
     if (list_threads(d, &opts[0], err) != 0) return -1;
     if (pipe2(fds, O_CLOEXEC) != 0) return ptmd_fail_sys(err, errno, "pipe", "cannot create a pipe for the snapshot");
     /* glibc's fork takes every arena lock around the fork: the child's heap is one consistent state */
@@ -405,6 +486,7 @@ int ptmd_dump_fork(ptmd_dump_state *d, const ptmd_dump_opts *opts, size_t n_opts
         int rc = 0;
         close(fds[0]);
         signal(SIGPIPE, SIG_IGN);
+        read_parent_mappings(&d->mappings, parent);
         /* several dumps of the same frozen heap, one after the other: nothing runs in between */
         for (i = 0; i < n_opts && rc == 0; i++) {
             ptmd_dump_opts co = opts[i];
@@ -413,6 +495,7 @@ int ptmd_dump_fork(ptmd_dump_state *d, const ptmd_dump_opts *opts, size_t n_opts
             ptmd_dump_init(&di);
             di.ruby = d->ruby;                  /* recorded by the parent, shared read-only */
             di.parent = &d->w;
+            di.parent_mappings = &d->mappings;
             co.fork_child = 1;
             memset(&cerr, 0, sizeof(cerr));
             rc = ptmd_dump_run(&di, &co, &cerr);
@@ -428,6 +511,21 @@ int ptmd_dump_fork(ptmd_dump_state *d, const ptmd_dump_opts *opts, size_t n_opts
     *pid_out = (int)pid;
     *errfd_out = fds[0];
     return 0;
+}
+
+static void view_rss(const ptmd_dump_state *d, ptmd_view *v)
+{
+    if (d->ruby.present) {
+        v->gc = &d->ruby.gc;
+        v->ruby_page_rss = (const uint64_t *)(const void *)d->ruby_rss.base;
+        v->n_ruby_page_rss = PTMD_BUF_COUNT(&d->ruby_rss, uint64_t);
+    }
+    if (d->mappings.present) {
+        v->mappings_head = &d->mappings.head;
+        v->mappings = (const ptmd_mapping_rec *)(const void *)d->mappings.recs.base;
+        v->n_mappings = PTMD_BUF_COUNT(&d->mappings.recs, ptmd_mapping_rec);
+        v->mapping_paths = (const char *)d->mappings.paths.base;
+    }
 }
 
 void ptmd_dump_view(const ptmd_dump_state *d, ptmd_view *v)
@@ -480,11 +578,14 @@ void ptmd_dump_view(const ptmd_dump_state *d, ptmd_view *v)
         v->trim_released = (const uint64_t *)(const void *)d->trim.base;
         v->n_trim_released = PTMD_BUF_COUNT(&d->trim, uint64_t);
     }
+    view_rss(d, v);
 }
 
 void ptmd_dump_release(ptmd_dump_state *d)
 {
     ptmd_buf_release(&d->trim);
+    ptmd_buf_release(&d->ruby_rss);
+    if (!d->parent_mappings) ptmd_mappings_release(&d->mappings);
     ptmd_buf_release(&d->ruby.pages);
     ptmd_buf_release(&d->ruby.objects);
     ptmd_buf_release(&d->ruby.words);

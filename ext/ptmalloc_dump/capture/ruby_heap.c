@@ -137,6 +137,10 @@ static int each_page(void *start, void *end, size_t stride, void *data)
         }
         o->address = (uint64_t)v;
         o->type = (uint8_t)type;
+        /* Ruby 3.1 keeps the GC age in FL_PROMOTED0|FL_PROMOTED1 (gc.c RVALUE_FLAGS_AGE; old is age 3,
+         * both set); from 3.2 the age moved to a page bitmap and RVALUE_AGE_SET keeps the single bit
+         * FL_PROMOTED set exactly when the age is old. RUBY_FL_PROMOTED is that mask in either. */
+        o->flags = (flags & RUBY_FL_PROMOTED) == RUBY_FL_PROMOTED ? PTMD_OF_OLD : 0;
         o->subtype = type == T_IMEMO ? (uint8_t)((flags >> PTMD_RUBY_USHIFT) & 0x0f) : 0;
         {
             /* T_IMEMO keeps other data in the klass word */
@@ -285,6 +289,10 @@ static size_t class_name(const ptmd_ruby_data *rd, VALUE klass, const char **out
  * has no heap_tomb_pages (rb_gc_stat raises for an unknown key): it is read only where it exists. */
 static VALUE sym_pages, sym_tomb, sym_live, sym_free, sym_total;
 static int have_tomb;
+/* GC section: GC.stat keys and GC.latest_gc_info keys; :time only where this Ruby has it (3.1+) */
+static VALUE sym_count, sym_major, sym_minor, sym_freed, sym_old, sym_old_limit, sym_malloc_inc, sym_oldmalloc_inc,
+    sym_time, sym_major_by, sym_state, sym_sweeping;
+static int have_time;
 
 /* A name listed in PTMALLOC_DUMP_HIDE_RUBY_FUNCTIONS (comma-separated) is treated as absent, so that
  * the fallback can be tried on a Ruby that has the function. */
@@ -318,8 +326,21 @@ void ptmd_ruby_heap_init(void)
     sym_live = ID2SYM(rb_intern("heap_live_slots"));
     sym_free = ID2SYM(rb_intern("heap_free_slots"));
     sym_total = ID2SYM(rb_intern("total_allocated_objects"));
+    sym_count = ID2SYM(rb_intern("count"));
+    sym_major = ID2SYM(rb_intern("major_gc_count"));
+    sym_minor = ID2SYM(rb_intern("minor_gc_count"));
+    sym_freed = ID2SYM(rb_intern("total_freed_objects"));
+    sym_old = ID2SYM(rb_intern("old_objects"));
+    sym_old_limit = ID2SYM(rb_intern("old_objects_limit"));
+    sym_malloc_inc = ID2SYM(rb_intern("malloc_increase_bytes"));
+    sym_oldmalloc_inc = ID2SYM(rb_intern("oldmalloc_increase_bytes"));
+    sym_time = ID2SYM(rb_intern("time"));
+    sym_major_by = ID2SYM(rb_intern("major_by"));
+    sym_state = ID2SYM(rb_intern("state"));
+    sym_sweeping = ID2SYM(rb_intern("sweeping"));
     rb_gc_stat(stat);
     have_tomb = rb_hash_lookup2(stat, sym_tomb, Qundef) != Qundef;
+    have_time = rb_hash_lookup2(stat, sym_time, Qundef) != Qundef;
     RB_GC_GUARD(stat);
 }
 
@@ -328,6 +349,29 @@ static int by_page_start(const void *a, const void *b, void *ctx)
     uint64_t x = ((const ptmd_ruby_page *)a)->start, y = ((const ptmd_ruby_page *)b)->start;
     PTMD_UNUSED(ctx);
     return x < y ? -1 : x > y;
+}
+
+/* GC.stat's counts and what GC.latest_gc_info says of the latest GC; reading one key of either
+ * makes no object. */
+static void read_gc_stat(ptmd_gc_rec *g)
+{
+    g->count = rb_gc_stat(sym_count);
+    g->major_gc_count = rb_gc_stat(sym_major);
+    g->minor_gc_count = rb_gc_stat(sym_minor);
+    g->total_allocated_objects = rb_gc_stat(sym_total);
+    g->total_freed_objects = rb_gc_stat(sym_freed);
+    g->old_objects = rb_gc_stat(sym_old);
+    g->old_objects_limit = rb_gc_stat(sym_old_limit);
+    g->heap_live_slots = rb_gc_stat(sym_live);
+    g->malloc_increase_bytes = rb_gc_stat(sym_malloc_inc);
+    g->oldmalloc_increase_bytes = rb_gc_stat(sym_oldmalloc_inc);
+    g->time_ms = have_time ? rb_gc_stat(sym_time) : 0;
+    if (RTEST(rb_gc_latest_gc_info(sym_major_by))) g->flags |= PTMD_GF_LAST_MAJOR;
+}
+
+void ptmd_ruby_pass_after_full_gc(ptmd_ruby_data *rd)
+{
+    rd->gc.flags |= PTMD_GF_FULL_GC;
 }
 
 /* Collects Ruby's heap into rd. Raises on failure. */
@@ -340,7 +384,10 @@ void ptmd_ruby_pass(ptmd_ruby_data *rd)
     c.rd = rd;
     c.last_klass = 0;
     if (!each_objects) rb_raise(rb_eNotImpError, "this Ruby does not export rb_objspace_each_objects");
+    /* each_objects ends a pending lazy sweep first: say whether one was pending */
+    if (rb_gc_latest_gc_info(sym_state) == sym_sweeping) rd->gc.flags |= PTMD_GF_SWEEPING;
     each_objects(each_page, &c);
+    read_gc_stat(&rd->gc);
     /* by address (the GC hands them out in its own order), for lookups */
     ptmd_sort(rd->pages.base, PTMD_BUF_COUNT(&rd->pages, ptmd_ruby_page), sizeof(ptmd_ruby_page), by_page_start, NULL);
     rd->meta.heap_allocated_pages = rb_gc_stat(sym_pages);

@@ -47,6 +47,9 @@ enum {
     PTMD_SEC_RUBY_NAMES = 15,   /* count entries: u64 key, u32 kind, u32 len, name, zero pad to 8 */
     PTMD_SEC_REFS = 16,         /* ptmd_ref[count]: chunk -> chunk pointers (references: true) */
     PTMD_SEC_TRIM_CHECK = 17,   /* uint64[count]: bytes malloc_trim(0) released, per arena (trim_check: true) */
+    PTMD_SEC_MAPPINGS = 18,     /* ptmd_mappings_head, ptmd_mapping_rec[count], then the paths' bytes */
+    PTMD_SEC_GC = 19,           /* ptmd_gc_rec, count 1: GC.stat's counts at the Ruby pass */
+    PTMD_SEC_RUBY_PAGE_RSS = 23, /* uint64[count]: resident bytes of each Ruby page's body (RUBY_PAGES order) */
     PTMD_SEC_ROOTS = 20,        /* ptmd_root_rec[count]: memory outside malloc scanned for chunk addresses */
     PTMD_SEC_ROOT_REFS = 21,    /* ptmd_root_ref[count]: root -> chunk pointers */
     PTMD_SEC_INT_REFS = 26,     /* ptmd_ref[count]: chunk -> chunk as a Ruby Integer ((address << 1) | 1) */
@@ -306,8 +309,72 @@ typedef struct {
     uint8_t type;                   /* ruby_value_type (T_STRING ...) */
     uint8_t subtype;                /* imemo type for T_IMEMO */
     uint16_t n_words;               /* candidate pointer words in RUBY_WORDS */
-    uint32_t reserved;
+    uint32_t flags;                 /* PTMD_OF_* */
 } ptmd_ruby_object;
+
+/* ptmd_ruby_object.flags: bit values (bits 4..7 are kept for code ownership) */
+#define PTMD_OBJECT_FLAGS(X)                                                                       \
+    X(PTMD_OF_OLD, 1u << 0, "old")            /* promoted by the GC: survived enough marks to be old */
+enum { PTMD_OBJECT_FLAGS(PTMD_ENUM_CONSTANT) };
+
+/* ---- the GC's counts (GC section) ---- */
+
+/* ptmd_gc_rec.flags: bit values */
+#define PTMD_GC_FLAGS(X)                                                                           \
+    X(PTMD_GF_FULL_GC, 1u << 0, "full_gc")           /* the dump ran a full GC first (gc: true) */ \
+    X(PTMD_GF_LAST_MAJOR, 1u << 1, "last_major")     /* GC.latest_gc_info: the latest GC was major */ \
+    X(PTMD_GF_SWEEPING, 1u << 2, "sweeping")         /* a lazy sweep was pending when the pass began */
+enum { PTMD_GC_FLAGS(PTMD_ENUM_CONSTANT) };
+
+typedef struct {
+    uint64_t count, major_gc_count, minor_gc_count;
+    uint64_t total_allocated_objects, total_freed_objects;
+    uint64_t old_objects, old_objects_limit;
+    uint64_t heap_live_slots;
+    uint64_t malloc_increase_bytes, oldmalloc_increase_bytes;
+    uint64_t time_ms;                   /* GC.stat(:time), 0 where the Ruby has none */
+    uint32_t flags;                     /* PTMD_GF_* */
+    uint32_t reserved;
+} ptmd_gc_rec;
+
+/* ---- the process's mappings (MAPPINGS section), from /proc/PID/smaps ---- */
+
+#define PTMD_MAPPING_KINDS(X)                                                                      \
+    X(PTMD_MK_ANON, 0, "anonymous")           /* no name, or [anon:...] */                          \
+    X(PTMD_MK_BRK, 1, "brk")                  /* [heap] */                                          \
+    X(PTMD_MK_STACK, 2, "stack")              /* [stack] */                                         \
+    X(PTMD_MK_FILE, 3, "file")                /* a file, by path */                                 \
+    X(PTMD_MK_SPECIAL, 4, "special")          /* [vdso], [vvar], [vsyscall], ... */
+typedef enum { PTMD_MAPPING_KINDS(PTMD_ENUM_CONSTANT) PTMD_MK_COUNT = 5 } ptmd_mapping_kind;
+extern const char *const ptmd_mapping_kind_names[PTMD_MK_COUNT];
+
+/* ptmd_mapping_rec.prot: bit values, as /proc/PID/maps prints them */
+enum { PTMD_MP_READ = 1, PTMD_MP_WRITE = 2, PTMD_MP_EXEC = 4, PTMD_MP_SHARED = 8 };
+
+/* ptmd_mappings_head.flags */
+#define PTMD_MAPF_PARENT (1u << 0)      /* read by the snapshot's parent just before the fork */
+
+typedef struct {
+    uint64_t vm_rss;                    /* /proc/PID/status VmRSS, read right after smaps */
+    uint64_t rss_anon, rss_file, rss_shmem;   /* the same file's RssAnon, RssFile, RssShmem */
+    uint64_t read_ns;                   /* reading smaps and status */
+    uint64_t paths_len;                 /* bytes of paths after the records */
+    uint32_t flags;                     /* PTMD_MAPF_* */
+    uint32_t reserved;
+} ptmd_mappings_head;
+
+typedef struct {
+    uint64_t start, end;
+    uint64_t rss;                       /* Rss: resident bytes */
+    uint64_t private_bytes;             /* Private_Clean + Private_Dirty */
+    uint64_t shared_bytes;              /* Shared_Clean + Shared_Dirty */
+    uint64_t swap;                      /* Swap */
+    uint64_t anonymous;                 /* Anonymous */
+    uint64_t offset, inode;
+    uint32_t path_off, path_len;        /* the path in the paths area (kind file and the [names]) */
+    uint32_t prot;                      /* PTMD_MP_* */
+    uint32_t kind;                      /* PTMD_MK_* */
+} ptmd_mapping_rec;
 
 typedef struct {
     uint32_t from, to;              /* chunk indices: a word of `from` equals `to`'s user address */
@@ -364,6 +431,9 @@ _Static_assert(sizeof(ptmd_ruby_meta) == 56, "ruby meta layout");
 _Static_assert(sizeof(ptmd_ruby_page) == 40, "ruby page layout");
 _Static_assert(sizeof(ptmd_ruby_object) == 24, "ruby object layout");
 _Static_assert(sizeof(ptmd_ref) == 8, "ref layout");
+_Static_assert(sizeof(ptmd_gc_rec) == 96, "gc record layout");
+_Static_assert(sizeof(ptmd_mappings_head) == 56, "mappings head layout");
+_Static_assert(sizeof(ptmd_mapping_rec) == 88, "mapping record layout");
 _Static_assert(sizeof(ptmd_footer) == 32, "footer layout");
 _Static_assert(sizeof(ptmd_root_rec) == 120, "root record layout");
 _Static_assert(sizeof(ptmd_root_ref) == 16, "root reference layout");

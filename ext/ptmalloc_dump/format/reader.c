@@ -32,6 +32,9 @@ static const section_rule rules[] = {
     { PTMD_SEC_RUBY_NAMES, 0, 0, 1 },
     { PTMD_SEC_REFS, sizeof(ptmd_ref), 0, 1 },
     { PTMD_SEC_TRIM_CHECK, sizeof(uint64_t), 0, 1 },
+    { PTMD_SEC_MAPPINGS, 0, 0, 1 },
+    { PTMD_SEC_GC, sizeof(ptmd_gc_rec), 0, 1 },
+    { PTMD_SEC_RUBY_PAGE_RSS, sizeof(uint64_t), 0, 1 },
     { PTMD_SEC_ROOTS, sizeof(ptmd_root_rec), 0, 1 },
     { PTMD_SEC_ROOT_REFS, sizeof(ptmd_root_ref), 0, 1 },
     { PTMD_SEC_INT_REFS, sizeof(ptmd_ref), 0, 1 },
@@ -40,6 +43,9 @@ static const section_rule rules[] = {
 
 static const char *section_name(uint32_t type)
 {
+    if (type == PTMD_SEC_MAPPINGS) return "mappings";
+    if (type == PTMD_SEC_GC) return "gc";
+    if (type == PTMD_SEC_RUBY_PAGE_RSS) return "ruby_page_rss";
     static const char *const names[] = { "?", "meta", "strings", "mallinfo2", "malloc_info", "arenas",
                                          "heaps", "chunks", "pages", "threads", "anomalies", "ruby_meta",
                                          "ruby_pages", "ruby_objects", "ruby_words", "ruby_names", "refs",
@@ -144,6 +150,54 @@ static int check_names(const unsigned char *p, size_t len, uint64_t count)
         n++;
     }
     return n == count;
+}
+
+/* MAPPINGS: the head, `count` records and the paths area, exactly; each record a range in address order
+ * after the one before, no more resident or swapped bytes than it spans, a known kind, its path inside
+ * the paths area. */
+static int read_mappings(const unsigned char *p, uint64_t count, uint64_t length, ptmd_view *v, const char *name,
+                         ptmd_err *err)
+{
+    const ptmd_mappings_head *h = (const void *)p;
+    uint64_t i, prev_end = 0;
+    if (length < sizeof(*h) || count > (length - sizeof(*h)) / sizeof(ptmd_mapping_rec))
+        FAIL("%s: the mappings section holds %llu records in %llu bytes", name, (unsigned long long)count,
+             (unsigned long long)length);
+    if (h->paths_len != length - sizeof(*h) - count * sizeof(ptmd_mapping_rec))
+        FAIL("%s: the mappings section's paths do not fill it", name);
+    v->mappings_head = h;
+    v->mappings = (const void *)(p + sizeof(*h));
+    v->n_mappings = count;
+    v->mapping_paths = (const char *)(p + sizeof(*h) + count * sizeof(ptmd_mapping_rec));
+    for (i = 0; i < count; i++) {
+        const ptmd_mapping_rec *r = &v->mappings[i];
+        if (r->end <= r->start || r->start < prev_end || r->kind >= PTMD_MK_COUNT ||
+            r->rss > r->end - r->start || r->swap > r->end - r->start ||
+            r->private_bytes > r->rss || r->shared_bytes > r->rss - r->private_bytes ||
+            r->path_off > h->paths_len || r->path_len > h->paths_len - r->path_off)
+            FAIL("%s: mapping %llu has bad bounds, figures, kind or path", name, (unsigned long long)i);
+        prev_end = r->end;
+    }
+    return 0;
+}
+
+/* GC and RUBY_PAGE_RSS come with the Ruby sections; a page's resident bytes are at most the pages its
+ * slots span. */
+static int check_rss_sections(const ptmd_view *v, const char *name, ptmd_err *err)
+{
+    uint64_t ps = v->meta->page_size;
+    size_t i;
+    if ((v->gc || v->ruby_page_rss) && !v->ruby_meta) FAIL("%s: GC figures without the Ruby sections", name);
+    if (!v->ruby_page_rss) return 0;
+    if (v->n_ruby_page_rss != v->n_ruby_pages) FAIL("%s: the Ruby page residency does not cover every Ruby page", name);
+    for (i = 0; i < v->n_ruby_pages; i++) {
+        const ptmd_ruby_page *p = &v->ruby_pages[i];
+        uint64_t span = ((p->end + ps - 1) & ~(ps - 1)) - (p->start & ~(ps - 1));
+        if (v->ruby_page_rss[i] > span || v->ruby_page_rss[i] % ps)
+            FAIL("%s: Ruby page %zu has %llu resident bytes, more than it spans or not whole pages", name, i,
+                 (unsigned long long)v->ruby_page_rss[i]);
+    }
+    return 0;
 }
 
 /* Roots: a known kind, start < end, a NUL-terminated name; each root reference names an existing
@@ -252,6 +306,11 @@ int ptmd_read_view(const unsigned char *data, size_t len, const char *name, ptmd
                 break;
             case PTMD_SEC_REFS: v->refs = (const void *)payload; v->n_refs = sh->count; break;
             case PTMD_SEC_TRIM_CHECK: v->trim_released = (const void *)payload; v->n_trim_released = sh->count; break;
+            case PTMD_SEC_MAPPINGS:
+                if (read_mappings(payload, sh->count, sh->length, v, name, err) != 0) return -1;
+                break;
+            case PTMD_SEC_GC: v->gc = (const void *)payload; if (sh->count != 1) FAIL("%s: bad gc section", name); break;
+            case PTMD_SEC_RUBY_PAGE_RSS: v->ruby_page_rss = (const void *)payload; v->n_ruby_page_rss = sh->count; break;
             case PTMD_SEC_ROOTS: v->roots = (const void *)payload; v->n_roots = sh->count; break;
             case PTMD_SEC_ROOT_REFS: v->root_refs = (const void *)payload; v->n_root_refs = sh->count; break;
             case PTMD_SEC_INT_REFS: v->int_refs = (const void *)payload; v->n_int_refs = sh->count; break;
@@ -309,6 +368,7 @@ int ptmd_read_view(const unsigned char *data, size_t len, const char *name, ptmd
         }
         if (words != v->n_ruby_words) FAIL("%s: the Ruby objects' words do not add up", name);
     }
+    if (check_rss_sections(v, name, err) != 0) return -1;
     if (v->trim_released && v->n_trim_released != v->n_arenas) FAIL("%s: the trim check does not cover every arena", name);
     for (i = 0; i < v->n_refs; i++)
         if (v->refs[i].from >= v->n_chunks || v->refs[i].to >= v->n_chunks)
