@@ -22,8 +22,40 @@ module PtmallocDump
       alias_method :to_s, :inspect
     end
 
+    # How many modules and methods {#summary} lists (all of them are in {#code_owners}).
+    TOP_MODULES = 100
+    TOP_METHODS = 50
+
     def initialize(dump)
       @dump = dump
+    end
+
+    # Code memory by the class or module that defines it: the chunks owned (directly or, with
+    # references, through the pointer graph) by method entries, by method iseqs and the iseqs of
+    # their blocks, all charged to the module whose method table holds the method, and the chunks of
+    # each class's, module's and include class's own tables (method, constant and ivar tables, the
+    # class extension and its caches), charged to it (an include class to the module it includes).
+    #
+    # @return [Hash, nil] nil when the dump has no code records (see {Dump#header} :ruby_code_reason);
+    #   else :by_module (`{ "Name" => { bytes:, chunks: } }`, largest first), :methods (`[{ module:,
+    #   method:, path:, line:, bytes: }]`, largest first: a method's entries and iseqs together),
+    #   :bytes and :chunks (all that is charged to a module)
+    def code_owners
+      return @code_owners if defined?(@code_owners)
+
+      @code_owners = _code_summary&.then do |by_module, records, bytes, chunks|
+        { by_module: by_module.sort_by { |_, (b, _)| -b }.to_h { |k, (b, c)| [k, { bytes: b, chunks: c }] },
+          methods: methods_of(records), bytes: bytes, chunks: chunks }.freeze
+      end
+    end
+
+    # What a code object (a method entry, an iseq, a class or module) is, by its address.
+    #
+    # @param object [RubyObject, Integer] an object or its address
+    # @return [Hash, nil] :kind (:method_entry, :iseq, :module), :module, :method, :path, :line
+    def code_of(object)
+      kind, mod, meth, path, line = _code_at(object.is_a?(Integer) ? object : object.address)
+      kind && { kind: kind, module: mod, method: meth, path: path, line: line.zero? ? nil : line }
     end
 
     # @return [Hash] GC.stat figures taken with the pass, and the pass's counts and timings
@@ -95,6 +127,8 @@ module PtmallocDump
           by_type: top.call(s[:by_type], 64),
           by_class: top.call(s[:by_class], 50),
           by_data_type: top.call(s[:by_data_type], 50),
+          by_module: code_owners ? code_owners[:by_module].first(TOP_MODULES).to_h : {},
+          methods: code_owners ? code_owners[:methods].first(TOP_METHODS) : [],
           by_category: s[:by_category].to_h { |k, (bytes, chunks)| [k, { bytes: bytes, chunks: chunks }] },
           owned_bytes: s[:owned_bytes],
           unattributed_bytes: s[:unattributed_bytes],
@@ -114,6 +148,18 @@ module PtmallocDump
 
     def names
       @names ||= _names
+    end
+
+    # One entry per method (module, name, path, line): its entries' and iseqs' bytes added up.
+    def methods_of(records)
+      sums = Hash.new(0)
+      records.each do |kind, mod, meth, path, line, bytes|
+        next if kind == :module
+
+        sums[[mod, meth, path, line.zero? ? nil : line]] += bytes
+      end
+      sums.map { |(mod, meth, path, line), bytes| { module: mod, method: meth, path: path, line: line, bytes: bytes } }
+          .sort_by { |m| -m[:bytes] }
     end
 
     def build(index, tuple)

@@ -42,6 +42,10 @@ typedef struct {
     size_t n_refs;
     const uint64_t *trim_released;  /* trim_check: bytes malloc_trim(0) released per arena, or NULL */
     size_t n_trim_released;
+    const ptmd_ruby_code *ruby_code;         /* RUBY_CODE, by address, or NULL */
+    size_t n_ruby_code;
+    const unsigned char *ruby_code_names;    /* RUBY_CODE_NAMES */
+    size_t ruby_code_names_len, n_ruby_code_names;
 } ptmd_view;
 
 typedef struct {

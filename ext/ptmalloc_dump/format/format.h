@@ -47,6 +47,8 @@ enum {
     PTMD_SEC_RUBY_NAMES = 15,   /* count entries: u64 key, u32 kind, u32 len, name, zero pad to 8 */
     PTMD_SEC_REFS = 16,         /* ptmd_ref[count]: chunk -> chunk pointers (references: true) */
     PTMD_SEC_TRIM_CHECK = 17,   /* uint64[count]: bytes malloc_trim(0) released, per arena (trim_check: true) */
+    PTMD_SEC_RUBY_CODE = 22,    /* ptmd_ruby_code[count], by address: code objects and the module defining them */
+    PTMD_SEC_RUBY_CODE_NAMES = 29, /* entries as in RUBY_NAMES: the code records' modules, methods and paths */
     PTMD_SEC_END = 0xffff
 };
 
@@ -292,7 +294,8 @@ typedef struct {
     uint64_t reserved;
 } ptmd_ruby_page;
 
-enum { PTMD_NAME_CLASS = 1, PTMD_NAME_DATA_TYPE = 2 };   /* RUBY_NAMES entry kinds */
+/* RUBY_NAMES entry kinds (CLASS, DATA_TYPE) and RUBY_CODE_NAMES entry kinds (MODULE, METHOD, PATH) */
+enum { PTMD_NAME_CLASS = 1, PTMD_NAME_DATA_TYPE = 2, PTMD_NAME_MODULE = 3, PTMD_NAME_METHOD = 4, PTMD_NAME_PATH = 5 };
 #define PTMD_NO_NAME 0xffffffffu
 
 typedef struct {
@@ -304,6 +307,24 @@ typedef struct {
     uint16_t n_words;               /* candidate pointer words in RUBY_WORDS */
     uint32_t reserved;
 } ptmd_ruby_object;
+
+/* What a RUBY_CODE record is: the malloc memory its object owns is charged to its module. */
+#define PTMD_CODE_KINDS(X)                                                                         \
+    X(PTMD_CODE_MODULE, 1, "module")        /* a class, module or include class: its own tables */ \
+    X(PTMD_CODE_METHOD_ENTRY, 2, "method_entry") /* a method entry (imemo ment) of its method table */ \
+    X(PTMD_CODE_ISEQ, 3, "iseq")            /* a method's iseq, or a block's within a method */
+enum { PTMD_CODE_KINDS(PTMD_ENUM_CONSTANT) PTMD_CODE_KIND_COUNT = 4 };
+extern const char *const ptmd_code_kind_names[PTMD_CODE_KIND_COUNT];
+
+typedef struct {
+    uint64_t address;               /* the object (a T_IMEMO, T_CLASS, T_MODULE or T_ICLASS slot) */
+    uint32_t module;                /* RUBY_CODE_NAMES index of the defining module, PTMD_NO_NAME */
+    uint32_t method;                /* RUBY_CODE_NAMES index of the method's name, PTMD_NO_NAME */
+    uint32_t path;                  /* RUBY_CODE_NAMES index of the method's source path, PTMD_NO_NAME */
+    uint32_t line;                  /* the method's first line, 0 when unknown */
+    uint32_t kind;                  /* PTMD_CODE_* */
+    uint32_t reserved;
+} ptmd_ruby_code;
 
 typedef struct {
     uint32_t from, to;              /* chunk indices: a word of `from` equals `to`'s user address */
@@ -336,6 +357,7 @@ _Static_assert(sizeof(ptmd_ruby_meta) == 56, "ruby meta layout");
 _Static_assert(sizeof(ptmd_ruby_page) == 40, "ruby page layout");
 _Static_assert(sizeof(ptmd_ruby_object) == 24, "ruby object layout");
 _Static_assert(sizeof(ptmd_ref) == 8, "ref layout");
+_Static_assert(sizeof(ptmd_ruby_code) == 32, "ruby code layout");
 _Static_assert(sizeof(ptmd_footer) == 32, "footer layout");
 
 #define PTMD_PREAMBLE_SIZE 16
