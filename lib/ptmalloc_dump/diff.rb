@@ -72,8 +72,8 @@ module PtmallocDump
 
     DIFF_PAGE_STATES = Format::PAGE_CHANGES
 
-    # Growth by owner (with Ruby data in both dumps): :by_type, :by_class, :by_data_type (largest
-    # growth first) and :native.
+    # Growth by owner (with Ruby data in both dumps): :by_type, :by_class, :by_data_type, :by_module
+    # (code memory by defining module, see {RubyHeap#code_owners}; largest growth first) and :native.
     # @return [Hash, nil]
     def owners
       return nil unless @old.ruby && @new.ruby
@@ -85,7 +85,7 @@ module PtmallocDump
                                    .sort_by { |_, v| -v }.to_h
       end
       { by_type: grow.call(:by_type), by_class: grow.call(:by_class), by_data_type: grow.call(:by_data_type),
-        native: b[:unattributed_bytes] - a[:unattributed_bytes] }
+        by_module: module_growth, native: b[:unattributed_bytes] - a[:unattributed_bytes] }
     end
 
     # @return [Array(Symbol, String, Integer), nil] the owner that grew most: [:type or :class or
@@ -99,6 +99,13 @@ module PtmallocDump
     end
 
     private
+
+    # Over every module of both dumps (the summaries list only the largest).
+    def module_growth
+      a = @old.ruby.code_owners&.fetch(:by_module) || {}
+      b = @new.ruby.code_owners&.fetch(:by_module) || {}
+      (a.keys | b.keys).to_h { |k| [k, b.dig(k, :bytes).to_i - a.dig(k, :bytes).to_i] }.sort_by { |_, v| -v }.to_h
+    end
 
     def compute_pages
       @chunks, @page_changes = _compare(@old, @new)

@@ -49,6 +49,14 @@ module PtmallocDump
       end
     end
 
+    # @return [String, nil] why the dump has no code records (the Ruby version's structures are not
+    #   known to the gem that wrote it), nil when it has them
+    def code_owners_reason
+      return nil if code_owners
+
+      @dump.header[:strings]["ruby_code_reason"].to_s.then { |r| r.empty? ? "the dump predates code owners" : r }
+    end
+
     # What a code object (a method entry, an iseq, a class or module) is, by its address.
     #
     # @param object [RubyObject, Integer] an object or its address
@@ -129,6 +137,7 @@ module PtmallocDump
           by_data_type: top.call(s[:by_data_type], 50),
           by_module: code_owners ? code_owners[:by_module].first(TOP_MODULES).to_h : {},
           methods: code_owners ? code_owners[:methods].first(TOP_METHODS) : [],
+          code_owners_reason: code_owners_reason,
           by_category: s[:by_category].to_h { |k, (bytes, chunks)| [k, { bytes: bytes, chunks: chunks }] },
           owned_bytes: s[:owned_bytes],
           unattributed_bytes: s[:unattributed_bytes],

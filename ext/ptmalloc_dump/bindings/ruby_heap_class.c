@@ -2,6 +2,7 @@
  * the owner summary, from the RUBY_* sections and the attribution (analysis/attribution.c). */
 #include "bindings/bindings.h"
 #include "analysis/code_owners.h"
+#include "capture/ruby_code.h"
 #include "format/reader.h"
 
 #include <string.h>
@@ -287,6 +288,14 @@ static VALUE heap_code_at(VALUE self, VALUE address)
                                 code_name(names, c->method), code_name(names, c->path), UINT2NUM(c->line));
 }
 
+/* PtmallocDump._ruby_code_problem: why dumps here record no code owners, nil when they do. */
+static VALUE code_problem(VALUE self)
+{
+    const char *p = ptmd_ruby_code_problem();
+    PTMD_UNUSED(self);
+    return p ? rb_str_new_cstr(p) : Qnil;
+}
+
 void ptmd_ruby_heap_class_init(void)
 {
     VALUE cRubyHeap = rb_define_class_under(ptmd_mPtmallocDump, "RubyHeap", rb_cObject);
@@ -302,4 +311,5 @@ void ptmd_ruby_heap_class_init(void)
     rb_define_private_method(cRubyHeap, "_summary", heap_summary, 0);
     rb_define_private_method(cRubyHeap, "_code_summary", heap_code_summary, 0);
     rb_define_private_method(cRubyHeap, "_code_at", heap_code_at, 1);
+    rb_define_private_method(rb_singleton_class(ptmd_mPtmallocDump), "_ruby_code_problem", code_problem, 0);
 }

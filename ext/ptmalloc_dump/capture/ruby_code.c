@@ -9,6 +9,7 @@
 #include "format/index.h"
 
 #include <ruby/version.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define PTMD_MIN_POINTER 0x10000ull
@@ -40,10 +41,12 @@ static const code_layout *L;
 static char problem[160];
 static ID id_attached;
 
+/* PTMALLOC_DUMP_HIDE_RUBY_LAYOUTS (set) treats this Ruby as unknown, so that a known Ruby can
+ * exercise the path an unknown one takes. */
 void ptmd_ruby_code_init(void)
 {
     size_t i;
-    for (i = 0; i < sizeof(layouts) / sizeof(layouts[0]); i++)
+    for (i = 0; i < sizeof(layouts) / sizeof(layouts[0]) && !getenv("PTMALLOC_DUMP_HIDE_RUBY_LAYOUTS"); i++)
         if (layouts[i].major == RUBY_API_VERSION_MAJOR && layouts[i].minor == RUBY_API_VERSION_MINOR) L = &layouts[i];
     if (!L)
         snprintf(problem, sizeof(problem), "the method entry and iseq layouts of Ruby %d.%d are not known to this "
