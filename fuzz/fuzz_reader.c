@@ -14,6 +14,7 @@
 
 #include "analysis/analysis.h"
 #include "analysis/attribution.h"
+#include "analysis/code_owners.h"
 #include "analysis/diff.h"
 #include "analysis/render.h"
 #include "format/reader.h"
@@ -66,6 +67,10 @@ static const field ruby_object_fields[] = {
     F(ptmd_ruby_object, subtype), F(ptmd_ruby_object, n_words),
 };
 static const field ref_fields[] = { F(ptmd_ref, from), F(ptmd_ref, to) };
+static const field ruby_code_fields[] = {
+    F(ptmd_ruby_code, address), F(ptmd_ruby_code, module), F(ptmd_ruby_code, method), F(ptmd_ruby_code, path),
+    F(ptmd_ruby_code, line), F(ptmd_ruby_code, kind),
+};
 static const field u64_field[] = { { 0, 8 } };
 static const field u8_field[] = { { 0, 1 } };
 
@@ -85,6 +90,7 @@ static const record_layout layouts[] = {
     L(PTMD_SEC_RUBY_META, sizeof(ptmd_ruby_meta), ruby_meta_fields), L(PTMD_SEC_RUBY_PAGES, sizeof(ptmd_ruby_page), ruby_page_fields),
     L(PTMD_SEC_RUBY_OBJECTS, sizeof(ptmd_ruby_object), ruby_object_fields), L(PTMD_SEC_RUBY_WORDS, 8, u64_field),
     L(PTMD_SEC_REFS, sizeof(ptmd_ref), ref_fields), L(PTMD_SEC_TRIM_CHECK, 8, u64_field),
+    L(PTMD_SEC_RUBY_CODE, sizeof(ptmd_ruby_code), ruby_code_fields),
 };
 
 static uint64_t get(const unsigned char *p, size_t n)
@@ -189,6 +195,20 @@ static void figures(const ptmd_view *v, const ptmd_page_usage *usage)
     free(per_heap);
 }
 
+static void code_owners(const ptmd_view *v, const ptmd_attribution *a)
+{
+    uint64_t *arrays = calloc(2 * v->n_ruby_code_names + v->n_ruby_code + 1, sizeof(uint64_t));
+    ptmd_code_totals t;
+    size_t i;
+    if (!arrays) return;
+    t.name_bytes = arrays;
+    t.name_chunks = arrays + v->n_ruby_code_names;
+    t.record_bytes = arrays + 2 * v->n_ruby_code_names;
+    ptmd_code_owners(v, a, &t);
+    for (i = 0; i < v->n_ruby_objects; i++) ptmd_code_record(v, v->ruby_objects[i].address);
+    free(arrays);
+}
+
 static void owners(const ptmd_view *v)
 {
     size_t nc = v->n_chunks ? v->n_chunks : 1, nn = v->n_ruby_names ? v->n_ruby_names : 1;
@@ -206,6 +226,7 @@ static void owners(const ptmd_view *v)
         t.data_type_chunks = arrays + 3 * nn;
         ptmd_owner_summary(v, &a, &t);
         ptmd_object_order(v, order);
+        code_owners(v, &a);
     }
     free(a.owner);
     free(a.category);

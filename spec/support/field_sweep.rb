@@ -31,7 +31,8 @@ module FieldSweep
     13 => ["ruby_object", [%w[address Q], %w[klass L], %w[data_type L], %w[type C], %w[subtype C], %w[n_words S], %w[reserved L]]],
     14 => ["ruby_word", [%w[word Q]]],
     16 => ["ref", [%w[from L], %w[to L]]],
-    17 => ["trim_check", [%w[released Q]]]
+    17 => ["trim_check", [%w[released Q]]],
+    22 => ["ruby_code", [%w[address Q], %w[module L], %w[method L], %w[path L], %w[line L], %w[kind L], %w[reserved L]]]
   }.freeze
   SIZES = { "Q" => 8, "L" => 4, "S" => 2, "C" => 1 }.freeze
 
