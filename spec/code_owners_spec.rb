@@ -96,6 +96,31 @@ RSpec.describe "code memory charged to the module that defines it" do
     expect(accessors.map { |m| m[:path] }.uniq).to eq([nil])
   end
 
+  it "names the VM's own tables instead of lumping them under RubyVM" do
+    a = File.join(tmpdir, "before.dump")
+    b = File.join(tmpdir, "after.dump")
+    _, err, status = run_ruby(<<~RUBY)
+      GC.start
+      PtmallocDump.dump(#{a.dump}, references: true)
+      $interned = Array.new(50_000) { |i| -"interned string \#{i}" } # 50,000 entries of the frozen string table
+      GC.start
+      PtmallocDump.dump(#{b.dump}, references: true)
+    RUBY
+    expect(status).to be_success, err
+    before, after = [a, b].map { |p| PtmallocDump.load(p).ruby }
+    tables = after.summary[:vm_tables]
+    expect(tables.keys).to include("frozen string table", "loaded features index",
+                                   "GC object space (page headers, mark bitmaps, finalizer and id tables)")
+    # almost all that the VM's object owns has a name
+    expect(after.code_owners[:vm_table_bytes]).to be >= 0.9 * after.summary[:by_class]["RubyVM"][:bytes]
+    # an st_table entry is three words (st.c), and the table grows by doubling
+    growth = tables["frozen string table"][:bytes] - before.summary[:vm_tables]["frozen string table"][:bytes]
+    expect(growth).to be >= 50_000 * 3 * 8
+    # and what RubyVM grew by is the named tables' growth (this one's, and the GC's new page headers)
+    vm_growth = after.summary[:by_class]["RubyVM"][:bytes] - before.summary[:by_class]["RubyVM"][:bytes]
+    expect(after.code_owners[:vm_table_bytes] - before.code_owners[:vm_table_bytes]).to be_within(5).percent_of(vm_growth)
+  end
+
   it "records them on this Ruby, and where the layouts are not known records none and says why" do
     dump = dump_and_load(references: true)
     expect(dump.ruby.summary[:code_owners_reason]).to be_nil

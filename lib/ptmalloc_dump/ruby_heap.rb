@@ -39,13 +39,15 @@ module PtmallocDump
     # @return [Hash, nil] nil when the dump has no code records (see {Dump#header} :ruby_code_reason);
     #   else :by_module (`{ "Name" => { bytes:, chunks: } }`, largest first), :methods (`[{ module:,
     #   method:, path:, line:, bytes: }]`, largest first: a method's entries and iseqs together),
-    #   :bytes and :chunks (all that is charged to a module)
+    #   :bytes and :chunks (all that is charged to a module); and the VM's own tables, part of
+    #   `RubyVM` in {#summary}'s :by_class, by name: :vm_tables (`{ "frozen string table" => { bytes:,
+    #   chunks: } }`: each table and what it alone reaches), :vm_table_bytes, :vm_table_chunks
     def code_owners
       return @code_owners if defined?(@code_owners)
 
-      @code_owners = _code_summary&.then do |by_module, records, bytes, chunks|
-        { by_module: by_module.sort_by { |_, (b, _)| -b }.to_h { |k, (b, c)| [k, { bytes: b, chunks: c }] },
-          methods: methods_of(records), bytes: bytes, chunks: chunks }.freeze
+      @code_owners = _code_summary&.then do |by_module, records, bytes, chunks, tables, vm_bytes, vm_chunks|
+        { by_module: largest_first(by_module), methods: methods_of(records), bytes: bytes, chunks: chunks,
+          vm_tables: largest_first(tables), vm_table_bytes: vm_bytes, vm_table_chunks: vm_chunks }.freeze
       end
     end
 
@@ -137,6 +139,7 @@ module PtmallocDump
           by_data_type: top.call(s[:by_data_type], 50),
           by_module: code_owners ? code_owners[:by_module].first(TOP_MODULES).to_h : {},
           methods: code_owners ? code_owners[:methods].first(TOP_METHODS) : [],
+          vm_tables: code_owners ? code_owners[:vm_tables] : {},
           code_owners_reason: code_owners_reason,
           by_category: s[:by_category].to_h { |k, (bytes, chunks)| [k, { bytes: bytes, chunks: chunks }] },
           owned_bytes: s[:owned_bytes],
@@ -159,12 +162,14 @@ module PtmallocDump
       @names ||= _names
     end
 
+    def largest_first(pairs)
+      pairs.sort_by { |_, (b, _)| -b }.to_h { |k, (b, c)| [k, { bytes: b, chunks: c }] }
+    end
+
     # One entry per method (module, name, path, line): its entries' and iseqs' bytes added up.
     def methods_of(records)
       sums = Hash.new(0)
-      records.each do |kind, mod, meth, path, line, bytes|
-        next if kind == :module
-
+      records.each do |_kind, mod, meth, path, line, bytes|
         sums[[mod, meth, path, line.zero? ? nil : line]] += bytes
       end
       sums.map { |(mod, meth, path, line), bytes| { module: mod, method: meth, path: path, line: line, bytes: bytes } }

@@ -9,11 +9,35 @@
 #include "format/index.h"
 
 #include <ruby/version.h>
+#include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define PTMD_MIN_POINTER 0x10000ull
 #define PTMD_MAX_POINTER 0x800000000000ull
+
+/* A field of rb_vm_t that points at a VM-wide table in malloc memory, and the name it is shown by. */
+typedef struct {
+    const char *name;
+    unsigned offset;
+} vm_field;
+
+/* Ruby 3.1.2's vm_core.h (rb_vm_t; vm.c Init_BareVM allocates the main thread and ractor, gc.c
+ * rb_objspace_alloc the object space) */
+static const vm_field vm_fields_3_1[] = {
+    { "GC object space (page headers, mark bitmaps, finalizer and id tables)", 1104 },
+    { "frozen string table", 1120 },
+    { "loaded features index", 440 },
+    { "loading table", 448 },
+    { "defined module hash", 1096 },
+    { "negative method cache", 1144 },
+    { "overloaded method entries", 1152 },
+    { "ensure rollback table", 976 },
+    { "postponed job buffer", 984 },
+    { "at_exit list", 1112 },
+    { "main ractor (GVL, thread list)", 32 },
+    { "main thread", 40 },
+};
 
 /* Offsets into Ruby's internal structures (bytes), measured by compiling offsetof against each
  * version's own headers:
@@ -31,15 +55,19 @@ typedef struct {
     unsigned iseq_body;
     unsigned body_pathobj, body_first_lineno, body_local_iseq;
     int first_lineno_fixnum;        /* location.first_lineno is a Fixnum VALUE, not an int */
+    const vm_field *vm_fields;      /* named from ruby_current_vm_ptr */
+    size_t n_vm_fields;
 } code_layout;
 
 static const code_layout layouts[] = {
-    { 3, 1, 6, 7, 16, 24, 32, 4, 0, 8, 16, 64, 88, 176, 1 },
+    { 3, 1, 6, 7, 16, 24, 32, 4, 0, 8, 16, 64, 88, 176, 1, vm_fields_3_1, sizeof(vm_fields_3_1) / sizeof(vm_fields_3_1[0]) },
 };
 
 static const code_layout *L;
 static char problem[160];
 static ID id_attached;
+/* libruby exports the VM's address for its JIT, outside the public headers: looked up, never linked */
+static void *const *current_vm;
 
 /* PTMALLOC_DUMP_HIDE_RUBY_LAYOUTS (set) treats this Ruby as unknown, so that a known Ruby can
  * exercise the path an unknown one takes. */
@@ -53,6 +81,7 @@ void ptmd_ruby_code_init(void)
                  "version of ptmalloc_dump", RUBY_API_VERSION_MAJOR, RUBY_API_VERSION_MINOR);
     /* Ruby 3.1 keeps a singleton class's object in the ivar __attached__ (class.c: id_attached) */
     id_attached = rb_intern("__attached__");
+    current_vm = dlsym(RTLD_DEFAULT, "ruby_current_vm_ptr");
 }
 
 const char *ptmd_ruby_code_problem(void)
@@ -173,7 +202,7 @@ static int add_record(ptmd_code_pass *cp, ptmd_ruby_data *rd, ptmd_buf *refs, ui
 {
     ptmd_ruby_code *r = ptmd_buf_push(&rd->code, sizeof(*r));
     uint32_t index = (uint32_t)(PTMD_BUF_COUNT(&rd->code, ptmd_ruby_code) - 1);
-    name_ref n[3] = { { module, PTMD_NAME_MODULE, index * 3 }, { id, PTMD_NAME_METHOD, index * 3 + 1 },
+    name_ref n[3] = { { module, kind == PTMD_CODE_VM_TABLE ? PTMD_NAME_VM_TABLE : PTMD_NAME_MODULE, index * 3 }, { id, PTMD_NAME_METHOD, index * 3 + 1 },
                       { loc.pathobj, PTMD_NAME_PATH, index * 3 + 2 } };
     int k;
     if (!r) return cp->oom = -1;
@@ -244,7 +273,10 @@ static int resolve_name(ptmd_ruby_data *rd, const name_ref *n)
     char buf[512];
     const char *s = "(unknown)";
     size_t len = 9;
-    if (n->kind == PTMD_NAME_MODULE) {
+    if (n->kind == PTMD_NAME_VM_TABLE) {
+        s = L->vm_fields[n->key - 1].name;
+        len = strlen(s);
+    } else if (n->kind == PTMD_NAME_MODULE) {
         size_t l = module_name(rd, (VALUE)n->key, &s, buf, sizeof(buf));
         if (l) len = l;
         else s = "(unknown)";
@@ -302,6 +334,24 @@ static int read_ments(ptmd_code_pass *cp, ptmd_ruby_data *rd, ptmd_buf *info)
     return 0;
 }
 
+/* The VM's own tables: each field's pointer, with the field's place in the list + 1 as its name key.
+ * Two fields never share a table; a NULL one (a table not made yet) is left out. */
+static int add_vm_tables(ptmd_code_pass *cp, ptmd_ruby_data *rd, ptmd_buf *refs)
+{
+    uint64_t vm;
+    size_t i;
+    location none = { 0, 0 };
+    if (!current_vm || !heap_pointer(vm = (uint64_t)(uintptr_t)*current_vm)) return 0;
+    for (i = 0; i < L->n_vm_fields; i++) {
+        uint64_t p = word_at(vm, L->vm_fields[i].offset);
+        size_t k;
+        for (k = 0; k < i && p; k++)
+            if (word_at(vm, L->vm_fields[k].offset) == p) p = 0;
+        if (heap_pointer(p) && add_record(cp, rd, refs, p, PTMD_CODE_VM_TABLE, i + 1, 0, none) != 0) return -1;
+    }
+    return 0;
+}
+
 int ptmd_ruby_code_finish(ptmd_code_pass *cp, ptmd_ruby_data *rd)
 {
     ptmd_buf info = { 0 }, refs = { 0 };
@@ -330,6 +380,7 @@ int ptmd_ruby_code_finish(ptmd_code_pass *cp, ptmd_ruby_data *rd)
         if (!root || !(m = ment_of_iseq(&info, root))) continue;
         if (add_record(cp, rd, &refs, v, PTMD_CODE_ISEQ, m->owner, m->id, iseq_location(rd, root)) != 0) goto out;
     }
+    if (add_vm_tables(cp, rd, &refs) != 0) goto out;
     if (name_records(rd, &refs) != 0) goto out;
     ptmd_sort(rd->code.base, PTMD_BUF_COUNT(&rd->code, ptmd_ruby_code), sizeof(ptmd_ruby_code), by_address, NULL);
     rd->code_present = 1;

@@ -295,7 +295,8 @@ typedef struct {
 } ptmd_ruby_page;
 
 /* RUBY_NAMES entry kinds (CLASS, DATA_TYPE) and RUBY_CODE_NAMES entry kinds (MODULE, METHOD, PATH) */
-enum { PTMD_NAME_CLASS = 1, PTMD_NAME_DATA_TYPE = 2, PTMD_NAME_MODULE = 3, PTMD_NAME_METHOD = 4, PTMD_NAME_PATH = 5 };
+enum { PTMD_NAME_CLASS = 1, PTMD_NAME_DATA_TYPE = 2, PTMD_NAME_MODULE = 3, PTMD_NAME_METHOD = 4, PTMD_NAME_PATH = 5,
+       PTMD_NAME_VM_TABLE = 6 };
 #define PTMD_NO_NAME 0xffffffffu
 
 typedef struct {
@@ -312,13 +313,15 @@ typedef struct {
 #define PTMD_CODE_KINDS(X)                                                                         \
     X(PTMD_CODE_MODULE, 1, "module")        /* a class, module or include class: its own tables */ \
     X(PTMD_CODE_METHOD_ENTRY, 2, "method_entry") /* a method entry (imemo ment) of its method table */ \
-    X(PTMD_CODE_ISEQ, 3, "iseq")            /* a method's iseq, or a block's within a method */
-enum { PTMD_CODE_KINDS(PTMD_ENUM_CONSTANT) PTMD_CODE_KIND_COUNT = 4 };
+    X(PTMD_CODE_ISEQ, 3, "iseq")            /* a method's iseq, or a block's within a method */ \
+    X(PTMD_CODE_VM_TABLE, 4, "vm_table")    /* a VM-wide table: address is its malloc'd memory */
+enum { PTMD_CODE_KINDS(PTMD_ENUM_CONSTANT) PTMD_CODE_KIND_COUNT = 5 };
 extern const char *const ptmd_code_kind_names[PTMD_CODE_KIND_COUNT];
 
 typedef struct {
-    uint64_t address;               /* the object (a T_IMEMO, T_CLASS, T_MODULE or T_ICLASS slot) */
-    uint32_t module;                /* RUBY_CODE_NAMES index of the defining module, PTMD_NO_NAME */
+    uint64_t address;               /* the object (a T_IMEMO, T_CLASS, T_MODULE or T_ICLASS slot); a vm_table's
+                                     * user address */
+    uint32_t module;                /* RUBY_CODE_NAMES index of the defining module (a vm_table's name), PTMD_NO_NAME */
     uint32_t method;                /* RUBY_CODE_NAMES index of the method's name, PTMD_NO_NAME */
     uint32_t path;                  /* RUBY_CODE_NAMES index of the method's source path, PTMD_NO_NAME */
     uint32_t line;                  /* the method's first line, 0 when unknown */
