@@ -182,13 +182,12 @@ typedef struct {
     uint32_t slot;                  /* record index * 3 + field (0 module, 1 method, 2 path) */
 } name_ref;
 
-static int by_name(const void *a, const void *b, void *ctx)
-{
-    const name_ref *x = a, *y = b;
-    PTMD_UNUSED(ctx);
-    if (x->kind != y->kind) return x->kind < y->kind ? -1 : 1;
-    return x->key < y->key ? -1 : x->key > y->key;
-}
+/* One distinct key, in the open-addressing table that gives it its name entry's index. */
+typedef struct {
+    uint64_t key;
+    uint32_t kind;                  /* 0: empty */
+    uint32_t index;
+} name_slot;
 
 static int by_address(const void *a, const void *b, void *ctx)
 {
@@ -292,24 +291,35 @@ static int resolve_name(ptmd_ruby_data *rd, const name_ref *n)
     return put_name(rd, n->key, n->kind, s, len);
 }
 
-/* Gives every distinct key one name entry, in order, and each record its fields' indices. */
-static int name_records(ptmd_ruby_data *rd, ptmd_buf *refs)
+/* Gives every distinct key one name entry, in order of first use, and each record its fields' indices. */
+static int name_records(ptmd_ruby_data *rd, const ptmd_buf *refs)
 {
-    size_t i, n = PTMD_BUF_COUNT(refs, name_ref);
-    uint32_t index = 0;
-    ptmd_sort(refs->base, n, sizeof(name_ref), by_name, NULL);
+    size_t i, n = PTMD_BUF_COUNT(refs, name_ref), cap = 1024, mask;
+    ptmd_buf table = { 0 };
+    uint32_t next = 0;
+    int rc = -1;
+    while (cap < 2 * n) cap *= 2;
+    mask = cap - 1;
+    if (!ptmd_buf_push(&table, cap * sizeof(name_slot))) return -1;
     for (i = 0; i < n; i++) {
         const name_ref *r = PTMD_BUF_AT(refs, name_ref, i);
         ptmd_ruby_code *c = PTMD_BUF_AT(&rd->code, ptmd_ruby_code, r->slot / 3);
         uint32_t *field = r->slot % 3 == 0 ? &c->module : r->slot % 3 == 1 ? &c->method : &c->path;
-        if (i && by_name(r - 1, r, NULL) == 0) {
-            *field = index - 1;
-            continue;
+        size_t h = (size_t)(((r->key >> 3) ^ r->kind) * 0x9E3779B97F4A7C15ull >> 17) & mask;
+        name_slot *t = PTMD_BUF_AT(&table, name_slot, 0);
+        while (t[h].kind && !(t[h].key == r->key && t[h].kind == r->kind)) h = (h + 1) & mask;
+        if (!t[h].kind) {
+            if (resolve_name(rd, r) != 0) goto out;
+            t[h].key = r->key;
+            t[h].kind = r->kind;
+            t[h].index = next++;
         }
-        if (resolve_name(rd, r) != 0) return -1;
-        *field = index++;
+        *field = t[h].index;
     }
-    return 0;
+    rc = 0;
+out:
+    ptmd_buf_release(&table);
+    return rc;
 }
 
 static int read_ments(ptmd_code_pass *cp, ptmd_ruby_data *rd, ptmd_buf *info)
