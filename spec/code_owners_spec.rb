@@ -96,6 +96,21 @@ RSpec.describe "code memory charged to the module that defines it" do
     expect(accessors.map { |m| m[:path] }.uniq).to eq([nil])
   end
 
+  it "records the same in a fork snapshot, whose child writes what the parent's Ruby pass found" do
+    mod = Module.new
+    stub_const("CodeOwnersForked", mod)
+    200.times { |i| mod.module_eval("def f#{i}; #{'nil;' * 50}; end", "/virtual/forked.rb", 1 + i) }
+    path = File.join(tmpdir, "fork.dump")
+    PtmallocDump.dump(path, fork: true, wait: true, references: true)
+    dump = PtmallocDump.load(path)
+    expect(dump.header[:fork_snapshot]).to be(true)
+    methods = dump.ruby.code_owners[:methods].select { |m| m[:module] == "CodeOwnersForked" }
+    expect(methods.map { |m| [m[:method], m[:path], m[:line]] })
+      .to match_array(Array.new(200) { |i| ["f#{i}", "/virtual/forked.rb", 1 + i] })
+    iseqs = (0...200).sum { |i| iseq_memsize(mod, :"f#{i}") }
+    expect(dump.ruby.summary[:by_module]["CodeOwnersForked"][:bytes]).to be_between(iseqs, 2 * iseqs)
+  end
+
   it "names the VM's own tables instead of lumping them under RubyVM" do
     a = File.join(tmpdir, "before.dump")
     b = File.join(tmpdir, "after.dump")
