@@ -326,12 +326,12 @@ static int read_ments(ptmd_code_pass *cp, ptmd_ruby_data *rd, ptmd_buf *info)
 {
     size_t i, n = PTMD_BUF_COUNT(&cp->ments, uint64_t);
     for (i = 0; i < n; i++) {
-        uint64_t v = *PTMD_BUF_AT(&cp->ments, uint64_t, i), def = word_at(v, L->ment_def);
+        uint64_t v = *PTMD_BUF_AT(&cp->ments, uint64_t, i), def = word_at(v, L->ment_def), owner = word_at(v, L->ment_owner);
         ment_info *m;
-        if (!is_module(rd, word_at(v, L->ment_owner))) continue;
+        if (!is_module(rd, owner) || !(owner = module_itself(rd, owner))) continue;
         if (!(m = ptmd_buf_push(info, sizeof(*m)))) return cp->oom = -1;
         m->ment = v;
-        m->owner = word_at(v, L->ment_owner);
+        m->owner = owner;
         m->id = word_at(v, L->ment_called_id);
         if (heap_pointer(def)) {
             uint32_t type;
