@@ -55,12 +55,17 @@ typedef struct {
     unsigned iseq_body;
     unsigned body_pathobj, body_first_lineno, body_local_iseq;
     int first_lineno_fixnum;        /* location.first_lineno is a Fixnum VALUE, not an int */
+    int attached_ivar;              /* a singleton class keeps its object in the ivar __attached__ (class.c) */
     const vm_field *vm_fields;      /* named from ruby_current_vm_ptr */
     size_t n_vm_fields;
 } code_layout;
 
 static const code_layout layouts[] = {
-    { 3, 1, 6, 7, 16, 24, 32, 4, 0, 8, 16, 64, 88, 176, 1, vm_fields_3_1, sizeof(vm_fields_3_1) / sizeof(vm_fields_3_1[0]) },
+    { .major = 3, .minor = 1, .imemo_ment = 6, .imemo_iseq = 7,
+      .ment_def = 16, .ment_called_id = 24, .ment_owner = 32,
+      .def_type_bits = 4, .def_iseq_type = 0, .def_iseqptr = 8,     /* VM_METHOD_TYPE_MINIMUM_BITS, VM_METHOD_TYPE_ISEQ */
+      .iseq_body = 16, .body_pathobj = 64, .body_first_lineno = 88, .body_local_iseq = 176, .first_lineno_fixnum = 1,
+      .attached_ivar = 1, .vm_fields = vm_fields_3_1, .n_vm_fields = sizeof(vm_fields_3_1) / sizeof(vm_fields_3_1[0]) },
 };
 
 static const code_layout *L;
@@ -79,7 +84,6 @@ void ptmd_ruby_code_init(void)
     if (!L)
         snprintf(problem, sizeof(problem), "the method entry and iseq layouts of Ruby %d.%d are not known to this "
                  "version of ptmalloc_dump", RUBY_API_VERSION_MAJOR, RUBY_API_VERSION_MINOR);
-    /* Ruby 3.1 keeps a singleton class's object in the ivar __attached__ (class.c: id_attached) */
     id_attached = rb_intern("__attached__");
     current_vm = dlsym(RTLD_DEFAULT, "ruby_current_vm_ptr");
 }
@@ -237,7 +241,7 @@ static size_t module_name(const ptmd_ruby_data *rd, VALUE mod, const char **out,
     VALUE name;
     *out = buf;
     if (FL_TEST_RAW(mod, RUBY_FL_SINGLETON)) {
-        VALUE of = rb_attr_get(mod, id_attached);
+        VALUE of = L->attached_ivar ? rb_attr_get(mod, id_attached) : Qnil;
         if (is_module(rd, (uint64_t)of) && RB_TYPE_P(name = rb_mod_name(of), T_STRING) && (size_t)RSTRING_LEN(name) + 10 < cap) {
             size_t len = (size_t)RSTRING_LEN(name);
             memcpy(buf, "#<Class:", 8);
