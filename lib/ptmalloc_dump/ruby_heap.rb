@@ -65,7 +65,11 @@ module PtmallocDump
     # @return [Hash, nil] :kind (:method_entry, :iseq, :module), :module, :method, :path, :line
     def code_of(object)
       kind, mod, meth, path, line = _code_at(object.is_a?(Integer) ? object : object.address)
-      kind && { kind: kind, module: mod, method: meth, path: path, line: line.zero? ? nil : line }
+      return nil unless kind
+
+      @code_names ||= _code_names
+      { kind: kind, module: mod && @code_names[mod], method: meth && @code_names[meth], path: path && @code_names[path],
+        line: line.zero? ? nil : line }
     end
 
     # @return [Hash] GC.stat figures taken with the pass, and the pass's counts and timings

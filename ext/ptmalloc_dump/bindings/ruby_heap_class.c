@@ -288,18 +288,27 @@ static VALUE heap_code_summary(VALUE self)
                                 PTMD_U64(t.vm_bytes), PTMD_U64(t.vm_chunks));
 }
 
-/* [kind, module, method, path, line] of the code object at an address, or nil. */
+static VALUE name_index(uint32_t i)
+{
+    return i == PTMD_NO_NAME ? Qnil : UINT2NUM(i);
+}
+
+/* [kind, module, method, path, line] of the code object at an address (names as indexes into
+ * _code_names), or nil. */
 static VALUE heap_code_at(VALUE self, VALUE address)
 {
     const ptmd_view *v = ruby_view(self);
     long r = ptmd_code_record(v, NUM2ULL(address));
-    VALUE names;
     const ptmd_ruby_code *c;
     if (r < 0) return Qnil;
-    names = code_names(v, NULL);
     c = &v->ruby_code[r];
-    return rb_ary_new_from_args(5, PTMD_SYM(PTMD_NAME_OF(ptmd_code_kind_names, c->kind)), code_name(names, c->module),
-                                code_name(names, c->method), code_name(names, c->path), UINT2NUM(c->line));
+    return rb_ary_new_from_args(5, PTMD_SYM(PTMD_NAME_OF(ptmd_code_kind_names, c->kind)), name_index(c->module),
+                                name_index(c->method), name_index(c->path), UINT2NUM(c->line));
+}
+
+static VALUE heap_code_names(VALUE self)
+{
+    return code_names(ruby_view(self), NULL);
 }
 
 /* PtmallocDump._ruby_code_problem: why dumps here record no code owners, nil when they do. */
@@ -325,5 +334,6 @@ void ptmd_ruby_heap_class_init(void)
     rb_define_private_method(cRubyHeap, "_summary", heap_summary, 0);
     rb_define_private_method(cRubyHeap, "_code_summary", heap_code_summary, 0);
     rb_define_private_method(cRubyHeap, "_code_at", heap_code_at, 1);
+    rb_define_private_method(cRubyHeap, "_code_names", heap_code_names, 0);
     rb_define_private_method(rb_singleton_class(ptmd_mPtmallocDump), "_ruby_code_problem", code_problem, 0);
 }
