@@ -193,6 +193,13 @@ typedef struct {
     uint32_t index;
 } name_slot;
 
+static int by_value(const void *a, const void *b, void *ctx)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    PTMD_UNUSED(ctx);
+    return x < y ? -1 : x > y;
+}
+
 static int by_address(const void *a, const void *b, void *ctx)
 {
     uint64_t x = ((const ptmd_ruby_code *)a)->address, y = ((const ptmd_ruby_code *)b)->address;
@@ -366,24 +373,58 @@ static int add_vm_tables(ptmd_code_pass *cp, ptmd_ruby_data *rd, ptmd_buf *refs)
     return 0;
 }
 
+#define PTMD_CODE_RUNS 4
+
+/* The records in address order, one a address. They come in runs, one per kind, each sorted but the
+ * few VM tables' (sorted here), and are merged. */
+static int order_records(ptmd_ruby_data *rd, const size_t *ends)
+{
+    ptmd_ruby_code *r = PTMD_BUF_AT(&rd->code, ptmd_ruby_code, 0), *out;
+    size_t n = PTMD_BUF_COUNT(&rd->code, ptmd_ruby_code), at[PTMD_CODE_RUNS], k, i, m;
+    ptmd_buf merged = { 0 };
+    for (k = 0; k < PTMD_CODE_RUNS; k++) {
+        at[k] = k ? ends[k - 1] : 0;
+        for (i = at[k] + 1; i < ends[k] && r[i - 1].address < r[i].address; i++) {}
+        if (i < ends[k]) ptmd_sort(r + at[k], ends[k] - at[k], sizeof(*r), by_address, NULL);
+    }
+    if (!(out = ptmd_buf_push(&merged, n * sizeof(*r) + 1))) return -1;
+    for (i = 0, m = 0; i < n; i++) {
+        size_t best = PTMD_CODE_RUNS;
+        for (k = 0; k < PTMD_CODE_RUNS; k++)
+            if (at[k] < ends[k] && (best == PTMD_CODE_RUNS || r[at[k]].address < r[at[best]].address)) best = k;
+        if (!m || out[m - 1].address != r[at[best]].address) out[m++] = r[at[best]];   /* one record an address */
+        at[best]++;
+    }
+    memcpy(r, out, m * sizeof(*r));
+    rd->code.len = m * sizeof(*r);
+    ptmd_buf_release(&merged);
+    return 0;
+}
+
 int ptmd_ruby_code_finish(ptmd_code_pass *cp, ptmd_ruby_data *rd)
 {
     ptmd_buf info = { 0 }, refs = { 0 };
-    size_t i, n;
+    size_t i, n, ends[PTMD_CODE_RUNS];
     int rc = -1;
     if (!L) return 0;
+    /* sorted 8-byte keys make each kind's records a sorted run (order_records then only merges) */
+    ptmd_sort(cp->modules.base, PTMD_BUF_COUNT(&cp->modules, uint64_t), sizeof(uint64_t), by_value, NULL);
+    ptmd_sort(cp->ments.base, PTMD_BUF_COUNT(&cp->ments, uint64_t), sizeof(uint64_t), by_value, NULL);
+    ptmd_sort(cp->iseqs.base, PTMD_BUF_COUNT(&cp->iseqs, uint64_t), sizeof(uint64_t), by_value, NULL);
     if (cp->oom || read_ments(cp, rd, &info) != 0) goto out;
     for (i = 0, n = PTMD_BUF_COUNT(&cp->modules, uint64_t); i < n; i++) {
         uint64_t v = *PTMD_BUF_AT(&cp->modules, uint64_t, i), m = module_itself(rd, v);
         location none = { 0, 0 };
         if (m && add_record(cp, rd, &refs, v, PTMD_CODE_MODULE, m, 0, none) != 0) goto out;
     }
+    ends[0] = PTMD_BUF_COUNT(&rd->code, ptmd_ruby_code);
     for (i = 0, n = PTMD_BUF_COUNT(&info, ment_info); i < n; i++) {
         const ment_info *m = PTMD_BUF_AT(&info, ment_info, i);
         location loc = { 0, 0 };
         if (m->iseq) loc = iseq_location(rd, m->iseq);
         if (add_record(cp, rd, &refs, m->ment, PTMD_CODE_METHOD_ENTRY, m->owner, m->id, loc) != 0) goto out;
     }
+    ends[1] = PTMD_BUF_COUNT(&rd->code, ptmd_ruby_code);
     ptmd_sort(info.base, PTMD_BUF_COUNT(&info, ment_info), sizeof(ment_info), by_iseq, NULL);
     for (i = 0, n = PTMD_BUF_COUNT(&cp->iseqs, uint64_t); i < n; i++) {
         uint64_t v = *PTMD_BUF_AT(&cp->iseqs, uint64_t, i), body = word_at(v, L->iseq_body), root = v;
@@ -394,9 +435,10 @@ int ptmd_ruby_code_finish(ptmd_code_pass *cp, ptmd_ruby_data *rd)
         if (!root || !(m = ment_of_iseq(&info, root))) continue;
         if (add_record(cp, rd, &refs, v, PTMD_CODE_ISEQ, m->owner, m->id, iseq_location(rd, root)) != 0) goto out;
     }
+    ends[2] = PTMD_BUF_COUNT(&rd->code, ptmd_ruby_code);
     if (add_vm_tables(cp, rd, &refs) != 0) goto out;
-    if (name_records(rd, &refs) != 0) goto out;
-    ptmd_sort(rd->code.base, PTMD_BUF_COUNT(&rd->code, ptmd_ruby_code), sizeof(ptmd_ruby_code), by_address, NULL);
+    ends[3] = PTMD_BUF_COUNT(&rd->code, ptmd_ruby_code);
+    if (name_records(rd, &refs) != 0 || order_records(rd, ends) != 0) goto out;
     rd->code_present = 1;
     rc = 0;
 out:
