@@ -36,7 +36,7 @@ module PtmallocDump
     # each class's, module's and include class's own tables (method, constant and ivar tables, the
     # class extension and its caches), charged to it (an include class to the module it includes).
     #
-    # @return [Hash, nil] nil when the dump has no code records (see {Dump#header} :ruby_code_reason);
+    # @return [Hash, nil] nil when the dump has no code records (see {#code_owners_reason});
     #   else :by_module (`{ "Name" => { bytes:, chunks: } }`, largest first), :methods (`[{ module:,
     #   method:, path:, line:, bytes: }]`, largest first: a method's entries and iseqs together),
     #   :bytes and :chunks (all that is charged to a module); and the VM's own tables, part of
@@ -130,7 +130,9 @@ module PtmallocDump
     end
 
     # Malloc bytes owned by Ruby objects: by builtin type, class (top 50) and typed-data name, Ruby's
-    # page bytes, and in-use bytes no object owns (native).
+    # page bytes, and in-use bytes no object owns (native); code memory by defining module
+    # (:by_module, top 100), its largest methods (:methods, top 50) and the VM's tables (:vm_tables),
+    # from {#code_owners}, empty with :code_owners_reason saying why when the dump has none.
     #
     # @return [Hash{Symbol=>Object}]
     def summary
