@@ -16,6 +16,7 @@
 #include "analysis/analysis.h"
 #include "analysis/attribution.h"
 #include "analysis/owners.h"
+#include "analysis/code_owners.h"
 #include "analysis/diff.h"
 #include "analysis/explorer.h"
 #include "analysis/render.h"
@@ -80,6 +81,10 @@ static const field gc_fields[] = { F(ptmd_gc_rec, count), F(ptmd_gc_rec, flags) 
 static const field root_fields[] = { F(ptmd_root_rec, start), F(ptmd_root_rec, end), F(ptmd_root_rec, kind),
                                      F(ptmd_root_rec, tid), { offsetof(ptmd_root_rec, name) + PTMD_ROOT_NAME_MAX - 1, 1 } };
 static const field root_ref_fields[] = { F(ptmd_root_ref, where), F(ptmd_root_ref, root), F(ptmd_root_ref, chunk) };
+static const field ruby_code_fields[] = {
+    F(ptmd_ruby_code, address), F(ptmd_ruby_code, module), F(ptmd_ruby_code, method), F(ptmd_ruby_code, path),
+    F(ptmd_ruby_code, line), F(ptmd_ruby_code, kind),
+};
 static const field u64_field[] = { { 0, 8 } };
 static const field u8_field[] = { { 0, 1 } };
 
@@ -106,6 +111,7 @@ static const record_layout layouts[] = {
     L(PTMD_SEC_GC, sizeof(ptmd_gc_rec), gc_fields), L(PTMD_SEC_RUBY_PAGE_RSS, 8, u64_field),
     L(PTMD_SEC_ROOTS, sizeof(ptmd_root_rec), root_fields), L(PTMD_SEC_ROOT_REFS, sizeof(ptmd_root_ref), root_ref_fields),
     L(PTMD_SEC_INT_REFS, sizeof(ptmd_ref), ref_fields),
+    L(PTMD_SEC_RUBY_CODE, sizeof(ptmd_ruby_code), ruby_code_fields),
 };
 
 static uint64_t get(const unsigned char *p, size_t n)
@@ -259,6 +265,20 @@ static void explorer_owners(const ptmd_view *v, const ptmd_attribution *a)
     free(objs);
 }
 
+static void code_owners(const ptmd_view *v, const ptmd_attribution *a)
+{
+    uint64_t *arrays = calloc(2 * v->n_ruby_code_names + v->n_ruby_code + 1, sizeof(uint64_t));
+    ptmd_code_totals t;
+    size_t i;
+    if (!arrays) return;
+    t.name_bytes = arrays;
+    t.name_chunks = arrays + v->n_ruby_code_names;
+    t.record_bytes = arrays + 2 * v->n_ruby_code_names;
+    ptmd_code_owners(v, a, &t);
+    for (i = 0; i < v->n_ruby_objects; i++) ptmd_code_record(v, v->ruby_objects[i].address);
+    free(arrays);
+}
+
 static void owners(const ptmd_view *v)
 {
     size_t nc = v->n_chunks ? v->n_chunks : 1, nn = v->n_ruby_names ? v->n_ruby_names : 1;
@@ -282,6 +302,7 @@ static void owners(const ptmd_view *v)
         }
         owner_kinds(v, &a);
         explorer_owners(v, &a);
+        code_owners(v, &a);
     }
     free(a.owner);
     free(a.category);

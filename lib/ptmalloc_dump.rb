@@ -191,6 +191,11 @@ module PtmallocDump
       _warm_up(false)
     end
 
+    # Why a dump whose Ruby pass runs records no code owners ("" when it does, or has no Ruby pass).
+    def ruby_code_reason(layer)
+      layer == "recorded" ? _ruby_code_problem.to_s : ""
+    end
+
     # Built once per value of +ruby+: a dump should allocate as little as possible before glibc's
     # counters are taken.
     def dump_strings(ruby)
@@ -202,7 +207,7 @@ module PtmallocDump
       @dump_strings[ruby ? true : false] ||= begin
         layer, reason = ruby_layer.status(ruby)
         ["ruby_version", RUBY_DESCRIPTION, "gem_version", VERSION, "program", program,
-         "ruby_layer", layer, "ruby_layer_reason", reason].freeze
+         "ruby_layer", layer, "ruby_layer_reason", reason, "ruby_code_reason", ruby_code_reason(layer)].freeze
       end
     end
   end

@@ -37,6 +37,7 @@ module FieldSweep
     19 => ["gc", %w[count major_gc_count minor_gc_count total_allocated_objects total_freed_objects old_objects
                     old_objects_limit heap_live_slots malloc_increase_bytes oldmalloc_increase_bytes time_ms].map { |f| [f, "Q"] } +
                  [%w[flags L], %w[reserved L]]],
+    22 => ["ruby_code", [%w[address Q], %w[module L], %w[method L], %w[path L], %w[line L], %w[kind L], %w[reserved L]]],
     23 => ["ruby_page_rss", [%w[bytes Q]]]
   }.freeze
   # Sections whose records follow a fixed head: the head's layout (swept as one record).

@@ -56,6 +56,10 @@ typedef struct {
     const ptmd_mapping_rec *mappings;
     size_t n_mappings;
     const char *mapping_paths;      /* mappings_head->paths_len bytes */
+    const ptmd_ruby_code *ruby_code;         /* RUBY_CODE, by address, or NULL */
+    size_t n_ruby_code;
+    const unsigned char *ruby_code_names;    /* RUBY_CODE_NAMES */
+    size_t ruby_code_names_len, n_ruby_code_names;
 } ptmd_view;
 
 typedef struct {

@@ -43,6 +43,7 @@ void ptmd_format_module_init(void)
     rb_define_const(mFormat, "PAGE_CLASSES", NAMES(ptmd_page_class_names));
     rb_define_const(mFormat, "OWNER_CATEGORIES", NAMES(ptmd_owner_category_names));
     rb_define_const(mFormat, "PAGE_CHANGES", NAMES(ptmd_page_change_names));
+    rb_define_const(mFormat, "CODE_KINDS", NAMES(ptmd_code_kind_names));
     FLAGS("META_FLAGS", PTMD_META_FLAGS);
     FLAGS("ARENA_FLAGS", PTMD_ARENA_FLAGS);
     FLAGS("THREAD_FLAGS", PTMD_THREAD_FLAGS);

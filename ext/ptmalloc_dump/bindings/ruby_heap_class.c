@@ -1,6 +1,8 @@
 /* PtmallocDump::RubyHeap: the Ruby layer of a loaded dump (its @dump): pages, objects, owners and
  * the owner summary, from the RUBY_* sections and the attribution (analysis/attribution.c). */
 #include "bindings/bindings.h"
+#include "analysis/code_owners.h"
+#include "capture/ruby_code.h"
 #include "format/reader.h"
 
 #include <string.h>
@@ -250,6 +252,101 @@ static VALUE heap_summary(VALUE self)
     return h;
 }
 
+/* ---- code owners (analysis/code_owners.c) ---- */
+
+/* The RUBY_CODE_NAMES entries' names; kinds[i] gets each one's kind (kinds holds n_ruby_code_names). */
+static VALUE code_names(const ptmd_view *v, uint32_t *kinds)
+{
+    VALUE ary = rb_ary_new_capa((long)v->n_ruby_code_names);
+    size_t off = 0, i = 0;
+    while (off + 16 <= v->ruby_code_names_len && i < v->n_ruby_code_names) {
+        uint32_t len;
+        memcpy(&len, v->ruby_code_names + off + 12, 4);
+        if (kinds) memcpy(&kinds[i], v->ruby_code_names + off + 8, 4);
+        rb_ary_push(ary, rb_utf8_str_new((const char *)v->ruby_code_names + off + 16, len));
+        off += 16 + ((len + 7u) & ~7u);
+        i++;
+    }
+    return ary;
+}
+
+static VALUE code_name(VALUE names, uint32_t i)
+{
+    return i == PTMD_NO_NAME ? Qnil : rb_ary_entry(names, (long)i);
+}
+
+/* nil without a RUBY_CODE section; else [{module name => [bytes, chunks]}, [[kind, module, method,
+ * path, line, bytes], ...] for each method entry and iseq that owns any chunk, total bytes, total
+ * chunks, {VM table name => [bytes, chunks]}, their bytes, their chunks]. */
+static VALUE heap_code_summary(VALUE self)
+{
+    const ptmd_view *v = ruby_view(self);
+    const ptmd_attribution *a = ptmd_rb_dump_attribution(dump_of(self));
+    VALUE names, by_module = rb_hash_new(), records = rb_ary_new(), tables = rb_hash_new();
+    size_t i;
+    uint64_t *arrays;
+    uint32_t *kinds;
+    ptmd_code_totals t;
+    if (!v->ruby_code) return Qnil;
+    kinds = ALLOC_N(uint32_t, v->n_ruby_code_names + 1);
+    names = code_names(v, kinds);
+    arrays = ALLOC_N(uint64_t, 2 * v->n_ruby_code_names + v->n_ruby_code + 1);
+    t.name_bytes = arrays;
+    t.name_chunks = arrays + v->n_ruby_code_names;
+    t.record_bytes = arrays + 2 * v->n_ruby_code_names;
+    if (ptmd_code_owners(v, a, &t) != 0) {
+        xfree(arrays);
+        xfree(kinds);
+        rb_raise(rb_eNoMemError, "out of memory while charging code to its modules");
+    }
+    for (i = 0; i < v->n_ruby_code_names; i++)
+        if (t.name_chunks[i])
+            rb_hash_aset(kinds[i] == PTMD_NAME_VM_TABLE ? tables : by_module, rb_ary_entry(names, (long)i),
+                         pair(t.name_bytes[i], t.name_chunks[i]));
+    xfree(kinds);
+    for (i = 0; i < v->n_ruby_code; i++) {
+        const ptmd_ruby_code *c = &v->ruby_code[i];
+        if (!t.record_bytes[i] || c->kind == PTMD_CODE_VM_TABLE || c->kind == PTMD_CODE_MODULE) continue;
+        rb_ary_push(records, rb_ary_new_from_args(6, PTMD_SYM(PTMD_NAME_OF(ptmd_code_kind_names, c->kind)),
+                                                  code_name(names, c->module), code_name(names, c->method),
+                                                  code_name(names, c->path), UINT2NUM(c->line), PTMD_U64(t.record_bytes[i])));
+    }
+    xfree(arrays);
+    return rb_ary_new_from_args(7, by_module, records, PTMD_U64(t.bytes), PTMD_U64(t.chunks), tables,
+                                PTMD_U64(t.vm_bytes), PTMD_U64(t.vm_chunks));
+}
+
+static VALUE name_index(uint32_t i)
+{
+    return i == PTMD_NO_NAME ? Qnil : UINT2NUM(i);
+}
+
+/* [kind, module, method, path, line] of the code object at an address (names as indexes into
+ * _code_names), or nil. */
+static VALUE heap_code_at(VALUE self, VALUE address)
+{
+    const ptmd_view *v = ruby_view(self);
+    long r = ptmd_code_record(v, NUM2ULL(address));
+    const ptmd_ruby_code *c;
+    if (r < 0) return Qnil;
+    c = &v->ruby_code[r];
+    return rb_ary_new_from_args(5, PTMD_SYM(PTMD_NAME_OF(ptmd_code_kind_names, c->kind)), name_index(c->module),
+                                name_index(c->method), name_index(c->path), UINT2NUM(c->line));
+}
+
+static VALUE heap_code_names(VALUE self)
+{
+    return code_names(ruby_view(self), NULL);
+}
+
+/* PtmallocDump._ruby_code_problem: why dumps here record no code owners, nil when they do. */
+static VALUE code_problem(VALUE self)
+{
+    const char *p = ptmd_ruby_code_problem();
+    PTMD_UNUSED(self);
+    return p ? rb_str_new_cstr(p) : Qnil;
+}
+
 void ptmd_ruby_heap_class_init(void)
 {
     VALUE cRubyHeap = rb_define_class_under(ptmd_mPtmallocDump, "RubyHeap", rb_cObject);
@@ -263,4 +360,8 @@ void ptmd_ruby_heap_class_init(void)
     rb_define_private_method(cRubyHeap, "_object_index", heap_object_index, 1);
     rb_define_private_method(cRubyHeap, "_owner", heap_owner, 1);
     rb_define_private_method(cRubyHeap, "_summary", heap_summary, 0);
+    rb_define_private_method(cRubyHeap, "_code_summary", heap_code_summary, 0);
+    rb_define_private_method(cRubyHeap, "_code_at", heap_code_at, 1);
+    rb_define_private_method(cRubyHeap, "_code_names", heap_code_names, 0);
+    rb_define_private_method(rb_singleton_class(ptmd_mPtmallocDump), "_ruby_code_problem", code_problem, 0);
 }

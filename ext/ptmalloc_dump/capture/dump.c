@@ -297,6 +297,10 @@ static void write_sections(ptmd_dump_state *d)
                             r->objects.len);
         ptmd_writer_section(wr, PTMD_SEC_RUBY_WORDS, PTMD_BUF_COUNT(&r->words, uint64_t), r->words.base, r->words.len);
         ptmd_writer_section(wr, PTMD_SEC_RUBY_NAMES, r->n_names, r->names.base, r->names.len);
+        if (r->code_present) {
+            ptmd_writer_section(wr, PTMD_SEC_RUBY_CODE, PTMD_BUF_COUNT(&r->code, ptmd_ruby_code), r->code.base, r->code.len);
+            ptmd_writer_section(wr, PTMD_SEC_RUBY_CODE_NAMES, r->n_code_names, r->code_names.base, r->code_names.len);
+        }
     }
     if (w->references) {
         ptmd_writer_section(wr, PTMD_SEC_REFS, PTMD_BUF_COUNT(&w->refs, ptmd_ref), w->refs.base, w->refs.len);
@@ -563,6 +567,13 @@ void ptmd_dump_view(const ptmd_dump_state *d, ptmd_view *v)
         v->ruby_names = d->ruby.names.base;
         v->ruby_names_len = d->ruby.names.len;
         v->n_ruby_names = d->ruby.n_names;
+        if (d->ruby.code_present) {
+            v->ruby_code = (const ptmd_ruby_code *)(const void *)d->ruby.code.base;
+            v->n_ruby_code = PTMD_BUF_COUNT(&d->ruby.code, ptmd_ruby_code);
+            v->ruby_code_names = d->ruby.code_names.base;
+            v->ruby_code_names_len = d->ruby.code_names.len;
+            v->n_ruby_code_names = d->ruby.n_code_names;
+        }
     }
     if (w->references) {
         v->refs = (const ptmd_ref *)(const void *)w->refs.base;
@@ -590,6 +601,8 @@ void ptmd_dump_release(ptmd_dump_state *d)
     ptmd_buf_release(&d->ruby.objects);
     ptmd_buf_release(&d->ruby.words);
     ptmd_buf_release(&d->ruby.names);
+    ptmd_buf_release(&d->ruby.code);
+    ptmd_buf_release(&d->ruby.code_names);
     ptmd_writer_abort(&d->writer);
     ptmd_walk_release(&d->w);
     ptmd_buf_release(&d->strings);

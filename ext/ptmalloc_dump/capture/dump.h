@@ -18,6 +18,10 @@ typedef struct {
     ptmd_buf names;                 /* serialized RUBY_NAMES entries */
     uint64_t n_names;
     ptmd_gc_rec gc;                 /* GC.stat's counts, taken with the pass */
+    ptmd_buf code;                  /* ptmd_ruby_code, by address (capture/ruby_code.c); empty when skipped */
+    ptmd_buf code_names;            /* serialized RUBY_CODE_NAMES entries */
+    uint64_t n_code_names;
+    int code_present;
 } ptmd_ruby_data;
 
 typedef struct {

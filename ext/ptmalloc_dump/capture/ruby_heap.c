@@ -5,6 +5,7 @@
  * chunks happens when a dump is loaded. */
 #include <ruby.h>
 #include "capture/dump.h"
+#include "capture/ruby_code.h"
 #include "format/index.h"
 #include <ruby/re.h>
 #include <ruby/io.h>
@@ -41,6 +42,7 @@ typedef struct {
     ptmd_buf keys;                       /* name_slot in index order */
     uint64_t last_klass;
     uint32_t last_index;
+    ptmd_code_pass code;                 /* what the code pass needs of the walk (capture/ruby_code.c) */
     int oom;
 } pass_ctx;
 
@@ -153,6 +155,7 @@ static int each_page(void *start, void *end, size_t stride, void *data)
                 c->last_index = o->klass;
             }
         }
+        ptmd_ruby_code_note(&c->code, v, type, o->subtype);
         o->data_type = PTMD_NO_NAME;
         if (type == T_DATA && RTYPEDDATA_P(v) && RTYPEDDATA_TYPE(v))
             o->data_type = name_index(c, (uint64_t)(uintptr_t)RTYPEDDATA_TYPE(v), PTMD_NAME_DATA_TYPE);
@@ -249,8 +252,7 @@ static int add_name(ptmd_ruby_data *rd, uint64_t key, uint32_t kind, const char 
     return 0;
 }
 
-/* True when v is a slot of one of the recorded pages (so it may be read as an object). */
-static int in_pages(const ptmd_ruby_data *rd, VALUE v)
+int ptmd_ruby_in_pages(const ptmd_ruby_data *rd, VALUE v)
 {
     size_t lo = 0, hi = PTMD_BUF_COUNT(&rd->pages, ptmd_ruby_page);
     while (lo < hi) {
@@ -270,7 +272,7 @@ static size_t class_name(const ptmd_ruby_data *rd, VALUE klass, const char **out
 {
     int t;
     VALUE real, name;
-    if (RB_SPECIAL_CONST_P(klass) || !in_pages(rd, klass)) return 0;
+    if (RB_SPECIAL_CONST_P(klass) || !ptmd_ruby_in_pages(rd, klass)) return 0;
     t = BUILTIN_TYPE(klass);
     if (t != T_CLASS && t != T_MODULE && t != T_ICLASS) return 0;
     real = rb_class_real(klass);
@@ -338,6 +340,7 @@ void ptmd_ruby_heap_init(void)
     sym_major_by = ID2SYM(rb_intern("major_by"));
     sym_state = ID2SYM(rb_intern("state"));
     sym_sweeping = ID2SYM(rb_intern("sweeping"));
+    ptmd_ruby_code_init();
     rb_gc_stat(stat);
     have_tomb = rb_hash_lookup2(stat, sym_tomb, Qundef) != Qundef;
     have_time = rb_hash_lookup2(stat, sym_time, Qundef) != Qundef;
@@ -410,6 +413,7 @@ void ptmd_ruby_pass(ptmd_ruby_data *rd)
             if (add_name(rd, s->key, s->kind, name, len ? len : 10)) c.oom = 1;
         }
     }
+    if (!c.oom && ptmd_ruby_code_finish(&c.code, rd) != 0) c.oom = 1;
     ptmd_buf_release(&c.table);
     ptmd_buf_release(&c.keys);
     rd->meta.pass_ns = ptmd_now_ns() - t0;

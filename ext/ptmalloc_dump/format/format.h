@@ -53,6 +53,8 @@ enum {
     PTMD_SEC_ROOTS = 20,        /* ptmd_root_rec[count]: memory outside malloc scanned for chunk addresses */
     PTMD_SEC_ROOT_REFS = 21,    /* ptmd_root_ref[count]: root -> chunk pointers */
     PTMD_SEC_INT_REFS = 26,     /* ptmd_ref[count]: chunk -> chunk as a Ruby Integer ((address << 1) | 1) */
+    PTMD_SEC_RUBY_CODE = 22,    /* ptmd_ruby_code[count], by address: code objects and the module defining them */
+    PTMD_SEC_RUBY_CODE_NAMES = 29, /* entries as in RUBY_NAMES: the code records' modules, methods and paths */
     PTMD_SEC_END = 0xffff
 };
 
@@ -299,7 +301,9 @@ typedef struct {
     uint64_t reserved;
 } ptmd_ruby_page;
 
-enum { PTMD_NAME_CLASS = 1, PTMD_NAME_DATA_TYPE = 2 };   /* RUBY_NAMES entry kinds */
+/* RUBY_NAMES entry kinds (CLASS, DATA_TYPE) and RUBY_CODE_NAMES entry kinds (MODULE, METHOD, PATH) */
+enum { PTMD_NAME_CLASS = 1, PTMD_NAME_DATA_TYPE = 2, PTMD_NAME_MODULE = 3, PTMD_NAME_METHOD = 4, PTMD_NAME_PATH = 5,
+       PTMD_NAME_VM_TABLE = 6 };
 #define PTMD_NO_NAME 0xffffffffu
 
 typedef struct {
@@ -352,7 +356,7 @@ extern const char *const ptmd_mapping_kind_names[PTMD_MK_COUNT];
 enum { PTMD_MP_READ = 1, PTMD_MP_WRITE = 2, PTMD_MP_EXEC = 4, PTMD_MP_SHARED = 8 };
 
 /* ptmd_mappings_head.flags */
-#define PTMD_MAPF_PARENT (1u << 0)      /* read by the snapshot's parent just before the fork */
+#define PTMD_MAPF_PARENT (1u << 0)      /* the parent's, read by a snapshot child as its first act */
 
 typedef struct {
     uint64_t vm_rss;                    /* /proc/PID/status VmRSS, read right after smaps */
@@ -375,6 +379,26 @@ typedef struct {
     uint32_t prot;                      /* PTMD_MP_* */
     uint32_t kind;                      /* PTMD_MK_* */
 } ptmd_mapping_rec;
+
+/* What a RUBY_CODE record is: the malloc memory its object owns is charged to its module. */
+#define PTMD_CODE_KINDS(X)                                                                         \
+    X(PTMD_CODE_MODULE, 1, "module")        /* a class, module or include class: its own tables */ \
+    X(PTMD_CODE_METHOD_ENTRY, 2, "method_entry") /* a method entry (imemo ment) of its method table */ \
+    X(PTMD_CODE_ISEQ, 3, "iseq")            /* a method's iseq, or a block's within a method */ \
+    X(PTMD_CODE_VM_TABLE, 4, "vm_table")    /* a VM-wide table: address is its malloc'd memory */
+enum { PTMD_CODE_KINDS(PTMD_ENUM_CONSTANT) PTMD_CODE_KIND_COUNT = 5 };
+extern const char *const ptmd_code_kind_names[PTMD_CODE_KIND_COUNT];
+
+typedef struct {
+    uint64_t address;               /* the object (a T_IMEMO, T_CLASS, T_MODULE or T_ICLASS slot); a vm_table's
+                                     * user address */
+    uint32_t module;                /* RUBY_CODE_NAMES index of the defining module (a vm_table's name), PTMD_NO_NAME */
+    uint32_t method;                /* RUBY_CODE_NAMES index of the method's name, PTMD_NO_NAME */
+    uint32_t path;                  /* RUBY_CODE_NAMES index of the method's source path, PTMD_NO_NAME */
+    uint32_t line;                  /* the method's first line, 0 when unknown */
+    uint32_t kind;                  /* PTMD_CODE_* */
+    uint32_t reserved;
+} ptmd_ruby_code;
 
 typedef struct {
     uint32_t from, to;              /* chunk indices: a word of `from` equals `to`'s user address */
@@ -434,6 +458,7 @@ _Static_assert(sizeof(ptmd_ref) == 8, "ref layout");
 _Static_assert(sizeof(ptmd_gc_rec) == 96, "gc record layout");
 _Static_assert(sizeof(ptmd_mappings_head) == 56, "mappings head layout");
 _Static_assert(sizeof(ptmd_mapping_rec) == 88, "mapping record layout");
+_Static_assert(sizeof(ptmd_ruby_code) == 32, "ruby code layout");
 _Static_assert(sizeof(ptmd_footer) == 32, "footer layout");
 _Static_assert(sizeof(ptmd_root_rec) == 120, "root record layout");
 _Static_assert(sizeof(ptmd_root_ref) == 16, "root reference layout");

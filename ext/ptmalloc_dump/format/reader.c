@@ -38,6 +38,8 @@ static const section_rule rules[] = {
     { PTMD_SEC_ROOTS, sizeof(ptmd_root_rec), 0, 1 },
     { PTMD_SEC_ROOT_REFS, sizeof(ptmd_root_ref), 0, 1 },
     { PTMD_SEC_INT_REFS, sizeof(ptmd_ref), 0, 1 },
+    { PTMD_SEC_RUBY_CODE, sizeof(ptmd_ruby_code), 0, 1 },
+    { PTMD_SEC_RUBY_CODE_NAMES, 0, 0, 1 },
 };
 #define N_RULES (sizeof(rules) / sizeof(rules[0]))
 
@@ -46,6 +48,8 @@ static const char *section_name(uint32_t type)
     if (type == PTMD_SEC_MAPPINGS) return "mappings";
     if (type == PTMD_SEC_GC) return "gc";
     if (type == PTMD_SEC_RUBY_PAGE_RSS) return "ruby_page_rss";
+    if (type == PTMD_SEC_RUBY_CODE) return "ruby_code";
+    if (type == PTMD_SEC_RUBY_CODE_NAMES) return "ruby_code_names";
     static const char *const names[] = { "?", "meta", "strings", "mallinfo2", "malloc_info", "arenas",
                                          "heaps", "chunks", "pages", "threads", "anomalies", "ruby_meta",
                                          "ruby_pages", "ruby_objects", "ruby_words", "ruby_names", "refs",
@@ -227,6 +231,28 @@ static int check_roots(const ptmd_view *v, const char *name, ptmd_err *err)
     return 0;
 }
 
+/* The code records come with the Ruby sections and their own names, in strictly increasing address
+ * order (the load looks objects up in them by address), each kind known and each name index in range. */
+static int check_code(const ptmd_view *v, const char *name, ptmd_err *err)
+{
+    size_t i;
+    if (!v->ruby_code && !v->ruby_code_names) return 0;
+    if (!v->ruby_code || !v->ruby_code_names || !v->ruby_objects)
+        FAIL("%s: the Ruby code sections come without each other or without the Ruby objects", name);
+    for (i = 0; i < v->n_ruby_code; i++) {
+        const ptmd_ruby_code *c = &v->ruby_code[i];
+        if (c->kind < PTMD_CODE_MODULE || c->kind >= PTMD_CODE_KIND_COUNT)
+            FAIL("%s: Ruby code record %zu has an unknown kind %u", name, i, c->kind);
+        if ((c->module != PTMD_NO_NAME && c->module >= v->n_ruby_code_names) ||
+            (c->method != PTMD_NO_NAME && c->method >= v->n_ruby_code_names) ||
+            (c->path != PTMD_NO_NAME && c->path >= v->n_ruby_code_names))
+            FAIL("%s: Ruby code record %zu names a module, method or path that does not exist", name, i);
+        if (i && c->address <= v->ruby_code[i - 1].address)
+            FAIL("%s: Ruby code record %zu is out of address order", name, i);
+    }
+    return 0;
+}
+
 int ptmd_read_view(const unsigned char *data, size_t len, const char *name, ptmd_view *v, ptmd_err *err)
 {
     uint32_t version, mark;
@@ -314,6 +340,11 @@ int ptmd_read_view(const unsigned char *data, size_t len, const char *name, ptmd
             case PTMD_SEC_ROOTS: v->roots = (const void *)payload; v->n_roots = sh->count; break;
             case PTMD_SEC_ROOT_REFS: v->root_refs = (const void *)payload; v->n_root_refs = sh->count; break;
             case PTMD_SEC_INT_REFS: v->int_refs = (const void *)payload; v->n_int_refs = sh->count; break;
+            case PTMD_SEC_RUBY_CODE: v->ruby_code = (const void *)payload; v->n_ruby_code = sh->count; break;
+            case PTMD_SEC_RUBY_CODE_NAMES:
+                v->ruby_code_names = payload; v->ruby_code_names_len = sh->length; v->n_ruby_code_names = sh->count;
+                if (!check_names(payload, sh->length, sh->count)) FAIL("%s: damaged ruby_code_names section", name);
+                break;
             }
         }
         /* unknown section types of the same format version are skipped */
@@ -369,6 +400,7 @@ int ptmd_read_view(const unsigned char *data, size_t len, const char *name, ptmd
         if (words != v->n_ruby_words) FAIL("%s: the Ruby objects' words do not add up", name);
     }
     if (check_rss_sections(v, name, err) != 0) return -1;
+    if (check_code(v, name, err) != 0) return -1;
     if (v->trim_released && v->n_trim_released != v->n_arenas) FAIL("%s: the trim check does not cover every arena", name);
     for (i = 0; i < v->n_refs; i++)
         if (v->refs[i].from >= v->n_chunks || v->refs[i].to >= v->n_chunks)
