@@ -211,13 +211,16 @@ RSpec.describe "correlating the malloc heap with Ruby's ObjectSpace" do
       s = "dropped-#{i}-" * 40 # 400+ bytes: a malloc'd buffer
       addresses << address_of(s) if (i % 100).zero?
     end
-    dump = dump_and_load("young.dump")
+    # both dumps before either is loaded: loading makes young objects of its own
+    PtmallocDump.dump(File.join(tmpdir, "young.dump"))
+    PtmallocDump.dump(File.join(tmpdir, "swept.dump"), gc: true)
+    GC.enable
+    dump = PtmallocDump.load(File.join(tmpdir, "young.dump"))
+    swept = PtmallocDump.load(File.join(tmpdir, "swept.dump"))
     objects = addresses.map { |a| dump.ruby.object_at(a) }
     expect(objects.map(&:type).uniq).to eq([:T_STRING])
     expect(objects.map(&:old).uniq).to eq([false])
     expect(dump.summary[:ruby][:young_bytes]).to be >= 2_000 * 400
-    swept = dump_and_load("swept.dump", gc: true)
-    GC.enable
     expect(addresses.map { |a| swept.ruby.object_at(a) }.compact).to eq([])
     expect(swept.header[:gc][:full_gc]).to be(true)
     expect(swept.header[:gc][:last_gc_major]).to be(true)
