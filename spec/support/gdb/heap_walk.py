@@ -1,0 +1,336 @@
+# Walks glibc's malloc in core files, for spec/heap_shapes_spec.rb: an oracle independent of the gem.
+# Every type, field offset and array length comes from glibc's own debug info (libc6-dbg) through
+# gdb; only malloc.c's constants (flag bits, NSMALLBINS) are spelled here. Run as
+#   gdb -nx -batch -ex 'file RUBY' -x heap_walk.py
+# with HEAP_WALK_JOBS naming a file of "core output" lines. Each output lists, in hex:
+#   glibc VERSION
+#   arena ADDRESS MAIN FLAGS TOP TOP_SIZE
+#   thread LWP TCACHE                 (TCACHE: the thread's tcache_perthread_struct, 0 for none)
+#   heap ARENA START END              (a region of an arena walked chunk by chunk)
+#   chunk ADDRESS SIZE STATE          (in_use tcache fastbin unsorted smallbin largebin top meta)
+#   error TEXT                        (what glibc's structures did not allow)
+import os
+import struct
+
+import gdb
+
+PREV_INUSE = 1
+IS_MMAPPED = 2
+NON_MAIN_ARENA = 4
+SIZE_BITS = PREV_INUSE | IS_MMAPPED | NON_MAIN_ARENA
+NONCONTIGUOUS_BIT = 2  # malloc.c: av->flags
+NSMALLBINS = 64        # malloc.c
+LIST_BOUND = 1 << 20
+
+
+def offset_of(type_, name):
+    for f in type_.strip_typedefs().fields():
+        if f.name == name:
+            return f.bitpos // 8
+    raise gdb.GdbError("%s has no field %s" % (type_, name))
+
+
+def array_len(type_, name):
+    for f in type_.strip_typedefs().fields():
+        if f.name == name:
+            lo, hi = f.type.strip_typedefs().range()
+            return hi - lo + 1
+    raise gdb.GdbError("%s has no field %s" % (type_, name))
+
+
+class Layout:
+    def __init__(self):
+        self.chunk = gdb.lookup_type("struct malloc_chunk")
+        self.state = gdb.lookup_type("struct malloc_state")
+        self.heap_info = gdb.lookup_type("heap_info")
+        self.tcache = gdb.lookup_type("tcache_perthread_struct")
+        self.tcache_entry = gdb.lookup_type("tcache_entry")
+        self.size_sz = gdb.lookup_type("size_t").sizeof
+        self.ptr_sz = gdb.lookup_type("void").pointer().sizeof
+        self.align = max(2 * self.size_sz, gdb.lookup_type("long double").alignof)
+        self.mask = self.align - 1
+        self.off_size = offset_of(self.chunk, "mchunk_size")
+        self.off_fd = offset_of(self.chunk, "fd")
+        self.hdr = self.off_fd
+        self.minsize = (offset_of(self.chunk, "fd_nextsize") + self.mask) & ~self.mask
+        self.nbins = array_len(self.state, "bins") // 2 + 1
+        self.nfastbins = array_len(self.state, "fastbinsY")
+        self.off_entry_next = offset_of(self.tcache_entry, "next")
+        # heap_for_ptr: heaps are aligned to HEAP_MAX_SIZE, 2 * DEFAULT_MMAP_THRESHOLD_MAX
+        # (4 MiB * sizeof(long)) unless glibc.malloc.hugetlb=2 made it 4 huge pages (2.35+)
+        hp = 0
+        mp = gdb.parse_and_eval("mp_")
+        if "hp_pagesize" in [f.name for f in mp.type.strip_typedefs().fields()]:
+            hp = int(mp["hp_pagesize"])
+        self.heap_max = hp * 4 if hp else 2 * 4 * 1024 * 1024 * gdb.lookup_type("long").sizeof
+        version = gdb.parse_and_eval("(const char *)__libc_version").string()
+        self.version = version
+        major, minor = (int(x) for x in version.split(".")[:2])
+        self.safe_linking = (major, minor) >= (2, 32)
+
+
+class Core:
+    def __init__(self, layout, out):
+        self.L = layout
+        self.inf = gdb.selected_inferior()
+        self.out = out
+        self.lists = {}   # chunk address -> state
+        self.errors = []
+
+    def mem(self, addr, n):
+        return self.inf.read_memory(addr, n).tobytes()
+
+    def word(self, addr):
+        return struct.unpack("<Q", self.mem(addr, 8))[0]
+
+    def reveal(self, field_addr, stored):
+        return ((field_addr >> 12) ^ stored) if self.L.safe_linking else stored
+
+    def listed(self, chunk, state):
+        if chunk in self.lists:
+            self.errors.append("0x%x in two lists: %s and %s" % (chunk, self.lists[chunk], state))
+        self.lists[chunk] = state
+
+    def arena_lists(self, av):
+        L = self.L
+        for i in range(L.nfastbins):
+            p = int(av["fastbinsY"][i])
+            n = 0
+            while p and n < LIST_BOUND:
+                self.listed(p, "fastbin")
+                p = self.reveal(p + L.off_fd, self.word(p + L.off_fd))
+                n += 1
+        bins = int(av["bins"].address)
+        for i in range(1, L.nbins):
+            b = bins + (i - 1) * 2 * L.ptr_sz - L.off_fd   # bin_at(av, i)
+            state = "unsorted" if i == 1 else "smallbin" if i < NSMALLBINS else "largebin"
+            p = self.word(b + L.off_fd)
+            n = 0
+            while p != b and n < LIST_BOUND:
+                self.listed(p, state)
+                p = self.word(p + L.off_fd)
+                n += 1
+
+    def tcaches(self):
+        L = self.L
+        sym = gdb.lookup_symbol("tcache")[0] or gdb.lookup_static_symbol("tcache")
+        for th in self.inf.threads():
+            th.switch()
+            try:
+                tc = int(sym.value(gdb.selected_frame()))
+            except gdb.error as e:
+                self.errors.append("thread %d: tcache unreadable (%s)" % (th.ptid[1], e))
+                continue
+            self.out.append("thread %x %x" % (th.ptid[1], tc))
+            if not tc:
+                continue
+            t = gdb.Value(tc).cast(L.tcache.pointer()).dereference()
+            counts, entries = t["counts"], t["entries"]
+            for i in range(array_len(L.tcache, "entries")):
+                e = int(entries[i])
+                n = 0
+                while e and n <= int(counts[i]):
+                    self.listed(e - L.hdr, "tcache")
+                    e = self.reveal(e + L.off_entry_next, self.word(e + L.off_entry_next))
+                    n += 1
+                if e:
+                    self.errors.append("tcache 0x%x bin %d longer than its count" % (tc, i))
+
+    def walk(self, arena, main, start, end, top):
+        """The chunks of [start, end), by their sizes; returns where the walk stopped."""
+        L = self.L
+        self.out.append("heap %x %x %x" % (arena, start, end))
+        data = self.mem(start, end - start)
+        p = start
+        while p < end:
+            if p == top:
+                self.out.append("chunk %x %x top" % (p, end - p))
+                return end
+            if end - p < L.hdr:
+                break
+            raw = struct.unpack_from("<Q", data, p - start + L.off_size)[0]
+            size = raw & ~SIZE_BITS
+            if size == L.hdr or (size == 0 and p + L.hdr == end):
+                self.out.append("chunk %x %x meta" % (p, L.hdr))   # fencepost (sysmalloc)
+                p += L.hdr
+                continue
+            if size < L.minsize or size & L.mask or p + size > end:
+                self.errors.append("bad size 0x%x at 0x%x in [0x%x, 0x%x)" % (raw, p, start, end))
+                return p
+            state = self.lists.get(p)
+            if state is None:
+                nxt = p + size
+                last = nxt + L.hdr == end and (struct.unpack_from("<Q", data, nxt - start + L.off_size)[0] & ~SIZE_BITS) == 0
+                if last and size < L.minsize + L.hdr:
+                    state = "meta"   # sysmalloc: the old top too small to free, closed as a fencepost
+                else:
+                    state = "in_use"
+                    if nxt + L.hdr <= end and not struct.unpack_from("<Q", data, nxt - start + L.off_size)[0] & PREV_INUSE:
+                        self.errors.append("0x%x is free by its neighbour but in no list" % p)
+            self.out.append("chunk %x %x %s" % (p, size, state))
+            self.seen.add(p)
+            p += size
+        return p
+
+    def segments(self):
+        text = gdb.execute("info files", to_string=True)
+        segs = []
+        for line in text.splitlines():
+            parts = line.split()
+            if len(parts) >= 5 and parts[1] == "-" and parts[3] == "is" and parts[4].startswith("load"):
+                segs.append((int(parts[0], 16), int(parts[2], 16)))
+        return segs
+
+    def main_regions(self, ma, top, top_size, first):
+        """A non-contiguous main arena's regions other than the sbrk one: chains of main-arena chunks
+        that start a page and end in sysmalloc's fencepost pair, or at top."""
+        L = self.L
+        page = 4096
+        found = []
+        for s, e in self.segments():
+            if e - s > (1 << 28):
+                continue
+            try:
+                data = self.mem(s, e - s)
+            except gdb.MemoryError:
+                continue
+            o = 0
+            while o + 2 * L.hdr <= len(data):
+                if s + o == first:
+                    o += page
+                    continue
+                prev, raw = struct.unpack_from("<QQ", data, o)
+                size = raw & ~SIZE_BITS
+                if prev != 0 or raw & (IS_MMAPPED | NON_MAIN_ARENA) or not raw & PREV_INUSE or size < L.minsize or size & L.mask:
+                    o += page
+                    continue
+                q, fences, ok = o, 0, False
+                while q + L.hdr <= len(data):
+                    if s + q == top:
+                        ok = s + q + top_size <= e
+                        q += top_size
+                        break
+                    raw = struct.unpack_from("<Q", data, q + L.off_size)[0]
+                    size = raw & ~SIZE_BITS
+                    if raw & (IS_MMAPPED | NON_MAIN_ARENA) and size != L.hdr:
+                        break
+                    if size == L.hdr:
+                        fences += 1
+                        q += L.hdr
+                        if fences == 2:
+                            ok = True
+                            break
+                        continue
+                    fences = 0
+                    if size < L.minsize or size & L.mask or q + size > len(data):
+                        break
+                    q += size
+                if ok:
+                    found.append((s + o, s + q))
+                    o = (q + page - 1) // page * page
+                else:
+                    o += page
+        return found
+
+    def run(self):
+        L = self.L
+        self.seen = set()
+        self.out.append("glibc %s" % L.version)
+        ma = int(gdb.parse_and_eval("&main_arena"))
+        mp = gdb.parse_and_eval("mp_")
+        arenas = []
+        a = ma
+        for _ in range(4096):
+            av = gdb.Value(a).cast(L.state.pointer()).dereference()
+            arenas.append((a, av))
+            a = int(av["next"])
+            if a == ma:
+                break
+        else:
+            self.errors.append("the arena ring does not return to main_arena")
+        for a, av in arenas:
+            self.arena_lists(av)
+        self.tcaches()
+        for a, av in arenas:
+            main = a == ma
+            top = int(av["top"])
+            top_size = self.word(top + L.off_size) & ~SIZE_BITS
+            flags = int(av["flags"])
+            self.out.append("arena %x %d %x %x %x" % (a, main, flags, top, top_size))
+            if main:
+                sbrk_base = int(mp["sbrk_base"])
+                if not sbrk_base:
+                    continue
+                first = (sbrk_base + L.hdr + L.mask) & ~L.mask
+                first -= L.hdr
+                if not flags & NONCONTIGUOUS_BIT:
+                    self.walk(a, True, first, top + top_size, top)
+                    continue
+                # the sbrk region ends in a fencepost pair (or at top, when sbrk never failed)
+                end = self.sbrk_end(first, top, top_size)
+                self.walk(a, True, first, end, top)
+                for s, e in self.main_regions(ma, top, top_size, first):
+                    self.walk(a, True, s, e, top)
+                continue
+            hsize = L.heap_info.sizeof
+            h = top & ~(L.heap_max - 1)
+            seen = set()
+            while h and h not in seen and len(seen) < 100000:
+                seen.add(h)
+                hi = gdb.Value(h).cast(L.heap_info.pointer()).dereference()
+                if int(hi["ar_ptr"]) != a:
+                    self.errors.append("heap 0x%x belongs to 0x%x, not arena 0x%x" % (h, int(hi["ar_ptr"]), a))
+                    break
+                if h + hsize == a:   # the arena's first heap: chunks follow the malloc_state
+                    start = a + L.state.sizeof
+                    start = ((start + L.hdr + L.mask) & ~L.mask) - L.hdr
+                else:
+                    start = h + hsize
+                self.walk(a, False, start, h + int(hi["size"]), top)
+                h = int(hi["prev"])
+        for addr, state in sorted(self.lists.items()):
+            if addr not in self.seen:
+                self.errors.append("listed chunk 0x%x (%s) lies in no walked region" % (addr, state))
+        for e in self.errors:
+            self.out.append("error %s" % e)
+
+    def sbrk_end(self, first, top, top_size):
+        L = self.L
+        p, fences = first, 0
+        for _ in range(1 << 24):
+            if p == top:
+                return top + top_size
+            raw = self.word(p + L.off_size)
+            size = raw & ~SIZE_BITS
+            if size == L.hdr:
+                fences += 1
+                p += L.hdr
+                if fences == 2:
+                    return p
+                continue
+            fences = 0
+            if size < L.minsize:
+                return p
+            p += size
+        return p
+
+
+def main():
+    gdb.execute("set auto-solib-add off")
+    gdb.execute("set pagination off")
+    jobs = [line.split() for line in open(os.environ["HEAP_WALK_JOBS"]) if line.strip()]
+    for core, output in jobs:
+        out = []
+        try:
+            gdb.execute("core-file %s" % core, to_string=True)
+            gdb.execute("sharedlibrary libc\\.so", to_string=True)
+            Core(Layout(), out).run()
+        except Exception as e:  # noqa: BLE001 - reported to the spec as this core's error
+            out.append("error walk failed: %s" % e)
+        with open(output + ".tmp", "w") as f:
+            f.write("\n".join(out))
+            f.write("\n")
+        os.rename(output + ".tmp", output)
+
+
+main()
