@@ -45,17 +45,19 @@ RSpec.describe "heap shapes against gdb's walk of a core" do
     result[:chunks] = comparison[:compared]
     result[:orphaned] = comparison[:orphaned]
     problems.concat(comparison[:differences])
-    held, freed = HeapShapes.records(files[:records])
+    held, freed, dtvs = HeapShapes.records(files[:records])
     result[:pointers] = held.size + freed.size
-    problems.concat(pointer_problems(dump, held, freed))
+    problems.concat(pointer_problems(dump, held, freed, dtvs))
     result.merge(problems: problems)
   end
 
   # Every pointer the shape holds is an allocated chunk at its own header; every pointer it freed lies
-  # in free memory, in memory glibc gave back, or in a chunk allocated after the free.
-  def self.pointer_problems(dump, held, freed)
+  # in free memory, in memory glibc gave back, or in a chunk allocated after the free: by the shape, or
+  # by glibc for a thread started later (its DTV, its tcache_perthread_struct).
+  def self.pointer_problems(dump, held, freed, dtvs)
     problems = []
     live = held.to_h { |r| [r.ptr, r] }
+    glibc = dtvs.to_h { |r| [r.ptr, r] }
     held.each do |r|
       c = dump.chunk_at(r.ptr - 16)
       next if c && ALLOCATED.include?(c.state) && c.size >= r.size + 8
@@ -69,7 +71,7 @@ RSpec.describe "heap shapes against gdb's walk of a core" do
       c = dump.chunk_containing(r.ptr - 16)
       next if c.nil? && dump.heaps.none? { |h| h.range.cover?(r.ptr - 16) }
       next if c&.free?
-      next if c && (owner = live[c.user_address]) && owner.seq > r.seq
+      next if c && (owner = live[c.user_address] || glibc[c.user_address]) && owner.seq > r.seq
       # freed into the tcache of a thread the fork left behind: nobody's list, allocated for good
       next if c && r.flags.anybits?(HeapShapes::REC_BEFORE_FORK) && r.thread >= 0 && c.address == r.ptr - 16
       # a thread started after the free took it for its tcache_perthread_struct

@@ -106,6 +106,7 @@ module GdbOracle
     end
     gdb.sort.each { |a, (size, state)| diffs << "0x#{a.to_s(16)}: gdb #{size} #{state}, not in the dump" }
     dump_tcaches = dump.threads.select(&:tid).to_h { |t| [t.tid, t.tcache || 0] }
+    (dump_tcaches.keys - walk.threads.keys).each { |tid| diffs << "thread #{tid} is in the dump, not in the core" }
     walk.threads.each do |tid, tcache|
       next if dump_tcaches[tid] == tcache
 

@@ -126,11 +126,12 @@ module HeapShapes
   REC_BEFORE_FORK = 2
   Record = Struct.new(:ptr, :size, :seq, :thread, :kind, :flags)
 
-  # @return [Array(Array<Record>, Array<Record>)] the pointers the shape held and those it freed
+  # @return [Array(Array<Record>, Array<Record>, Array<Record>)] the pointers the shape held, those it
+  #   freed, and the DTV glibc allocated for each thread it started
   def self.records(path)
     data = File.binread(path)
-    held, freed = data.unpack("QQ")
-    recs = Array.new(held + freed) { |i| Record.new(*data.unpack(REC, offset: 16 + (i * REC_SIZE))) }
-    [recs.first(held), recs.drop(held)]
+    counts = data.unpack("Q3")
+    recs = Array.new(counts.sum) { |i| Record.new(*data.unpack(REC, offset: 24 + (i * REC_SIZE))) }
+    [recs.first(counts[0]), recs[counts[0], counts[1]], recs.last(counts[2])]
   end
 end

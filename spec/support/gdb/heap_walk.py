@@ -78,7 +78,20 @@ class Core:
         self.errors = []
 
     def mem(self, addr, n):
-        return self.inf.read_memory(addr, n).tobytes()
+        try:
+            return self.inf.read_memory(addr, n).tobytes()
+        except gdb.MemoryError:
+            pass
+        # pages the process never touched (or gave back) are not in the core: zeros, as in the process
+        page, parts, at = 4096, [], addr
+        while at < addr + n:
+            k = min(page - at % page, addr + n - at)
+            try:
+                parts.append(self.inf.read_memory(at, k).tobytes())
+            except gdb.MemoryError:
+                parts.append(bytes(k))
+            at += k
+        return b"".join(parts)
 
     def word(self, addr):
         return struct.unpack("<Q", self.mem(addr, 8))[0]
@@ -140,6 +153,7 @@ class Core:
         """The chunks of [start, end), by their sizes; returns where the walk stopped."""
         L = self.L
         self.out.append("heap %x %x %x" % (arena, start, end))
+        self.heaps.append((arena, start, end))
         data = self.mem(start, end - start)
         p = start
         while p < end:
@@ -179,41 +193,52 @@ class Core:
             parts = line.split()
             if len(parts) >= 5 and parts[1] == "-" and parts[3] == "is" and parts[4].startswith("load"):
                 segs.append((int(parts[0], 16), int(parts[2], 16)))
-        return segs
+        return sorted(segs)
 
-    def main_regions(self, ma, top, top_size, first):
+    def main_regions(self, top, top_size, walked):
         """A non-contiguous main arena's regions other than the sbrk one: chains of main-arena chunks
-        that start a page and end in sysmalloc's fencepost pair, or at top."""
+        that start a page (sysmalloc puts top at the start of each region it maps) and end in its
+        fencepost pair, or at top. The core leaves out pages never touched, so segments a few MiB
+        apart are read as one range, the gaps as zeros."""
         L = self.L
         page = 4096
+        segs = self.segments()
+        ranges = []
+        for s, e in segs:
+            if ranges and s - ranges[-1][1] <= (8 << 20):
+                ranges[-1][1] = e
+                ranges[-1][2].append((s, e))
+            else:
+                ranges.append([s, e, [(s, e)]])
         found = []
-        for s, e in self.segments():
-            if e - s > (1 << 28):
+        for rs, re_, parts in ranges:
+            if re_ - rs > (1 << 29):
                 continue
-            try:
-                data = self.mem(s, e - s)
-            except gdb.MemoryError:
-                continue
-            o = 0
-            while o + 2 * L.hdr <= len(data):
-                if s + o == first:
-                    o += page
+            buf = bytearray(re_ - rs)
+            for s, e in parts:
+                try:
+                    buf[s - rs:e - rs] = self.inf.read_memory(s, e - s).tobytes()
+                except gdb.MemoryError:
+                    pass
+            data = bytes(buf)
+            starts = [s for s, e in parts for s in range(s, e, page)]
+            skip_to = rs
+            for page_start in starts:
+                if page_start < skip_to or any(a <= page_start < b for a, b in walked):
                     continue
+                o = page_start - rs
                 prev, raw = struct.unpack_from("<QQ", data, o)
                 size = raw & ~SIZE_BITS
                 if prev != 0 or raw & (IS_MMAPPED | NON_MAIN_ARENA) or not raw & PREV_INUSE or size < L.minsize or size & L.mask:
-                    o += page
                     continue
                 q, fences, ok = o, 0, False
                 while q + L.hdr <= len(data):
-                    if s + q == top:
-                        ok = s + q + top_size <= e
+                    if rs + q == top:
+                        ok = rs + q + top_size <= re_
                         q += top_size
                         break
                     raw = struct.unpack_from("<Q", data, q + L.off_size)[0]
                     size = raw & ~SIZE_BITS
-                    if raw & (IS_MMAPPED | NON_MAIN_ARENA) and size != L.hdr:
-                        break
                     if size == L.hdr:
                         fences += 1
                         q += L.hdr
@@ -222,14 +247,14 @@ class Core:
                             break
                         continue
                     fences = 0
+                    if raw & (IS_MMAPPED | NON_MAIN_ARENA) and not self.lists.get(rs + q):
+                        break
                     if size < L.minsize or size & L.mask or q + size > len(data):
                         break
                     q += size
                 if ok:
-                    found.append((s + o, s + q))
-                    o = (q + page - 1) // page * page
-                else:
-                    o += page
+                    found.append((page_start, rs + q))
+                    skip_to = rs + q
         return found
 
     def run(self):
@@ -239,6 +264,8 @@ class Core:
         ma = int(gdb.parse_and_eval("&main_arena"))
         mp = gdb.parse_and_eval("mp_")
         arenas = []
+        main_flags = None
+        self.heaps = []
         a = ma
         for _ in range(4096):
             av = gdb.Value(a).cast(L.state.pointer()).dereference()
@@ -269,8 +296,7 @@ class Core:
                 # the sbrk region ends in a fencepost pair (or at top, when sbrk never failed)
                 end = self.sbrk_end(first, top, top_size)
                 self.walk(a, True, first, end, top)
-                for s, e in self.main_regions(ma, top, top_size, first):
-                    self.walk(a, True, s, e, top)
+                main_flags = (a, top, top_size, first, end)
                 continue
             hsize = L.heap_info.sizeof
             h = top & ~(L.heap_max - 1)
@@ -288,6 +314,12 @@ class Core:
                     start = h + hsize
                 self.walk(a, False, start, h + int(hi["size"]), top)
                 h = int(hi["prev"])
+        if main_flags:
+            # after the other arenas' heaps are known, so that none of them is taken for a region
+            a, top, top_size, first, end = main_flags
+            walked = [(first, end)] + [(h[1], h[2]) for h in self.heaps]
+            for s, e in self.main_regions(top, top_size, walked):
+                self.walk(a, True, s, e, top)
         for addr, state in sorted(self.lists.items()):
             if addr not in self.seen:
                 self.errors.append("listed chunk 0x%x (%s) lies in no walked region" % (addr, state))
