@@ -38,24 +38,42 @@ def array_len(type_, name):
     raise gdb.GdbError("%s has no field %s" % (type_, name))
 
 
+def field(type_, name):
+    for f in type_.strip_typedefs().fields():
+        if f.name == name:
+            return f
+    raise gdb.GdbError("%s has no field %s" % (type_, name))
+
+
 class Layout:
+    """Offsets and sizes from glibc's debug info, read once (every core comes from the same libc)."""
+
     def __init__(self):
-        self.chunk = gdb.lookup_type("struct malloc_chunk")
-        self.state = gdb.lookup_type("struct malloc_state")
-        self.heap_info = gdb.lookup_type("heap_info")
-        self.tcache = gdb.lookup_type("tcache_perthread_struct")
-        self.tcache_entry = gdb.lookup_type("tcache_entry")
+        chunk = gdb.lookup_type("struct malloc_chunk")
+        state = gdb.lookup_type("struct malloc_state")
+        heap_info = gdb.lookup_type("heap_info")
+        tcache = gdb.lookup_type("tcache_perthread_struct")
         self.size_sz = gdb.lookup_type("size_t").sizeof
         self.ptr_sz = gdb.lookup_type("void").pointer().sizeof
         self.align = max(2 * self.size_sz, gdb.lookup_type("long double").alignof)
         self.mask = self.align - 1
-        self.off_size = offset_of(self.chunk, "mchunk_size")
-        self.off_fd = offset_of(self.chunk, "fd")
+        self.off_size = offset_of(chunk, "mchunk_size")
+        self.off_fd = offset_of(chunk, "fd")
         self.hdr = self.off_fd
-        self.minsize = (offset_of(self.chunk, "fd_nextsize") + self.mask) & ~self.mask
-        self.nbins = array_len(self.state, "bins") // 2 + 1
-        self.nfastbins = array_len(self.state, "fastbinsY")
-        self.off_entry_next = offset_of(self.tcache_entry, "next")
+        self.minsize = (offset_of(chunk, "fd_nextsize") + self.mask) & ~self.mask
+        self.state_size = state.sizeof
+        self.nbins = array_len(state, "bins") // 2 + 1
+        self.nfastbins = array_len(state, "fastbinsY")
+        self.av = {name: offset_of(state, name) for name in ("flags", "fastbinsY", "top", "bins", "next")}
+        self.flags_size = field(state, "flags").type.sizeof
+        self.heap_info_size = heap_info.sizeof
+        self.hi = {name: offset_of(heap_info, name) for name in ("ar_ptr", "prev", "size")}
+        self.tc_counts = offset_of(tcache, "counts")
+        self.tc_count_size = field(tcache, "counts").type.strip_typedefs().target().sizeof
+        self.tc_entries = offset_of(tcache, "entries")
+        self.tc_bins = array_len(tcache, "entries")
+        self.off_entry_next = offset_of(gdb.lookup_type("tcache_entry"), "next")
+        self.mp_sbrk_base = offset_of(gdb.lookup_type("struct malloc_par"), "sbrk_base")
         # heap_for_ptr: heaps are aligned to HEAP_MAX_SIZE, 2 * DEFAULT_MMAP_THRESHOLD_MAX
         # (4 MiB * sizeof(long)) unless glibc.malloc.hugetlb=2 made it 4 huge pages (2.35+)
         hp = 0
@@ -104,16 +122,16 @@ class Core:
             self.errors.append("0x%x in two lists: %s and %s" % (chunk, self.lists[chunk], state))
         self.lists[chunk] = state
 
-    def arena_lists(self, av):
+    def arena_lists(self, a):
         L = self.L
         for i in range(L.nfastbins):
-            p = int(av["fastbinsY"][i])
+            p = self.word(a + L.av["fastbinsY"] + i * L.ptr_sz)
             n = 0
             while p and n < LIST_BOUND:
                 self.listed(p, "fastbin")
                 p = self.reveal(p + L.off_fd, self.word(p + L.off_fd))
                 n += 1
-        bins = int(av["bins"].address)
+        bins = a + L.av["bins"]
         for i in range(1, L.nbins):
             b = bins + (i - 1) * 2 * L.ptr_sz - L.off_fd   # bin_at(av, i)
             state = "unsorted" if i == 1 else "smallbin" if i < NSMALLBINS else "largebin"
@@ -137,12 +155,12 @@ class Core:
             self.out.append("thread %x %x" % (th.ptid[1], tc))
             if not tc:
                 continue
-            t = gdb.Value(tc).cast(L.tcache.pointer()).dereference()
-            counts, entries = t["counts"], t["entries"]
-            for i in range(array_len(L.tcache, "entries")):
-                e = int(entries[i])
+            counts = self.mem(tc + L.tc_counts, L.tc_bins * L.tc_count_size)
+            for i in range(L.tc_bins):
+                e = self.word(tc + L.tc_entries + i * L.ptr_sz)
+                count = int.from_bytes(counts[i * L.tc_count_size:(i + 1) * L.tc_count_size], "little")
                 n = 0
-                while e and n <= int(counts[i]):
+                while e and n <= count:
                     self.listed(e - L.hdr, "tcache")
                     e = self.reveal(e + L.off_entry_next, self.word(e + L.off_entry_next))
                     n += 1
@@ -262,30 +280,29 @@ class Core:
         self.seen = set()
         self.out.append("glibc %s" % L.version)
         ma = int(gdb.parse_and_eval("&main_arena"))
-        mp = gdb.parse_and_eval("mp_")
+        mp = int(gdb.parse_and_eval("&mp_"))
         arenas = []
         main_flags = None
         self.heaps = []
         a = ma
         for _ in range(4096):
-            av = gdb.Value(a).cast(L.state.pointer()).dereference()
-            arenas.append((a, av))
-            a = int(av["next"])
+            arenas.append(a)
+            a = self.word(a + L.av["next"])
             if a == ma:
                 break
         else:
             self.errors.append("the arena ring does not return to main_arena")
-        for a, av in arenas:
-            self.arena_lists(av)
+        for a in arenas:
+            self.arena_lists(a)
         self.tcaches()
-        for a, av in arenas:
+        for a in arenas:
             main = a == ma
-            top = int(av["top"])
+            top = self.word(a + L.av["top"])
             top_size = self.word(top + L.off_size) & ~SIZE_BITS
-            flags = int(av["flags"])
+            flags = int.from_bytes(self.mem(a + L.av["flags"], L.flags_size), "little")
             self.out.append("arena %x %d %x %x %x" % (a, main, flags, top, top_size))
             if main:
-                sbrk_base = int(mp["sbrk_base"])
+                sbrk_base = self.word(mp + L.mp_sbrk_base)
                 if not sbrk_base:
                     continue
                 first = (sbrk_base + L.hdr + L.mask) & ~L.mask
@@ -298,22 +315,22 @@ class Core:
                 self.walk(a, True, first, end, top)
                 main_flags = (a, top, top_size, first, end)
                 continue
-            hsize = L.heap_info.sizeof
+            hsize = L.heap_info_size
             h = top & ~(L.heap_max - 1)
             seen = set()
             while h and h not in seen and len(seen) < 100000:
                 seen.add(h)
-                hi = gdb.Value(h).cast(L.heap_info.pointer()).dereference()
-                if int(hi["ar_ptr"]) != a:
-                    self.errors.append("heap 0x%x belongs to 0x%x, not arena 0x%x" % (h, int(hi["ar_ptr"]), a))
+                ar_ptr = self.word(h + L.hi["ar_ptr"])
+                if ar_ptr != a:
+                    self.errors.append("heap 0x%x belongs to 0x%x, not arena 0x%x" % (h, ar_ptr, a))
                     break
                 if h + hsize == a:   # the arena's first heap: chunks follow the malloc_state
-                    start = a + L.state.sizeof
+                    start = a + L.state_size
                     start = ((start + L.hdr + L.mask) & ~L.mask) - L.hdr
                 else:
                     start = h + hsize
-                self.walk(a, False, start, h + int(hi["size"]), top)
-                h = int(hi["prev"])
+                self.walk(a, False, start, h + self.word(h + L.hi["size"]), top)
+                h = self.word(h + L.hi["prev"])
         if main_flags:
             # after the other arenas' heaps are known, so that none of them is taken for a region
             a, top, top_size, first, end = main_flags
@@ -351,12 +368,15 @@ def main():
     gdb.execute("set auto-solib-add off")
     gdb.execute("set pagination off")
     jobs = [line.split() for line in open(os.environ["HEAP_WALK_JOBS"]) if line.strip()]
+    layout = None
     for core, output in jobs:
         out = []
         try:
             gdb.execute("core-file %s" % core, to_string=True)
             gdb.execute("sharedlibrary libc\\.so", to_string=True)
-            Core(Layout(), out).run()
+            if layout is None:
+                layout = Layout()
+            Core(layout, out).run()
         except Exception as e:  # noqa: BLE001 - reported to the spec as this core's error
             out.append("error walk failed: %s" % e)
         with open(output + ".tmp", "w") as f:
