@@ -61,6 +61,7 @@ module HeapShapes
 
   SERVER = File.join(SpecHelpers::ROOT, "spec", "fixtures", "heap_shapes_server.rb")
   BATCH = 4
+  SETARCH = system("setarch", RbConfig::CONFIG["host_cpu"], "-R", "true", out: File::NULL, err: File::NULL)
 
   # Builds, dumps and cores every shape, and walks the cores with gdb (one gdb for several cores,
   # while the server builds the next ones); yields each shape with its files and gdb's walk, then
@@ -95,6 +96,9 @@ module HeapShapes
       walking = nil
     end
     cmd = [RbConfig.ruby, "-I", SpecHelpers::LIB, "-rptmalloc_dump", SERVER, dir, list]
+    # without address randomisation a seed lays its mappings out the same way each time it is run
+    # first: what depends on where the kernel puts them (merged mappings, mremap in place) repeats
+    cmd = ["setarch", RbConfig::CONFIG["host_cpu"], "-R", *cmd] if SETARCH
     Open3.popen3(env, *cmd) do |stdin, out, err, thread|
       stdin.close
       errors = Thread.new { err.read }

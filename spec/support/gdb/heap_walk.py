@@ -282,7 +282,7 @@ class Core:
         ma = int(gdb.parse_and_eval("&main_arena"))
         mp = int(gdb.parse_and_eval("&mp_"))
         arenas = []
-        main_flags = None
+        noncontiguous_main = None
         self.heaps = []
         a = ma
         for _ in range(4096):
@@ -313,7 +313,7 @@ class Core:
                 # the sbrk region ends in a fencepost pair (or at top, when sbrk never failed)
                 end = self.sbrk_end(first, top, top_size)
                 self.walk(a, True, first, end, top)
-                main_flags = (a, top, top_size, first, end)
+                noncontiguous_main = (a, top, top_size, first, end)
                 continue
             hsize = L.heap_info_size
             h = top & ~(L.heap_max - 1)
@@ -331,9 +331,9 @@ class Core:
                     start = h + hsize
                 self.walk(a, False, start, h + self.word(h + L.hi["size"]), top)
                 h = self.word(h + L.hi["prev"])
-        if main_flags:
+        if noncontiguous_main:
             # after the other arenas' heaps are known, so that none of them is taken for a region
-            a, top, top_size, first, end = main_flags
+            a, top, top_size, first, end = noncontiguous_main
             walked = [(first, end)] + [(h[1], h[2]) for h in self.heaps]
             for s, e in self.main_regions(top, top_size, walked):
                 self.walk(a, True, s, e, top)
