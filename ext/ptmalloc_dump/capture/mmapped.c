@@ -82,7 +82,8 @@ static uint64_t valid_header(const ptmd_walk *w, uint64_t q, const uint64_t hdr[
     uint64_t ps = base_offset(w, hdr[0]), sw = hdr[1], sz = ptmd_chunksize(sw), block = q - ps;
     uint64_t total = ps + sz + (w->L->mmap_chunk_tail_hdr ? PTMD_CHUNK_HDR_SZ : 0);
     uint64_t mask = w->page_size - 1, mem = q + PTMD_CHUNK_HDR_SZ, mis = mem & mask;
-    if ((sw & PTMD_SIZE_BITS) != PTMD_IS_MMAPPED || sz < w->page_size - PTMD_CHUNK_HDR_SZ) return 0;
+    /* an aligned chunk that realloc shrank (mremap_chunk) can be smaller than a page, not its mapping */
+    if ((sw & PTMD_SIZE_BITS) != PTMD_IS_MMAPPED || sz < PTMD_MINSIZE || total < w->page_size) return 0;
     if (ps > q || block < vs || (block & mask) || (total & mask) || total < sz) return 0;
     if (block + total > ve || block + total < block) return 0;
     if (mis & (mis - 1)) return 0;      /* mem & (pagesize - 1) must be 0 or a power of two */
@@ -132,16 +133,19 @@ static size_t aligned_candidates(const ptmd_walk *w, uint64_t block, uint64_t to
     return n;
 }
 
-/* The chunk in the mapping whose page-start header (offset 0) says it is total bytes long: the
+/* The chunk in the mapping whose page-start header (offset 0) says it is *total bytes long: the
  * first aligned candidate whose header names this mapping (its offset is its distance from block,
- * its extent ends where the mapping does), else block itself. A candidate on a page that was never
- * touched is not read: reading it would map the zero page and change what pagemap reports. */
-static uint64_t aligned_header(ptmd_walk *w, uint64_t block, uint64_t total, uint64_t vs, uint64_t ve)
+ * its extent fits), else block itself. A realloc of an aligned chunk (mremap_chunk) resizes the
+ * mapping and leaves the stale header's size as it was: the candidate's own extent is the
+ * mapping's, and *total becomes it. A candidate on a page that was never touched is not read:
+ * reading it would map the zero page and change what pagemap reports. */
+static uint64_t aligned_header(ptmd_walk *w, uint64_t block, uint64_t *total, uint64_t vs, uint64_t ve)
 {
     uintptr_t cand[64];
     uint64_t hdrs[64][2];
     unsigned char ok[64];
-    size_t n = aligned_candidates(w, block, total, cand, 64), i, k = 0;
+    size_t n = aligned_candidates(w, block, *total, cand, 64), i, k = 0;
+    uint64_t t;
     for (i = 0; i < n; i++) {
         uint8_t f = 0;
         uint64_t page = cand[i] & ~(uint64_t)(w->page_size - 1);
@@ -152,8 +156,10 @@ static uint64_t aligned_header(ptmd_walk *w, uint64_t block, uint64_t total, uin
     ptmd_safe_read_many(&w->mem, cand, k, 16, hdrs, ok);
     for (i = 0; i < k; i++)
         if (ok[i] && base_offset(w, hdrs[i][0]) == cand[i] - block &&
-            valid_header(w, cand[i], hdrs[i], vs, ve) == total)
+            (t = valid_header(w, cand[i], hdrs[i], vs, ve)) != 0) {
+            *total = t;
             return cand[i];
+        }
     return block;
 }
 
@@ -180,11 +186,16 @@ static int scan_mapping(ptmd_walk *w, uint64_t vs, uint64_t ve, const ptmd_buf *
         }
         ptmd_safe_read_many(&w->mem, addrs, n, 16, hdrs, ok);
         for (i = 0; i < n && !jump; i++) {
-            uint64_t total;
+            uint64_t total, q;
             if (!ok[i]) continue;
-            if (base_offset(w, hdrs[i][0]) == 0 && (total = valid_header(w, addrs[i], hdrs[i], vs, ve))) {
-                if (record_chunk(w, addrs[i], aligned_header(w, addrs[i], total, vs, ve), total, err) != 0)
-                    return -1;
+            if (base_offset(w, hdrs[i][0]) == 0 && (hdrs[i][1] & PTMD_SIZE_BITS) == PTMD_IS_MMAPPED) {
+                /* a stale header whose extent no longer fits (mremap shrank its mapping) still
+                 * bounds where the aligned chunk can be */
+                uint64_t stale = valid_header(w, addrs[i], hdrs[i], vs, ve);
+                total = stale ? stale : ptmd_chunksize(hdrs[i][1]);
+                q = aligned_header(w, addrs[i], &total, vs, ve);
+                if (q == addrs[i] && !stale) continue;
+                if (record_chunk(w, addrs[i], q, total, err) != 0) return -1;
                 (*found)++;
                 *bytes += total;
                 jump = addrs[i] + total;
