@@ -196,4 +196,53 @@ RSpec.describe "PtmallocDump.dump on randomised heaps", :quiescent do
     end
     expect(dump.summary[:hblks]).to be >= 25
   end
+
+  it "finds aligned mmapped chunks that realloc resized or moved (mremap_chunk) at their own header" do
+    path = File.join(tmpdir, "aligned_realloc.dump")
+    code = <<~RUBY
+      require "fiddle"
+      require "json"
+      P, S = Fiddle::TYPE_VOIDP, Fiddle::TYPE_SIZE_T
+      fn = ->(name, args, ret = P) { Fiddle::Function.new(Fiddle::Handle::DEFAULT[name], args, ret) }
+      memalign, realloc, malloc = fn.("memalign", [S, S]), fn.("realloc", [P, S]), fn.("malloc", [S])
+      # neighbours in a row: the kernel maps each below the last, so a chunk grown cannot stay in place
+      blocks = Array.new(24) do |i|
+        malloc.call(160 * 1024) if i.odd?
+        [memalign.call(4096 << (i % 5), 300 * 1024).to_i, 4096 << (i % 5)]
+      end
+      sizes = [500 * 1024, 200 * 1024, 1 << 20, 1000, 310 * 1024, 150 * 1024]
+      blocks = blocks.each_with_index.map do |(ptr, alignment), i|
+        bytes = sizes[i % sizes.size]
+        moved = realloc.call(ptr, bytes).to_i
+        # glibc's own header of the chunk: prev_size (its offset in the mapping) and size
+        prev_size, size = Fiddle::Pointer.new(moved - 16)[0, 16].unpack("QQ")
+        [moved, bytes, alignment, moved != ptr, prev_size, size & ~7]
+      end
+      GC.disable
+      PtmallocDump.dump(#{path.inspect}, ruby: false)
+      puts JSON.generate(blocks)
+    RUBY
+    stdout, stderr, status = run_ruby(code, env: { "GLIBC_TUNABLES" => "glibc.malloc.mmap_threshold=131072" })
+    expect(status).to be_success, stderr
+    dump = PtmallocDump.load(path)
+    blocks = JSON.parse(stdout)
+    expect(blocks.size).to eq(24)
+    # the example is only worth its name if some chunks moved and some kept an offset above a page
+    expect(blocks.count { |b| b[3] }).to be >= 4
+    expect(blocks.count { |b| b[4] > 4096 && b[3] }).to be >= 2
+    # from 2.43 prev_size's bit 0 says huge pages, and the mapping ends with a spare chunk header
+    layout_243 = LibcFacts.glibc_version >= Gem::Version.new("2.43")
+    blocks.each do |addr, bytes, alignment, _moved, prev_size, size|
+      offset = layout_243 ? prev_size & ~1 : prev_size
+      chunk = dump.chunk_at(addr - 16)
+      expect(chunk).not_to be_nil, "no chunk at 0x#{(addr - 16).to_s(16)} (aligned to #{alignment}, realloc'd to #{bytes} B)"
+      expect(chunk.state).to eq(:mmapped)
+      expect(chunk.size).to be >= bytes
+      heap = chunk.heap
+      expect(heap.kind).to eq(:mmapped_chunk)
+      expect(heap.start).to eq(chunk.address - offset)
+      expect(heap.end - heap.start).to eq(offset + size + (layout_243 ? 16 : 0))
+    end
+    expect_valid_dump(dump)
+  end
 end

@@ -133,26 +133,14 @@ static size_t aligned_candidates(const ptmd_walk *w, uint64_t block, uint64_t to
     return n;
 }
 
-/* The chunk in the mapping whose page-start header (offset 0) says it is *total bytes long: the
- * first aligned candidate whose header names this mapping (its offset is its distance from block,
- * its extent fits), else block itself. A realloc of an aligned chunk (mremap_chunk) resizes the
- * mapping and leaves the stale header's size as it was: the candidate's own extent is the
- * mapping's, and *total becomes it. A candidate on a page that was never touched is not read:
- * reading it would map the zero page and change what pagemap reports. */
-static uint64_t aligned_header(ptmd_walk *w, uint64_t block, uint64_t *total, uint64_t vs, uint64_t ve)
+/* The first of the k candidates whose header names the mapping at block: its offset is its distance
+ * from block and its extent fits. Sets *total to that extent; 0 when none does. */
+static uint64_t own_header(ptmd_walk *w, uint64_t block, const uintptr_t *cand, size_t k, uint64_t *total,
+                           uint64_t vs, uint64_t ve)
 {
-    uintptr_t cand[64];
-    uint64_t hdrs[64][2];
+    uint64_t hdrs[64][2], t;
     unsigned char ok[64];
-    size_t n = aligned_candidates(w, block, *total, cand, 64), i, k = 0;
-    uint64_t t;
-    for (i = 0; i < n; i++) {
-        uint8_t f = 0;
-        uint64_t page = cand[i] & ~(uint64_t)(w->page_size - 1);
-        if (page == block || (ptmd_pagemap_read(&w->pagemap, page, 1, &f) == 0 &&
-                              (f & (PTMD_PAGE_PRESENT | PTMD_PAGE_SWAPPED))))
-            cand[k++] = cand[i];
-    }
+    size_t i;
     ptmd_safe_read_many(&w->mem, cand, k, 16, hdrs, ok);
     for (i = 0; i < k; i++)
         if (ok[i] && base_offset(w, hdrs[i][0]) == cand[i] - block &&
@@ -160,6 +148,49 @@ static uint64_t aligned_header(ptmd_walk *w, uint64_t block, uint64_t *total, ui
             *total = t;
             return cand[i];
         }
+    return 0;
+}
+
+/* The chunk in the mapping whose page-start header (offset 0) says it is *total bytes long: the
+ * first aligned candidate whose header names this mapping, else block itself. A realloc of an
+ * aligned chunk (mremap_chunk) resizes the mapping and leaves the stale header's size as it was:
+ * the candidate's own extent is the mapping's, and *total becomes it. A candidate on a page that
+ * was never touched is not read: reading it would map the zero page and change what pagemap
+ * reports. */
+static uint64_t aligned_header(ptmd_walk *w, uint64_t block, uint64_t *total, uint64_t vs, uint64_t ve)
+{
+    uintptr_t cand[64];
+    uint8_t f[64];
+    size_t n = aligned_candidates(w, block, *total, cand, 64), i, k = 0;
+    uint64_t q, m, last;
+    for (i = 0; i < n; i++) {
+        uint8_t pf = 0;
+        uint64_t page = cand[i] & ~(uint64_t)(w->page_size - 1);
+        if (page == block || (ptmd_pagemap_read(&w->pagemap, page, 1, &pf) == 0 &&
+                              (pf & (PTMD_PAGE_PRESENT | PTMD_PAGE_SWAPPED))))
+            cand[k++] = cand[i];
+    }
+    if ((q = own_header(w, block, cand, k, total, vs, ve)) != 0) return q;
+    /* mremap_chunk may move the mapping (glibc 2.36 malloc.c, MREMAP_MAYMOVE) and keeps the chunk's
+     * offset, which _int_memalign chose for the old block: above a page of alignment the header is
+     * then at the end of any page of the new one (offset m * pagesize - CHUNK_HDR_SZ). The offset is
+     * below the stale header's extent, which is the size before the first remap. Nothing writes the
+     * lead after the mapping is made but alloc_perturb (the whole request, one byte repeated), so a
+     * mapping whose first user bytes are not one byte repeated is block's own chunk: its pages are
+     * not swept. */
+    if (ptmd_safe_read(&w->mem, block + PTMD_CHUNK_HDR_SZ, f, 16) != 0) return block;
+    for (i = 1; i < 16; i++)
+        if (f[i] != f[0]) return block;
+    last = *total / w->page_size;
+    if (last > (ve - block) / w->page_size) last = (ve - block) / w->page_size;
+    for (m = 1; m <= last; m += n) {
+        n = last - m + 1 < 64 ? (size_t)(last - m + 1) : 64;
+        if (ptmd_pagemap_read(&w->pagemap, block + (m - 1) * w->page_size, n, f) != 0) break;
+        for (i = 0, k = 0; i < n; i++)
+            if (f[i] & (PTMD_PAGE_PRESENT | PTMD_PAGE_SWAPPED))
+                cand[k++] = block + (m + i) * w->page_size - PTMD_CHUNK_HDR_SZ;
+        if ((q = own_header(w, block, cand, k, total, vs, ve)) != 0) return q;
+    }
     return block;
 }
 
