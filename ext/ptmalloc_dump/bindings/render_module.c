@@ -148,14 +148,15 @@ static void explorer_holders(const ptmd_view *v, const ptmd_owners *o, VALUE h)
 }
 
 /* The code each chunk is charged to (analysis/code_owners.c), renumbered densely in order of first use:
- * :code (u32 per chunk: k + 1 for the k-th record, 0 for none) and :code_records (each record's
- * address, for RubyHeap#code_of). */
+ * :code (per chunk k + 1 for the k-th record, 0 for none; u16 when fewer than 65,535 records are used,
+ * else u32: :code_width says which) and :code_records (each record's address, for RubyHeap#code_of). */
 static void explorer_code(const ptmd_view *v, VALUE charges, VALUE h)
 {
     uint32_t *remap = ZALLOC_N(uint32_t, v->n_ruby_code ? v->n_ruby_code : 1), *local;
     const uint32_t *rec = (const uint32_t *)RSTRING_PTR(charges);
     VALUE code = packed(v->n_chunks, 4, (void **)&local), records = rb_ary_new();
     size_t i;
+    int width = 4;
     for (i = 0; i < v->n_chunks; i++) {
         uint32_t r = rec[i];
         local[i] = 0;
@@ -168,7 +169,16 @@ static void explorer_code(const ptmd_view *v, VALUE charges, VALUE h)
     }
     xfree(remap);
     RB_GC_GUARD(charges);
+    if (RARRAY_LEN(records) < 0xffff) {
+        uint16_t *narrow;
+        VALUE code16 = packed(v->n_chunks, 2, (void **)&narrow);
+        for (i = 0; i < v->n_chunks; i++) narrow[i] = (uint16_t)local[i];
+        RB_GC_GUARD(code);
+        code = code16;
+        width = 2;
+    }
     PTMD_SET(h, "code", code);
+    PTMD_SET(h, "code_width", INT2NUM(width));
     PTMD_SET(h, "code_records", records);
 }
 

@@ -169,7 +169,8 @@ module PtmallocDump
         anchors: @dump.roots.first(0xfffe).map { |r| FormatHelpers.utf8(r[:name].to_s) } }
     end
 
-    # The code each chunk is charged to (analysis/code_owners.c): per chunk a record + 1 (u32, 0 none);
+    # The code each chunk is charged to (analysis/code_owners.c): per chunk a record + 1 (u16 or u32 as
+    # codeWidth says, 0 none);
     # each record as [kind, module, method, path, line] with the names (indexes into codeNames, -1 for
     # none) read once, through RubyHeap#code_of.
     def code_table(packed)
@@ -179,7 +180,7 @@ module PtmallocDump
         c = @dump.ruby.code_of(address) || {}
         [c[:kind].to_s, id.call(c[:module]), id.call(c[:method]), id.call(c[:path]), c[:line] || 0]
       end
-      { code: b64(packed[:code]), codes: rows, codeNames: names.keys.map { |n| FormatHelpers.utf8(n) } }
+      { code: b64(packed[:code]), codeWidth: packed[:code_width], codes: rows, codeNames: names.keys.map { |n| FormatHelpers.utf8(n) } }
     end
   end
 end

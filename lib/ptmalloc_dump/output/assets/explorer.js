@@ -51,7 +51,7 @@
     }
     if (raw.pageChanges) d.chg8 = bytes(raw.pageChanges);
     if (raw.ownerKinds) { d.kind8 = bytes(raw.ownerKinds); d.anchorIds = typed(raw.anchorIds, Uint16Array); }
-    if (raw.code) d.code = typed(raw.code, Uint32Array);
+    if (raw.code) d.code = typed(raw.code, raw.codeWidth === 2 ? Uint16Array : Uint32Array);
     addr = new Float64Array(d.chunkCount);
     d.chunkHeap = new Uint32Array(d.chunkCount);
     for (const h of d.heaps) {
