@@ -465,6 +465,15 @@ RSpec.describe "the report's explorer: holders and code owners in a browser" do
       totals = browser.script("return document.querySelector('#xp-results [data-k=totals]').textContent")
       expect(totals).to include("(module)", "#{charged.size} chunk(s), #{charged.sum(&:size)} B")
     end
+    # a name that is a class's too stays the class's; module: asks for the module's code
+    string_code = dump.each_chunk.select { |c| ruby.module_of(c) == "String" }.map { |c| hex(c.address) }.sort
+    expect(string_code).not_to be_empty
+    browser.script("window.ptmdExplorer.search('String')")
+    expect(browser.script("return window.ptmdExplorer.highlighted()").sort)
+      .to eq(dump.each_chunk.select { |c| ruby.owner_of(c)&.class_name == "String" }.map { |c| hex(c.address) }.sort)
+    expect(browser.script("return document.getElementById('xp-results').textContent")).to include("search module:String")
+    browser.script("window.ptmdExplorer.search('module:String')")
+    expect(browser.script("return window.ptmdExplorer.highlighted()").sort).to eq(string_code)
     browser.script("window.ptmdExplorer.search('module:NoSuchModuleAnywhere')")
     expect(browser.script("return window.ptmdExplorer.highlighted()")).to eq([])
   end

@@ -33,7 +33,7 @@ module PtmallocDump
         <h2 id="explorer">Heap explorer</h2>
         <p class="sub">Every chunk of every heap. Wheel to zoom (down to one byte a pixel) and drag to move; on the minimap at the right,
         click to go somewhere, drag over a range to zoom to it. Hover for the chunk under the pointer, click to pin it. Search an address (0x...), a class, a module (the chunks of the code it
-        defines; module:Name for those alone), a typed-data type, a Ruby type (T_STRING), a state (tcache, smallbin ...), an owner
+        defines; module:Name where a class has the name too), a typed-data type, a Ruby type (T_STRING), a state (tcache, smallbin ...), an owner
         category (native, string ...), a holder (ruby, anchored, leaked) or a root's name.</p>
         <form id="xp-form" class="xp-bar"><select id="xp-view"></select>
         <span>colour by #{radios.join(' ')}</span>

@@ -345,7 +345,9 @@
     const stIdx = D.states.indexOf(q), cat = D.categories.indexOf(q);
     const anchors = new Set((D.anchors || []).map((a, k) => (a === q ? k + 1 : 0)).filter((k) => k));
     const modName = q.replace(/^module:/, ""), onlyModule = modName !== q;
-    const mods = new Set((D.codes || []).map((c, k) => (c[0] !== "vm_table" && D.codeNames[c[1]] === modName ? k + 1 : 0)).filter((k) => k));
+    const modsNamed = new Set((D.codes || []).map((c, k) => (c[0] !== "vm_table" && D.codeNames[c[1]] === modName ? k + 1 : 0)).filter((k) => k));
+    /* a name that is a class's too stays the class's: module:Name asks for the module's code */
+    const mods = onlyModule || !cls.size ? modsNamed : new Set();
     const anchor = anchors.size > 0;
     const kind = { ruby: 1, anchored: 2, leaked: 3 }[q] || 0;
     let what = [];
@@ -358,7 +360,7 @@
     if (kind && D.kind8) what.push("holder");
     if (anchor) what.push("anchor");
     for (let i = 0; i < n; i++) {
-      if (onlyModule) { if (mods.has(D.code[i])) mask[i] = 1; continue; }
+      if (onlyModule) { if (D.code && mods.has(D.code[i])) mask[i] = 1; continue; }
       let m = (mods.size && mods.has(D.code[i])) || (stIdx >= 0 && (D.st8[i] & 15) === stIdx) || (D.cat && cat >= 0 && D.cat[i] === cat) ||
         (D.kind8 && ((kind && D.kind8[i] === kind) || (anchor && anchors.has(D.anchorIds[i]))));
       const o = D.own ? D.own[i] : 0;
@@ -385,7 +387,8 @@
     out.innerHTML = '<p data-k="totals"><b>' + esc(q) + "</b> (" + what.join(", ") + "): " + count + " chunk(s), " + total + " B (" + human(total) +
       "); by heap: " + Object.entries(perHeap).map(([h, b]) => "heap " + h + " " + human(b)).join(", ") + "</p><p>" +
       list.map((i) => '<a href="#explorer" data-go="' + addr[i] + '">' + hex(addr[i]) + "</a> " + human(chunkSize(i))).join(" &#183; ") +
-      (count > list.length ? " ..." : "") + "</p>";
+      (count > list.length ? " ..." : "") + "</p>" +
+      (!onlyModule && modsNamed.size && !mods.size ? "<p>The code charged to the module " + esc(q) + ": search <b>module:" + esc(q) + "</b>.</p>" : "");
     draw();
   }
 
