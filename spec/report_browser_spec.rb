@@ -353,3 +353,150 @@ RSpec.describe "the report in a browser" do
     end
   end
 end
+
+# The explorer's panel and search for who holds a chunk and the code it is charged to, on a dump with
+# methods defined by module_eval on one module and blocks of spec/fixtures/ext/owners_fixture.c
+# malloc'd and forgotten, checked against the Ruby API (RubyHeap#code_charge_of, #module_of,
+# Dump#owner_kind_of, #anchor_of) and the addresses the fixture malloc'd.
+RSpec.describe "the report's explorer: holders and code owners in a browser" do
+  before(:context) do
+    raise "chromium and chromedriver are missing: bin/setup installs them" unless Browser.available?
+
+    @dir = Dir.mktmpdir("ptmd-browser-code")
+    fixture = build_fixture("owners_fixture", extra_flags: ["-lpthread"])
+    @dump_path = File.join(@dir, "code.dump")
+    @leaked_file = File.join(@dir, "leaked")
+    _o, err, status = run_ruby(<<~RUBY)
+      require "fiddle"
+      module ExplorerCodeOwned; end
+      40.times do |i|
+        ExplorerCodeOwned.module_eval("def m\#{i}; \#{'x = [1, 2];' * 60} end", "/virtual/explorer_code.rb", 10 * i + 1)
+      end
+      leak = Fiddle::Function.new(Fiddle.dlopen(#{fixture.dump})["ow_leak"],
+                                  [Fiddle::TYPE_SIZE_T, Fiddle::TYPE_SIZE_T, Fiddle::TYPE_INT], Fiddle::TYPE_SIZE_T)
+      File.open(#{@leaked_file.dump}, "wb") { |f| leak.call(200, 1024, f.fileno) }
+      GC.start
+      PtmallocDump.dump(#{@dump_path.dump}, references: true)
+    RUBY
+    raise "the dump failed: #{err}" unless status.success?
+
+    @report = File.join(@dir, "report")
+    _o, err, status = Open3.capture3(RbConfig.ruby, "-I", SpecHelpers::LIB, SpecHelpers::VISUALIZE, @dump_path, @report)
+    raise "rendering failed: #{err}" unless status.success?
+
+    @dump = PtmallocDump.load(@dump_path)
+    @browser = Browser.new(File.join(@dir, "chrome-profile"))
+    @browser.viewport(1400, 900)
+    @browser.visit("file://#{File.join(@report, 'index.html')}")
+    @browser.wait_for("return window.ptmdExplorer && window.ptmdExplorer.ready")
+  end
+
+  after(:context) do
+    @browser&.close
+    FileUtils.rm_rf(@dir) if @dir
+  end
+
+  attr_reader :browser, :dump
+
+  def hex(address)
+    "0x#{address.to_s(16)}"
+  end
+
+  # Hovers over the chunk (at 16 bytes a pixel, where one pixel is one chunk) and returns the panel.
+  def hover(chunk)
+    view = PtmallocDump::Explorer.new(dump).views.find { |v| v[:heaps].any? { |h| h.index == chunk.heap.index } }
+    target = chunk.address + [16, chunk.size / 2].min
+    row = PtmallocDump::ExplorerGeometry.row_centering(view[:heaps], target, 16)
+    shown = browser.script("return window.ptmdExplorer.show(#{view[:group].to_s.to_json}, 16, #{row})")
+    x, y = PtmallocDump::ExplorerGeometry.new(view[:heaps], shown["bpp"], shown["row"]).pixel_for(target)
+    browser.script("document.getElementById('explorer').scrollIntoView()")
+    left, top = browser.script("const c = document.getElementById('xp-map'), r = c.getBoundingClientRect(); " \
+                               "return [r.left + c.clientLeft, r.top + c.clientTop]")
+    browser.move_to((left + x).ceil, (top + y).ceil)
+    browser.script("const o = {}; document.querySelectorAll('#xp-panel [data-k]').forEach(e => o[e.dataset.k] = e.textContent); return o")
+  end
+
+  def code_text(code)
+    return "VM table #{code[:module]}" if code[:kind] == :vm_table
+
+    "module #{code[:module]}#{code[:method] ? ", method #{code[:method]}" : ''}" \
+      "#{code[:path] ? ", #{code[:path]}#{code[:line] ? ":#{code[:line]}" : ''}" : ''}"
+  end
+
+  def explain(chunk)
+    out = StringIO.new
+    expect(PtmallocDump::CLI.new(["--explain", hex(chunk.user_address), "--json", @dump_path], out: out).run).to eq(0)
+    JSON.parse(out.string)
+  end
+
+  it "shows the module (and method, path:line) a chunk is charged to, as RubyHeap#code_charge_of and --explain give" do
+    ruby = dump.ruby
+    charged = dump.each_chunk.select { |c| ruby.module_of(c) == "ExplorerCodeOwned" }
+    puts "    #{charged.size} chunks, #{charged.sum(&:size)} B charged to ExplorerCodeOwned"
+    expect(charged.size).to be >= 40
+    expect(charged.sum(&:size)).to eq(ruby.code_owners[:by_module]["ExplorerCodeOwned"][:bytes])
+    # a method's chunks name it, at the line module_eval was given
+    methods = charged.map { |c| ruby.code_charge_of(c) }.select { |c| c[:method] }
+    expect(methods.map { |c| c[:path] }.uniq).to eq(["/virtual/explorer_code.rb"])
+    methods.each { |c| expect(c[:line]).to eq(10 * Integer(c[:method].delete_prefix("m")) + 1) }
+
+    charged.sample(8, random: Random.new(14)).each do |chunk|
+      expected = code_text(ruby.code_charge_of(chunk))
+      expect(expected).to start_with("module ExplorerCodeOwned")
+      shown = hover(chunk)
+      expect(shown["address"]).to eq(hex(chunk.address))
+      expect(shown["code"]).to eq(expected)
+      expect(explain(chunk).dig("code", "text")).to eq(expected)
+    end
+    with_method = charged.find { |c| ruby.code_charge_of(c)[:method] }
+    expect(hover(with_method)["code"]).to match(%r{\Amodule ExplorerCodeOwned, method m\d+, /virtual/explorer_code\.rb:\d+\z})
+    out, err, status = Open3.capture3(RbConfig.ruby, "-I", SpecHelpers::LIB, SpecHelpers::VISUALIZE, "--explain", hex(with_method.user_address), @dump_path)
+    expect(status).to be_success, err
+    expect(out).to include("code           #{code_text(ruby.code_charge_of(with_method))}")
+  end
+
+  it "highlights exactly the module's chunks when its name is searched, with their totals" do
+    ruby = dump.ruby
+    charged = dump.each_chunk.select { |c| ruby.module_of(c) == "ExplorerCodeOwned" }
+    expected = charged.map { |c| hex(c.address) }.sort
+    %w[ExplorerCodeOwned module:ExplorerCodeOwned].each do |q|
+      browser.script("window.ptmdExplorer.search(#{q.to_json})")
+      expect(browser.script("return window.ptmdExplorer.highlighted()").sort).to eq(expected)
+      totals = browser.script("return document.querySelector('#xp-results [data-k=totals]').textContent")
+      expect(totals).to include("(module)", "#{charged.size} chunk(s), #{charged.sum(&:size)} B")
+    end
+    # a name that is a class's too stays the class's; module: asks for the module's code
+    string_code = dump.each_chunk.select { |c| ruby.module_of(c) == "String" }.map { |c| hex(c.address) }.sort
+    expect(string_code).not_to be_empty
+    browser.script("window.ptmdExplorer.search('String')")
+    expect(browser.script("return window.ptmdExplorer.highlighted()").sort)
+      .to eq(dump.each_chunk.select { |c| ruby.owner_of(c)&.class_name == "String" }.map { |c| hex(c.address) }.sort)
+    expect(browser.script("return document.getElementById('xp-results').textContent")).to include("search module:String")
+    browser.script("window.ptmdExplorer.search('module:String')")
+    expect(browser.script("return window.ptmdExplorer.highlighted()").sort).to eq(string_code)
+    browser.script("window.ptmdExplorer.search('module:NoSuchModuleAnywhere')")
+    expect(browser.script("return window.ptmdExplorer.highlighted()")).to eq([])
+  end
+
+  it "shows a forgotten block as leaked and an anchored chunk with its root's name, as Dump#owner_kind_of and #anchor_of" do
+    forgotten = File.binread(@leaked_file).unpack("Q*").map { |a| dump.chunk_at(a - 16) }
+    expect(forgotten.size).to eq(200)
+    leaked = forgotten.select { |c| dump.owner_kind_of(c) == :leaked }
+    expect(leaked.size).to be >= 190
+    leaked.first(3).each do |chunk|
+      shown = hover(chunk)
+      expect(shown["address"]).to eq(hex(chunk.address))
+      expect(shown["holder"]).to eq("leaked: nothing reaches it")
+      expect(explain(chunk)["holder"]).to eq(shown["holder"])
+    end
+    anchored = dump.each_chunk.select { |c| dump.owner_kind_of(c) == :anchored }
+    expect(anchored).not_to be_empty
+    anchored.sample(3, random: Random.new(3)).each do |chunk|
+      expect(hover(chunk)["holder"]).to eq("anchored by #{dump.anchor_of(chunk)}")
+    end
+    name = dump.anchor_of(anchored.first)
+    browser.script("window.ptmdExplorer.search(#{name.to_json})")
+    expect(browser.script("return window.ptmdExplorer.highlighted()").sort)
+      .to eq(anchored.select { |c| dump.anchor_of(c) == name }.map { |c| hex(c.address) }.sort)
+  end
+end

@@ -78,6 +78,28 @@ module PtmallocDump
         line: line.zero? ? nil : line }
     end
 
+    # The code a chunk is charged to in {#code_owners}: the method entry, iseq or class whose object owns
+    # it, or the VM table that reaches it.
+    #
+    # @param chunk [Chunk, Integer] a chunk or a chunk address
+    # @return [Hash, nil] as {#code_of} (:kind is :vm_table, :module the table's name, for a VM
+    #   table's chunk); nil for a chunk charged to no code, or a dump without code records
+    def code_charge_of(chunk)
+      @code_charges = _code_charges unless defined?(@code_charges)
+      return nil unless @code_charges
+
+      address = _code_charge(@code_charges, chunk.is_a?(Integer) ? chunk : chunk.address)
+      address && code_of(address)
+    end
+
+    # @param chunk [Chunk, Integer] a chunk or a chunk address
+    # @return [String, nil] the class or module a chunk's code memory is charged to (its
+    #   {#code_owners} :by_module key); nil for a VM table's chunk or one charged to no code
+    def module_of(chunk)
+      code = code_charge_of(chunk)
+      code && code[:kind] != :vm_table ? code[:module] : nil
+    end
+
     # @return [Hash] GC.stat figures taken with the pass, and the pass's counts and timings
     def meta
       @meta ||= _meta.freeze

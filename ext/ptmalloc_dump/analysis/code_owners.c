@@ -18,8 +18,9 @@ long ptmd_code_record(const ptmd_view *v, uint64_t address)
     return lo < v->n_ruby_code && v->ruby_code[lo].address == address ? (long)lo : -1;
 }
 
-static void charge(ptmd_code_totals *out, size_t rec, uint32_t name, uint64_t size)
+static void charge(ptmd_code_totals *out, size_t chunk, size_t rec, uint32_t name, uint64_t size)
 {
+    if (out->chunk_record) out->chunk_record[chunk] = (uint32_t)rec;
     out->name_bytes[name] += size;
     out->name_chunks[name]++;
     out->record_bytes[rec] += size;
@@ -51,7 +52,7 @@ static int vm_tables(const ptmd_view *v, const ptmd_attribution *a, ptmd_code_to
         while (qh < qt) {
             uint32_t from = queue[qh++], e;
             uint64_t size = ptmd_rec_size(&v->chunks[from]);
-            charge(out, i, c->module, size);
+            charge(out, from, i, c->module, size);
             out->vm_bytes += size;
             out->vm_chunks++;
             for (e = offs[from]; e < offs[from + 1]; e++) {
@@ -81,6 +82,8 @@ int ptmd_code_owners(const ptmd_view *v, const ptmd_attribution *a, ptmd_code_to
     memset(out->name_chunks, 0, v->n_ruby_code_names * sizeof(uint64_t));
     memset(out->record_bytes, 0, v->n_ruby_code * sizeof(uint64_t));
     out->bytes = out->chunks = out->vm_bytes = out->vm_chunks = 0;
+    if (out->chunk_record)
+        for (i = 0; i < v->n_chunks; i++) out->chunk_record[i] = PTMD_NO_NAME;
     if (!v->ruby_code) return 0;
     for (i = 0; i < v->n_chunks; i++) {
         uint32_t o = a->owner[i];
@@ -93,7 +96,7 @@ int ptmd_code_owners(const ptmd_view *v, const ptmd_attribution *a, ptmd_code_to
         }
         if (rec < 0 || v->ruby_code[rec].kind == PTMD_CODE_VM_TABLE || (module = v->ruby_code[rec].module) == PTMD_NO_NAME)
             continue;
-        charge(out, (size_t)rec, module, size);
+        charge(out, i, (size_t)rec, module, size);
         out->bytes += size;
         out->chunks++;
     }

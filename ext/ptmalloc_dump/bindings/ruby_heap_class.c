@@ -294,6 +294,7 @@ static VALUE heap_code_summary(VALUE self)
     t.name_bytes = arrays;
     t.name_chunks = arrays + v->n_ruby_code_names;
     t.record_bytes = arrays + 2 * v->n_ruby_code_names;
+    t.chunk_record = NULL;
     if (ptmd_code_owners(v, a, &t) != 0) {
         xfree(arrays);
         xfree(kinds);
@@ -316,6 +317,35 @@ static VALUE heap_code_summary(VALUE self)
                                 PTMD_U64(t.vm_bytes), PTMD_U64(t.vm_chunks));
 }
 
+VALUE ptmd_rb_code_charges(VALUE dump)
+{
+    const ptmd_view *v = ptmd_rb_dump_view(dump);
+    const ptmd_attribution *a;
+    ptmd_code_totals t;
+    uint64_t *arrays;
+    VALUE charges;
+    if (!v->ruby_meta || !v->ruby_code) return Qnil;
+    a = ptmd_rb_dump_attribution(dump);
+    charges = rb_str_new(NULL, (long)(v->n_chunks * sizeof(uint32_t)));
+    arrays = ALLOC_N(uint64_t, 2 * v->n_ruby_code_names + v->n_ruby_code + 1);
+    t.name_bytes = arrays;
+    t.name_chunks = arrays + v->n_ruby_code_names;
+    t.record_bytes = arrays + 2 * v->n_ruby_code_names;
+    t.chunk_record = (uint32_t *)RSTRING_PTR(charges);
+    if (ptmd_code_owners(v, a, &t) != 0) {
+        xfree(arrays);
+        rb_raise(rb_eNoMemError, "out of memory while charging code to its modules");
+    }
+    xfree(arrays);
+    return charges;
+}
+
+static VALUE heap_code_charges(VALUE self)
+{
+    ruby_view(self);
+    return ptmd_rb_code_charges(dump_of(self));
+}
+
 static VALUE name_index(uint32_t i)
 {
     return i == PTMD_NO_NAME ? Qnil : UINT2NUM(i);
@@ -332,6 +362,20 @@ static VALUE heap_code_at(VALUE self, VALUE address)
     c = &v->ruby_code[r];
     return rb_ary_new_from_args(5, PTMD_SYM(PTMD_NAME_OF(ptmd_code_kind_names, c->kind)), name_index(c->module),
                                 name_index(c->method), name_index(c->path), UINT2NUM(c->line));
+}
+
+/* _code_charge(charges, chunk_address): the address of the code record the chunk at chunk_address is
+ * charged to (charges: _code_charges), or nil. */
+static VALUE heap_code_charge(VALUE self, VALUE charges, VALUE chunk_address)
+{
+    const ptmd_view *v = ruby_view(self);
+    long ci = ptmd_view_find_chunk(v, NUM2ULL(chunk_address), 0);
+    uint32_t r;
+    StringValue(charges);
+    if ((size_t)RSTRING_LEN(charges) != v->n_chunks * sizeof(uint32_t)) rb_raise(rb_eArgError, "one u32 per chunk");
+    if (ci < 0) return Qnil;
+    memcpy(&r, RSTRING_PTR(charges) + ci * sizeof(uint32_t), sizeof(r));
+    return r < v->n_ruby_code ? PTMD_U64(v->ruby_code[r].address) : Qnil;
 }
 
 static VALUE heap_code_names(VALUE self)
@@ -363,5 +407,7 @@ void ptmd_ruby_heap_class_init(void)
     rb_define_private_method(cRubyHeap, "_code_summary", heap_code_summary, 0);
     rb_define_private_method(cRubyHeap, "_code_at", heap_code_at, 1);
     rb_define_private_method(cRubyHeap, "_code_names", heap_code_names, 0);
+    rb_define_private_method(cRubyHeap, "_code_charges", heap_code_charges, 0);
+    rb_define_private_method(cRubyHeap, "_code_charge", heap_code_charge, 2);
     rb_define_private_method(rb_singleton_class(ptmd_mPtmallocDump), "_ruby_code_problem", code_problem, 0);
 }

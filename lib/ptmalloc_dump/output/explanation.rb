@@ -40,7 +40,7 @@ module PtmallocDump
       end
     end
 
-    # @return [Hash] :address, :heap, :chunk, :owner, :holder, :page, :ruby_slot, :references (each
+    # @return [Hash] :address, :heap, :chunk, :owner, :holder, :code, :page, :ruby_slot, :references (each
     #   nil when it does not apply)
     def to_h
       @to_h ||= begin
@@ -52,6 +52,7 @@ module PtmallocDump
           chunk: chunk && chunk_h(chunk),
           owner: chunk && owner_h(chunk),
           holder: chunk && holder(chunk),
+          code: chunk && code_h(chunk),
           page: heap && page_h(heap),
           ruby_slot: heap ? nil : ruby_slot,
           references: chunk && references(chunk)
@@ -77,6 +78,7 @@ module PtmallocDump
         lines << row("state", [c[:state], c[:bin], *c[:flags]].compact.join("; "))
         lines << row("owner", e[:owner][:text])
         lines << row("holder", e[:holder]) if e[:holder]
+        lines << row("code", e[:code][:text]) if e[:code]
       elsif e[:heap]
         lines << row("chunk", "none: the walk did not reach this address")
       end
@@ -135,6 +137,19 @@ module PtmallocDump
       when :leaked then "leaked: nothing reaches it"
       when :ruby then "a Ruby object"
       end
+    end
+
+    # The code the chunk is charged to (RubyHeap#code_charge_of), worded as the explorer's panel does.
+    def code_h(chunk)
+      code = @dump.ruby&.code_charge_of(chunk)
+      return nil unless code
+
+      text = if code[:kind] == :vm_table then "VM table #{code[:module]}"
+             else
+               "module #{code[:module] || '(anonymous)'}#{code[:method] ? ", method #{code[:method]}" : ''}" \
+                 "#{code[:path] ? ", #{code[:path]}#{code[:line] ? ":#{code[:line]}" : ''}" : ''}"
+             end
+      code.merge(text: text)
     end
 
     def page_h(heap)
