@@ -245,4 +245,51 @@ RSpec.describe "PtmallocDump.dump on randomised heaps", :quiescent do
     end
     expect_valid_dump(dump)
   end
+
+  # With mmap_threshold=4096, blocks of one page and more are mmapped one by one; the kernel merges
+  # neighbouring mappings, also with the few pages where ld.so put the main thread's struct pthread
+  # and static TLS. A chunk is found there too: glibc's invariants say where its mapping starts
+  # (chunk - prev_size) and how long it is (prev_size + size), whatever VMA holds it.
+  it "finds every small mmapped chunk, also those merged with the main thread's TLS pages" do
+    merged_with_tls = 0
+    4.times do |seed|
+      path = File.join(tmpdir, "small-mmapped-#{seed}.dump")
+      code = <<~RUBY
+        require "fiddle"
+        require "json"
+        P, S = Fiddle::TYPE_VOIDP, Fiddle::TYPE_SIZE_T
+        fn = ->(name, args, ret = P) { Fiddle::Function.new(Fiddle::Handle::DEFAULT[name], args, ret) }
+        malloc, free = fn.("malloc", [S]), fn.("free", [P], Fiddle::TYPE_VOID)
+        realloc = fn.("realloc", [P, S])
+        self_thread = fn.("pthread_self", [], Fiddle::TYPE_UINTPTR_T).call
+        srand(#{seed})
+        GC.disable
+        ptrs = Array.new(300) { malloc.call(4096 + rand(60 * 1024)).to_i }
+        ptrs = ptrs.each_with_index.filter_map { |p, i| i % 7 == 0 ? free.call(p) && nil : p }
+        ptrs = ptrs.each_with_index.map { |p, i| i % 5 == 0 ? realloc.call(p, 4096 + rand(60 * 1024)).to_i : p }
+        blocks = ptrs.filter_map do |p|
+          prev_size, size = Fiddle::Pointer.new(p - 16)[0, 16].unpack("QQ")
+          [p - 16 - prev_size, prev_size + (size & ~7)] if size & 2 != 0
+        end
+        vmas = File.readlines("/proc/self/maps").map { |l| l.split[0].split("-").map { |x| x.to_i(16) } }
+        PtmallocDump.dump(#{path.inspect}, ruby: false)
+        puts JSON.generate(blocks: blocks, vmas: vmas, self: self_thread)
+      RUBY
+      stdout, stderr, status = run_ruby(code, env: { "GLIBC_TUNABLES" => "glibc.malloc.mmap_threshold=4096" })
+      expect(status).to be_success, stderr
+      r = JSON.parse(stdout, symbolize_names: true)
+      dump = PtmallocDump.load(path)
+      expect(dump.verify.differences.map(&:to_s)).to eq([])
+      found = dump.heaps.select { |h| h.kind == :mmapped_chunk }.to_h { |h| [h.start, h.end - h.start] }
+      expect(r[:blocks].size).to be > 200
+      r[:blocks].each do |block, length|
+        expect(found[block]).to eq(length), format("the mapping of %d bytes at %#x was not found", length, block)
+      end
+      tls = r[:vmas].find { |lo, hi| r[:self] >= lo && r[:self] < hi }
+      # chunks Ruby itself mmapped early lie among ld.so's pages: glibc's hblks above counts them
+      merged_with_tls += found.count { |block, _| block >= tls[0] && block < tls[1] } if tls
+    end
+    # the case this example is about did occur
+    expect(merged_with_tls).to be > 0
+  end
 end

@@ -273,6 +273,53 @@ RSpec.describe "safety in a production worker" do
     end
   end
 
+  describe "a fork snapshot while another thread holds the dynamic loader's lock" do
+    it "completes: the child takes no lock that a thread of the parent may hold at the fork" do
+      so = build_fixture("loader_lock", extra_flags: ["-lpthread"])
+      out, err, status = child(<<~RUBY, timeout: 120)
+        lib = Fiddle.dlopen(#{so.inspect})
+        arm = Fiddle::Function.new(lib["ll_arm"], [], Fiddle::TYPE_INT)
+        held = Fiddle::Function.new(lib["ll_held_at_fork"], [], Fiddle::TYPE_INT)
+        release = Fiddle::Function.new(lib["ll_release"], [], Fiddle::TYPE_VOID)
+        results = [true, false].map do |references|
+          raise "the holder thread did not start" unless arm.call == 1
+          path = File.join(#{tmpdir.inspect}, "held-\#{references}.dump")
+          pid = PtmallocDump.dump(path, fork: true, references: references)
+          held_then = held.call == 1
+          deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 30
+          st = nil
+          until (st = Process.waitpid2(pid, Process::WNOHANG)&.last)
+            if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+              Process.kill("KILL", pid)
+              Process.waitpid(pid)
+              break
+            end
+            sleep 0.05
+          end
+          release.call
+          ok = st&.success? || false
+          d = ok ? PtmallocDump.load(path) : nil
+          { references: references, held: held_then, finished: !st.nil?, ok: ok,
+            snapshot: d && d.header[:fork_snapshot],
+            data_roots: d ? d.roots.count { |r| r[:kind] == :data } : 0,
+            differences: d ? d.verify.differences.map(&:to_s) : nil }
+        end
+        puts JSON.generate(results)
+      RUBY
+      expect(status.success?).to be(true), err
+      with_refs, without = JSON.parse(out.lines.last, symbolize_names: true)
+      [with_refs, without].each do |r|
+        expect(r[:held]).to be(true), "the loader's lock was not held at the fork"
+        expect(r[:finished]).to be(true), "the snapshot child hung (references: #{r[:references]})"
+        expect(r[:ok]).to be(true), err
+        expect(r[:snapshot]).to be(true)
+        expect(r[:differences]).to eq([])
+      end
+      # the loaded objects' writable segments were still listed (by the parent, before the fork)
+      expect(with_refs[:data_roots]).to be > 3
+    end
+  end
+
   describe "a fork snapshot's residency" do
     it "records what was resident in the parent at the fork; sharing is not known there" do
       NativeThreads.start(0)

@@ -344,7 +344,10 @@ int ptmd_dump_run(ptmd_dump_state *d, const ptmd_dump_opts *o, ptmd_err *err)
 
     if (!__atomic_compare_exchange_n(&dump_busy, &expected, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
         return ptmd_fail(err, PTMD_E_BUSY, "a dump is already running in this process");
-    if (ptmd_locate(o->debug_dir, o->symbols, &lc, err) != 0) goto out;
+    /* a snapshot child takes the parent's answer: ptmd_locate takes a mutex, and finding libc afresh
+     * the loader's lock, either of which another thread may have held at the fork */
+    if (d->parent && d->parent->lc) lc = d->parent->lc;
+    else if (ptmd_locate(o->debug_dir, o->symbols, &lc, err) != 0) goto out;
     if (!lc->layout) {
         ptmd_fail(err, PTMD_E_LIBC, "glibc %s is not supported: ptmalloc_dump knows the malloc layouts of "
                   "glibc 2.27 to 2.%d", lc->glibc_version, ptmd_layout_newest_minor());
@@ -354,13 +357,17 @@ int ptmd_dump_run(ptmd_dump_state *d, const ptmd_dump_opts *o, ptmd_err *err)
     d->w.references = o->references;
     note_caller(&d->w);
     if (d->parent) {
-        const ptmd_buf *t = &d->parent->threads;
-        uint64_t r[2] = { (uint64_t)(uintptr_t)t->base, (uint64_t)(uintptr_t)t->base + t->cap };
+        const ptmd_buf *t = &d->parent->threads, *ob = &d->parent->objects;
+        uint64_t r[4] = { (uint64_t)(uintptr_t)t->base, (uint64_t)(uintptr_t)t->base + t->cap,
+                          (uint64_t)(uintptr_t)ob->base, (uint64_t)(uintptr_t)ob->base + ob->cap };
         d->w.given_threads = t;
         d->w.given_thread_count = d->parent->thread_count;
         d->w.given_threads_complete = d->parent->threads_complete;
-        /* the parent's list is no mmapped chunk either */
-        if (t->base && ptmd_buf_append(&d->w.exclude, r, sizeof(r)) != 0) {
+        d->w.given_objects = ob;
+        d->w.given_tls_below = d->parent->tls_below;
+        /* the parent's lists are no mmapped chunks either */
+        if ((t->base && ptmd_buf_append(&d->w.exclude, r, 2 * sizeof(r[0])) != 0) ||
+            (ob->base && ptmd_buf_append(&d->w.exclude, r + 2, 2 * sizeof(r[0])) != 0)) {
             ptmd_fail_sys(err, errno, "exclusions", "mmap");
             goto out;
         }
@@ -422,17 +429,28 @@ out:
     return rc;
 }
 
-/* The parent's threads, listed just before the fork: in the child, glibc's fork has moved every other
- * thread to the stack cache with its tid cleared (reclaim_stacks), so the child could find their
- * tcaches only by structure, and a damaged one not at all. Reads only what the walk reads; no malloc. */
-static int list_threads(ptmd_dump_state *d, const ptmd_dump_opts *o, ptmd_err *err)
+/* What the child must not find for itself, listed just before the fork:
+ *   - the parent's threads: in the child, glibc's fork has moved every other thread to the stack
+ *     cache with its tid cleared (reclaim_stacks), so the child could find their tcaches only by
+ *     structure, and a damaged one not at all;
+ *   - libc's location, whether malloc is glibc's, and the loaded objects' writable segments (roots):
+ *     these call dl_iterate_phdr, dlopen, dlsym and dladdr, which take the loader's locks
+ *     (dl_load_write_lock, dl_load_lock). A thread of the parent inside dlopen, dl_iterate_phdr or a
+ *     TLS allocation at the fork leaves them held in the child for ever: glibc 2.36's fork resets
+ *     dl_load_lock alone (posix/fork.c), and nothing else the lock protects in the child.
+ * The child then takes no lock another thread could have held. */
+static int before_fork(ptmd_dump_state *d, const ptmd_dump_opts *opts, size_t n_opts, ptmd_err *err)
 {
+    const ptmd_dump_opts *o = &opts[0];
     const ptmd_libc *lc;
-    int ring;
+    size_t i;
+    int ring, references = 0;
     if (ptmd_locate(o->debug_dir, o->symbols, &lc, err) != 0) return -1;
+    d->w.lc = lc;
     if (!lc->layout) return 0;                  /* the child says that the layout is unknown */
     d->w.mem.mem_fd = -1;
     if (ptmd_memreader_open(&d->w.mem, err) != 0) return -1;
+    if (ptmd_check_allocator(lc, &d->w.mem, err) != 0) return -1;
     if ((ring = ptmd_walk_ring_before_fork(&d->w, lc)) < 0) return ptmd_fail_sys(err, errno, "arena ring", "mmap");
     if (ring > 0) {
         const ptmd_anomaly_rec *a = PTMD_BUF_AT(&d->w.anomalies, ptmd_anomaly_rec, 0);
@@ -448,7 +466,10 @@ static int list_threads(ptmd_dump_state *d, const ptmd_dump_opts *o, ptmd_err *e
                          (unsigned long)n, n == 1 ? "" : "s");
     }
     d->w.anomalies.len = 0;
-    return ptmd_walk_threads(&d->w, err);
+    if (ptmd_walk_threads(&d->w, err) != 0) return -1;
+    for (i = 0; i < n_opts; i++) references |= opts[i].references;
+    if (references && ptmd_walk_objects(&d->w) != 0) return ptmd_fail_sys(err, errno, "root table", "mmap");
+    return 0;
 }
 
 /* One line on stderr from a snapshot child whose parent does not wait for it: the error as the
@@ -475,7 +496,7 @@ int ptmd_dump_fork(ptmd_dump_state *d, const ptmd_dump_opts *opts, size_t n_opts
     int fds[2];
     pid_t pid;
     int parent = (int)getpid();
-    if (list_threads(d, &opts[0], err) != 0) return -1;
+    if (before_fork(d, opts, n_opts, err) != 0) return -1;
     if (pipe2(fds, O_CLOEXEC) != 0) return ptmd_fail_sys(err, errno, "pipe", "cannot create a pipe for the snapshot");
     /* glibc's fork takes every arena lock around the fork: the child's heap is one consistent state */
     pid = fork();

@@ -15,6 +15,7 @@
 
 #include <errno.h>
 #include <string.h>
+#include <unistd.h>
 
 #define PTMD_SCAN_WINDOW 512
 
@@ -254,6 +255,25 @@ static int scan_mapping(ptmd_walk *w, uint64_t vs, uint64_t ve, const ptmd_buf *
     return 0;
 }
 
+/* Where the scan of mapping m starts. A thread's stack block holds its stack (any data at all) with
+ * struct pthread at the very top (allocate_stack, nptl/allocatestack.c: pd = (mem + size -
+ * TLS_TCB_SIZE) & ~align) and its guard page below; it is not scanned, but mappings the kernel merged
+ * above it are: a chunk mmapped right above a stack shares its VMA. The main thread's struct pthread
+ * is no stack: ld.so's minimal malloc placed it in a few anonymous pages (_dl_allocate_tls_storage),
+ * and small mmapped chunks merge with them on either side (mmap_threshold=4096), so that mapping is
+ * scanned whole, the page of the struct excluded. */
+static uint64_t scan_start(const ptmd_walk *w, const ptmd_map *m, uint32_t pid)
+{
+    size_t t, nt = PTMD_BUF_COUNT(&w->threads, ptmd_thread_rec);
+    uint64_t lo = m->start;
+    for (t = 0; t < nt; t++) {
+        const ptmd_thread_rec *th = PTMD_BUF_AT(&w->threads, ptmd_thread_rec, t);
+        uint64_t top = (th->pthread | (w->page_size - 1)) + 1;
+        if (th->pthread >= m->start && th->pthread < m->end && th->tid != pid && top > lo) lo = top;
+    }
+    return lo;
+}
+
 /* mp_.mmapped_mem against the mappings found. glibc 2.43's mremap_chunk adds new_size - size -
  * offset, which counts the old mapping's trailing CHUNK_HDR_SZ as growth: every remap leaves
  * mmapped_mem 16 bytes above the mappings, even after the chunk is freed. */
@@ -266,7 +286,9 @@ static int mmapped_mem_agrees(const ptmd_walk *w, uint64_t bytes)
 int ptmd_walk_mmapped(ptmd_walk *w, ptmd_err *err)
 {
     ptmd_buf ex = { 0 };
-    uint64_t found = 0, bytes = 0;
+    uint64_t found = 0, bytes = 0, lo;
+    /* the process dumped: a snapshot child describes its parent */
+    uint32_t pid = (uint32_t)(w->given_threads ? getppid() : getpid());
     size_t i, n;
     int rc = -1;
 
@@ -310,22 +332,11 @@ int ptmd_walk_mmapped(ptmd_walk *w, ptmd_err *err)
     if (ptmd_maps_load(&w->maps, err) != 0) goto out;
     for (i = 0; i < w->maps.count; i++) {
         const ptmd_map *m = PTMD_BUF_AT(&w->maps.maps, ptmd_map, i);
-        /* a thread stack holds its struct pthread: skip the whole mapping */
         if (m->kind != PTMD_MAPKIND_ANON) continue;
         if ((m->prot & (PTMD_MAP_R | PTMD_MAP_W | PTMD_MAP_PRIVATE)) != (PTMD_MAP_R | PTMD_MAP_W | PTMD_MAP_PRIVATE))
             continue;
-        if (excluded(&ex, m->start, m->end) && m->end - m->start <= w->heap_max) {
-            /* small mappings that touch our own or an arena's memory are skipped whole; large ones are
-             * scanned page by page with the exclusions applied */
-            size_t t, nt = PTMD_BUF_COUNT(&w->threads, ptmd_thread_rec);
-            int stack = 0;
-            for (t = 0; t < nt; t++) {
-                uint64_t pt = PTMD_BUF_AT(&w->threads, ptmd_thread_rec, t)->pthread;
-                if (pt >= m->start && pt < m->end) stack = 1;
-            }
-            if (stack) continue;
-        }
-        if (scan_mapping(w, m->start, m->end, &ex, &found, &bytes, err) != 0) goto out;
+        if ((lo = scan_start(w, m, pid)) < m->end && scan_mapping(w, lo, m->end, &ex, &found, &bytes, err) != 0)
+            goto out;
     }
     if (w->have_mp && (found != w->n_mmaps || !mmapped_mem_agrees(w, bytes)))
         ptmd_walk_anomaly(w, PTMD_AN_MMAPPED_MISMATCH, (found << 32) | (w->n_mmaps & 0xffffffffu),
