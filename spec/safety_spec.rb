@@ -37,14 +37,16 @@ RSpec.describe "safety in a production worker" do
 
   describe "native threads calling malloc throughout" do
     it "takes 500 in-process dumps and 500 fork snapshots without crash or deadlock, each arena consistent" do
-      out, err, status = child(<<~RUBY, timeout: 600)
+      # every other dump with the Ruby pass, the pointer graph and the roots (what a default dump
+      # does), the others with neither: both shapes of the walk run 250 times in each mode
+      out, err, status = child(<<~RUBY, timeout: 900)
         dir = #{tmpdir.inspect}
         NativeThreads.churn_start(4)
         sleep 0.01 until NativeThreads.churn_ops > 10_000 # every thread has its arena by now
         stats = { inproc: 0, fork: 0, arena_anomalies: [], other_anomalies: [], fork_differences: [], tcache_anomalies: 0, arenas: [], ops: 0 }
         500.times do |i|
           path = File.join(dir, "in.dump")
-          PtmallocDump.dump(path, ruby: i.even?)
+          PtmallocDump.dump(path, ruby: i.even?, references: i.even?)
           v = PtmallocDump.load(path).verify
           stats[:inproc] += 1
           stats[:arena_anomalies].concat(v.arena_anomalies.map(&:to_s))
@@ -54,7 +56,7 @@ RSpec.describe "safety in a production worker" do
         end
         500.times do |i|
           path = File.join(dir, "fork.dump")
-          PtmallocDump.dump(path, fork: true, wait: true, ruby: i.even?)
+          PtmallocDump.dump(path, fork: true, wait: true, ruby: i.even?, references: i.even?)
           d = PtmallocDump.load(path)
           v = d.verify
           raise "not a snapshot" unless d.header[:fork_snapshot]
