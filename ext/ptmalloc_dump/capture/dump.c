@@ -314,6 +314,15 @@ static void write_sections(ptmd_dump_state *d)
     write_rss_sections(d);
 }
 
+/* Whether libc as the parent located it serves a target that asks for `symbols`. */
+static int reuses_parent_libc(const ptmd_libc *lc, int symbols)
+{
+    int by_structure = lc->symbol_source == PTMD_SYMSRC_HEURISTIC;
+    if (symbols == PTMD_SYMBOLS_HEURISTIC) return by_structure;
+    if (symbols == PTMD_SYMBOLS_FILE) return !by_structure;
+    return 1;
+}
+
 /* For the roots: the caller's callee-saved registers as they are here (setjmp keeps rbx and r12 to
  * r15 as they are), and the frame just below this function's caller, above which the dumping
  * thread's stack is the program's (the callee-saved registers that caller spilled included) and
@@ -345,8 +354,10 @@ int ptmd_dump_run(ptmd_dump_state *d, const ptmd_dump_opts *o, ptmd_err *err)
     if (!__atomic_compare_exchange_n(&dump_busy, &expected, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
         return ptmd_fail(err, PTMD_E_BUSY, "a dump is already running in this process");
     /* a snapshot child takes the parent's answer: ptmd_locate takes a mutex, and finding libc afresh
-     * the loader's lock, either of which another thread may have held at the fork */
-    if (d->parent && d->parent->lc) lc = d->parent->lc;
+     * the loader's lock, either of which another thread may have held at the fork. The parent located
+     * libc for the first target; a later target that asks for the other source (check_symbol_free
+     * dumps one snapshot by symbols and by structure) locates it here. */
+    if (d->parent && d->parent->lc && reuses_parent_libc(d->parent->lc, o->symbols)) lc = d->parent->lc;
     else if (ptmd_locate(o->debug_dir, o->symbols, &lc, err) != 0) goto out;
     if (!lc->layout) {
         ptmd_fail(err, PTMD_E_LIBC, "glibc %s is not supported: ptmalloc_dump knows the malloc layouts of "
