@@ -383,9 +383,9 @@ int ptmd_dump_run(ptmd_dump_state *d, const ptmd_dump_opts *o, ptmd_err *err)
             goto out;
         }
     }
-    if (d->ruby.present) {
+    {
         /* Ruby's object pages hold no malloc chunk header unless they are malloc chunks themselves:
-         * the mmapped-chunk scan skips them (they are reported through the Ruby sections) */
+         * the mmapped-chunk scan skips them (recorded by the Ruby pass, or alone without it) */
         size_t i, n = PTMD_BUF_COUNT(&d->ruby.pages, ptmd_ruby_page);
         for (i = 0; i < n; i++) {
             const ptmd_ruby_page *pg = PTMD_BUF_AT(&d->ruby.pages, ptmd_ruby_page, i);
