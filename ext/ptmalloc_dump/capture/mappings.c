@@ -3,51 +3,10 @@
  * every resident byte. open/read into mmapped scratch only, so it may run inside the dump's window. */
 #define _GNU_SOURCE
 #include "capture/mappings.h"
+#include "capture/procfs.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <string.h>
-#include <unistd.h>
-
-static int slurp(const char *path, ptmd_buf *out, ptmd_err *err)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return ptmd_fail_sys(err, errno, path, "open");
-    out->len = 0;
-    for (;;) {
-        ssize_t n;
-        if (ptmd_buf_reserve(out, 256 * 1024) != 0) {
-            int e = errno;
-            close(fd);
-            return ptmd_fail_sys(err, e, path, "mmap scratch for");
-        }
-        n = read(fd, out->base + out->len, out->cap - out->len);
-        if (n < 0) {
-            int e = errno;
-            if (e == EINTR) continue;
-            close(fd);
-            return ptmd_fail_sys(err, e, path, "read");
-        }
-        if (n == 0) break;
-        out->len += (size_t)n;
-    }
-    close(fd);
-    return 0;
-}
-
-static uint64_t hex_field(const char **pp, const char *end)
-{
-    uint64_t v = 0;
-    const char *p = *pp;
-    for (; p < end; p++) {
-        char c = *p;
-        if (c >= '0' && c <= '9') v = (v << 4) | (uint64_t)(c - '0');
-        else if (c >= 'a' && c <= 'f') v = (v << 4) | (uint64_t)(c - 'a' + 10);
-        else break;
-    }
-    *pp = p;
-    return v;
-}
 
 static uint64_t dec_field(const char **pp, const char *end)
 {
@@ -75,9 +34,9 @@ static int header_line(ptmd_mappings *m, const char *p, const char *eol)
     const char *path;
     size_t len;
     if (!r) return -1;
-    r->start = hex_field(&p, eol);
+    r->start = ptmd_parse_hex(&p, eol);
     if (p < eol && *p == '-') p++;
-    r->end = hex_field(&p, eol);
+    r->end = ptmd_parse_hex(&p, eol);
     if (p < eol && *p == ' ') p++;
     if (eol - p >= 4) {
         r->prot = (p[0] == 'r' ? PTMD_MP_READ : 0) | (p[1] == 'w' ? PTMD_MP_WRITE : 0) |
@@ -85,7 +44,7 @@ static int header_line(ptmd_mappings *m, const char *p, const char *eol)
         p += 4;
     }
     if (p < eol && *p == ' ') p++;
-    r->offset = hex_field(&p, eol);
+    r->offset = ptmd_parse_hex(&p, eol);
     while (p < eol && *p == ' ') p++;
     while (p < eol && *p != ' ') p++;        /* dev */
     r->inode = dec_field(&p, eol);
@@ -186,9 +145,9 @@ int ptmd_mappings_read(ptmd_mappings *m, int pid, ptmd_err *err)
     memset(&status, 0, sizeof(status));
     m->recs.len = m->paths.len = 0;
     memset(&m->head, 0, sizeof(m->head));
-    if (slurp(smaps_path, &m->text, err) != 0) return -1;
+    if (ptmd_read_file(smaps_path, &m->text, 256 * 1024, err) != 0) return -1;
     if (parse_smaps(m) != 0) return ptmd_fail_sys(err, errno, smaps_path, "mmap scratch for");
-    if (slurp(status_path, &status, err) != 0) return -1;
+    if (ptmd_read_file(status_path, &status, 256 * 1024, err) != 0) return -1;
     parse_status(&m->head, &status);
     ptmd_buf_release(&status);
     ptmd_buf_release(&m->text);

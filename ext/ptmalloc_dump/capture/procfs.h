@@ -31,6 +31,11 @@ typedef struct {
     size_t count;
 } ptmd_maps;
 
+/* A whole /proc file into out (mmapped scratch grown step bytes at a time): open/read only. */
+int ptmd_read_file(const char *path, ptmd_buf *out, size_t step, ptmd_err *err);
+/* A hexadecimal field at *pp (either case); *pp moves past it. */
+uint64_t ptmd_parse_hex(const char **pp, const char *end);
+
 int ptmd_maps_load(ptmd_maps *m, ptmd_err *err);
 void ptmd_maps_release(ptmd_maps *m);
 const ptmd_map *ptmd_maps_find(const ptmd_maps *m, uintptr_t addr);
