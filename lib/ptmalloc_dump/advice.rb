@@ -26,7 +26,7 @@ module PtmallocDump
     # `gain` what acting on it could give back (bytes), `text` the sentence with both in it; `low` and
     # `high` the range the gain is expected in, where it was checked against a real run
     # (spec/advice_calibration_spec.rb), else nil; `env` the environment variables the line advises
-    # setting (name => value, Strings), else nil.
+    # setting (name => value, Strings) where it names a value, else nil.
     Line = Struct.new(:topic, :figure, :unit, :gain, :text, :low, :high, :env) do
       def to_s
         text
@@ -206,7 +206,8 @@ module PtmallocDump
       Line.new(:mmap_threshold, near.size, :chunks, bytes,
                "#{near.size} mmapped chunks (#{b(bytes)}) are within twice the mmap threshold (#{human_bytes(threshold)}): " \
                "each malloc and free of them is an mmap and munmap. MALLOC_MMAP_THRESHOLD_=#{2 * threshold} keeps them " \
-               "in the heap, saving those system calls for up to #{human_bytes(bytes)} more heap.")
+               "in the heap, saving those system calls for up to #{human_bytes(bytes)} more heap.", nil, nil,
+               { "MALLOC_MMAP_THRESHOLD_" => (2 * threshold).to_s })
     end
 
     def tcache
