@@ -91,8 +91,8 @@ RSpec.describe "advice that holds: MALLOC_TRIM_THRESHOLD_" do
   # allocates TOTAL bytes in blocks of SIZE from the heap and frees them from the last one down, so each
   # free joins top, keeping the one at KEEP (a fraction of the way up; the ones below it stay in bins)
   # and, with SENTINEL, one block allocated after them all (top then stays small). Straight libc calls
-  # and warmed-up call sites, so no Ruby allocation lands among the blocks; with THREAD in a thread of
-  # its own arena.
+  # and warmed-up call sites, so no Ruby allocation lands among the blocks; with THREADS in that many
+  # threads in turn, each in an arena of its own.
   TRIM_THRESHOLD_WORKLOAD = <<~RUBY
     require "fiddle"
     require "json"
@@ -117,11 +117,13 @@ RSpec.describe "advice that holds: MALLOC_TRIM_THRESHOLD_" do
     end
     figures = ->(s) { { heap: s[:malloc][:arena] + s[:malloc][:hblkhd], rss: s[:rss][:anonymous] } }
     run = -> { work.(1); work.(total / size) }
-    if ENV["THREAD"]
+    if (threads_n = Integer(ENV.fetch("THREADS", "0"))).positive?
       done = Queue.new
       finish = Queue.new
-      Thread.new { free.call(malloc.call(64)); run.(); done << true; finish.pop }
-      done.pop
+      threads_n.times do
+        Thread.new { free.call(malloc.call(64)); run.(); done << true; finish.pop }
+        done.pop
+      end
     else
       run.()
     end
@@ -131,7 +133,7 @@ RSpec.describe "advice that holds: MALLOC_TRIM_THRESHOLD_" do
       out[:dumped] = figures.(PtmallocDump.stats)
     end
     puts JSON.generate(out)
-    finish&.push(true)
+    threads_n.times { finish << true } if finish
   RUBY
 
   def top_workload(env)
@@ -149,7 +151,8 @@ RSpec.describe "advice that holds: MALLOC_TRIM_THRESHOLD_" do
   end
 
   [{ "BIG" => (30 << 20).to_s, "TOTAL" => (40 << 20).to_s, "SIZE" => "2000" },
-   { "BIG" => (16 << 20).to_s, "TOTAL" => (24 << 20).to_s, "SIZE" => "3000", "THREAD" => "1" },
+   { "BIG" => (16 << 20).to_s, "TOTAL" => (24 << 20).to_s, "SIZE" => "3000", "THREADS" => "1" },
+   { "BIG" => (12 << 20).to_s, "TOTAL" => (16 << 20).to_s, "SIZE" => "1200", "THREADS" => "3" },
    { "BIG" => (24 << 20).to_s, "TOTAL" => (40 << 20).to_s, "SIZE" => "1500", "KEEP" => "0.5" }].each do |shape|
     it "the measured gain falls in the advised range (#{self.shape_name(shape)})" do
       path = File.join(tmpdir, "top.dump")

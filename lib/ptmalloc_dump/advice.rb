@@ -116,7 +116,7 @@ module PtmallocDump
                "#{held.size == 1 ? "An arena's top chunk holds" : "#{held.size} arenas' top chunks hold"} " \
                "#{b(releasable)} resident that free() keeps because #{held.size == 1 ? 'it is' : 'each is'} below the trim " \
                "threshold (#{human_bytes(threshold)}#{grown_note(threshold)}): MALLOC_TRIM_THRESHOLD_=#{advised} makes free() " \
-               "give it back whenever it leaves a top of #{human_bytes(advised)} or more#{thread_note(held)}, so expect about " \
+               "give back any top it leaves at #{human_bytes(advised)} or more#{thread_note(held)}, so expect about " \
                "#{human_bytes(est)} less heap and RSS (#{human_bytes(low)} to #{human_bytes(high)}), at the cost of a system " \
                "call and fresh page faults when top grows again.#{mmap_note}#{bins_note(releasable)}",
                low, high, { "MALLOC_TRIM_THRESHOLD_" => advised.to_s })
