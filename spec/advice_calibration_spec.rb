@@ -115,25 +115,43 @@ RSpec.describe "advice that holds: MALLOC_TRIM_THRESHOLD_" do
       (n - 1).downto(0) { |i| free.call(blocks[i]) unless i == kept }
       sentinel
     end
+    # a block carved from top and freed: it joins top again, and free() trims top if it is at the threshold
+    to_top = -> { free.call(malloc.call(262_144)) }
     figures = ->(s) { { heap: s[:malloc][:arena] + s[:malloc][:hblkhd], rss: s[:rss][:anonymous] } }
-    run = -> { work.(1); work.(total / size) }
-    if (threads_n = Integer(ENV.fetch("THREADS", "0"))).positive?
-      done = Queue.new
-      finish = Queue.new
-      threads_n.times do
-        Thread.new { free.call(malloc.call(64)); run.(); done << true; finish.pop }
-        done.pop
+    run = -> { work.(1); to_top.(); work.(total / size) }
+    threads_n = Integer(ENV.fetch("THREADS", "0"))
+    done = Queue.new
+    orders = Array.new(threads_n) { Queue.new }
+    threads = orders.map do |order|
+      t = Thread.new do
+        free.call(malloc.call(64))
+        run.()
+        done << true
+        while order.pop
+          to_top.()
+          done << true
+        end
       end
-    else
-      run.()
+      done.pop
+      t
     end
+    run.() if threads_n.zero?
     out = { after: figures.(PtmallocDump.stats) }
     if (path = ENV["DUMP"])
       PtmallocDump.dump(path, ruby: false)
       out[:dumped] = figures.(PtmallocDump.stats)
+      # glibc's own trim of the held tops, in this process: the threshold lowered, a free into each top
+      Fiddle::Function.new(libc["mallopt"], [Fiddle::TYPE_INT, Fiddle::TYPE_INT], Fiddle::TYPE_INT).call(-1, 131_072)
+      if threads_n.zero?
+        to_top.()
+      else
+        orders.each { |o| o << true; done.pop }
+      end
+      out[:trimmed] = figures.(PtmallocDump.stats)
     end
     puts JSON.generate(out)
-    threads_n.times { finish << true } if finish
+    orders.each { |o| o << false }
+    threads.each(&:join)
   RUBY
 
   def top_workload(env)
@@ -167,18 +185,22 @@ RSpec.describe "advice that holds: MALLOC_TRIM_THRESHOLD_" do
 
       heap_gain = without[:after][:heap] - with[:after][:heap]
       rss_gain = without[:after][:rss] - with[:after][:rss]
-      puts format("MALLOC_TRIM_THRESHOLD_=%d (threshold was %.1f MiB): estimate %.1f MiB (%.1f to %.1f; top resident %.1f); " \
-                  "measured heap %.1f MiB (%.2f of the estimate), RSS %.1f MiB (%.2f)", advised, mib(dump.header[:trim_threshold]),
-                  mib(line.gain), mib(line.low), mib(line.high), mib(line.figure), mib(heap_gain), heap_gain.fdiv(line.gain),
-                  mib(rss_gain), rss_gain.fdiv(line.gain))
+      trimmed = without[:dumped][:rss] - without[:trimmed][:rss]
+      puts format("MALLOC_TRIM_THRESHOLD_=%d (threshold was %.1f MiB): estimate %.1f MiB (%.1f to %.1f); measured heap %.1f MiB " \
+                  "(%.2f of the estimate), RSS %.1f MiB (%.2f); top resident %.2f MiB, glibc's trim of it in the process %.2f MiB",
+                  advised, mib(dump.header[:trim_threshold]), mib(line.gain), mib(line.low), mib(line.high), mib(heap_gain),
+                  heap_gain.fdiv(line.gain), mib(rss_gain), rss_gain.fdiv(line.gain), mib(line.figure), mib(trimmed))
       expect(heap_gain).to be_between(line.low, line.high)
       expect(rss_gain).to be_between(line.low, line.high)
+      # the figure is what free() releases once the threshold is lowered (half a MiB for the process's own pages)
+      expect(trimmed).to be_within(524_288).of(line.figure)
     end
   end
 
   # Where the free memory is in bins (a block kept above it) or top is trimmed already (no mmapped
   # block freed, the threshold stays 128 KiB), the line must be absent, and rightly: even the lowest
-  # threshold it would advise changes heap and RSS by less than a MiB.
+  # threshold it would advise, from the start or set in the process, changes heap and RSS by less
+  # than a MiB.
   [{ "BIG" => (30 << 20).to_s, "TOTAL" => (40 << 20).to_s, "SIZE" => "2000", "SENTINEL" => "1" },
    { "BIG" => "0", "TOTAL" => (40 << 20).to_s, "SIZE" => "2000" }].each do |shape|
     it "is not advised where it would not help (#{self.shape_name(shape)})" do
@@ -190,10 +212,13 @@ RSpec.describe "advice that holds: MALLOC_TRIM_THRESHOLD_" do
       with = top_workload(shape.merge("MALLOC_TRIM_THRESHOLD_" => PtmallocDump::Advice::DEFAULT_TRIM_THRESHOLD.to_s))
       heap_gain = without[:after][:heap] - with[:after][:heap]
       rss_gain = without[:after][:rss] - with[:after][:rss]
-      puts format("MALLOC_TRIM_THRESHOLD_ not advised (%s): with %d, measured heap %.2f MiB, RSS %.2f MiB",
-                  lines.map(&:topic).join(", "), PtmallocDump::Advice::DEFAULT_TRIM_THRESHOLD, mib(heap_gain), mib(rss_gain))
+      trimmed = without[:dumped][:rss] - without[:trimmed][:rss]
+      puts format("MALLOC_TRIM_THRESHOLD_ not advised (%s): with %d, measured heap %.2f MiB, RSS %.2f MiB; glibc's trim in the " \
+                  "process %.2f MiB", lines.map(&:topic).join(", "), PtmallocDump::Advice::DEFAULT_TRIM_THRESHOLD, mib(heap_gain),
+                  mib(rss_gain), mib(trimmed))
       expect(heap_gain.abs).to be < 1048576
       expect(rss_gain.abs).to be < 1048576
+      expect(trimmed.abs).to be < 1048576
     end
   end
 end

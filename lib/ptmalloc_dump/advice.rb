@@ -122,8 +122,8 @@ module PtmallocDump
                low, high, { "MALLOC_TRIM_THRESHOLD_" => advised.to_s })
     end
 
-    # The tops free() would trim under a lower threshold: below the current one (else the next free that
-    # reaches top trims it anyway), in a heap free() can shrink, with their releasable resident bytes.
+    # The tops free() would trim under a lower threshold: below the current one (else the next free of
+    # 64 KiB or more trims it anyway), in a heap free() can shrink, with their releasable resident bytes.
     def held_tops(threshold)
       ps = @dump.header[:page_size]
       pad = @dump.header[:top_pad]
@@ -134,6 +134,8 @@ module PtmallocDump
         # systrim only moves the break: a main arena that went on in mmapped regions is not trimmed
         next unless heap && (a.main? ? heap.kind == :sbrk : heap.kind == :mmap_heap)
 
+        # in pages; systrim rounds to mp_.thp_pagesize instead with glibc.malloc.hugetlb=1 (2.35+), which
+        # the dump does not record
         extra = (a.top_size - MINSIZE - 1 - pad) / ps * ps
         next if extra.zero?
 
