@@ -326,4 +326,29 @@ RSpec.describe "PtmallocDump.dump on randomised heaps", :quiescent do
       expect(dump.anomalies.map(&:kind)).not_to include(:mmapped_mismatch)
     end
   end
+
+  # Any two words can sit at the start of a page: here a size of 2^63 with IS_MMAPPED, in a mapping
+  # of three pages. The scan must reject it in bounded time, in process and in a snapshot.
+  it "passes over a page start that reads as an mmapped chunk of an absurd size" do
+    paths = %w[plain snapshot].to_h { |n| [n, File.join(tmpdir, "absurd-#{n}.dump")] }
+    code = <<~RUBY
+      require "fiddle"
+      mmap = Fiddle::Function.new(Fiddle::Handle::DEFAULT["mmap"], [Fiddle::TYPE_VOIDP, Fiddle::TYPE_SIZE_T, Fiddle::TYPE_INT,
+                                  Fiddle::TYPE_INT, Fiddle::TYPE_INT, Fiddle::TYPE_LONG], Fiddle::TYPE_VOIDP)
+      region = mmap.call(nil, 3 * 4096, 3, 0x22, -1, 0) # PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS
+      region[0, 16] = [0, (1 << 63) | 2].pack("Q<Q<")
+      region[4096, 16] = [0, (1 << 63) | 0x1002].pack("Q<Q<")
+      PtmallocDump.dump(#{paths["plain"].inspect}, ruby: false)
+      PtmallocDump.dump(#{paths["snapshot"].inspect}, ruby: false, fork: true, wait: true)
+      puts region.to_i
+    RUBY
+    stdout, stderr, status = run_ruby(code, timeout: 60)
+    expect(status).to be_success, stderr
+    region = stdout.to_i
+    paths.each_value do |path|
+      dump = PtmallocDump.load(path)
+      expect(dump.verify.differences.map(&:to_s)).to eq([])
+      expect(dump.heaps.select { |h| h.start < region + 3 * 4096 && h.end > region }).to eq([])
+    end
+  end
 end

@@ -59,12 +59,19 @@ module SpecHelpers
   end
 
   # Runs Ruby code in a child process with the gem on the load path; returns [stdout, stderr, status].
-  def run_ruby(code, env: {}, timeout: 120)
-    Open3.capture3(env, RbConfig.ruby, "-I", LIB, "-rptmalloc_dump", "-e", code, timeout_opts(timeout))
-  end
-
-  def timeout_opts(_timeout)
-    {}
+  # A child that has not ended after `timeout` seconds is killed (a walk that never ends must fail
+  # the example, not hang the suite), and the example fails saying so.
+  def run_ruby(code, env: {}, timeout: 600)
+    Open3.popen3(env, RbConfig.ruby, "-I", LIB, "-rptmalloc_dump", "-e", code) do |stdin, out, err, wait|
+      stdin.close
+      readers = [out, err].map { |io| Thread.new { io.read } }
+      unless wait.join(timeout)
+        Process.kill(:KILL, wait.pid)
+        wait.join
+        raise "the child process did not end within #{timeout} s (killed); its stderr: #{readers[1].value}"
+      end
+      [readers[0].value, readers[1].value, wait.value]
+    end
   end
 
   # Shared structural checks every dump must pass.

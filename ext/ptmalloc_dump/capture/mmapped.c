@@ -126,7 +126,8 @@ static size_t aligned_candidates(const ptmd_walk *w, uint64_t block, uint64_t to
 {
     uint64_t a;
     size_t n = 0;
-    for (a = PTMD_MINSIZE; a < total && n + 2 <= cap; a <<= 1) {
+    /* a is a power of two below total, which the caller bounds by the mapping */
+    for (a = PTMD_MINSIZE; a && a < total && n + 2 <= cap; a <<= 1) {
         uint64_t q = ((block + PTMD_CHUNK_HDR_SZ + a - 1) & ~(a - 1)) - PTMD_CHUNK_HDR_SZ;
         if (!w->L->mmap_chunk_tail_hdr && q - block < PTMD_MINSIZE) q += a;
         if (q > block && q + PTMD_MINSIZE <= block + total && (n == 0 || out[n - 1] != q)) out[n++] = q;
@@ -225,6 +226,8 @@ static int scan_mapping(ptmd_walk *w, uint64_t vs, uint64_t ve, const ptmd_buf *
                  * bounds where the aligned chunk can be */
                 uint64_t stale = valid_header(w, addrs[i], hdrs[i], vs, ve);
                 total = stale ? stale : ptmd_chunksize(hdrs[i][1]);
+                /* any size word can sit at a page start: no chunk reaches past its mapping */
+                if (total > ve - addrs[i]) total = ve - addrs[i];
                 q = aligned_header(w, addrs[i], &total, vs, ve);
                 if (q == addrs[i] && !stale) continue;
                 if (record_chunk(w, addrs[i], q, total, err) != 0) return -1;
