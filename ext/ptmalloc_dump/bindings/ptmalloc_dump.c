@@ -24,10 +24,8 @@ typedef struct {
 static void ruby_pass(dump_call *c)
 {
     if (c->full_gc) rb_funcall(rb_mGC, rb_intern("start"), 0);
-    if (!c->ruby) {
-        ptmd_ruby_page_ranges(&c->d.ruby);      /* the mmapped-chunk scan skips them all the same */
-        return;
-    }
+    c->d.ruby.page_size = ptmd_ruby_heap_page_size();   /* for the mmapped-chunk scan */
+    if (!c->ruby) return;
     ptmd_ruby_pass(&c->d.ruby);
     if (c->full_gc) ptmd_ruby_pass_after_full_gc(&c->d.ruby);
 }

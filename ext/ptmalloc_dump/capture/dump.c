@@ -385,8 +385,10 @@ int ptmd_dump_run(ptmd_dump_state *d, const ptmd_dump_opts *o, ptmd_err *err)
     }
     {
         /* Ruby's object pages hold no malloc chunk header unless they are malloc chunks themselves:
-         * the mmapped-chunk scan skips them (recorded by the Ruby pass, or alone without it) */
+         * the mmapped-chunk scan skips them (as the Ruby pass listed them, or known by their structure
+         * without it) */
         size_t i, n = PTMD_BUF_COUNT(&d->ruby.pages, ptmd_ruby_page);
+        d->w.ruby_page_size = n ? 0 : d->ruby.page_size;
         for (i = 0; i < n; i++) {
             const ptmd_ruby_page *pg = PTMD_BUF_AT(&d->ruby.pages, ptmd_ruby_page, i);
             uint64_t r[2] = { pg->start, pg->end };

@@ -22,6 +22,7 @@ typedef struct {
     ptmd_buf code_names;            /* serialized RUBY_CODE_NAMES entries */
     uint64_t n_code_names;
     int code_present;
+    uint64_t page_size;             /* ptmd_ruby_heap_page_size (): pages recognised by their structure */
 } ptmd_ruby_data;
 
 typedef struct {
@@ -73,8 +74,8 @@ int ptmd_dump_fork(ptmd_dump_state *d, const ptmd_dump_opts *opts, size_t n_opts
 void ptmd_ruby_heap_init(void);
 const char *const *ptmd_ruby_functions_missing(void);
 void ptmd_ruby_pass(ptmd_ruby_data *rd);
-/* Ruby's object pages alone (rd->pages), for a dump without the Ruby pass; raises on failure. */
-void ptmd_ruby_page_ranges(ptmd_ruby_data *rd);
+/* The size (and alignment) of Ruby's object page bodies, 0 when this Ruby does not say. */
+uint64_t ptmd_ruby_heap_page_size(void);
 /* Marks rd's GC record as taken right after a full GC the dump ran itself (gc: true). */
 void ptmd_ruby_pass_after_full_gc(ptmd_ruby_data *rd);
 

@@ -135,22 +135,41 @@ static void proc_path(char *out, size_t cap, int pid, const char *file)
     ptmd_strlcat(out, file, cap);
 }
 
+/* smaps is read mapping by mapping while the process may run on (a snapshot child reads its parent's,
+ * which is releasing the dump's scratch meanwhile): VmRSS is read before and after it, and smaps again
+ * while they differ, so that the mappings and VmRSS describe one moment (at most PTMD_MAPPINGS_TRIES
+ * reads; the last is kept). */
+#define PTMD_MAPPINGS_TRIES 4
+
+static int read_status(const char *path, ptmd_mappings_head *h, ptmd_err *err)
+{
+    ptmd_buf status;
+    memset(&status, 0, sizeof(status));
+    if (ptmd_read_file(path, &status, 256 * 1024, err) != 0) return -1;
+    parse_status(h, &status);
+    ptmd_buf_release(&status);
+    return 0;
+}
+
 int ptmd_mappings_read(ptmd_mappings *m, int pid, ptmd_err *err)
 {
     uint64_t t0 = ptmd_now_ns();
-    ptmd_buf status;
+    ptmd_mappings_head before;
     char smaps_path[64], status_path[64];
+    int tries = 0;
     proc_path(smaps_path, sizeof(smaps_path), pid, "smaps");
     proc_path(status_path, sizeof(status_path), pid, "status");
-    memset(&status, 0, sizeof(status));
-    m->recs.len = m->paths.len = 0;
     memset(&m->head, 0, sizeof(m->head));
-    if (ptmd_read_file(smaps_path, &m->text, 256 * 1024, err) != 0) return -1;
-    if (parse_smaps(m) != 0) return ptmd_fail_sys(err, errno, smaps_path, "mmap scratch for");
-    if (ptmd_read_file(status_path, &status, 256 * 1024, err) != 0) return -1;
-    parse_status(&m->head, &status);
-    ptmd_buf_release(&status);
-    ptmd_buf_release(&m->text);
+    if (read_status(status_path, &m->head, err) != 0) return -1;
+    do {
+        before = m->head;
+        m->recs.len = m->paths.len = 0;
+        if (ptmd_read_file(smaps_path, &m->text, 256 * 1024, err) != 0) return -1;
+        if (parse_smaps(m) != 0) return ptmd_fail_sys(err, errno, smaps_path, "mmap scratch for");
+        ptmd_buf_release(&m->text);
+        if (read_status(status_path, &m->head, err) != 0) return -1;
+    } while (++tries < PTMD_MAPPINGS_TRIES && (m->head.vm_rss != before.vm_rss || m->head.rss_anon != before.rss_anon ||
+                                               m->head.rss_file != before.rss_file));
     m->head.paths_len = m->paths.len;
     m->head.read_ns = ptmd_now_ns() - t0;
     m->present = 1;

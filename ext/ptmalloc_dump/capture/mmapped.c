@@ -91,6 +91,28 @@ static uint64_t valid_header(const ptmd_walk *w, uint64_t q, const uint64_t hdr[
     return total;
 }
 
+/* Without the Ruby pass's list of Ruby's object pages, a header found at a page start is checked
+ * against the structure of the object page that would hold it: a page body (ruby_page_size bytes,
+ * aligned to its size) begins with a pointer to the GC's struct heap_page, and that struct holds the
+ * body's address or its first slot's (at most a slot and the header past it) among its first words
+ * (Ruby 2.7 to 3.4: its start, and from 3.3 its body too). A chunk's own header there cannot pass:
+ * prev_size is 0 or an offset below a page, and no Ruby page overlaps a chunk. */
+#define PTMD_RUBY_PAGE_WORDS 16
+#define PTMD_RUBY_FIRST_SLOT_MAX 1024
+
+static int in_ruby_page(ptmd_walk *w, uint64_t addr)
+{
+    uint64_t body, page, words[PTMD_RUBY_PAGE_WORDS];
+    size_t i;
+    if (!w->ruby_page_size) return 0;
+    body = addr & ~(w->ruby_page_size - 1);
+    if (ptmd_safe_read(&w->mem, body, &page, sizeof(page)) != 0 || !page || (page & 7)) return 0;
+    if (ptmd_safe_read(&w->mem, page, words, sizeof(words)) != 0) return 0;
+    for (i = 0; i < PTMD_RUBY_PAGE_WORDS; i++)
+        if (words[i] >= body && words[i] - body <= PTMD_RUBY_FIRST_SLOT_MAX) return 1;
+    return 0;
+}
+
 static int push_rec(ptmd_walk *w, uint64_t addr, uint64_t size, int state, ptmd_err *err)
 {
     ptmd_chunk_rec *c = ptmd_buf_push(&w->chunks, sizeof(*c));
@@ -230,6 +252,7 @@ static int scan_mapping(ptmd_walk *w, uint64_t vs, uint64_t ve, const ptmd_buf *
                 if (total > ve - addrs[i]) total = ve - addrs[i];
                 q = aligned_header(w, addrs[i], &total, vs, ve);
                 if (q == addrs[i] && !stale) continue;
+                if (in_ruby_page(w, addrs[i])) continue;
                 if (record_chunk(w, addrs[i], q, total, err) != 0) return -1;
                 (*found)++;
                 *bytes += total;
@@ -244,6 +267,7 @@ static int scan_mapping(ptmd_walk *w, uint64_t vs, uint64_t ve, const ptmd_buf *
                 for (k = 0; k < N_ALIGNED; k++) {
                     if (sok[k] && base_offset(w, sh[k][0]) && (total = valid_header(w, sub[k], sh[k], vs, ve))) {
                         uint64_t block = sub[k] - base_offset(w, sh[k][0]);
+                        if (in_ruby_page(w, block)) break;
                         if (record_chunk(w, block, sub[k], total, err) != 0) return -1;
                         (*found)++;
                         *bytes += total;

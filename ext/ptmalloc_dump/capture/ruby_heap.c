@@ -20,9 +20,9 @@
  * linked, and without it the Ruby pass is skipped (PtmallocDump.ruby_layer says why). */
 typedef void each_objects_fn(int (*callback)(void *start, void *end, size_t stride, void *data), void *data);
 static each_objects_fn *each_objects;
-/* rb_objspace_each_objects_without_setup: the same walk without finishing a lazy sweep first (Ruby
- * 3.1 and older); where a dump only needs to know where the pages are. */
-static each_objects_fn *each_objects_quiet;
+/* GC::INTERNAL_CONSTANTS[:HEAP_PAGE_SIZE]: the size and alignment of an object page body (0: not
+ * known) */
+static uint64_t heap_page_size;
 
 /* The internal functions the pass needs (ptmd_ruby_functions_missing). */
 static const char *const internal_functions[] = { "rb_objspace_each_objects" };
@@ -326,7 +326,13 @@ void ptmd_ruby_heap_init(void)
 {
     VALUE stat = rb_hash_new();
     each_objects = (each_objects_fn *)lookup("rb_objspace_each_objects");
-    each_objects_quiet = (each_objects_fn *)lookup("rb_objspace_each_objects_without_setup");
+    {
+        VALUE k = rb_const_defined(rb_mGC, rb_intern("INTERNAL_CONSTANTS")) ?
+                  rb_const_get(rb_mGC, rb_intern("INTERNAL_CONSTANTS")) : Qnil;
+        VALUE v = RB_TYPE_P(k, T_HASH) ? rb_hash_lookup(k, ID2SYM(rb_intern("HEAP_PAGE_SIZE"))) : Qnil;
+        uint64_t ps = RB_INTEGER_TYPE_P(v) ? NUM2ULL(v) : 0;
+        heap_page_size = ps >= 4096 && !(ps & (ps - 1)) ? ps : 0;
+    }
     sym_pages = ID2SYM(rb_intern("heap_allocated_pages"));
     sym_tomb = ID2SYM(rb_intern("heap_tomb_pages"));
     sym_live = ID2SYM(rb_intern("heap_live_slots"));
@@ -381,39 +387,9 @@ void ptmd_ruby_pass_after_full_gc(ptmd_ruby_data *rd)
     rd->gc.flags |= PTMD_GF_FULL_GC;
 }
 
-typedef struct {
-    ptmd_buf *pages;
-    int oom;
-} range_ctx;
-
-static int each_page_range(void *start, void *end, size_t stride, void *data)
+uint64_t ptmd_ruby_heap_page_size(void)
 {
-    range_ctx *c = data;
-    ptmd_ruby_page *pg = ptmd_buf_push(c->pages, sizeof(*pg));
-    if (!pg) {
-        c->oom = 1;
-        return 1;
-    }
-    memset(pg, 0, sizeof(*pg));
-    pg->start = (uint64_t)(uintptr_t)start;
-    pg->end = (uint64_t)(uintptr_t)end;
-    pg->stride = (uint32_t)stride;
-    return 0;
-}
-
-/* Where Ruby's object pages are, and nothing of their objects: rd->pages only, rd->present stays 0.
- * For a dump without the Ruby pass, whose scan for mmapped chunks must still skip them (Ruby 3.1 and
- * later mmap their pages themselves, and object data at a page start can read as a chunk header).
- * Raises on failure. */
-void ptmd_ruby_page_ranges(ptmd_ruby_data *rd)
-{
-    each_objects_fn *walk = each_objects_quiet ? each_objects_quiet : each_objects;
-    range_ctx c = { &rd->pages, 0 };
-    if (!walk) return;
-    rd->pages.len = 0;
-    walk(each_page_range, &c);
-    if (c.oom) rb_memerror();
-    ptmd_sort(rd->pages.base, PTMD_BUF_COUNT(&rd->pages, ptmd_ruby_page), sizeof(ptmd_ruby_page), by_page_start, NULL);
+    return heap_page_size;
 }
 
 /* Collects Ruby's heap into rd. Raises on failure. */

@@ -31,6 +31,8 @@ typedef struct {
     ptmd_buf heap_order;            /* uint32 heap indices sorted by start */
     ptmd_buf ring;                  /* uint64 arena addresses from main_arena along next (ptmd_arena_ring) */
     ptmd_buf exclude;               /* sorted {start, end} ranges that hold no malloc chunk (Ruby's pages) */
+    uint64_t ruby_page_size;        /* without a list of Ruby's pages: their size, to know them by their
+                                     * structure (0: not done) */
     int references;                 /* scan in-use chunks for pointers to chunks */
     ptmd_buf refs;                  /* ptmd_ref */
     ptmd_buf int_refs;              /* ptmd_ref: a word of `from` is a Fixnum of `to`'s user address */
