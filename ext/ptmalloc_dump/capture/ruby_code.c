@@ -52,8 +52,8 @@ static const vm_field vm_fields_3_1[] = {
     { "main thread", 40 },
 };
 
-/* Ruby 3.3's vm_core.h: the postponed jobs became a queue (vm_trace.c, 3.3), the call info and
- * constant cache tables moved into the VM. */
+/* Ruby 3.3's vm_core.h: the postponed jobs became a queue (vm_trace.c); the VM also holds the call
+ * info table and the constant cache (ID to inline caches). */
 static const vm_field vm_fields_3_3[] = {
     { "GC object space (page headers, mark bitmaps, finalizer and id tables)", 1304 },
     { "frozen string table", 1320 },
@@ -102,7 +102,8 @@ static const vm_field vm_fields_3_4[] = {
  *   rb_vm_t {self, ...}                                                       vm_core.h
  * with each version's installed config.h (Debian's ruby*-dev) and the type's bits checked by setting
  * the bitfield and reading the first word. Ruby 3.1: 3.1.2's headers (USE_RVARGC 0, the default).
- * Ruby 2.7, 3.3, 3.4: the release headers of 2.7.0, 3.3.5 (3.3.0's give the same offsets) and 3.4.0;
+ * Ruby 2.7, 3.3, 3.4: the release headers of 2.7.0, 3.3.5 (3.3.0's give the same offsets) and 3.4.0
+ * as the debase-ruby_core_source gem (4.0.1) carries them, with script/ruby_code_offsets.c;
  * the specs pass with them on Debian's 3.4.11 (2.7.4 and 3.3.8 not run). What changed by 3.3
  * (3.2 not measured):
  *   location.first_lineno is an int (vm_core.h), no longer a Fixnum VALUE; local_iseq is at 168.
