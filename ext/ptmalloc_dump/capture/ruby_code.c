@@ -104,7 +104,7 @@ static const vm_field vm_fields_3_4[] = {
  * the bitfield and reading the first word. Ruby 3.1: 3.1.2's headers (USE_RVARGC 0, the default).
  * Ruby 2.7, 3.3, 3.4: the release headers of 2.7.0, 3.3.5 (3.3.0's give the same offsets) and 3.4.0
  * as the debase-ruby_core_source gem (4.0.1) carries them, with script/ruby_code_offsets.c;
- * the specs pass with them on Debian's 3.4.11 (2.7.4 and 3.3.8 not run). What changed by 3.3
+ * the specs pass with them on Debian's 3.3.8 and 3.4.11 (2.7.4 not run). What changed by 3.3
  * (3.2 not measured):
  *   location.first_lineno is an int (vm_core.h), no longer a Fixnum VALUE; local_iseq is at 168.
  *   A singleton class keeps its object in its classext (RCLASS_ATTACHED_OBJECT; class.c
