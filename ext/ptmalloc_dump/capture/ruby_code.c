@@ -71,10 +71,10 @@ static const vm_field vm_fields_3_3[] = {
     { "main thread", 40 },
 };
 
-/* Ruby 3.4's vm_core.h: with the modular GC (gc.c over gc/default.c, 3.4) the VM keeps its object
- * space in vm->gc.objspace, allocated by rb_gc_impl_objspace_alloc; the defined module hash became
- * a list of registered addresses (global_object_list, one chunk a node: not a table) and the ensure
- * rollback table is gone (callcc keeps no table). */
+/* Ruby 3.4's vm_core.h: with the modular GC (gc.c over gc/default.c) the VM keeps its object space
+ * in vm->gc.objspace, a chunk of its own (rb_gc_impl_objspace_alloc). There is no defined module
+ * hash nor ensure rollback table; the new global_object_list (rb_gc_register_address) is a linked
+ * list, one chunk a node, not a table, and is left unnamed. */
 static const vm_field vm_fields_3_4[] = {
     { "GC object space (page headers, mark bitmaps, finalizer and id tables)", 1296 },
     { "frozen string table", 1320 },
@@ -330,7 +330,7 @@ static size_t module_name(const ptmd_ruby_data *rd, VALUE mod, const char **out,
 {
     VALUE name;
     *out = buf;
-    if (FL_TEST_RAW(mod, RUBY_FL_SINGLETON)) {
+    if (BUILTIN_TYPE(mod) == T_CLASS && FL_TEST_RAW(mod, RUBY_FL_SINGLETON)) {     /* RCLASS_SINGLETON_P */
         VALUE of = Qnil;
         if (!L->class_attached) of = rb_attr_get(mod, id_attached);
         else if (ptmd_ruby_slot_size(rd, mod) >= L->class_attached + sizeof(VALUE)) of = (VALUE)word_at((uint64_t)mod, L->class_attached);
