@@ -104,7 +104,7 @@ static const vm_field vm_fields_3_4[] = {
  * the bitfield and reading the first word. Ruby 3.1: 3.1.2's headers (USE_RVARGC 0, the default).
  * Ruby 2.7, 3.3, 3.4: the release headers of 2.7.0, 3.3.5 (3.3.0's give the same offsets) and 3.4.0
  * as the debase-ruby_core_source gem (4.0.1) carries them, with script/ruby_code_offsets.c;
- * the specs pass with them on Debian's 3.3.8 and 3.4.11 (2.7.4 not run). What changed by 3.3
+ * code_owners_spec and ruby_heap_spec pass with them on Debian's 2.7.4, 3.3.8 and 3.4.11. What changed by 3.3
  * (3.2 not measured):
  *   location.first_lineno is an int (vm_core.h), no longer a Fixnum VALUE; local_iseq is at 168.
  *   A singleton class keeps its object in its classext (RCLASS_ATTACHED_OBJECT; class.c
@@ -187,7 +187,8 @@ void ptmd_ruby_code_note(ptmd_code_pass *cp, VALUE v, int type, int imemo)
     if (type == T_CLASS || type == T_MODULE || type == T_ICLASS) note(cp, &cp->modules, v);
     else if (type == T_IMEMO && imemo == L->imemo_ment) note(cp, &cp->ments, v);
     else if (type == T_IMEMO && imemo == L->imemo_iseq) note(cp, &cp->iseqs, v);
-    else if (type == T_DATA && RBASIC(v)->klass == rubyvm_class && RTYPEDDATA_P(v)) cp->vm = (uint64_t)(uintptr_t)RTYPEDDATA_DATA(v);
+    else if (type == T_DATA && RBASIC(v)->klass == rubyvm_class && RTYPEDDATA_P(v))
+        cp->vm = (uint64_t)(uintptr_t)RTYPEDDATA_DATA(v);
 }
 
 static uint64_t word_at(uint64_t p, unsigned off)
@@ -333,7 +334,8 @@ static size_t module_name(const ptmd_ruby_data *rd, VALUE mod, const char **out,
     if (BUILTIN_TYPE(mod) == T_CLASS && FL_TEST_RAW(mod, RUBY_FL_SINGLETON)) {     /* RCLASS_SINGLETON_P */
         VALUE of = Qnil;
         if (!L->class_attached) of = rb_attr_get(mod, id_attached);
-        else if (ptmd_ruby_slot_size(rd, mod) >= L->class_attached + sizeof(VALUE)) of = (VALUE)word_at((uint64_t)mod, L->class_attached);
+        else if (ptmd_ruby_slot_size(rd, mod) >= L->class_attached + sizeof(VALUE))
+            of = (VALUE)word_at((uint64_t)mod, L->class_attached);
         if (is_module(rd, (uint64_t)of) && RB_TYPE_P(name = rb_mod_name(of), T_STRING) && (size_t)RSTRING_LEN(name) + 10 < cap) {
             size_t len = (size_t)RSTRING_LEN(name);
             memcpy(buf, "#<Class:", 8);
@@ -445,10 +447,11 @@ static int read_ments(ptmd_code_pass *cp, ptmd_ruby_data *rd, ptmd_buf *info)
  * whose first word is the RubyVM object that wraps it. */
 static int add_vm_tables(ptmd_code_pass *cp, ptmd_ruby_data *rd, ptmd_buf *refs)
 {
-    uint64_t vm = cp->vm;
+    uint64_t vm = cp->vm, self;
     size_t i;
     location none = { 0, 0 };
-    if (!heap_pointer(vm) || !object_of_type(rd, word_at(vm, 0), T_DATA) || RTYPEDDATA_DATA((VALUE)word_at(vm, 0)) != (void *)(uintptr_t)vm)
+    if (!heap_pointer(vm) || !object_of_type(rd, self = word_at(vm, 0), T_DATA) ||
+        RTYPEDDATA_DATA((VALUE)self) != (void *)(uintptr_t)vm)
         return 0;
     for (i = 0; i < L->n_vm_fields; i++) {
         uint64_t p = word_at(vm, L->vm_fields[i].offset);
