@@ -136,6 +136,26 @@ RSpec.describe "code memory charged to the module that defines it" do
     expect(after.code_owners[:vm_table_bytes] - before.code_owners[:vm_table_bytes]).to be_within(5).percent_of(vm_growth)
   end
 
+  # where a singleton class keeps its object changed after Ruby 3.1 (an ivar before, the class's own
+  # slot after): the name must come out the same as Ruby's inspect says
+  it "names a module's singleton class by the module, and an object's by the class's own address" do
+    mod = Module.new
+    stub_const("CodeOwnersSingleton", mod)
+    40.times { |i| mod.singleton_class.class_eval("def s#{i}; #{'nil;' * 20}; end", "/virtual/singleton.rb", 1 + i) }
+    obj = Object.new
+    30.times { |i| obj.singleton_class.class_eval("def o#{i}; #{'nil;' * 20}; end", "/virtual/object.rb", 1 + i) }
+    GC.start
+    dump = dump_and_load(references: true)
+    methods = dump.ruby.code_owners[:methods]
+    module_methods = methods.select { |m| m[:module] == mod.singleton_class.inspect }
+    expect(module_methods.map { |m| [m[:method], m[:path], m[:line]] })
+      .to match_array(Array.new(40) { |i| ["s#{i}", "/virtual/singleton.rb", 1 + i] })
+    anonymous = format("#<Class:0x%016x>", address_of(obj.singleton_class))
+    expect(methods.select { |m| m[:module] == anonymous }.map { |m| m[:method] })
+      .to match_array(Array.new(30) { |i| "o#{i}" })
+    expect(dump.ruby.code_owners[:by_module][mod.singleton_class.inspect][:bytes]).to be > 40 * 20 * 8
+  end
+
   it "records them on this Ruby, and where the layouts are not known records none and says why" do
     dump = dump_and_load(references: true)
     expect(dump.ruby.summary[:code_owners_reason]).to be_nil

@@ -26,7 +26,18 @@ static void charge(ptmd_code_totals *out, size_t chunk, size_t rec, uint32_t nam
     out->record_bytes[rec] += size;
 }
 
-/* Breadth first from each VM table's chunk, through chunks of the same owner not yet charged. */
+/* Breadth first from each VM table's chunk, through chunks of the same owner not yet charged. Every
+ * table's own chunk is taken before any walk: a table can point at another (Ruby 3.4's postponed job
+ * queue holds the GC's object space as a job's data, gc/default.c), which stays its own. */
+/* The allocated chunk a VM table record names, -1 for another record or a table outside malloc. */
+static long table_chunk(const ptmd_view *v, const ptmd_ruby_code *c)
+{
+    long k;
+    if (c->kind != PTMD_CODE_VM_TABLE || c->module == PTMD_NO_NAME || c->address < PTMD_CHUNK_HDR_SZ) return -1;
+    k = ptmd_view_find_chunk(v, ptmd_mem2chunk(c->address), 0);
+    return k >= 0 && ptmd_rec_is_allocated(&v->chunks[k]) ? k : -1;
+}
+
 static int vm_tables(const ptmd_view *v, const ptmd_attribution *a, ptmd_code_totals *out)
 {
     size_t i, n = v->n_chunks ? v->n_chunks : 1;
@@ -39,15 +50,17 @@ static int vm_tables(const ptmd_view *v, const ptmd_attribution *a, ptmd_code_to
     for (i = 0; i < v->n_chunks; i++) offs[i + 1] += offs[i];
     for (i = 0; i < v->n_refs; i++) targets[offs[v->refs[i].from] + fill[v->refs[i].from]++] = v->refs[i].to;
     for (i = 0; i < v->n_ruby_code; i++) {
+        long root = table_chunk(v, &v->ruby_code[i]);
+        if (root >= 0) seen[root] = 1;
+    }
+    for (i = 0; i < v->n_ruby_code; i++) {
         const ptmd_ruby_code *c = &v->ruby_code[i];
-        long root;
+        long root = table_chunk(v, c);
         size_t qh = 0, qt = 0;
         uint32_t owner;
-        if (c->kind != PTMD_CODE_VM_TABLE || c->module == PTMD_NO_NAME || c->address < PTMD_CHUNK_HDR_SZ) continue;
-        root = ptmd_view_find_chunk(v, ptmd_mem2chunk(c->address), 0);
-        if (root < 0 || seen[root] || !ptmd_rec_is_allocated(&v->chunks[root])) continue;
+        if (root < 0 || seen[root] == 2) continue;
         owner = a->owner[root];
-        seen[root] = 1;
+        seen[root] = 2;
         queue[qt++] = (uint32_t)root;
         while (qh < qt) {
             uint32_t from = queue[qh++], e;

@@ -34,7 +34,7 @@ static const char *type_name(int t)
     }
 }
 
-/* imemo_type of Ruby 2.7 .. 3.3 (internal/imemo.h) */
+/* imemo_type of Ruby 2.7 .. 3.4 (internal/imemo.h; 2.7: internal.h, up to parser_strterm) */
 static const char *const imemo_names[16] = {
     "env", "cref", "svar", "throw_data", "ifunc", "memo", "ment", "iseq", "tmpbuf", "ast",
     "parser_strterm", "callinfo", "callcache", "constcache", "imemo14", "imemo15"

@@ -10,6 +10,7 @@ typedef struct {
     ptmd_buf modules;               /* uint64 VALUE: T_CLASS, T_MODULE, T_ICLASS */
     ptmd_buf ments;                 /* uint64 VALUE: T_IMEMO ment */
     ptmd_buf iseqs;                 /* uint64 VALUE: T_IMEMO iseq */
+    uint64_t vm;                    /* the rb_vm_t the RubyVM object wraps, 0 until the walk meets it */
     int oom;
 } ptmd_code_pass;
 
@@ -25,5 +26,7 @@ int ptmd_ruby_code_finish(ptmd_code_pass *cp, ptmd_ruby_data *rd);
 
 /* ruby_heap.c: true when v is a slot of one of rd's recorded pages (so it may be read as an object). */
 int ptmd_ruby_in_pages(const ptmd_ruby_data *rd, VALUE v);
+/* ruby_heap.c: the size of the slot v starts (its page's stride), 0 when v starts none. */
+size_t ptmd_ruby_slot_size(const ptmd_ruby_data *rd, VALUE v);
 
 #endif
