@@ -287,15 +287,19 @@ static void explorer_owners(const ptmd_view *v, const ptmd_attribution *a)
 static void code_owners(const ptmd_view *v, const ptmd_attribution *a)
 {
     uint64_t *arrays = calloc(2 * v->n_ruby_code_names + v->n_ruby_code + 1, sizeof(uint64_t));
+    uint32_t *records = malloc((v->n_chunks ? v->n_chunks : 1) * sizeof(uint32_t));
     ptmd_code_totals t;
     size_t i;
-    if (!arrays) return;
-    t.name_bytes = arrays;
-    t.name_chunks = arrays + v->n_ruby_code_names;
-    t.record_bytes = arrays + 2 * v->n_ruby_code_names;
-    ptmd_code_owners(v, a, &t);
-    for (i = 0; i < v->n_ruby_objects; i++) ptmd_code_record(v, v->ruby_objects[i].address);
+    if (arrays && records) {
+        t.name_bytes = arrays;
+        t.name_chunks = arrays + v->n_ruby_code_names;
+        t.record_bytes = arrays + 2 * v->n_ruby_code_names;
+        t.chunk_record = records;
+        ptmd_code_owners(v, a, &t);
+        for (i = 0; i < v->n_ruby_objects; i++) ptmd_code_record(v, v->ruby_objects[i].address);
+    }
     free(arrays);
+    free(records);
 }
 
 static void owners(const ptmd_view *v)
