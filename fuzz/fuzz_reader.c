@@ -197,6 +197,24 @@ static void explorer_chunks(const ptmd_view *v, const ptmd_page_usage *usage)
     free(pages);
 }
 
+/* The tcache entries: packed for the explorer, and each chunk's looked up as Dump#bin_of does. */
+static void explorer_tcache(const ptmd_view *v)
+{
+    size_t n = v->n_tcache_entries ? v->n_tcache_entries : 1, i;
+    uint32_t *packed = malloc(3 * n * sizeof(uint32_t));
+    uint64_t *keys = malloc(n * sizeof(uint64_t));
+    if (packed) ptmd_explorer_tcache(v, packed);
+    if (keys) {
+        ptmd_tcache_keys(v, keys);
+        for (i = 0; i < v->n_chunks; i++) {
+            long k = ptmd_tcache_entry_of(v, keys, i);
+            if (k >= 0 && (v->tcache_entries[k].chunk != i || v->tcache_entries[k].thread >= v->n_threads)) abort();
+        }
+    }
+    free(packed);
+    free(keys);
+}
+
 static void figures(const ptmd_view *v, const ptmd_page_usage *usage)
 {
     ptmd_totals t;
@@ -223,6 +241,7 @@ static void figures(const ptmd_view *v, const ptmd_page_usage *usage)
         ro.progress_fd = -1;
         ptmd_render_count(v, &ro);
         explorer_chunks(v, usage);
+        explorer_tcache(v);
     }
     free(per);
     free(trim);
@@ -268,15 +287,19 @@ static void explorer_owners(const ptmd_view *v, const ptmd_attribution *a)
 static void code_owners(const ptmd_view *v, const ptmd_attribution *a)
 {
     uint64_t *arrays = calloc(2 * v->n_ruby_code_names + v->n_ruby_code + 1, sizeof(uint64_t));
+    uint32_t *records = malloc((v->n_chunks ? v->n_chunks : 1) * sizeof(uint32_t));
     ptmd_code_totals t;
     size_t i;
-    if (!arrays) return;
-    t.name_bytes = arrays;
-    t.name_chunks = arrays + v->n_ruby_code_names;
-    t.record_bytes = arrays + 2 * v->n_ruby_code_names;
-    ptmd_code_owners(v, a, &t);
-    for (i = 0; i < v->n_ruby_objects; i++) ptmd_code_record(v, v->ruby_objects[i].address);
+    if (arrays && records) {
+        t.name_bytes = arrays;
+        t.name_chunks = arrays + v->n_ruby_code_names;
+        t.record_bytes = arrays + 2 * v->n_ruby_code_names;
+        t.chunk_record = records;
+        ptmd_code_owners(v, a, &t);
+        for (i = 0; i < v->n_ruby_objects; i++) ptmd_code_record(v, v->ruby_objects[i].address);
+    }
     free(arrays);
+    free(records);
 }
 
 static void owners(const ptmd_view *v)

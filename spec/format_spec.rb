@@ -54,6 +54,31 @@ RSpec.describe "the dump file" do
     expect { load_bytes(damaged) }.to raise_error(PtmallocDump::FormatError, /paths do not fill it/)
   end
 
+  it "records which thread's tcache holds each tcache chunk, and refuses an entry that names the wrong chunk or no thread" do
+    bytes = File.binread(path)
+    dump = PtmallocDump.load(path)
+    tcache = dump.each_chunk.select { |c| c.state == :tcache }
+    expect(tcache).not_to be_empty
+    expect(tcache.map { |c| dump.bin_of(c).thread }).to all(be_a(PtmallocDump::ThreadInfo))
+    # each thread holds as many chunks as the walk counted in its tcache
+    expect(tcache.group_by { |c| dump.bin_of(c).thread }.transform_values(&:size))
+      .to eq(dump.threads.select { |t| t.tcache_count.positive? }.to_h { |t| [t, t.tcache_count] })
+
+    older = load_bytes(without_sections(bytes, [36]))
+    expect(older.bin_of(tcache.first).thread).to be_nil
+    expect(older.bin_of(tcache.first).to_s).to eq("tcache bin #{(tcache.first.size - 32) / 16} (#{tcache.first.size} B)")
+
+    off = 16
+    off += 24 + ((bytes.byteslice(off + 16, 8).unpack1("Q<") + 7) & ~7) until bytes.byteslice(off, 4).unpack1("L<") == 36
+    in_use = dump.each_chunk.find_index { |c| c.state == :in_use }
+    { [0, in_use] => /not in a tcache/, [4, 0xffff_ffff] => /chunk or thread that does not exist/ }.each do |(field, value), message|
+      damaged = bytes.dup
+      damaged[off + 24 + field, 4] = [value].pack("L<")
+      damaged[damaged.bytesize - 8, 4] = [Zlib.crc32(damaged.byteslice(0, damaged.bytesize - 56))].pack("L<")
+      expect { load_bytes(damaged) }.to raise_error(PtmallocDump::FormatError, message)
+    end
+  end
+
   it "is written with mode 0600 and leaves no temporary file behind" do
     expect(File.stat(path).mode & 0o777).to eq(0o600)
     expect(Dir.children(tmpdir)).to eq(["heap.dump"])

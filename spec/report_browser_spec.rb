@@ -500,3 +500,191 @@ RSpec.describe "the report's explorer: holders and code owners in a browser" do
       .to eq(anchored.select { |c| dump.anchor_of(c) == name }.map { |c| hex(c.address) }.sort)
   end
 end
+
+# The panel's and --explain's bin of a free chunk: for a tcache chunk the thread whose tcache holds it,
+# for a fastbin, small or large bin chunk glibc's bin index and the sizes that bin holds. A child
+# process starts native threads (spec/fixtures/ext/heap_threads.c), each mallocs blocks of random
+# sizes and frees some of its own, then the child dumps itself. Each thread has an arena of its own
+# and nothing runs on it after the frees, so a freed block found in a tcache is in the tcache of the
+# thread that freed it: the oracle is that thread's tid. The bins' oracle is glibc 2.36's malloc.c,
+# written out below.
+RSpec.describe "the report's explorer: bins and tcache threads in a browser" do
+  before(:context) do
+    raise "chromium and chromedriver are missing: bin/setup installs them" unless Browser.available?
+
+    @dir = Dir.mktmpdir("ptmd-browser-bins")
+    fixture = build_fixture("heap_threads", extra_flags: ["-lpthread"])
+    @dump_path = File.join(@dir, "bins.dump")
+    freed_path = File.join(@dir, "freed.json")
+    _o, err, status = run_ruby(<<~RUBY)
+      require "fiddle"
+      require "json"
+      lib = Fiddle.dlopen(#{fixture.dump})
+      f = ->(name, args, ret) { Fiddle::Function.new(lib[name], args, ret) }
+      start = f.call("hw_start", [Fiddle::TYPE_INT], Fiddle::TYPE_INT)
+      malloc = f.call("hw_malloc", [Fiddle::TYPE_INT, Fiddle::TYPE_VOIDP, Fiddle::TYPE_VOIDP, Fiddle::TYPE_SIZE_T], Fiddle::TYPE_VOID)
+      plan = f.call("hw_free_plan", [Fiddle::TYPE_VOIDP, Fiddle::TYPE_VOIDP, Fiddle::TYPE_SIZE_T], Fiddle::TYPE_VOID)
+      rng = Random.new(1436)
+      tids = Array.new(3) { |i| start.call(i) }
+      blocks = []
+      late = []
+      free = lambda do |list|
+        threads = list.map(&:first).pack("l*")
+        addrs = list.map(&:last).pack("Q*")
+        plan.call(Fiddle::Pointer[threads], Fiddle::Pointer[addrs], list.size)
+      end
+      tids.each_index do |i|
+        # tcache sizes, larger ones for the small and large bins, and a run of one size to free last
+        sizes = Array.new(150) { rng.rand < 0.6 ? rng.rand(16..1000) : rng.rand(1000..40_000) } + [56] * 12
+        out = "\\0".b * (8 * sizes.size)
+        packed = sizes.pack("Q*")
+        malloc.call(i, Fiddle::Pointer[out], Fiddle::Pointer[packed], sizes.size)
+        got = out.unpack("Q*").map { |a| [i, a] }
+        blocks.concat(got.first(150))
+        late.concat(got.last(12))
+      end
+      to_free = blocks.shuffle(random: rng).first(blocks.size * 6 / 10)
+      free.call(to_free)
+      # a malloc no free chunk fits: each thread's arena sorts its unsorted chunks into their bins (and
+      # consolidates its fastbins)
+      big = [100_000].pack("Q")
+      tids.each_index { |i| malloc.call(i, Fiddle::Pointer["\\0".b * 8], Fiddle::Pointer[big], 1) }
+      # then the run: 7 fill the thread's tcache bin for 64-byte chunks, the rest go to a fastbin
+      free.call(late)
+      File.write(#{freed_path.dump}, JSON.generate(tids: tids, freed: (to_free + late).map { |i, a| [a, tids[i]] }))
+      PtmallocDump.dump(#{@dump_path.dump})
+    RUBY
+    raise "the dump failed: #{err}" unless status.success?
+
+    @freed = JSON.parse(File.read(freed_path))
+    @report = File.join(@dir, "report")
+    _o, err, status = Open3.capture3(RbConfig.ruby, "-I", SpecHelpers::LIB, SpecHelpers::VISUALIZE, @dump_path, @report)
+    raise "rendering failed: #{err}" unless status.success?
+
+    @dump = PtmallocDump.load(@dump_path)
+    @browser = Browser.new(File.join(@dir, "chrome-profile"))
+    @browser.viewport(1400, 900)
+    @browser.visit("file://#{File.join(@report, 'index.html')}")
+    @browser.wait_for("return window.ptmdExplorer && window.ptmdExplorer.ready")
+  end
+
+  after(:context) do
+    @browser&.close
+    FileUtils.rm_rf(@dir) if @dir
+  end
+
+  attr_reader :browser, :dump
+
+  def hex(address)
+    "0x#{address.to_s(16)}"
+  end
+
+  # glibc 2.36 malloc.c, x86-64: smallbin_index, largebin_index_64, bin_index, fastbin_index
+  def smallbin_index(sz)
+    sz >> 4
+  end
+
+  def largebin_index(sz)
+    if (sz >> 6) <= 48 then 48 + (sz >> 6)
+    elsif (sz >> 9) <= 20 then 91 + (sz >> 9)
+    elsif (sz >> 12) <= 10 then 110 + (sz >> 12)
+    elsif (sz >> 15) <= 4 then 119 + (sz >> 15)
+    elsif (sz >> 18) <= 2 then 124 + (sz >> 18)
+    else 126
+    end
+  end
+
+  def bin_index(sz)
+    sz < 1024 ? smallbin_index(sz) : largebin_index(sz)
+  end
+
+  # every chunk size (a multiple of 16) whose bin_index is b, counted one by one; the last bin has no end
+  def bin_sizes(b)
+    @bin_sizes ||= {}
+    @bin_sizes[b] ||= begin
+      sizes = (32..(1 << 20)).step(16).select { |s| bin_index(s) == b }
+      b == 126 ? "#{sizes.first} B and up" : sizes.first == sizes.last ? "#{sizes.first} B" : "#{sizes.first}..#{sizes.last} B"
+    end
+  end
+
+  def expected_bin(chunk)
+    case chunk.state
+    when :fastbin then "fastbin #{(chunk.size >> 4) - 2} (#{chunk.size} B)"
+    when :unsorted then "unsorted"
+    else "#{chunk.state} #{bin_index(chunk.size)} (#{bin_sizes(bin_index(chunk.size))})"
+    end
+  end
+
+  # Hovers over the chunk (at 16 bytes a pixel, where one pixel is one chunk) and returns the panel.
+  def hover(chunk)
+    view = PtmallocDump::Explorer.new(dump).views.find { |v| v[:heaps].any? { |h| h.index == chunk.heap.index } }
+    target = chunk.address + [16, chunk.size / 2].min
+    row = PtmallocDump::ExplorerGeometry.row_centering(view[:heaps], target, 16)
+    shown = browser.script("return window.ptmdExplorer.show(#{view[:group].to_s.to_json}, 16, #{row})")
+    x, y = PtmallocDump::ExplorerGeometry.new(view[:heaps], shown["bpp"], shown["row"]).pixel_for(target)
+    browser.script("document.getElementById('explorer').scrollIntoView()")
+    left, top = browser.script("const c = document.getElementById('xp-map'), r = c.getBoundingClientRect(); " \
+                               "return [r.left + c.clientLeft, r.top + c.clientTop]")
+    browser.move_to((left + x).ceil, (top + y).ceil)
+    browser.script("const o = {}; document.querySelectorAll('#xp-panel [data-k]').forEach(e => o[e.dataset.k] = e.textContent); return o")
+  end
+
+  def explain(chunk)
+    out = StringIO.new
+    expect(PtmallocDump::CLI.new(["--explain", hex(chunk.user_address), "--json", @dump_path], out: out).run).to eq(0)
+    JSON.parse(out.string)
+  end
+
+  it "names the thread that freed a block into its tcache, in the panel, --explain and Dump#bin_of" do
+    in_tcache = @freed["freed"].filter_map do |address, tid|
+      chunk = dump.chunk_at(address - 16)
+      [chunk, tid] if chunk&.state == :tcache
+    end
+    puts "    #{in_tcache.size} of #{@freed['freed'].size} freed blocks in a tcache, of threads #{in_tcache.map(&:last).tally}"
+    expect(in_tcache.map(&:last).uniq.sort).to eq(@freed["tids"].sort)
+    expect(in_tcache.size).to be >= 60
+    in_tcache.each do |chunk, tid|
+      bin = dump.bin_of(chunk)
+      expect([bin.kind, bin.tid, bin.index]).to eq([:tcache, tid, (chunk.size - 32) / 16])
+      expect(bin.thread.tcache).to be > 0
+    end
+
+    in_tcache.sample(16, random: Random.new(14)).each do |chunk, tid|
+      expected = "tcache of thread #{tid} (bin #{(chunk.size - 32) / 16}, #{chunk.size} B)"
+      shown = hover(chunk)
+      expect(shown["address"]).to eq(hex(chunk.address))
+      expect(shown["state"]).to eq("tcache")
+      expect(shown["bin"]).to eq(expected)
+      e = explain(chunk)
+      expect(e.dig("chunk", "bin")).to eq(expected)
+      expect(e.dig("chunk", "tcache_tid")).to eq(tid)
+      expect(e.dig("chunk", "bin_info")).to include("kind" => "tcache", "index" => (chunk.size - 32) / 16, "tid" => tid)
+    end
+    chunk, tid = in_tcache.first
+    out, err, status = Open3.capture3(RbConfig.ruby, "-I", SpecHelpers::LIB, SpecHelpers::VISUALIZE, "--explain", hex(chunk.user_address), @dump_path)
+    expect(status).to be_success, err
+    expect(out).to include("bin            tcache of thread #{tid} (bin #{(chunk.size - 32) / 16}, #{chunk.size} B)")
+  end
+
+  it "shows a binned chunk's bin index and the sizes its bin holds, by glibc's formulas" do
+    binned = dump.each_chunk.select { |c| %i[fastbin unsorted smallbin largebin].include?(c.state) }
+    by_state = binned.group_by(&:state)
+    puts "    #{by_state.transform_values(&:size)}"
+    expect(by_state.keys).to include(:fastbin, :smallbin, :largebin)
+    binned.each { |c| expect(dump.bin_of(c).to_s).to eq(expected_bin(c)) }
+    by_state.each_value do |chunks|
+      chunks.sample(6, random: Random.new(36)).each do |chunk|
+        expected = expected_bin(chunk)
+        shown = hover(chunk)
+        expect(shown["address"]).to eq(hex(chunk.address))
+        expect(shown["state"]).to eq(chunk.state.to_s)
+        expect(shown["bin"]).to eq(expected)
+        expect(explain(chunk).dig("chunk", "bin")).to eq(expected)
+      end
+    end
+    large = by_state[:largebin].first
+    out, err, status = Open3.capture3(RbConfig.ruby, "-I", SpecHelpers::LIB, SpecHelpers::VISUALIZE, "--explain", hex(large.user_address), @dump_path)
+    expect(status).to be_success, err
+    expect(out).to include("bin            #{expected_bin(large)}")
+  end
+end

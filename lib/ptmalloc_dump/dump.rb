@@ -143,6 +143,25 @@ module PtmallocDump
       @threads ||= _thread_records.map { |t| ThreadInfo.new(*t.values_at(*ThreadInfo.members)) }
     end
 
+    # Where glibc keeps a free chunk: for a tcache chunk, the thread whose tcache lists it (the dump
+    # records each tcache list's chunks), its tcache bin and place in the list; for a fastbin, small or
+    # large bin chunk, the bin its size belongs to (a chunk found on another bin is named by a
+    # `wrong_bin` anomaly) and the sizes that bin holds.
+    #
+    # @param chunk [Chunk] a chunk of this dump
+    # @return [Bin, nil] nil for a chunk in use, top, mmapped or metadata
+    def bin_of(chunk)
+      size = chunk.size
+      case chunk.state
+      when :tcache then tcache_bin(chunk)
+      when :fastbin then Bin.new(:fastbin, (size >> 4) - 2, size, size)
+      when :unsorted then Bin.new(:unsorted, 1)
+      when :smallbin, :largebin
+        index = Bin.index_for(size)
+        Bin.new(chunk.state, index, *Bin.size_range(index))
+      end
+    end
+
     # @return [Array<Anomaly>] what the walk found broken, if anything
     def anomalies
       @anomalies ||= _anomaly_records.map { |a| Anomaly.new(*a.values_at(*Anomaly.members)) }
@@ -320,6 +339,20 @@ module PtmallocDump
 
     def heap_records
       @heap_records ||= _heap_records
+    end
+
+    # A tcache chunk's Bin: the thread and tcache bin the file records (TCACHE_ENTRIES), or, for a file
+    # without them, the bin of a small tcache size (tidx2usize: 16 bytes apart from 32).
+    def tcache_bin(chunk)
+      size = chunk.size
+      thread_index, index, position = _tcache_entry(chunk.address)
+      if thread_index
+        small = size == 32 + 16 * index
+        Bin.new(:tcache, index, small ? size : nil, small ? size : nil, threads[thread_index], position)
+      else
+        index = size <= 1040 ? (size - 32) / 16 : nil
+        Bin.new(:tcache, index, index && size, index && size)
+      end
     end
   end
 end

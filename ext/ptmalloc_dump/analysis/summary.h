@@ -28,6 +28,8 @@ typedef struct {
     size_t n_threads;
     const ptmd_anomaly_rec *anomalies;
     size_t n_anomalies;
+    const ptmd_tcache_entry *tcache_entries;   /* NULL when the dump has no TCACHE_ENTRIES section */
+    size_t n_tcache_entries;
     /* Ruby's heap (absent when the dump has none) */
     const ptmd_ruby_meta *ruby_meta;
     const ptmd_ruby_page *ruby_pages;

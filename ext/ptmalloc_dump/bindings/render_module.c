@@ -184,7 +184,8 @@ static void explorer_code(const ptmd_view *v, VALUE charges, VALUE h)
 
 /* Render.explorer_data(dump) -> Hash of little-endian packed Strings for the report's explorer:
  * :sizes (u32 size / 16 per chunk), :states (u8 state | flags << 4), :pages (u8 residency flags |
- * page class << 4), :refs (u32 from, to pairs); with Ruby data also the owners (explorer_owners), with
+ * page class << 4), :refs (u32 from, to pairs), :tcache (u32 chunk, thread, bin | position << 16 per
+ * tcache entry; absent when the file has none); with Ruby data also the owners (explorer_owners), with
  * roots the holders (explorer_holders), with code records the code (explorer_code). */
 static VALUE render_explorer_data(VALUE self, VALUE dump)
 {
@@ -208,6 +209,12 @@ static VALUE render_explorer_data(VALUE self, VALUE dump)
     PTMD_SET(h, "states", states);
     PTMD_SET(h, "pages", pages);
     PTMD_SET(h, "refs", refs);
+    if (v->tcache_entries) {
+        uint32_t *tc;
+        VALUE tcache = packed(v->n_tcache_entries, 12, (void **)&tc);
+        ptmd_explorer_tcache(v, tc);
+        PTMD_SET(h, "tcache", tcache);
+    }
     if (v->ruby_meta) {
         VALUE charges = ptmd_rb_code_charges(dump);
         explorer_owners(v, ptmd_rb_dump_attribution(dump), h);

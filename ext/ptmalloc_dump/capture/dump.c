@@ -289,6 +289,9 @@ static void write_sections(ptmd_dump_state *d)
     ptmd_writer_section(wr, PTMD_SEC_PAGES, w->pages.len, w->pages.base, w->pages.len);
     ptmd_writer_section(wr, PTMD_SEC_THREADS, PTMD_BUF_COUNT(&w->threads, ptmd_thread_rec), w->threads.base, w->threads.len);
     ptmd_writer_section(wr, PTMD_SEC_ANOMALIES, PTMD_BUF_COUNT(&w->anomalies, ptmd_anomaly_rec), w->anomalies.base, w->anomalies.len);
+    if (w->L->tcache_bins)
+        ptmd_writer_section(wr, PTMD_SEC_TCACHE_ENTRIES, PTMD_BUF_COUNT(&w->tcache_entries, ptmd_tcache_entry),
+                            w->tcache_entries.base, w->tcache_entries.len);
     if (d->ruby.present) {
         const ptmd_ruby_data *r = &d->ruby;
         ptmd_writer_section(wr, PTMD_SEC_RUBY_META, 1, &r->meta, sizeof(r->meta));
@@ -590,6 +593,10 @@ void ptmd_dump_view(const ptmd_dump_state *d, ptmd_view *v)
     v->n_threads = PTMD_BUF_COUNT(&w->threads, ptmd_thread_rec);
     v->anomalies = (const ptmd_anomaly_rec *)(const void *)w->anomalies.base;
     v->n_anomalies = PTMD_BUF_COUNT(&w->anomalies, ptmd_anomaly_rec);
+    if (w->L && w->L->tcache_bins) {
+        v->tcache_entries = (const ptmd_tcache_entry *)(const void *)w->tcache_entries.base;
+        v->n_tcache_entries = PTMD_BUF_COUNT(&w->tcache_entries, ptmd_tcache_entry);
+    }
     if (d->ruby.present) {
         v->ruby_meta = &d->ruby.meta;
         v->ruby_pages = (const ptmd_ruby_page *)(const void *)d->ruby.pages.base;

@@ -23,6 +23,8 @@ typedef struct {
 
     /* results (records of format.h) */
     ptmd_buf arenas, heaps, chunks, anomalies, threads, pages;
+    ptmd_buf tcache_entries;        /* ptmd_tcache_entry: each tcache chunk and the thread holding it */
+    int tcache_entries_failed;      /* a tcache entry could not be recorded (mmap failed) */
 
     /* scratch */
     ptmd_buf lists;                 /* open-addressing table of list entries for one arena */
@@ -120,7 +122,7 @@ int ptmd_walk_sort_heaps(ptmd_walk *w);
 #define PTMD_WALK_BUFFERS(w)                                                                       \
     &(w)->arenas, &(w)->heaps, &(w)->chunks, &(w)->anomalies, &(w)->threads, &(w)->pages,           \
         &(w)->lists, &(w)->tcache_cands, &(w)->heap_order, &(w)->ring, &(w)->exclude, &(w)->refs,   \
-        &(w)->int_refs, &(w)->cmap, &(w)->roots, &(w)->root_refs, &(w)->objects
+        &(w)->int_refs, &(w)->cmap, &(w)->roots, &(w)->root_refs, &(w)->objects, &(w)->tcache_entries
 
 #define PTMD_W_ARENA(w, i) PTMD_BUF_AT(&(w)->arenas, ptmd_arena_rec, i)
 #define PTMD_W_HEAP(w, i) PTMD_BUF_AT(&(w)->heaps, ptmd_heap_rec, i)

@@ -55,6 +55,7 @@ enum {
     PTMD_SEC_INT_REFS = 26,     /* ptmd_ref[count]: chunk -> chunk as a Ruby Integer ((address << 1) | 1) */
     PTMD_SEC_RUBY_CODE = 22,    /* ptmd_ruby_code[count], by address: code objects and the module defining them */
     PTMD_SEC_RUBY_CODE_NAMES = 29, /* entries as in RUBY_NAMES: the code records' modules, methods and paths */
+    PTMD_SEC_TCACHE_ENTRIES = 36, /* ptmd_tcache_entry[count]: which thread's tcache holds each tcache chunk */
     PTMD_SEC_END = 0xffff
 };
 
@@ -279,6 +280,16 @@ typedef struct {
     uint32_t arena;             /* arena index or PTMD_NO_ARENA */
 } ptmd_anomaly_rec;
 
+/* One chunk of a thread's tcache list (TCACHE_ENTRIES), in the order the walk followed them: thread by
+ * thread, each bin from its head. */
+typedef struct {
+    uint32_t chunk;             /* index into the chunk table: a chunk of state tcache */
+    uint32_t thread;            /* index into THREADS: the thread whose tcache_perthread_struct lists it */
+    uint16_t bin;               /* the tcache bin (tidx) */
+    uint16_t position;          /* place in the bin's list from its head (0: the next malloc of the size takes it) */
+    uint32_t reserved;
+} ptmd_tcache_entry;
+
 /* ---- Ruby's heap (RUBY_* sections) ---- */
 
 #define PTMD_RF_REFERENCES (1u << 0)   /* the REFS section was recorded */
@@ -450,6 +461,7 @@ _Static_assert(sizeof(ptmd_arena_rec) == 88, "arena record layout");
 _Static_assert(sizeof(ptmd_heap_rec) == 96, "heap record layout");
 _Static_assert(sizeof(ptmd_thread_rec) == 48, "thread record layout");
 _Static_assert(sizeof(ptmd_anomaly_rec) == 24, "anomaly record layout");
+_Static_assert(sizeof(ptmd_tcache_entry) == 16, "tcache entry layout");
 _Static_assert(sizeof(ptmd_section_hdr) == 24, "section header layout");
 _Static_assert(sizeof(ptmd_ruby_meta) == 56, "ruby meta layout");
 _Static_assert(sizeof(ptmd_ruby_page) == 40, "ruby page layout");

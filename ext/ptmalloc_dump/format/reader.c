@@ -2,6 +2,7 @@
  * trusted: nothing is dereferenced before its bounds are checked. */
 #include "format/reader.h"
 #include "format/crc32.h"
+#include "format/glibc.h"
 
 #include <string.h>
 
@@ -40,6 +41,7 @@ static const section_rule rules[] = {
     { PTMD_SEC_INT_REFS, sizeof(ptmd_ref), 0, 1 },
     { PTMD_SEC_RUBY_CODE, sizeof(ptmd_ruby_code), 0, 1 },
     { PTMD_SEC_RUBY_CODE_NAMES, 0, 0, 1 },
+    { PTMD_SEC_TCACHE_ENTRIES, sizeof(ptmd_tcache_entry), 0, 1 },
 };
 #define N_RULES (sizeof(rules) / sizeof(rules[0]))
 
@@ -58,6 +60,7 @@ static const char *section_name(uint32_t type)
     case PTMD_SEC_ROOTS: return "roots";
     case PTMD_SEC_ROOT_REFS: return "root_refs";
     case PTMD_SEC_INT_REFS: return "int_refs";
+    case PTMD_SEC_TCACHE_ENTRIES: return "tcache_entries";
     }
     return type < sizeof(names) / sizeof(names[0]) ? names[type] : "unknown";
 }
@@ -231,6 +234,21 @@ static int check_roots(const ptmd_view *v, const char *name, ptmd_err *err)
     return 0;
 }
 
+/* Each tcache entry names a chunk of state tcache, a thread record and a tcache bin glibc can have. */
+static int check_tcache_entries(const ptmd_view *v, const char *name, ptmd_err *err)
+{
+    size_t i;
+    for (i = 0; i < v->n_tcache_entries; i++) {
+        const ptmd_tcache_entry *e = &v->tcache_entries[i];
+        if (e->chunk >= v->n_chunks || e->thread >= v->n_threads)
+            FAIL("%s: tcache entry %zu names a chunk or thread that does not exist", name, i);
+        if ((v->chunk_words[e->chunk] & 0xf) != PTMD_ST_TCACHE)
+            FAIL("%s: tcache entry %zu names chunk %u, which is not in a tcache", name, i, e->chunk);
+        if (e->bin >= PTMD_TCACHE_MAX_BINS_MAX) FAIL("%s: tcache entry %zu has bin %u", name, i, e->bin);
+    }
+    return 0;
+}
+
 /* The code records come with the Ruby sections and their own names, in strictly increasing address
  * order (the load looks objects up in them by address), each kind known and each name index in range. */
 static int check_code(const ptmd_view *v, const char *name, ptmd_err *err)
@@ -340,6 +358,7 @@ int ptmd_read_view(const unsigned char *data, size_t len, const char *name, ptmd
             case PTMD_SEC_ROOTS: v->roots = (const void *)payload; v->n_roots = sh->count; break;
             case PTMD_SEC_ROOT_REFS: v->root_refs = (const void *)payload; v->n_root_refs = sh->count; break;
             case PTMD_SEC_INT_REFS: v->int_refs = (const void *)payload; v->n_int_refs = sh->count; break;
+            case PTMD_SEC_TCACHE_ENTRIES: v->tcache_entries = (const void *)payload; v->n_tcache_entries = sh->count; break;
             case PTMD_SEC_RUBY_CODE: v->ruby_code = (const void *)payload; v->n_ruby_code = sh->count; break;
             case PTMD_SEC_RUBY_CODE_NAMES:
                 v->ruby_code_names = payload; v->ruby_code_names_len = sh->length; v->n_ruby_code_names = sh->count;
@@ -406,6 +425,7 @@ int ptmd_read_view(const unsigned char *data, size_t len, const char *name, ptmd
         if (v->refs[i].from >= v->n_chunks || v->refs[i].to >= v->n_chunks)
             FAIL("%s: reference %zu names a chunk that does not exist", name, i);
     if (check_roots(v, name, err) != 0) return -1;
+    if (check_tcache_entries(v, name, err) != 0) return -1;
     for (i = 0; i < v->n_anomalies; i++)
         if (v->anomalies[i].arena != PTMD_NO_ARENA && v->anomalies[i].arena >= v->n_arenas)
             FAIL("%s: anomaly %zu names an arena that does not exist", name, i);

@@ -11,7 +11,7 @@ module PtmallocDump
     DATA_FILE = "explorer-data.js"
     ASSETS = File.expand_path("assets", __dir__)
     # the keys of {#data} that hold base64 of packed arrays
-    PACKED = %i[sizes states8 pages refs owners categories8 objAddress objClass objDataType objType ownerKinds anchorIds
+    PACKED = %i[sizes states8 pages refs tcache owners categories8 objAddress objClass objDataType objType ownerKinds anchorIds
                 code pageChanges].freeze
 
     # @param dump [Dump]
@@ -108,6 +108,9 @@ module PtmallocDump
         sizes: b64(packed[:sizes]), states8: b64(packed[:states]), pages: b64(packed[:pages]),
         refs: b64(packed[:refs]), references: !packed[:refs].empty?
       }
+      # which thread's tcache holds each tcache chunk: [chunk, thread record, bin | position << 16] and
+      # each thread record's tid (0 unknown)
+      d.merge!(tcache: b64(packed[:tcache]), threadTids: @dump.threads.map(&:tid)) if packed[:tcache]
       d.merge!(ruby_tables(packed)) if packed[:owners]
       d.merge!(pageChanges: b64(@page_changes), changeNames: Format::PAGE_CHANGES.map(&:to_s)) if @page_changes
       d.merge!(holders(packed)) if packed[:owner_kinds]

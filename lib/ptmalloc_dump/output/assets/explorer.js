@@ -41,6 +41,11 @@
     d.st8 = bytes(raw.states8);
     d.pg8 = bytes(raw.pages);
     d.ref = raw.references ? typed(raw.refs, Uint32Array) : null;
+    if (raw.tcache) {   // chunk index -> its tcache entry (thread record, bin | position << 16)
+      const t = typed(raw.tcache, Uint32Array);
+      d.tcacheOf = new Map();
+      for (let k = 0; k + 2 < t.length; k += 3) if (!d.tcacheOf.has(t[k])) d.tcacheOf.set(t[k], [t[k + 1], t[k + 2]]);
+    }
     if (raw.owners) {
       d.own = typed(raw.owners, Uint32Array);
       d.cat = bytes(raw.categories8);
@@ -200,17 +205,34 @@
   }
 
   /* ---- the panel ---- */
+  /* glibc's bin_index (smallbin_index below 1024 B, else largebin_index_64), and the chunk sizes a bin
+   * holds (PtmallocDump::Bin.size_range): the index never decreases with the size */
+  function binIndex(sz) {
+    if (sz < 1024) return sz >> 4;
+    const q = (s) => Math.floor(sz / 2 ** s);
+    return q(6) <= 48 ? 48 + q(6) : q(9) <= 20 ? 91 + q(9) : q(12) <= 10 ? 110 + q(12) : q(15) <= 4 ? 119 + q(15) : q(18) <= 2 ? 124 + q(18) : 126;
+  }
+  function firstSize(b) {
+    let lo = 1, hi = 2 ** 44;
+    while (lo < hi) { const m = Math.floor((lo + hi) / 2); if (binIndex(16 * m) >= b) hi = m; else lo = m + 1; }
+    return 16 * lo;
+  }
+  function sizesText(lo, hi) { return hi === null ? lo + " B and up" : lo === hi ? lo + " B" : lo + ".." + hi + " B"; }
+  /* where glibc keeps a free chunk, worded as PtmallocDump::Bin#to_s */
   function binOf(i) {
     const s = stateOf(i), sz = chunkSize(i);
-    if (s === "tcache") return "tcache bin " + ((sz - 32) / 16) + " (" + sz + " B chunks)";
-    if (s === "fastbin") return "fastbin " + ((sz >> 4) - 2) + " (" + sz + " B chunks)";
-    if (s === "smallbin") return "small bin " + (sz >> 4);
-    if (s === "largebin") {
-      const b = (sz >> 6) <= 48 ? 48 + (sz >> 6) : (sz >> 9) <= 20 ? 91 + (sz >> 9) : (sz >> 12) <= 10 ? 110 + (sz >> 12)
-        : (sz >> 15) <= 4 ? 119 + (sz >> 15) : (sz >> 18) <= 2 ? 124 + (sz >> 18) : 126;
-      return "large bin " + b;
+    if (s === "tcache") {
+      const e = D.tcacheOf ? D.tcacheOf.get(i) : undefined;
+      if (e === undefined) return sz <= 1040 ? "tcache bin " + ((sz - 32) / 16) + " (" + sz + " B)" : "tcache bin";
+      const bin = e[1] & 0xffff, tid = D.threadTids[e[0]], sizes = sz === 32 + 16 * bin ? ", " + sz + " B" : "";
+      return "tcache of " + (tid ? "thread " + tid : "an unlisted thread") + " (bin " + bin + sizes + ")";
     }
-    if (s === "unsorted") return "unsorted bin";
+    if (s === "fastbin") return "fastbin " + ((sz >> 4) - 2) + " (" + sz + " B)";
+    if (s === "smallbin" || s === "largebin") {
+      const b = binIndex(sz);
+      return s + " " + b + " (" + sizesText(firstSize(b), b >= 126 ? null : firstSize(b + 1) - 16) + ")";
+    }
+    if (s === "unsorted") return "unsorted";
     return "";
   }
   function ownerText(i) {
