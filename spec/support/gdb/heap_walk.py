@@ -38,6 +38,10 @@ def array_len(type_, name):
     raise gdb.GdbError("%s has no field %s" % (type_, name))
 
 
+def has_field(type_, name):
+    return any(f.name == name for f in type_.strip_typedefs().fields())
+
+
 def field(type_, name):
     for f in type_.strip_typedefs().fields():
         if f.name == name:
@@ -63,13 +67,20 @@ class Layout:
         self.minsize = (offset_of(chunk, "fd_nextsize") + self.mask) & ~self.mask
         self.state_size = state.sizeof
         self.nbins = array_len(state, "bins") // 2 + 1
-        self.nfastbins = array_len(state, "fastbinsY")
-        self.av = {name: offset_of(state, name) for name in ("flags", "fastbinsY", "top", "bins", "next")}
+        # glibc 2.43 has no fastbins (malloc_state lost fastbinsY)
+        self.nfastbins = array_len(state, "fastbinsY") if has_field(state, "fastbinsY") else 0
+        self.av = {name: offset_of(state, name) for name in ("flags", "top", "bins", "next")}
+        if self.nfastbins:
+            self.av["fastbinsY"] = offset_of(state, "fastbinsY")
         self.flags_size = field(state, "flags").type.sizeof
         self.heap_info_size = heap_info.sizeof
         self.hi = {name: offset_of(heap_info, name) for name in ("ar_ptr", "prev", "size")}
-        self.tc_counts = offset_of(tcache, "counts")
-        self.tc_count_size = field(tcache, "counts").type.strip_typedefs().target().sizeof
+        # each bin's count of chunks; from glibc 2.42 its count of free slots instead (num_slots: the
+        # count is mp_.tcache_count less it)
+        self.tc_slots = not has_field(tcache, "counts")
+        counts = "num_slots" if self.tc_slots else "counts"
+        self.tc_counts = offset_of(tcache, counts)
+        self.tc_count_size = field(tcache, counts).type.strip_typedefs().target().sizeof
         self.tc_entries = offset_of(tcache, "entries")
         self.tc_bins = array_len(tcache, "entries")
         self.off_entry_next = offset_of(gdb.lookup_type("tcache_entry"), "next")
@@ -81,6 +92,7 @@ class Layout:
         if "hp_pagesize" in [f.name for f in mp.type.strip_typedefs().fields()]:
             hp = int(mp["hp_pagesize"])
         self.heap_max = hp * 4 if hp else 2 * 4 * 1024 * 1024 * gdb.lookup_type("long").sizeof
+        self.tcache_count = int(mp["tcache_count"]) if self.tc_slots else 0
         version = gdb.parse_and_eval("(const char *)__libc_version").string()
         self.version = version
         major, minor = (int(x) for x in version.split(".")[:2])
@@ -145,6 +157,10 @@ class Core:
     def tcaches(self):
         L = self.L
         sym = gdb.lookup_symbol("tcache")[0] or gdb.lookup_static_symbol("tcache")
+        # from glibc 2.42 a thread without a tcache points at __tcache_dummy (its inactive or disabled
+        # member, both empty) rather than holding NULL
+        dummy = gdb.lookup_static_symbol("__tcache_dummy")
+        dummy = (int(dummy.value().address), dummy.type.sizeof) if dummy else None
         for th in self.inf.threads():
             th.switch()
             try:
@@ -152,6 +168,8 @@ class Core:
             except gdb.error as e:
                 self.errors.append("thread %d: tcache unreadable (%s)" % (th.ptid[1], e))
                 continue
+            if dummy and dummy[0] <= tc < dummy[0] + dummy[1]:
+                tc = 0
             self.out.append("thread %x %x" % (th.ptid[1], tc))
             if not tc:
                 continue
@@ -159,6 +177,8 @@ class Core:
             for i in range(L.tc_bins):
                 e = self.word(tc + L.tc_entries + i * L.ptr_sz)
                 count = int.from_bytes(counts[i * L.tc_count_size:(i + 1) * L.tc_count_size], "little")
+                if L.tc_slots:
+                    count = L.tcache_count - count
                 n = 0
                 while e and n <= count:
                     self.listed(e - L.hdr, "tcache")
