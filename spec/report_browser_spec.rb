@@ -380,15 +380,8 @@ RSpec.describe "the report's explorer: holders and code owners in a browser" do
     RUBY
     raise "the dump failed: #{err}" unless status.success?
 
-    @report = File.join(@dir, "report")
-    _o, err, status = Open3.capture3(RbConfig.ruby, "-I", SpecHelpers::LIB, SpecHelpers::VISUALIZE, @dump_path, @report)
-    raise "rendering failed: #{err}" unless status.success?
-
     @dump = PtmallocDump.load(@dump_path)
-    @browser = Browser.new(File.join(@dir, "chrome-profile"))
-    @browser.viewport(1400, 900)
-    @browser.visit("file://#{File.join(@report, 'index.html')}")
-    @browser.wait_for("return window.ptmdExplorer && window.ptmdExplorer.ready")
+    @browser = Browser.explorer(@dir, @dump_path)
   end
 
   after(:context) do
@@ -557,15 +550,8 @@ RSpec.describe "the report's explorer: bins and tcache threads in a browser" do
     raise "the dump failed: #{err}" unless status.success?
 
     @freed = JSON.parse(File.read(freed_path))
-    @report = File.join(@dir, "report")
-    _o, err, status = Open3.capture3(RbConfig.ruby, "-I", SpecHelpers::LIB, SpecHelpers::VISUALIZE, @dump_path, @report)
-    raise "rendering failed: #{err}" unless status.success?
-
     @dump = PtmallocDump.load(@dump_path)
-    @browser = Browser.new(File.join(@dir, "chrome-profile"))
-    @browser.viewport(1400, 900)
-    @browser.visit("file://#{File.join(@report, 'index.html')}")
-    @browser.wait_for("return window.ptmdExplorer && window.ptmdExplorer.ready")
+    @browser = Browser.explorer(@dir, @dump_path)
   end
 
   after(:context) do

@@ -22,6 +22,20 @@ class Browser
     browser&.close
   end
 
+  # Renders the dump at dump_path into dir/report with ptmalloc-visualize and opens its page at
+  # 1400x900, the explorer ready; the caller closes the browser.
+  def self.explorer(dir, dump_path)
+    report = File.join(dir, "report")
+    _o, err, status = Open3.capture3(RbConfig.ruby, "-I", SpecHelpers::LIB, SpecHelpers::VISUALIZE, dump_path, report)
+    raise "rendering failed: #{err}" unless status.success?
+
+    browser = new(File.join(dir, "chrome-profile"))
+    browser.viewport(1400, 900)
+    browser.visit("file://#{File.join(report, 'index.html')}")
+    browser.wait_for("return window.ptmdExplorer && window.ptmdExplorer.ready")
+    browser
+  end
+
   def initialize(profile_dir)
     @port = TCPServer.open("127.0.0.1", 0).then { |s| s.addr[1].tap { s.close } }
     @driver = Process.spawn(CHROMEDRIVER, "--port=#{@port}", "--allowed-ips=127.0.0.1", %i[out err] => File::NULL)

@@ -257,15 +257,7 @@ static int add_name(ptmd_ruby_data *rd, uint64_t key, uint32_t kind, const char 
 
 int ptmd_ruby_in_pages(const ptmd_ruby_data *rd, VALUE v)
 {
-    size_t lo = 0, hi = PTMD_BUF_COUNT(&rd->pages, ptmd_ruby_page);
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        const ptmd_ruby_page *p = PTMD_BUF_AT(&rd->pages, ptmd_ruby_page, mid);
-        if ((uint64_t)v < p->start) hi = mid;
-        else if ((uint64_t)v >= p->end) lo = mid + 1;
-        else return ((uint64_t)v - p->start) % p->stride == 0;
-    }
-    return 0;
+    return ptmd_ruby_slot_size(rd, v) != 0;
 }
 
 size_t ptmd_ruby_slot_size(const ptmd_ruby_data *rd, VALUE v)
