@@ -207,9 +207,13 @@ RSpec.describe "ptmalloc-visualize" do
     end
 
     it "--compare names figures as the report does, shows each worker's owners and what makes the deviant one deviate" do
-      paths = %w[big small].map { |n| File.join(tmpdir, "#{n}.dump") }
+      # three workers forked from this process, so that the median is a worker's own figure; each
+      # collects first, so that they differ by the deviant's strings and not by the garbage that the
+      # GC's timing in each child leaves or frees
+      paths = %w[big small other].map { |n| File.join(tmpdir, "#{n}.dump") }
       pids = paths.map.with_index do |path, i|
         fork do
+          GC.start
           keep = i.zero? ? Array.new(20_000) { |k| "deviant-#{k}-" * 200 } : []
           PtmallocDump.dump(path)
           keep.clear

@@ -356,7 +356,10 @@ void ptmd_ruby_heap_init(void)
     sym_state = ID2SYM(rb_intern("state"));
     sym_sweeping = ID2SYM(rb_intern("sweeping"));
     ptmd_ruby_code_init();
+    /* the first call of each interns its keys (Ruby's symbol table may grow, a malloc): made here at
+     * require, not in the first dump */
     rb_gc_stat(stat);
+    rb_gc_latest_gc_info(sym_state);
     have_tomb = rb_hash_lookup2(stat, sym_tomb, Qundef) != Qundef;
     have_time = rb_hash_lookup2(stat, sym_time, Qundef) != Qundef;
     RB_GC_GUARD(stat);
