@@ -270,9 +270,12 @@ RSpec.describe "PtmallocDump.dump on randomised heaps", :quiescent do
         ptrs = Array.new(300) { malloc.call(4096 + rand(60 * 1024)).to_i }
         ptrs = ptrs.each_with_index.filter_map { |p, i| i % 7 == 0 ? free.call(p) && nil : p }
         ptrs = ptrs.each_with_index.map { |p, i| i % 5 == 0 ? realloc.call(p, 4096 + rand(60 * 1024)).to_i : p }
+        # from glibc 2.43 prev_size's low bit is MMAP_HP and the mapping ends with one more header
+        layout_243 = #{LibcFacts.glibc_version >= Gem::Version.new("2.43")}
         blocks = ptrs.filter_map do |p|
           prev_size, size = Fiddle::Pointer.new(p - 16)[0, 16].unpack("QQ")
-          [p - 16 - prev_size, prev_size + (size & ~7)] if size & 2 != 0
+          offset = layout_243 ? prev_size & ~1 : prev_size
+          [p - 16 - offset, offset + (size & ~7) + (layout_243 ? 16 : 0)] if size & 2 != 0
         end
         vmas = File.readlines("/proc/self/maps").map { |l| l.split[0].split("-").map { |x| x.to_i(16) } }
         PtmallocDump.dump(#{path.inspect}, ruby: false)

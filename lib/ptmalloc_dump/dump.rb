@@ -204,7 +204,7 @@ module PtmallocDump
     end
 
     # The mappings recorded with the dump (/proc/PID/smaps at the capture; a fork snapshot's are its
-    # parent's, read just before the fork).
+    # parent's, read by the snapshot as its first act).
     #
     # @return [Array<Hash>, nil] :start, :end, :rss, :private, :shared, :swap, :anonymous, :offset,
     #   :inode, :prot, :kind (:anonymous, :brk, :stack, :file, :special) and :path; nil without them
@@ -213,7 +213,8 @@ module PtmallocDump
     end
 
     # @return [Hash, nil] :vm_rss, :rss_anon, :rss_file, :rss_shmem (/proc/PID/status, read right after
-    #   smaps), :read_ns (reading both) and :from_parent (a fork snapshot's, read by the parent)
+    #   smaps, which is read again while they change across it), :read_ns (reading both) and
+    #   :from_parent (a fork snapshot's: its parent's)
     def mappings_info
       @mappings_info ||= _mappings_head&.freeze
     end

@@ -61,6 +61,12 @@ module SpecHelpers
   # Runs Ruby code in a child process with the gem on the load path; returns [stdout, stderr, status].
   # A child that has not ended after `timeout` seconds is killed (a walk that never ends must fail
   # the example, not hang the suite), and the example fails saying so.
+  # A child's stderr without Ruby 3.4's notice that a default gem becomes a bundled one (fiddle,
+  # which the specs' children load, under Bundler).
+  def without_gem_notices(err)
+    err.gsub(/^.*warning: \S+ was loaded from the standard library, but will no longer be part of the default gems.*\n(You can add \S+ to your Gemfile or gemspec to silence this warning\.\n)?/, "")
+  end
+
   def run_ruby(code, env: {}, timeout: 600)
     Open3.popen3(env, RbConfig.ruby, "-I", LIB, "-rptmalloc_dump", "-e", code) do |stdin, out, err, wait|
       stdin.close
