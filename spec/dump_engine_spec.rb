@@ -251,8 +251,10 @@ RSpec.describe "PtmallocDump.dump on randomised heaps", :quiescent do
   # and static TLS. A chunk is found there too: glibc's invariants say where its mapping starts
   # (chunk - prev_size) and how long it is (prev_size + size), whatever VMA holds it.
   it "finds every small mmapped chunk, also those merged with the main thread's TLS pages" do
-    # The kernel puts a mapping beside those pages in about one run in four: the seeds go on until it
-    # happened (at most 24 runs, at least 4)
+    # The kernel puts a mapping beside those pages now and then: blocks malloc'd before Ruby starts
+    # (spec/fixtures/ext/early_mmap.c) make it likelier, and the seeds go on until it happened (at
+    # most 24 runs, at least 4)
+    early = build_fixture("early_mmap")
     merged_with_tls = 0
     24.times do |seed|
       break if seed >= 4 && merged_with_tls.positive?
@@ -270,6 +272,7 @@ RSpec.describe "PtmallocDump.dump on randomised heaps", :quiescent do
         ptrs = Array.new(300) { malloc.call(4096 + rand(60 * 1024)).to_i }
         ptrs = ptrs.each_with_index.filter_map { |p, i| i % 7 == 0 ? free.call(p) && nil : p }
         ptrs = ptrs.each_with_index.map { |p, i| i % 5 == 0 ? realloc.call(p, 4096 + rand(60 * 1024)).to_i : p }
+        ptrs += Fiddle::Pointer.new(Fiddle::Handle::DEFAULT["em_blocks"])[0, 8 * 8].unpack("Q*")
         # from glibc 2.43 prev_size's low bit is MMAP_HP and the mapping ends with one more header
         layout_243 = #{LibcFacts.glibc_version >= Gem::Version.new("2.43")}
         blocks = ptrs.filter_map do |p|
@@ -281,7 +284,7 @@ RSpec.describe "PtmallocDump.dump on randomised heaps", :quiescent do
         PtmallocDump.dump(#{path.inspect}, ruby: false)
         puts JSON.generate(blocks: blocks, vmas: vmas, self: self_thread)
       RUBY
-      stdout, stderr, status = run_ruby(code, env: { "GLIBC_TUNABLES" => "glibc.malloc.mmap_threshold=4096" })
+      stdout, stderr, status = run_ruby(code, env: { "GLIBC_TUNABLES" => "glibc.malloc.mmap_threshold=4096", "LD_PRELOAD" => early })
       expect(status).to be_success, stderr
       r = JSON.parse(stdout, symbolize_names: true)
       dump = PtmallocDump.load(path)
@@ -296,6 +299,7 @@ RSpec.describe "PtmallocDump.dump on randomised heaps", :quiescent do
       merged_with_tls += found.count { |block, _| block >= tls[0] && block < tls[1] } if tls
     end
     # the case this example is about did occur
+    puts "    chunks found in the VMA of the main thread's TLS pages: #{merged_with_tls}"
     expect(merged_with_tls).to be > 0
   end
 
