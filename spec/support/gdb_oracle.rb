@@ -40,7 +40,8 @@ module GdbOracle
       File.write(jobs, @batch.zip(@outputs).map { |f, o| "#{f[:core]} #{o}\n" }.join)
       @all = batch
       @log = "#{jobs}.log"
-      @pid = @batch.empty? ? nil : Process.spawn({ "HEAP_WALK_JOBS" => jobs }, "gdb", "-nx", "-batch",
+      debug = GdbOracle.debug_dir ? ["-ex", "set debug-file-directory #{GdbOracle.debug_dir}"] : []
+      @pid = @batch.empty? ? nil : Process.spawn({ "HEAP_WALK_JOBS" => jobs }, "gdb", "-nx", "-batch", *debug,
                                                   "-ex", "file #{RbConfig.ruby}", "-x", SCRIPT,
                                                   out: @log, err: @log)
     end
@@ -64,9 +65,18 @@ module GdbOracle
     Run.new(dir, batch)
   end
 
+  # glibc's debug info for gdb alone, where the system has none for the gem to find (rake compat's
+  # runs without libc6-dbg unpack the package there): PTMALLOC_DUMP_GDB_DEBUG_DIR, else nil (gdb's
+  # default, /usr/lib/debug).
+  def self.debug_dir
+    dir = ENV.fetch("PTMALLOC_DUMP_GDB_DEBUG_DIR", "")
+    dir.empty? ? nil : dir
+  end
+
   # What has to be installed for the oracle, or nil.
   def self.missing
     return "gdb (apt-get install gdb)" unless system("gdb", "--version", out: File::NULL, err: File::NULL)
+    return nil if debug_dir && Dir.exist?(debug_dir)
     return "libc6-dbg (apt-get install libc6-dbg): gdb needs glibc's debug info" unless LibcFacts.symbols_installed?
 
     nil
