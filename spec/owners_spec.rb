@@ -60,7 +60,9 @@ RSpec.describe "owners: Ruby-owned, anchored or leaked" do
       expect(by_size.sum { |e| e[:count] }).to be >= 47_500
       by_size.each do |e|
         expect(e[:bytes]).to eq(e[:count] * e[:size])
-        expect(e[:count]).to be >= sizes[e[:size]] * 95 / 100
+        # 95% of each size's blocks, or all but two of a size that few blocks have (a stale copy of
+        # an address in Ruby-owned memory makes a block :ruby, one at a time)
+        expect(e[:count]).to be >= [sizes[e[:size]] * 95 / 100, sizes[e[:size]] - 2].min
         expect(e[:samples].map { |s| dump.owner_kind_of(s) }.uniq).to eq([:leaked])
       end
       expect(owners[:leaked][:count]).to be >= by_size.sum { |e| e[:count] }
