@@ -397,24 +397,7 @@ RSpec.describe "the report's explorer: holders and code owners in a browser" do
   end
 
   attr_reader :browser, :dump
-
-  def hex(address)
-    "0x#{address.to_s(16)}"
-  end
-
-  # Hovers over the chunk (at 16 bytes a pixel, where one pixel is one chunk) and returns the panel.
-  def hover(chunk)
-    view = PtmallocDump::Explorer.new(dump).views.find { |v| v[:heaps].any? { |h| h.index == chunk.heap.index } }
-    target = chunk.address + [16, chunk.size / 2].min
-    row = PtmallocDump::ExplorerGeometry.row_centering(view[:heaps], target, 16)
-    shown = browser.script("return window.ptmdExplorer.show(#{view[:group].to_s.to_json}, 16, #{row})")
-    x, y = PtmallocDump::ExplorerGeometry.new(view[:heaps], shown["bpp"], shown["row"]).pixel_for(target)
-    browser.script("document.getElementById('explorer').scrollIntoView()")
-    left, top = browser.script("const c = document.getElementById('xp-map'), r = c.getBoundingClientRect(); " \
-                               "return [r.left + c.clientLeft, r.top + c.clientTop]")
-    browser.move_to((left + x).ceil, (top + y).ceil)
-    browser.script("const o = {}; document.querySelectorAll('#xp-panel [data-k]').forEach(e => o[e.dataset.k] = e.textContent); return o")
-  end
+  include ExplorerPointer
 
   def code_text(code)
     return "VM table #{code[:module]}" if code[:kind] == :vm_table
@@ -567,10 +550,7 @@ RSpec.describe "the report's explorer: bins and tcache threads in a browser" do
   end
 
   attr_reader :browser, :dump
-
-  def hex(address)
-    "0x#{address.to_s(16)}"
-  end
+  include ExplorerPointer
 
   # glibc 2.36 malloc.c, x86-64: smallbin_index, largebin_index_64, bin_index, fastbin_index
   def smallbin_index(sz)
@@ -606,20 +586,6 @@ RSpec.describe "the report's explorer: bins and tcache threads in a browser" do
     when :unsorted then "unsorted"
     else "#{chunk.state} #{bin_index(chunk.size)} (#{bin_sizes(bin_index(chunk.size))})"
     end
-  end
-
-  # Hovers over the chunk (at 16 bytes a pixel, where one pixel is one chunk) and returns the panel.
-  def hover(chunk)
-    view = PtmallocDump::Explorer.new(dump).views.find { |v| v[:heaps].any? { |h| h.index == chunk.heap.index } }
-    target = chunk.address + [16, chunk.size / 2].min
-    row = PtmallocDump::ExplorerGeometry.row_centering(view[:heaps], target, 16)
-    shown = browser.script("return window.ptmdExplorer.show(#{view[:group].to_s.to_json}, 16, #{row})")
-    x, y = PtmallocDump::ExplorerGeometry.new(view[:heaps], shown["bpp"], shown["row"]).pixel_for(target)
-    browser.script("document.getElementById('explorer').scrollIntoView()")
-    left, top = browser.script("const c = document.getElementById('xp-map'), r = c.getBoundingClientRect(); " \
-                               "return [r.left + c.clientLeft, r.top + c.clientTop]")
-    browser.move_to((left + x).ceil, (top + y).ceil)
-    browser.script("const o = {}; document.querySelectorAll('#xp-panel [data-k]').forEach(e => o[e.dataset.k] = e.textContent); return o")
   end
 
   def explain(chunk)

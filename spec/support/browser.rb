@@ -187,3 +187,25 @@ class Browser
     value
   end
 end
+
+# For specs with a report open in `browser` on `dump` (Browser.explorer): the explorer's panel for a
+# chunk under a real pointer.
+module ExplorerPointer
+  def hex(address)
+    "0x#{address.to_s(16)}"
+  end
+
+  # Hovers over the chunk (at 16 bytes a pixel, where one pixel is one chunk) and returns the panel.
+  def hover(chunk)
+    view = PtmallocDump::Explorer.new(dump).views.find { |v| v[:heaps].any? { |h| h.index == chunk.heap.index } }
+    target = chunk.address + [16, chunk.size / 2].min
+    row = PtmallocDump::ExplorerGeometry.row_centering(view[:heaps], target, 16)
+    shown = browser.script("return window.ptmdExplorer.show(#{view[:group].to_s.to_json}, 16, #{row})")
+    x, y = PtmallocDump::ExplorerGeometry.new(view[:heaps], shown["bpp"], shown["row"]).pixel_for(target)
+    browser.script("document.getElementById('explorer').scrollIntoView()")
+    left, top = browser.script("const c = document.getElementById('xp-map'), r = c.getBoundingClientRect(); " \
+                               "return [r.left + c.clientLeft, r.top + c.clientTop]")
+    browser.move_to((left + x).ceil, (top + y).ceil)
+    browser.script("const o = {}; document.querySelectorAll('#xp-panel [data-k]').forEach(e => o[e.dataset.k] = e.textContent); return o")
+  end
+end
