@@ -95,7 +95,8 @@ static uint64_t valid_header(const ptmd_walk *w, uint64_t q, const uint64_t hdr[
  * against the structure of the object page that would hold it: a page body (ruby_page_size bytes,
  * aligned to its size) begins with a pointer to the GC's struct heap_page, and that struct holds the
  * body's address or its first slot's (at most a slot and the header past it) among its first words
- * (Ruby 2.7 to 3.4: its start, and from 3.3 its body too). A chunk's own header there cannot pass:
+ * (measured: Ruby 3.1's word 4, start; Ruby 3.4's words 4 and 5, body and start). A chunk's own
+ * header there cannot pass:
  * prev_size is 0 or an offset below a page, and no Ruby page overlaps a chunk. */
 #define PTMD_RUBY_PAGE_WORDS 16
 #define PTMD_RUBY_FIRST_SLOT_MAX 1024
