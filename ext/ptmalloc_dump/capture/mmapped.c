@@ -96,8 +96,8 @@ static uint64_t valid_header(const ptmd_walk *w, uint64_t q, const uint64_t hdr[
  * aligned to its size) begins with a pointer to the GC's struct heap_page, and that struct holds the
  * body's address or its first slot's (at most a slot and the header past it) among its first words
  * (measured: Ruby 3.1's word 4, start; Ruby 3.4's words 4 and 5, body and start). A chunk's own
- * header there cannot pass:
- * prev_size is 0 or an offset below a page, and no Ruby page overlaps a chunk. */
+ * header there cannot pass: prev_size is 0 or an offset below a page, and no Ruby page overlaps a
+ * chunk. */
 #define PTMD_RUBY_PAGE_WORDS 16
 #define PTMD_RUBY_FIRST_SLOT_MAX 1024
 
