@@ -107,7 +107,11 @@ static int in_ruby_page(ptmd_walk *w, uint64_t addr)
     size_t i;
     if (!w->ruby_page_size) return 0;
     body = addr & ~(w->ruby_page_size - 1);
-    if (ptmd_safe_read(&w->mem, body, &page, sizeof(page)) != 0 || !page || (page & 7)) return 0;
+    /* the struct is calloc'd (16-byte aligned) apart from the body: a list head that points at
+     * itself, as in TLS or any C data, is no page record */
+    if (ptmd_safe_read(&w->mem, body, &page, sizeof(page)) != 0 || !page || (page & 15) ||
+        (page >= body && page - body < w->ruby_page_size))
+        return 0;
     if (ptmd_safe_read(&w->mem, page, words, sizeof(words)) != 0) return 0;
     for (i = 0; i < PTMD_RUBY_PAGE_WORDS; i++)
         if (words[i] >= body && words[i] - body <= PTMD_RUBY_FIRST_SLOT_MAX) return 1;
