@@ -259,6 +259,36 @@ RSpec.describe "correlating the malloc heap with Ruby's ObjectSpace" do
     expect(dump.summary[:ruby][:garbage_objects]).to eq(garbage.size)
   end
 
+  it "asks the GC for its pages where it cannot tell garbage from live, ending the pending sweep first" do
+    code = <<~RUBY
+      require "json"
+      dropped = Array.new(3_000) { |i| "dropped-\#{i}-" * 150 }
+      dropped = nil
+      out = [false, true].map do |lazy|
+        GC.start(immediate_sweep: !lazy)
+        sweeping = GC.latest_gc_info(:state) == :sweeping
+        path = File.join(#{tmpdir.inspect}, "gc-\#{lazy}.dump")
+        PtmallocDump.dump(path)
+        m = PtmallocDump.load(path).ruby.meta
+        { sweeping: sweeping, from_gc: m[:pages_from_gc], objects: m[:object_count], live: m[:heap_live_slots],
+          pages: m[:page_count], allocated: m[:heap_allocated_pages] - m[:heap_tomb_pages],
+          garbage: PtmallocDump.load(path).ruby.summary[:garbage_objects] }
+      end
+      puts JSON.generate(out)
+    RUBY
+    hide = "rb_objspace_garbage_object_p,rb_objspace_markable_object_p"
+    out, err, status = run_ruby(code, env: { "PTMALLOC_DUMP_HIDE_RUBY_FUNCTIONS" => hide })
+    expect(status).to be_success, err
+    settled, lazy = JSON.parse(out, symbolize_names: true)
+    # no sweep pending: the pages are found by their structure all the same
+    expect(settled).to include(sweeping: false, from_gc: false, garbage: 0)
+    expect(settled[:objects]).to eq(settled[:live])
+    # a sweep pending and no way to ask which objects are garbage: each_objects ends the sweep first
+    expect(lazy).to include(sweeping: true, from_gc: true, garbage: 0)
+    expect(lazy[:objects]).to eq(lazy[:live])
+    expect(lazy[:pages]).to eq(lazy[:allocated])
+  end
+
   it "can leave Ruby out" do
     dump = dump_and_load(ruby: false)
     expect(dump.ruby).to be_nil
