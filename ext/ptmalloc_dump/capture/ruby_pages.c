@@ -56,7 +56,7 @@ void ptmd_ruby_pages_learn(ptmd_ruby_shape *s, uint64_t start, uint64_t end, uin
         return;
     }
     body = start & ~(s->page_size - 1);
-    /* a page the GC lists is mapped, and so is its struct and the nodes of its list */
+    /* a page the GC lists is mapped, and so is its struct (what its words point at may not be) */
     memcpy(&record, (const void *)(uintptr_t)body, sizeof(record));
     if (!ptmd_ruby_page_record_ok(record, body, s->page_size) || start - body > PTMD_RUBY_FIRST_SLOT_MAX ||
         stride_at(s, start) != stride || slots_end(start, body, s->page_size, stride) != end) {
