@@ -510,6 +510,7 @@ RSpec.describe "the report's explorer: bins and tcache threads in a browser" do
       rng = Random.new(1436)
       tids = Array.new(3) { |i| start.call(i) }
       blocks = []
+      apart = []
       late = []
       free = lambda do |list|
         threads = list.map(&:first).pack("l*")
@@ -517,16 +518,19 @@ RSpec.describe "the report's explorer: bins and tcache threads in a browser" do
         plan.call(Fiddle::Pointer[threads], Fiddle::Pointer[addrs], list.size)
       end
       tids.each_index do |i|
-        # tcache sizes, larger ones for the small and large bins, and a run of one size to free last
-        sizes = Array.new(150) { rng.rand < 0.6 ? rng.rand(16..1000) : rng.rand(1000..40_000) } + [56] * 12
+        # tcache sizes, larger ones for the small and large bins, ten blocks of 600 bytes kept apart by
+        # small ones (7 fill their tcache bin, 3 must go to the small bin), and a run of one size to free
+        # last
+        sizes = Array.new(150) { rng.rand < 0.6 ? rng.rand(16..1000) : rng.rand(1000..40_000) } + [600, 24] * 10 + [56] * 12
         out = "\\0".b * (8 * sizes.size)
         packed = sizes.pack("Q*")
         malloc.call(i, Fiddle::Pointer[out], Fiddle::Pointer[packed], sizes.size)
         got = out.unpack("Q*").map { |a| [i, a] }
         blocks.concat(got.first(150))
+        apart.concat(got[150, 20].each_slice(2).map(&:first))
         late.concat(got.last(12))
       end
-      to_free = blocks.shuffle(random: rng).first(blocks.size * 6 / 10)
+      to_free = blocks.shuffle(random: rng).first(blocks.size * 6 / 10) + apart
       free.call(to_free)
       # a malloc no free chunk fits: each thread's arena sorts its unsorted chunks into their bins (and
       # consolidates its fastbins)

@@ -76,10 +76,15 @@ static void field_line(ptmd_mapping_rec *r, const char *p, const char *eol)
 #undef KEY
 }
 
+/* The mappings into m->recs; returns how many were dropped for overlapping the one before (a thread
+ * that maps or unmaps while the kernel prints smaps a page at a time can leave a mapping listed twice,
+ * before and after it changed), or -1 when out of memory. */
 static int parse_smaps(ptmd_mappings *m)
 {
     const char *p = (const char *)m->text.base, *end = p + m->text.len;
     ptmd_mapping_rec *cur = NULL;
+    uint64_t prev_end = 0;
+    int dropped = 0;
     while (p < end) {
         const char *eol = memchr(p, '\n', (size_t)(end - p));
         if (!eol) eol = end;
@@ -87,12 +92,19 @@ static int parse_smaps(ptmd_mappings *m)
         if ((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')) {
             if (header_line(m, p, eol) != 0) return -1;
             cur = PTMD_BUF_AT(&m->recs, ptmd_mapping_rec, PTMD_BUF_COUNT(&m->recs, ptmd_mapping_rec) - 1);
+            if (cur->end <= cur->start || cur->start < prev_end) {
+                m->recs.len -= sizeof(*cur);
+                cur = NULL;
+                dropped++;
+            } else {
+                prev_end = cur->end;
+            }
         } else {
             field_line(cur, p, eol);
         }
         p = eol + 1;
     }
-    return 0;
+    return dropped;
 }
 
 static void parse_status(ptmd_mappings_head *h, const ptmd_buf *text)
@@ -137,7 +149,8 @@ static void proc_path(char *out, size_t cap, int pid, const char *file)
 
 /* smaps is read mapping by mapping while the process may run on (a snapshot child reads its parent's,
  * which is releasing the dump's scratch meanwhile): VmRSS is read before and after it, and smaps again
- * while they differ, so that the mappings and VmRSS describe one moment (at most PTMD_MAPPINGS_TRIES
+ * while they differ or a mapping was listed twice, so that the mappings and VmRSS describe one moment
+ * (at most PTMD_MAPPINGS_TRIES
  * reads; the last is kept). */
 #define PTMD_MAPPINGS_TRIES 4
 
@@ -156,7 +169,7 @@ int ptmd_mappings_read(ptmd_mappings *m, int pid, ptmd_err *err)
     uint64_t t0 = ptmd_now_ns();
     ptmd_mappings_head before;
     char smaps_path[64], status_path[64];
-    int tries = 0;
+    int tries = 0, dropped;
     proc_path(smaps_path, sizeof(smaps_path), pid, "smaps");
     proc_path(status_path, sizeof(status_path), pid, "status");
     memset(&m->head, 0, sizeof(m->head));
@@ -165,11 +178,11 @@ int ptmd_mappings_read(ptmd_mappings *m, int pid, ptmd_err *err)
         before = m->head;
         m->recs.len = m->paths.len = 0;
         if (ptmd_read_file(smaps_path, &m->text, 256 * 1024, err) != 0) return -1;
-        if (parse_smaps(m) != 0) return ptmd_fail_sys(err, errno, smaps_path, "mmap scratch for");
+        if ((dropped = parse_smaps(m)) < 0) return ptmd_fail_sys(err, errno, smaps_path, "mmap scratch for");
         ptmd_buf_release(&m->text);
         if (read_status(status_path, &m->head, err) != 0) return -1;
-    } while (++tries < PTMD_MAPPINGS_TRIES && (m->head.vm_rss != before.vm_rss || m->head.rss_anon != before.rss_anon ||
-                                               m->head.rss_file != before.rss_file));
+    } while (++tries < PTMD_MAPPINGS_TRIES && (dropped || m->head.vm_rss != before.vm_rss ||
+                                               m->head.rss_anon != before.rss_anon || m->head.rss_file != before.rss_file));
     m->head.paths_len = m->paths.len;
     m->head.read_ns = ptmd_now_ns() - t0;
     m->present = 1;
