@@ -150,8 +150,7 @@ static void proc_path(char *out, size_t cap, int pid, const char *file)
 /* smaps is read mapping by mapping while the process may run on (a snapshot child reads its parent's,
  * which is releasing the dump's scratch meanwhile): VmRSS is read before and after it, and smaps again
  * while they differ or a mapping was listed twice, so that the mappings and VmRSS describe one moment
- * (at most PTMD_MAPPINGS_TRIES
- * reads; the last is kept). */
+ * (at most PTMD_MAPPINGS_TRIES reads; the last is kept). */
 #define PTMD_MAPPINGS_TRIES 4
 
 static int read_status(const char *path, ptmd_mappings_head *h, ptmd_err *err)
