@@ -29,4 +29,11 @@ module PtmallocDump
   # arena ring does not lead back to +main_arena+ (glibc's fork would lock arenas for ever). The
   # message says what is broken; an in-process dump records the damage as anomalies instead.
   class HeapDamagedError < Error; end
+
+  # Another process may not be traced: Yama's +ptrace_scope+, a process of another user, or no
+  # +CAP_SYS_PTRACE+ (a container). The message says which and what to do.
+  class PtracePermissionError < Error; end
+
+  # The process to read does not exist, or exited while it was being read.
+  class TargetGoneError < Error; end
 end

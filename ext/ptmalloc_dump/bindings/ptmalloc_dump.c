@@ -3,6 +3,7 @@
 #include "bindings/bindings.h"
 #include "capture/dump.h"
 #include "capture/locate.h"
+#include "capture/source.h"
 #include "format/format.h"
 
 #include <string.h>
@@ -222,6 +223,27 @@ static VALUE rb_ptmd_ruby_functions_missing(VALUE self)
     return missing;
 }
 
+/* _read_process(pid, address, length) -> [bytes or nil, thread ids stopped, pause in ns]: every
+ * thread of pid stopped, the bytes read, the threads let go again (on every path) */
+static VALUE rb_ptmd_read_process(VALUE self, VALUE pid, VALUE address, VALUE length)
+{
+    ptmd_source src;
+    ptmd_err err;
+    VALUE bytes, tids = rb_ary_new();
+    long len = NUM2LONG(length);
+    int i, ok;
+    PTMD_UNUSED(self);
+    if (len < 0 || len > (1L << 20)) rb_raise(rb_eArgError, "length out of range: %ld", len);
+    bytes = rb_str_buf_new(len);
+    memset(&err, 0, sizeof(err));
+    if (ptmd_source_attach(&src, NUM2INT(pid), &err) != 0) ptmd_rb_raise(&err);
+    ok = ptmd_source_read(&src, NUM2ULL(address), RSTRING_PTR(bytes), (size_t)len) == 0;
+    for (i = 0; i < src.n_tids; i++) rb_ary_push(tids, INT2NUM(src.tids[i]));
+    ptmd_source_detach(&src);
+    if (ok) rb_str_set_len(bytes, len);
+    return rb_ary_new_from_args(3, ok ? bytes : Qnil, tids, ULL2NUM(src.pause_ns));
+}
+
 VALUE ptmd_mPtmallocDump;
 
 RUBY_FUNC_EXPORTED void Init_ptmalloc_dump(void)
@@ -241,4 +263,5 @@ RUBY_FUNC_EXPORTED void Init_ptmalloc_dump(void)
     rb_define_singleton_method(ptmd_mPtmallocDump, "_warm_up", rb_ptmd_warm_up, 1);
     rb_define_singleton_method(ptmd_mPtmallocDump, "_libc_info", rb_ptmd_libc_info, 2);
     rb_define_singleton_method(ptmd_mPtmallocDump, "_ruby_functions_missing", rb_ptmd_ruby_functions_missing, 0);
+    rb_define_singleton_method(ptmd_mPtmallocDump, "_read_process", rb_ptmd_read_process, 3);
 }

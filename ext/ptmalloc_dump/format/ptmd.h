@@ -24,7 +24,9 @@ typedef enum {
     PTMD_E_BUSY,            /* a dump is already running in this process */
     PTMD_E_HEAP,            /* the heap is damaged in a way that rules out what was asked */
     PTMD_E_NOMEM,           /* mmap for scratch memory failed */
-    PTMD_E_INTERNAL         /* a library we rely on failed (libpng) */
+    PTMD_E_INTERNAL,        /* a library we rely on failed (libpng) */
+    PTMD_E_PTRACE,          /* another process may not be traced (Yama, another user, no CAP_SYS_PTRACE) */
+    PTMD_E_TARGET           /* the target process does not exist or exited while it was read */
 } ptmd_errcode;
 
 typedef struct {
