@@ -70,6 +70,29 @@ RSpec.describe "reading another process" do
     expect(state_of(pid)).not_to eq("t")
   end
 
+  it "says that the target belongs to another user, and leaves it running" do
+    pid, = start_target
+    reader, writer = IO.pipe
+    child = fork do
+      reader.close
+      Process::Sys.setgid(65_534)
+      Process::Sys.setuid(65_534)
+      begin
+        PtmallocDump._read_process(pid, 0x1000, 8)
+        writer.write("no error")
+      rescue PtmallocDump::Error => e
+        writer.write("#{e.class}: #{e.message}")
+      end
+      exit!(0)
+    end
+    writer.close
+    Process.wait(child)
+    message = reader.read
+    expect(message).to match(/\APtmallocDump::PtracePermissionError: process #{pid} belongs to uid 0/)
+    expect(message).to match(/run ptmalloc-dump as that user or as root/)
+    expect(state_of(pid)).not_to eq("t")
+  end
+
   it "says that a process does not exist" do
     pid = Process.spawn("true")
     Process.wait(pid)
