@@ -93,11 +93,26 @@ RSpec.describe "reading another process" do
     expect(state_of(pid)).not_to eq("t")
   end
 
+  it "reads the target's mappings as /proc/PID/maps lists them, its buffer in a readable one" do
+    pid, buffer, = start_target
+    oracle = File.readlines("/proc/#{pid}/maps").map do |line|
+      range, perms = line.split
+      lo, hi = range.split("-").map { |x| Integer(x, 16) }
+      [lo, hi, perms]
+    end
+    maps = PtmallocDump._process_maps(pid)
+    expect(maps).to eq(oracle)
+    holder = maps.find { |lo, hi, _| buffer >= lo && buffer < hi }
+    expect(holder[2]).to start_with("rw")
+    expect(state_of(pid)).not_to eq("t")
+  end
+
   it "says that a process does not exist" do
     pid = Process.spawn("true")
     Process.wait(pid)
     expect { PtmallocDump._read_process(pid, 0x1000, 8) }
       .to raise_error(PtmallocDump::TargetGoneError, /no process #{pid}/)
+    expect { PtmallocDump._process_maps(pid) }.to raise_error(PtmallocDump::TargetGoneError, /no process #{pid}/)
   end
 
   it "refuses to stop itself" do

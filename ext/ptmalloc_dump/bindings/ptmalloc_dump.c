@@ -244,6 +244,30 @@ static VALUE rb_ptmd_read_process(VALUE self, VALUE pid, VALUE address, VALUE le
     return rb_ary_new_from_args(3, ok ? bytes : Qnil, tids, ULL2NUM(src.pause_ns));
 }
 
+/* _process_maps(pid) -> [[start, end, "rwxp"], ...] as the capture parses /proc/PID/maps */
+static VALUE rb_ptmd_process_maps(VALUE self, VALUE pid)
+{
+    ptmd_maps m;
+    ptmd_err err;
+    VALUE out = rb_ary_new();
+    size_t i;
+    PTMD_UNUSED(self);
+    memset(&m, 0, sizeof(m));
+    memset(&err, 0, sizeof(err));
+    if (ptmd_maps_load_pid(&m, NUM2INT(pid), &err) != 0) {
+        ptmd_maps_release(&m);
+        ptmd_rb_raise(&err);
+    }
+    for (i = 0; i < m.count; i++) {
+        const ptmd_map *e = PTMD_BUF_AT(&m.maps, ptmd_map, i);
+        char prot[5] = { e->prot & PTMD_MAP_R ? 'r' : '-', e->prot & PTMD_MAP_W ? 'w' : '-',
+                         e->prot & PTMD_MAP_X ? 'x' : '-', e->prot & PTMD_MAP_PRIVATE ? 'p' : 's', 0 };
+        rb_ary_push(out, rb_ary_new_from_args(3, ULL2NUM(e->start), ULL2NUM(e->end), rb_str_new_cstr(prot)));
+    }
+    ptmd_maps_release(&m);
+    return out;
+}
+
 VALUE ptmd_mPtmallocDump;
 
 RUBY_FUNC_EXPORTED void Init_ptmalloc_dump(void)
@@ -264,4 +288,5 @@ RUBY_FUNC_EXPORTED void Init_ptmalloc_dump(void)
     rb_define_singleton_method(ptmd_mPtmallocDump, "_libc_info", rb_ptmd_libc_info, 2);
     rb_define_singleton_method(ptmd_mPtmallocDump, "_ruby_functions_missing", rb_ptmd_ruby_functions_missing, 0);
     rb_define_singleton_method(ptmd_mPtmallocDump, "_read_process", rb_ptmd_read_process, 3);
+    rb_define_singleton_method(ptmd_mPtmallocDump, "_process_maps", rb_ptmd_process_maps, 1);
 }

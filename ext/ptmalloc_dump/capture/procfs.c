@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -72,12 +73,12 @@ static void skip_spaces(const char **pp, const char *end)
     while (*pp < end && **pp == ' ') (*pp)++;
 }
 
-int ptmd_maps_load(ptmd_maps *m, ptmd_err *err)
+static int maps_load_path(ptmd_maps *m, const char *path, ptmd_err *err)
 {
     const char *p, *end;
     m->count = 0;
     m->maps.len = 0;
-    if (read_whole("/proc/self/maps", &m->text, err) != 0) return -1;
+    if (read_whole(path, &m->text, err) != 0) return -1;
     p = (const char *)m->text.base;
     end = p + m->text.len;
     while (p < end) {
@@ -86,7 +87,7 @@ int ptmd_maps_load(ptmd_maps *m, ptmd_err *err)
         const char *name;
         if (!eol) eol = end;
         e = ptmd_buf_push(&m->maps, sizeof(ptmd_map));
-        if (!e) return ptmd_fail_sys(err, errno, "/proc/self/maps", "mmap scratch for");
+        if (!e) return ptmd_fail_sys(err, errno, path, "mmap scratch for");
         e->start = parse_hex(&p, eol);
         if (p < eol && *p == '-') p++;
         e->end = parse_hex(&p, eol);
@@ -120,6 +121,23 @@ int ptmd_maps_load(ptmd_maps *m, ptmd_err *err)
         p = eol + 1;
     }
     m->count = PTMD_BUF_COUNT(&m->maps, ptmd_map);
+    return 0;
+}
+
+int ptmd_maps_load(ptmd_maps *m, ptmd_err *err)
+{
+    return maps_load_path(m, "/proc/self/maps", err);
+}
+
+int ptmd_maps_load_pid(ptmd_maps *m, int pid, ptmd_err *err)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/maps", pid);
+    if (maps_load_path(m, path, err) != 0) {
+        if (err->code == PTMD_E_SYSTEM && err->sys_errno == ENOENT)
+            return ptmd_fail(err, PTMD_E_TARGET, "no process %d", pid);
+        return -1;
+    }
     return 0;
 }
 

@@ -32,6 +32,8 @@ typedef struct {
 } ptmd_maps;
 
 int ptmd_maps_load(ptmd_maps *m, ptmd_err *err);
+/* The mappings of another process (/proc/PID/maps); TargetGone when it does not exist. */
+int ptmd_maps_load_pid(ptmd_maps *m, int pid, ptmd_err *err);
 void ptmd_maps_release(ptmd_maps *m);
 const ptmd_map *ptmd_maps_find(const ptmd_maps *m, uintptr_t addr);
 /* True when [addr, addr+len) lies in readable mappings (adjacent ones may be chained). */
