@@ -141,7 +141,7 @@ int ptmd_source_attach(ptmd_source *s, int pid, ptmd_err *err)
     /* threads may be created while the others are being stopped: list again until a round finds
      * no new one (all already seized threads are stopped, so only the unstopped can add more) */
     for (round = 0; round < PTMD_ATTACH_ROUNDS; round++) {
-        long i, n = list_tasks(pid, tids, PTMD_SOURCE_MAX_TASKS);
+        long i, kept, first, n = list_tasks(pid, tids, PTMD_SOURCE_MAX_TASKS);
         int added = 0;
         if (n < 0) {
             if (s->n_tids) ptmd_fail(err, PTMD_E_TARGET, "process %d exited while it was being stopped", pid);
@@ -153,6 +153,8 @@ int ptmd_source_attach(ptmd_source *s, int pid, ptmd_err *err)
                       PTMD_SOURCE_MAX_TASKS);
             goto fail;
         }
+        first = s->n_tids;
+        /* interrupt all the new threads first, then wait for them: their stops overlap */
         for (i = 0; i < n; i++) {
             if (seized(s, tids[i])) continue;
             if (ptrace(PTRACE_SEIZE, tids[i], NULL, NULL) != 0) {
@@ -165,13 +167,17 @@ int ptmd_source_attach(ptmd_source *s, int pid, ptmd_err *err)
             s->tids[s->n_tids++] = tids[i];
             added = 1;
             if (!s->stopped_ns) s->stopped_ns = ptmd_now_ns();
-            if (ptrace(PTRACE_INTERRUPT, tids[i], NULL, NULL) != 0 || wait_stopped(tids[i]) != 0) {
+            ptrace(PTRACE_INTERRUPT, tids[i], NULL, NULL);
+        }
+        for (i = kept = first; i < s->n_tids; i++) {
+            if (wait_stopped(s->tids[i]) != 0) {
                 /* gone between the seize and the stop: it is no thread to read any more */
-                s->n_tids--;
-                ptrace(PTRACE_DETACH, tids[i], NULL, NULL);
+                ptrace(PTRACE_DETACH, s->tids[i], NULL, NULL);
                 continue;
             }
+            s->tids[kept++] = s->tids[i];
         }
+        s->n_tids = (int)kept;
         if (!added) {
             if (!s->n_tids) {
                 ptmd_fail(err, PTMD_E_TARGET, "process %d exited while it was being stopped", pid);
