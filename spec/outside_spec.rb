@@ -19,8 +19,8 @@ RSpec.describe "reading another process" do
     out
   end
 
-  def start_target
-    stdin, stdout, thread = Open3.popen2(build_target)
+  def start_target(*args)
+    stdin, stdout, thread = Open3.popen2(build_target, *args)
     stdin.close
     line = stdout.gets
     raise "the target printed nothing" unless line
@@ -35,7 +35,11 @@ RSpec.describe "reading another process" do
   end
 
   def task_states(pid)
-    Dir["/proc/#{pid}/task/*"].to_h { |t| [File.basename(t).to_i, File.read("#{t}/stat")[/\) (\S)/, 1]] }
+    Dir["/proc/#{pid}/task/*"].filter_map do |t|
+      [File.basename(t).to_i, File.read("#{t}/stat")[/\) (\S)/, 1]]
+    rescue Errno::ENOENT, Errno::ESRCH
+      nil # a thread that ended while it was listed
+    end.to_h
   end
 
   after do

@@ -13,9 +13,11 @@
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define PTMD_ATTACH_ROUNDS 64
+#define PTMD_STOP_WAIT_NS (2ull * 1000 * 1000 * 1000)
 
 struct ptmd_dirent64 {
     uint64_t d_ino;
@@ -81,8 +83,9 @@ static int permission_error(int pid, int e, ptmd_err *err)
     unsigned long ruid = 0;
     snprintf(path, sizeof(path), "/proc/%d/status", pid);
     read_small("/proc/sys/kernel/yama/ptrace_scope", scope, sizeof(scope));
-    if (read_small(path, status, sizeof(status)) == 0 && (uid_line = strstr(status, "\nUid:")) != NULL)
-        ruid = strtoul(uid_line + 5, NULL, 10);
+    if (read_small(path, status, sizeof(status)) != 0 || strstr(status, "\nState:\tZ") || strstr(status, "\nState:\tX"))
+        return ptmd_fail(err, PTMD_E_TARGET, "process %d exited while it was being stopped", pid);
+    if ((uid_line = strstr(status, "\nUid:")) != NULL) ruid = strtoul(uid_line + 5, NULL, 10);
     if (geteuid() != 0 && ruid != geteuid())
         return ptmd_fail(err, PTMD_E_PTRACE,
                          "process %d belongs to uid %lu, not to this user (uid %lu): run ptmalloc-dump as that "
@@ -109,16 +112,22 @@ static int seized(const ptmd_source *s, int tid)
 }
 
 /* Waits for the interrupt's stop of tid; other stops seen first (a signal delivery) are let through
- * with their signal. 0 when stopped, -1 when the thread is gone. */
+ * with their signal. Polled, so that a stop that never comes costs a bounded wait, not a hang.
+ * 0 when stopped, -1 when the thread is gone or did not stop in time. */
 static int wait_stopped(int tid)
 {
-    int round;
-    for (round = 0; round < PTMD_ATTACH_ROUNDS; round++) {
+    uint64_t deadline = ptmd_now_ns() + PTMD_STOP_WAIT_NS;
+    struct timespec nap = { 0, 50 * 1000 };
+    while (ptmd_now_ns() < deadline) {
         int st;
-        pid_t r = waitpid(tid, &st, __WALL);
+        pid_t r = waitpid(tid, &st, __WALL | WNOHANG);
         if (r < 0) {
             if (errno == EINTR) continue;
             return -1;
+        }
+        if (r == 0) {
+            nanosleep(&nap, NULL);
+            continue;
         }
         if (WIFEXITED(st) || WIFSIGNALED(st)) return -1;
         if (!WIFSTOPPED(st)) continue;
