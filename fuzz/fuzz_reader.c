@@ -12,12 +12,15 @@
 
 #include "format/crc32.h"
 
+#include "analysis/age.h"
 #include "analysis/analysis.h"
 #include "analysis/attribution.h"
 #include "analysis/owners.h"
+#include "analysis/code_owners.h"
 #include "analysis/diff.h"
 #include "analysis/explorer.h"
 #include "analysis/render.h"
+#include "analysis/rss.h"
 #include "format/reader.h"
 
 #define N_TOP 20
@@ -68,9 +71,20 @@ static const field ruby_object_fields[] = {
     F(ptmd_ruby_object, subtype), F(ptmd_ruby_object, n_words),
 };
 static const field ref_fields[] = { F(ptmd_ref, from), F(ptmd_ref, to) };
+static const field mapping_fields[] = {
+    F(ptmd_mapping_rec, start), F(ptmd_mapping_rec, end), F(ptmd_mapping_rec, rss), F(ptmd_mapping_rec, private_bytes),
+    F(ptmd_mapping_rec, shared_bytes), F(ptmd_mapping_rec, swap), F(ptmd_mapping_rec, path_off),
+    F(ptmd_mapping_rec, path_len), F(ptmd_mapping_rec, prot), F(ptmd_mapping_rec, kind),
+};
+static const field mappings_head_fields[] = { F(ptmd_mappings_head, vm_rss), F(ptmd_mappings_head, paths_len) };
+static const field gc_fields[] = { F(ptmd_gc_rec, count), F(ptmd_gc_rec, flags) };
 static const field root_fields[] = { F(ptmd_root_rec, start), F(ptmd_root_rec, end), F(ptmd_root_rec, kind),
                                      F(ptmd_root_rec, tid), { offsetof(ptmd_root_rec, name) + PTMD_ROOT_NAME_MAX - 1, 1 } };
 static const field root_ref_fields[] = { F(ptmd_root_ref, where), F(ptmd_root_ref, root), F(ptmd_root_ref, chunk) };
+static const field ruby_code_fields[] = {
+    F(ptmd_ruby_code, address), F(ptmd_ruby_code, module), F(ptmd_ruby_code, method), F(ptmd_ruby_code, path),
+    F(ptmd_ruby_code, line), F(ptmd_ruby_code, kind),
+};
 static const field u64_field[] = { { 0, 8 } };
 static const field u8_field[] = { { 0, 1 } };
 
@@ -79,9 +93,11 @@ typedef struct {
     size_t rec;
     const field *fields;
     size_t n_fields;
+    size_t skip;                /* bytes before the first record (the MAPPINGS head) */
 } record_layout;
 
-#define L(type, rec, list) { type, rec, list, sizeof(list) / sizeof(list[0]) }
+#define L(type, rec, list) { type, rec, list, sizeof(list) / sizeof(list[0]), 0 }
+#define L_AFTER(type, rec, list, skip) { type, rec, list, sizeof(list) / sizeof(list[0]), skip }
 static const record_layout layouts[] = {
     L(PTMD_SEC_META, sizeof(ptmd_meta), meta_fields), L(PTMD_SEC_MALLINFO2, 8, u64_field),
     L(PTMD_SEC_ARENAS, sizeof(ptmd_arena_rec), arena_fields), L(PTMD_SEC_HEAPS, sizeof(ptmd_heap_rec), heap_fields),
@@ -90,8 +106,12 @@ static const record_layout layouts[] = {
     L(PTMD_SEC_RUBY_META, sizeof(ptmd_ruby_meta), ruby_meta_fields), L(PTMD_SEC_RUBY_PAGES, sizeof(ptmd_ruby_page), ruby_page_fields),
     L(PTMD_SEC_RUBY_OBJECTS, sizeof(ptmd_ruby_object), ruby_object_fields), L(PTMD_SEC_RUBY_WORDS, 8, u64_field),
     L(PTMD_SEC_REFS, sizeof(ptmd_ref), ref_fields), L(PTMD_SEC_TRIM_CHECK, 8, u64_field),
+    L(PTMD_SEC_MAPPINGS, sizeof(ptmd_mappings_head), mappings_head_fields),
+    L_AFTER(PTMD_SEC_MAPPINGS, sizeof(ptmd_mapping_rec), mapping_fields, sizeof(ptmd_mappings_head)),
+    L(PTMD_SEC_GC, sizeof(ptmd_gc_rec), gc_fields), L(PTMD_SEC_RUBY_PAGE_RSS, 8, u64_field),
     L(PTMD_SEC_ROOTS, sizeof(ptmd_root_rec), root_fields), L(PTMD_SEC_ROOT_REFS, sizeof(ptmd_root_ref), root_ref_fields),
     L(PTMD_SEC_INT_REFS, sizeof(ptmd_ref), ref_fields),
+    L(PTMD_SEC_RUBY_CODE, sizeof(ptmd_ruby_code), ruby_code_fields),
 };
 
 static uint64_t get(const unsigned char *p, size_t n)
@@ -118,8 +138,9 @@ static size_t mutate_field(unsigned char *data, size_t size, unsigned int seed)
         off += sizeof(h);
         if (h.length > body - off) return 0;
         for (i = 0; i < sizeof(layouts) / sizeof(layouts[0]); i++)
-            if (layouts[i].type == h.type && h.count && h.count * layouts[i].rec <= h.length) {
-                candidates[n_candidates] = data + off;
+            if (layouts[i].type == h.type && h.count && n_candidates < 64 &&
+                h.count * layouts[i].rec + layouts[i].skip <= h.length) {
+                candidates[n_candidates] = data + off + layouts[i].skip;
                 cand_layout[n_candidates] = &layouts[i];
                 cand_count[n_candidates++] = h.count;
             }
@@ -176,6 +197,24 @@ static void explorer_chunks(const ptmd_view *v, const ptmd_page_usage *usage)
     free(pages);
 }
 
+/* The tcache entries: packed for the explorer, and each chunk's looked up as Dump#bin_of does. */
+static void explorer_tcache(const ptmd_view *v)
+{
+    size_t n = v->n_tcache_entries ? v->n_tcache_entries : 1, i;
+    uint32_t *packed = malloc(3 * n * sizeof(uint32_t));
+    uint64_t *keys = malloc(n * sizeof(uint64_t));
+    if (packed) ptmd_explorer_tcache(v, packed);
+    if (keys) {
+        ptmd_tcache_keys(v, keys);
+        for (i = 0; i < v->n_chunks; i++) {
+            long k = ptmd_tcache_entry_of(v, keys, i);
+            if (k >= 0 && (v->tcache_entries[k].chunk != i || v->tcache_entries[k].thread >= v->n_threads)) abort();
+        }
+    }
+    free(packed);
+    free(keys);
+}
+
 static void figures(const ptmd_view *v, const ptmd_page_usage *usage)
 {
     ptmd_totals t;
@@ -202,10 +241,20 @@ static void figures(const ptmd_view *v, const ptmd_page_usage *usage)
         ro.progress_fd = -1;
         ptmd_render_count(v, &ro);
         explorer_chunks(v, usage);
+        explorer_tcache(v);
     }
     free(per);
     free(trim);
     free(per_heap);
+}
+
+/* the whole RSS */
+static void rss(const ptmd_view *v)
+{
+    ptmd_rss r;
+    uint64_t *file_bytes = calloc(v->n_mappings ? v->n_mappings : 1, sizeof(uint64_t));
+    if (file_bytes) ptmd_rss_account(v, &r, file_bytes);
+    free(file_bytes);
 }
 
 /* Ruby, anchored or leaked, over what the reader accepted */
@@ -235,6 +284,24 @@ static void explorer_owners(const ptmd_view *v, const ptmd_attribution *a)
     free(objs);
 }
 
+static void code_owners(const ptmd_view *v, const ptmd_attribution *a)
+{
+    uint64_t *arrays = calloc(2 * v->n_ruby_code_names + v->n_ruby_code + 1, sizeof(uint64_t));
+    uint32_t *records = malloc((v->n_chunks ? v->n_chunks : 1) * sizeof(uint32_t));
+    ptmd_code_totals t;
+    size_t i;
+    if (arrays && records) {
+        t.name_bytes = arrays;
+        t.name_chunks = arrays + v->n_ruby_code_names;
+        t.record_bytes = arrays + 2 * v->n_ruby_code_names;
+        t.chunk_record = records;
+        ptmd_code_owners(v, a, &t);
+        for (i = 0; i < v->n_ruby_objects; i++) ptmd_code_record(v, v->ruby_objects[i].address);
+    }
+    free(arrays);
+    free(records);
+}
+
 static void owners(const ptmd_view *v)
 {
     size_t nc = v->n_chunks ? v->n_chunks : 1, nn = v->n_ruby_names ? v->n_ruby_names : 1;
@@ -252,8 +319,13 @@ static void owners(const ptmd_view *v)
         t.data_type_chunks = arrays + 3 * nn;
         ptmd_owner_summary(v, &a, &t);
         ptmd_object_order(v, order);
+        {
+            ptmd_age_totals age;
+            ptmd_age_summary(v, &a, &age);
+        }
         owner_kinds(v, &a);
         explorer_owners(v, &a);
+        code_owners(v, &a);
     }
     free(a.owner);
     free(a.category);
@@ -282,6 +354,7 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
                 ptmd_diff(&v, usage, &v, usage, &dt, change);
             }
             owners(&v);
+            rss(&v);
             free(usage);
             free(change);
         }

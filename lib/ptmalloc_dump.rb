@@ -15,12 +15,18 @@ require_relative "ptmalloc_dump/advice"
 require_relative "ptmalloc_dump/diff"
 require_relative "ptmalloc_dump/fleet"
 require_relative "ptmalloc_dump/signal_handler"
+# readings over time: cheap figures, a sampler, Prometheus text
+require_relative "ptmalloc_dump/stats"
+require_relative "ptmalloc_dump/sampler"
+require_relative "ptmalloc_dump/prometheus"
+require_relative "ptmalloc_dump/timeline"
 # the outputs: text, JSON, the HTML report and the comparison page
 require_relative "ptmalloc_dump/output/text_summary"
 require_relative "ptmalloc_dump/output/json_summary"
 require_relative "ptmalloc_dump/output/geometry"
 require_relative "ptmalloc_dump/output/report"
 require_relative "ptmalloc_dump/output/comparison_report"
+require_relative "ptmalloc_dump/output/timeline_report"
 
 # Looks inside glibc's malloc (ptmalloc2) heap of the running Ruby process: every arena, heap and
 # chunk, classified and reconciled with glibc's own counters, written to one file.
@@ -54,6 +60,10 @@ module PtmallocDump
     # @param trim_check [Boolean] after the walk, call malloc_trim(0) and record the resident bytes it
     #   really released per arena (pagemap before and after), to check the report's estimate against
     #   (not with fork: true, where trimming the child would tell nothing about this process)
+    # @param gc [Boolean] run a full GC (full mark, immediate sweep) first, so that objects that are
+    #   already garbage are not recorded; it costs a full mark, and runs before the dump's window
+    #   opens (it allocates as the GC does). Off by default: then objects allocated since the latest
+    #   GC may be garbage awaiting collection, which {RubyHeap#summary}'s :young_bytes shows
     # @return [Hash{Symbol=>Object}] the dump's summary (see {Dump#summary}, without :ruby) plus :path;
     #   with `fork: true` and no `wait`, the child's pid (reap it with Process.wait or Process.detach);
     #   should the child fail, it says why in one line on stderr as it exits
@@ -64,16 +74,16 @@ module PtmallocDump
     #   main_arena (glibc's fork would never return); an in-process dump records that damage
     # @raise [SystemCallError] when the file cannot be written (the target is left untouched)
     def dump(path, debug_dir: nil, symbols: :auto, ruby: true, references: true, fork: false, wait: false,
-             trim_check: false)
+             trim_check: false, gc: false)
       path = path.to_s
       # an absolute path is used as given: no new string is allocated before glibc's counters are taken
       path = File.expand_path(path) unless path.start_with?("/")
       mode = symbols_mode(symbols)
       raise ArgumentError, "trim_check: and fork: cannot be combined" if fork && trim_check
-      return snapshot(path, debug_dir, mode, ruby, references, wait) if fork
+      return snapshot(path, debug_dir, mode, ruby, references, wait, gc) if fork
 
       summary = _dump(path, debug_dir&.to_s, dump_strings(ruby), ruby && ruby_layer.available?, references, mode,
-                      trim_check)
+                      trim_check, gc)
       summary[:path] = path
       summary
     end
@@ -139,8 +149,8 @@ module PtmallocDump
       SYMBOLS_MODES.fetch(symbols) { raise ArgumentError, "symbols: must be one of #{SYMBOLS_MODES.keys.join(', ')}" }
     end
 
-    def snapshot(path, debug_dir, mode, ruby, references, wait)
-      pid, errors = fork_dumps([[path, mode]], debug_dir, ruby, references, report: !wait)
+    def snapshot(path, debug_dir, mode, ruby, references, wait, gc)
+      pid, errors = fork_dumps([[path, mode]], debug_dir, ruby, references, report: !wait, gc: gc)
       unless wait
         errors.close # the child says on stderr why it failed, if it does
         return pid
@@ -149,9 +159,9 @@ module PtmallocDump
       load(path).summary.merge(path: path, pid: pid)
     end
 
-    def fork_dumps(targets, debug_dir, ruby, references, report: false)
+    def fork_dumps(targets, debug_dir, ruby, references, report: false, gc: false)
       pid, fd = _dump_fork(targets, debug_dir&.to_s, dump_strings(ruby), ruby && ruby_layer.available?, references,
-                           report)
+                           report, gc)
       [pid, IO.new(fd, autoclose: true)]
     end
 
@@ -181,6 +191,11 @@ module PtmallocDump
       _warm_up(false)
     end
 
+    # Why a dump whose Ruby pass runs records no code owners ("" when it does, or has no Ruby pass).
+    def ruby_code_reason(layer)
+      layer == "recorded" ? _ruby_code_problem.to_s : ""
+    end
+
     # Built once per value of +ruby+: a dump should allocate as little as possible before glibc's
     # counters are taken.
     def dump_strings(ruby)
@@ -192,12 +207,21 @@ module PtmallocDump
       @dump_strings[ruby ? true : false] ||= begin
         layer, reason = ruby_layer.status(ruby)
         ["ruby_version", RUBY_DESCRIPTION, "gem_version", VERSION, "program", program,
-         "ruby_layer", layer, "ruby_layer_reason", reason].freeze
+         "ruby_layer", layer, "ruby_layer_reason", reason, "ruby_code_reason", ruby_code_reason(layer)].freeze
       end
     end
   end
 
   warm_up
+end
+
+# The first call of each method from a call site fills Ruby's call caches, which mallocs: a reading is
+# taken once when the gem loads, so that later ones allocate nothing after glibc's counters are read.
+begin
+  PtmallocDump::Stats.read(smaps: true)
+  PtmallocDump::Stats.read(smaps: false)
+rescue PtmallocDump::Error, SystemCallError
+  nil # where malloc is not glibc's, stats raises when called
 end
 
 PtmallocDump.ruby_layer.warning&.then { |message| warn(message) }

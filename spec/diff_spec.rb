@@ -66,6 +66,24 @@ RSpec.describe "comparing dumps and advice" do
     expect(leak.size).to eq(20_000)
   end
 
+  it "separates growth of old objects (kept) from young ones (garbage not yet collected)" do
+    a = File.join(tmpdir, "a.dump")
+    b = File.join(tmpdir, "b.dump")
+    GC.start
+    PtmallocDump.dump(a)
+    kept = Array.new(10_000) { |i| "kept-#{i}-" * 100 }
+    4.times { GC.start } # promoted
+    GC.disable
+    10_000.times { |i| "garbage-#{i}-" * 100 }
+    PtmallocDump.dump(b)
+    GC.enable
+    owners = PtmallocDump.diff(a, b).owners
+    expect(owners[:old]).to be >= 10_000 * 1_000
+    expect(owners[:old]).to be < 10_000 * 1_000 * 1.5
+    expect(owners[:young]).to be >= 10_000 * 1_000
+    expect(kept.size).to eq(10_000)
+  end
+
   it "refuses dumps of different processes unless forced" do
     a = File.join(tmpdir, "mine.dump")
     b = File.join(tmpdir, "other.dump")

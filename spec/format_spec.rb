@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "socket"
+require "zlib"
 require "spec_helper"
 
 RSpec.describe "the dump file" do
@@ -14,6 +15,70 @@ RSpec.describe "the dump file" do
     PtmallocDump.load(f)
   end
 
+  # The file with the given section types left out, its end section made to match (as an earlier
+  # writer, which had no such sections, would have written it).
+  def without_sections(bytes, types)
+    body = bytes.byteslice(0, 16)
+    off = 16
+    n = 0
+    while off < bytes.bytesize - 56
+      type, _, _, length = bytes.byteslice(off, 24).unpack("LLQQ")
+      size = 24 + ((length + 7) & ~7)
+      unless types.include?(type)
+        body << bytes.byteslice(off, size)
+        n += 1
+      end
+      off += size
+    end
+    n_chunks = bytes.byteslice(bytes.bytesize - 32 + 8, 8).unpack1("Q<")
+    body + [0xffff, 0, 1, 32].pack("LLQQ") + [n, n_chunks, body.bytesize, Zlib.crc32(body), 0x454d5450].pack("Q<Q<Q<L<L<")
+  end
+
+  it "reads a file of a writer that recorded no mappings or GC counts: no RSS, no GC figures" do
+    dump = load_bytes(without_sections(File.binread(path), [18, 19, 23]))
+    expect(dump.rss).to be_nil
+    expect(dump.summary[:rss]).to be_nil
+    expect(dump.header[:gc]).to be_nil
+    expect(dump.ruby.objects.count).to be > 0
+    expect(PtmallocDump.load(path).rss[:total]).to be > 0
+  end
+
+  it "refuses GC figures without the Ruby sections and a mappings section whose paths do not fill it" do
+    bytes = File.binread(path)
+    expect { load_bytes(without_sections(bytes, [11, 12, 13, 14, 15])) }.to raise_error(PtmallocDump::FormatError, /GC figures/)
+    off = 16
+    off += 24 + ((bytes.byteslice(off + 16, 8).unpack1("Q<") + 7) & ~7) until bytes.byteslice(off, 4).unpack1("L<") == 18
+    damaged = bytes.dup
+    damaged[off + 24 + 40, 8] = [bytes.byteslice(off + 24 + 40, 8).unpack1("Q<") + 8].pack("Q<") # head.paths_len
+    damaged[damaged.bytesize - 8, 4] = [Zlib.crc32(damaged.byteslice(0, damaged.bytesize - 56))].pack("L<")
+    expect { load_bytes(damaged) }.to raise_error(PtmallocDump::FormatError, /paths do not fill it/)
+  end
+
+  it "records which thread's tcache holds each tcache chunk, and refuses an entry that names the wrong chunk or no thread" do
+    bytes = File.binread(path)
+    dump = PtmallocDump.load(path)
+    tcache = dump.each_chunk.select { |c| c.state == :tcache }
+    expect(tcache).not_to be_empty
+    expect(tcache.map { |c| dump.bin_of(c).thread }).to all(be_a(PtmallocDump::ThreadInfo))
+    # each thread holds as many chunks as the walk counted in its tcache
+    expect(tcache.group_by { |c| dump.bin_of(c).thread }.transform_values(&:size))
+      .to eq(dump.threads.select { |t| t.tcache_count.positive? }.to_h { |t| [t, t.tcache_count] })
+
+    older = load_bytes(without_sections(bytes, [36]))
+    expect(older.bin_of(tcache.first).thread).to be_nil
+    expect(older.bin_of(tcache.first).to_s).to eq("tcache bin #{(tcache.first.size - 32) / 16} (#{tcache.first.size} B)")
+
+    off = 16
+    off += 24 + ((bytes.byteslice(off + 16, 8).unpack1("Q<") + 7) & ~7) until bytes.byteslice(off, 4).unpack1("L<") == 36
+    in_use = dump.each_chunk.find_index { |c| c.state == :in_use }
+    { [0, in_use] => /not in a tcache/, [4, 0xffff_ffff] => /chunk or thread that does not exist/ }.each do |(field, value), message|
+      damaged = bytes.dup
+      damaged[off + 24 + field, 4] = [value].pack("L<")
+      damaged[damaged.bytesize - 8, 4] = [Zlib.crc32(damaged.byteslice(0, damaged.bytesize - 56))].pack("L<")
+      expect { load_bytes(damaged) }.to raise_error(PtmallocDump::FormatError, message)
+    end
+  end
+
   it "is written with mode 0600 and leaves no temporary file behind" do
     expect(File.stat(path).mode & 0o777).to eq(0o600)
     expect(Dir.children(tmpdir)).to eq(["heap.dump"])
@@ -24,6 +89,10 @@ RSpec.describe "the dump file" do
     dump = PtmallocDump.load(path)
     pages = dump.pages.sum(&:size)
     overhead = 64 * 1024 + dump.malloc_info.bytesize + (dump.arenas.size + dump.heaps.size) * 96
+    # where each tcache chunk sits (16 bytes each: many more with glibc 2.42's larger tcaches) and the
+    # mappings (56 bytes, then 88 a mapping and its path)
+    overhead += dump.each_chunk.count { |c| c.state == :tcache } * 16
+    overhead += 56 + dump.mappings.sum { |m| 88 + m[:path].to_s.bytesize }
     expect(File.size(path)).to be <= dump.chunk_count * 16 + pages + overhead
     expect(File.size(path)).to be <= dump.chunk_count * 8 + pages + overhead # as stored: 8 bytes a chunk
     secret = "ptmalloc-dump-secret-#{rand(1 << 30)}"

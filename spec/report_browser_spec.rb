@@ -177,6 +177,8 @@ RSpec.describe "the report in a browser" do
     FileUtils.mkdir_p(maps)
     geo_png = PtmallocDump::Geometry.new(dump, PtmallocDump::Render.maps(dump, maps, true, nil, nil))
     pngs = Hash.new { |cache, file| cache[file] = ChunkyPNG::Image.from_file(File.join(maps, file)) }
+    classes = PtmallocDump::Render.palette[:page_classes]
+    shade = ->(hex) { "##{hex[1..].scan(/../).map { |c| format('%02x', c.to_i(16) * 65 / 100) }.join}" }
     rng = Random.new(21)
     20.times do
       view = views.sample(random: rng)
@@ -190,7 +192,12 @@ RSpec.describe "the report in a browser" do
                              "return '#' + Array.from(p.slice(0, 3)).map(v => v.toString(16).padStart(2, '0')).join('')")
       shown_address = geo.address_at(x, y)
       image, px, py = geo_png.pixel_for(shown_address, :page_map)
-      expect(drawn).to eq(ChunkyPNG::Color.to_hex(pngs[image[:file]][px, py], false))
+      png = ChunkyPNG::Color.to_hex(pngs[image[:file]][px, py], false)
+      # the PNG draws a page shared with another process as a checker of its class's colour and a
+      # darker shade of it (the explorer shows sharing in its residency mode)
+      page_class = classes.key(png) || classes.find { |_, hex| shade.call(hex) == png }&.first
+      expect(page_class).not_to be_nil, "#{png} is no page class's colour"
+      expect(drawn).to eq(classes[page_class])
     end
   end
 
@@ -351,5 +358,294 @@ RSpec.describe "the report in a browser" do
                              "return '#' + Array.from(p.slice(0, 3)).map(v => v.toString(16).padStart(2, '0')).join('')")
       expect(pixel).to eq(colors[change])
     end
+  end
+end
+
+# The explorer's panel and search for who holds a chunk and the code it is charged to, on a dump with
+# methods defined by module_eval on one module and blocks of spec/fixtures/ext/owners_fixture.c
+# malloc'd and forgotten, checked against the Ruby API (RubyHeap#code_charge_of, #module_of,
+# Dump#owner_kind_of, #anchor_of) and the addresses the fixture malloc'd.
+RSpec.describe "the report's explorer: holders and code owners in a browser" do
+  before(:context) do
+    raise "chromium and chromedriver are missing: bin/setup installs them" unless Browser.available?
+
+    @dir = Dir.mktmpdir("ptmd-browser-code")
+    fixture = build_fixture("owners_fixture", extra_flags: ["-lpthread"])
+    @dump_path = File.join(@dir, "code.dump")
+    @leaked_file = File.join(@dir, "leaked")
+    _o, err, status = run_ruby(<<~RUBY)
+      require "fiddle"
+      module ExplorerCodeOwned; end
+      40.times do |i|
+        ExplorerCodeOwned.module_eval("def m\#{i}; \#{'x = [1, 2];' * 60} end", "/virtual/explorer_code.rb", 10 * i + 1)
+      end
+      leak = Fiddle::Function.new(Fiddle.dlopen(#{fixture.dump})["ow_leak"],
+                                  [Fiddle::TYPE_SIZE_T, Fiddle::TYPE_SIZE_T, Fiddle::TYPE_INT], Fiddle::TYPE_SIZE_T)
+      File.open(#{@leaked_file.dump}, "wb") { |f| leak.call(200, 1024, f.fileno) }
+      GC.start
+      PtmallocDump.dump(#{@dump_path.dump}, references: true)
+    RUBY
+    raise "the dump failed: #{err}" unless status.success?
+
+    @dump = PtmallocDump.load(@dump_path)
+    @browser = Browser.explorer(@dir, @dump_path)
+  end
+
+  after(:context) do
+    @browser&.close
+    FileUtils.rm_rf(@dir) if @dir
+  end
+
+  attr_reader :browser, :dump
+  include ExplorerPointer
+
+  def code_text(code)
+    return "VM table #{code[:module]}" if code[:kind] == :vm_table
+
+    "module #{code[:module]}#{code[:method] ? ", method #{code[:method]}" : ''}" \
+      "#{code[:path] ? ", #{code[:path]}#{code[:line] ? ":#{code[:line]}" : ''}" : ''}"
+  end
+
+  def explain(chunk)
+    out = StringIO.new
+    expect(PtmallocDump::CLI.new(["--explain", hex(chunk.user_address), "--json", @dump_path], out: out).run).to eq(0)
+    JSON.parse(out.string)
+  end
+
+  it "shows the module (and method, path:line) a chunk is charged to, as RubyHeap#code_charge_of and --explain give" do
+    ruby = dump.ruby
+    charged = dump.each_chunk.select { |c| ruby.module_of(c) == "ExplorerCodeOwned" }
+    puts "    #{charged.size} chunks, #{charged.sum(&:size)} B charged to ExplorerCodeOwned"
+    expect(charged.size).to be >= 40
+    expect(charged.sum(&:size)).to eq(ruby.code_owners[:by_module]["ExplorerCodeOwned"][:bytes])
+    # a method's chunks name it, at the line module_eval was given
+    methods = charged.map { |c| ruby.code_charge_of(c) }.select { |c| c[:method] }
+    expect(methods.map { |c| c[:path] }.uniq).to eq(["/virtual/explorer_code.rb"])
+    methods.each { |c| expect(c[:line]).to eq(10 * Integer(c[:method].delete_prefix("m")) + 1) }
+
+    charged.sample(8, random: Random.new(14)).each do |chunk|
+      expected = code_text(ruby.code_charge_of(chunk))
+      expect(expected).to start_with("module ExplorerCodeOwned")
+      shown = hover(chunk)
+      expect(shown["address"]).to eq(hex(chunk.address))
+      expect(shown["code"]).to eq(expected)
+      expect(explain(chunk).dig("code", "text")).to eq(expected)
+    end
+    with_method = charged.find { |c| ruby.code_charge_of(c)[:method] }
+    expect(hover(with_method)["code"]).to match(%r{\Amodule ExplorerCodeOwned, method m\d+, /virtual/explorer_code\.rb:\d+\z})
+    out, err, status = Open3.capture3(RbConfig.ruby, "-I", SpecHelpers::LIB, SpecHelpers::VISUALIZE, "--explain", hex(with_method.user_address), @dump_path)
+    expect(status).to be_success, err
+    expect(out).to include("code           #{code_text(ruby.code_charge_of(with_method))}")
+  end
+
+  it "highlights exactly the module's chunks when its name is searched, with their totals" do
+    ruby = dump.ruby
+    charged = dump.each_chunk.select { |c| ruby.module_of(c) == "ExplorerCodeOwned" }
+    expected = charged.map { |c| hex(c.address) }.sort
+    %w[ExplorerCodeOwned module:ExplorerCodeOwned].each do |q|
+      browser.script("window.ptmdExplorer.search(#{q.to_json})")
+      expect(browser.script("return window.ptmdExplorer.highlighted()").sort).to eq(expected)
+      totals = browser.script("return document.querySelector('#xp-results [data-k=totals]').textContent")
+      expect(totals).to include("(module)", "#{charged.size} chunk(s), #{charged.sum(&:size)} B")
+    end
+    # a name that is a class's too stays the class's; module: asks for the module's code
+    string_code = dump.each_chunk.select { |c| ruby.module_of(c) == "String" }.map { |c| hex(c.address) }.sort
+    expect(string_code).not_to be_empty
+    browser.script("window.ptmdExplorer.search('String')")
+    expect(browser.script("return window.ptmdExplorer.highlighted()").sort)
+      .to eq(dump.each_chunk.select { |c| ruby.owner_of(c)&.class_name == "String" }.map { |c| hex(c.address) }.sort)
+    expect(browser.script("return document.getElementById('xp-results').textContent")).to include("search module:String")
+    browser.script("window.ptmdExplorer.search('module:String')")
+    expect(browser.script("return window.ptmdExplorer.highlighted()").sort).to eq(string_code)
+    browser.script("window.ptmdExplorer.search('module:NoSuchModuleAnywhere')")
+    expect(browser.script("return window.ptmdExplorer.highlighted()")).to eq([])
+  end
+
+  it "shows a forgotten block as leaked and an anchored chunk with its root's name, as Dump#owner_kind_of and #anchor_of" do
+    forgotten = File.binread(@leaked_file).unpack("Q*").map { |a| dump.chunk_at(a - 16) }
+    expect(forgotten.size).to eq(200)
+    leaked = forgotten.select { |c| dump.owner_kind_of(c) == :leaked }
+    expect(leaked.size).to be >= 190
+    leaked.first(3).each do |chunk|
+      shown = hover(chunk)
+      expect(shown["address"]).to eq(hex(chunk.address))
+      expect(shown["holder"]).to eq("leaked: nothing reaches it")
+      expect(explain(chunk)["holder"]).to eq(shown["holder"])
+    end
+    anchored = dump.each_chunk.select { |c| dump.owner_kind_of(c) == :anchored }
+    expect(anchored).not_to be_empty
+    anchored.sample(3, random: Random.new(3)).each do |chunk|
+      expect(hover(chunk)["holder"]).to eq("anchored by #{dump.anchor_of(chunk)}")
+    end
+    name = dump.anchor_of(anchored.first)
+    browser.script("window.ptmdExplorer.search(#{name.to_json})")
+    expect(browser.script("return window.ptmdExplorer.highlighted()").sort)
+      .to eq(anchored.select { |c| dump.anchor_of(c) == name }.map { |c| hex(c.address) }.sort)
+  end
+end
+
+# The panel's and --explain's bin of a free chunk: for a tcache chunk the thread whose tcache holds it,
+# for a fastbin, small or large bin chunk glibc's bin index and the sizes that bin holds. A child
+# process starts native threads (spec/fixtures/ext/heap_threads.c), each mallocs blocks of random
+# sizes and frees some of its own, then the child dumps itself. Each thread has an arena of its own
+# and nothing runs on it after the frees, so a freed block found in a tcache is in the tcache of the
+# thread that freed it: the oracle is that thread's tid. The bins' oracle is glibc 2.36's malloc.c,
+# written out below.
+RSpec.describe "the report's explorer: bins and tcache threads in a browser" do
+  before(:context) do
+    raise "chromium and chromedriver are missing: bin/setup installs them" unless Browser.available?
+
+    @dir = Dir.mktmpdir("ptmd-browser-bins")
+    fixture = build_fixture("heap_threads", extra_flags: ["-lpthread"])
+    @dump_path = File.join(@dir, "bins.dump")
+    freed_path = File.join(@dir, "freed.json")
+    _o, err, status = run_ruby(<<~RUBY)
+      require "fiddle"
+      require "json"
+      lib = Fiddle.dlopen(#{fixture.dump})
+      f = ->(name, args, ret) { Fiddle::Function.new(lib[name], args, ret) }
+      start = f.call("hw_start", [Fiddle::TYPE_INT], Fiddle::TYPE_INT)
+      malloc = f.call("hw_malloc", [Fiddle::TYPE_INT, Fiddle::TYPE_VOIDP, Fiddle::TYPE_VOIDP, Fiddle::TYPE_SIZE_T], Fiddle::TYPE_VOID)
+      plan = f.call("hw_free_plan", [Fiddle::TYPE_VOIDP, Fiddle::TYPE_VOIDP, Fiddle::TYPE_SIZE_T], Fiddle::TYPE_VOID)
+      rng = Random.new(1436)
+      tids = Array.new(3) { |i| start.call(i) }
+      blocks = []
+      late = []
+      free = lambda do |list|
+        threads = list.map(&:first).pack("l*")
+        addrs = list.map(&:last).pack("Q*")
+        plan.call(Fiddle::Pointer[threads], Fiddle::Pointer[addrs], list.size)
+      end
+      tids.each_index do |i|
+        # tcache sizes, larger ones for the small and large bins, and a run of one size to free last
+        sizes = Array.new(150) { rng.rand < 0.6 ? rng.rand(16..1000) : rng.rand(1000..40_000) } + [56] * 12
+        out = "\\0".b * (8 * sizes.size)
+        packed = sizes.pack("Q*")
+        malloc.call(i, Fiddle::Pointer[out], Fiddle::Pointer[packed], sizes.size)
+        got = out.unpack("Q*").map { |a| [i, a] }
+        blocks.concat(got.first(150))
+        late.concat(got.last(12))
+      end
+      to_free = blocks.shuffle(random: rng).first(blocks.size * 6 / 10)
+      free.call(to_free)
+      # a malloc no free chunk fits: each thread's arena sorts its unsorted chunks into their bins (and
+      # consolidates its fastbins)
+      big = [100_000].pack("Q")
+      tids.each_index { |i| malloc.call(i, Fiddle::Pointer["\\0".b * 8], Fiddle::Pointer[big], 1) }
+      # then the run: 7 fill the thread's tcache bin for 64-byte chunks, the rest go to a fastbin
+      free.call(late)
+      File.write(#{freed_path.dump}, JSON.generate(tids: tids, freed: (to_free + late).map { |i, a| [a, tids[i]] }))
+      PtmallocDump.dump(#{@dump_path.dump})
+    RUBY
+    raise "the dump failed: #{err}" unless status.success?
+
+    @freed = JSON.parse(File.read(freed_path))
+    @dump = PtmallocDump.load(@dump_path)
+    @browser = Browser.explorer(@dir, @dump_path)
+  end
+
+  after(:context) do
+    @browser&.close
+    FileUtils.rm_rf(@dir) if @dir
+  end
+
+  attr_reader :browser, :dump
+  include ExplorerPointer
+
+  # glibc 2.36 malloc.c, x86-64: smallbin_index, largebin_index_64, bin_index, fastbin_index
+  def smallbin_index(sz)
+    sz >> 4
+  end
+
+  def largebin_index(sz)
+    if (sz >> 6) <= 48 then 48 + (sz >> 6)
+    elsif (sz >> 9) <= 20 then 91 + (sz >> 9)
+    elsif (sz >> 12) <= 10 then 110 + (sz >> 12)
+    elsif (sz >> 15) <= 4 then 119 + (sz >> 15)
+    elsif (sz >> 18) <= 2 then 124 + (sz >> 18)
+    else 126
+    end
+  end
+
+  def bin_index(sz)
+    sz < 1024 ? smallbin_index(sz) : largebin_index(sz)
+  end
+
+  # every chunk size (a multiple of 16) whose bin_index is b, counted one by one; the last bin has no end
+  def bin_sizes(b)
+    @bin_sizes ||= {}
+    @bin_sizes[b] ||= begin
+      sizes = (32..(1 << 20)).step(16).select { |s| bin_index(s) == b }
+      b == 126 ? "#{sizes.first} B and up" : sizes.first == sizes.last ? "#{sizes.first} B" : "#{sizes.first}..#{sizes.last} B"
+    end
+  end
+
+  def expected_bin(chunk)
+    case chunk.state
+    when :fastbin then "fastbin #{(chunk.size >> 4) - 2} (#{chunk.size} B)"
+    when :unsorted then "unsorted"
+    else "#{chunk.state} #{bin_index(chunk.size)} (#{bin_sizes(bin_index(chunk.size))})"
+    end
+  end
+
+  def explain(chunk)
+    out = StringIO.new
+    expect(PtmallocDump::CLI.new(["--explain", hex(chunk.user_address), "--json", @dump_path], out: out).run).to eq(0)
+    JSON.parse(out.string)
+  end
+
+  it "names the thread that freed a block into its tcache, in the panel, --explain and Dump#bin_of" do
+    in_tcache = @freed["freed"].filter_map do |address, tid|
+      chunk = dump.chunk_at(address - 16)
+      [chunk, tid] if chunk&.state == :tcache
+    end
+    puts "    #{in_tcache.size} of #{@freed['freed'].size} freed blocks in a tcache, of threads #{in_tcache.map(&:last).tally}"
+    expect(in_tcache.map(&:last).uniq.sort).to eq(@freed["tids"].sort)
+    expect(in_tcache.size).to be >= 60
+    in_tcache.each do |chunk, tid|
+      bin = dump.bin_of(chunk)
+      expect([bin.kind, bin.tid, bin.index]).to eq([:tcache, tid, (chunk.size - 32) / 16])
+      expect(bin.thread.tcache).to be > 0
+    end
+
+    in_tcache.sample(16, random: Random.new(14)).each do |chunk, tid|
+      expected = "tcache of thread #{tid} (bin #{(chunk.size - 32) / 16}, #{chunk.size} B)"
+      shown = hover(chunk)
+      expect(shown["address"]).to eq(hex(chunk.address))
+      expect(shown["state"]).to eq("tcache")
+      expect(shown["bin"]).to eq(expected)
+      e = explain(chunk)
+      expect(e.dig("chunk", "bin")).to eq(expected)
+      expect(e.dig("chunk", "tcache_tid")).to eq(tid)
+      expect(e.dig("chunk", "bin_info")).to include("kind" => "tcache", "index" => (chunk.size - 32) / 16, "tid" => tid)
+    end
+    chunk, tid = in_tcache.first
+    out, err, status = Open3.capture3(RbConfig.ruby, "-I", SpecHelpers::LIB, SpecHelpers::VISUALIZE, "--explain", hex(chunk.user_address), @dump_path)
+    expect(status).to be_success, err
+    expect(out).to include("bin            tcache of thread #{tid} (bin #{(chunk.size - 32) / 16}, #{chunk.size} B)")
+  end
+
+  it "shows a binned chunk's bin index and the sizes its bin holds, by glibc's formulas" do
+    binned = dump.each_chunk.select { |c| %i[fastbin unsorted smallbin largebin].include?(c.state) }
+    by_state = binned.group_by(&:state)
+    puts "    #{by_state.transform_values(&:size)}"
+    # glibc 2.43 has no fastbins
+    kinds = LibcFacts.glibc_version >= Gem::Version.new("2.43") ? %i[smallbin largebin] : %i[fastbin smallbin largebin]
+    expect(by_state.keys).to include(*kinds)
+    binned.each { |c| expect(dump.bin_of(c).to_s).to eq(expected_bin(c)) }
+    by_state.each_value do |chunks|
+      chunks.sample(6, random: Random.new(36)).each do |chunk|
+        expected = expected_bin(chunk)
+        shown = hover(chunk)
+        expect(shown["address"]).to eq(hex(chunk.address))
+        expect(shown["state"]).to eq(chunk.state.to_s)
+        expect(shown["bin"]).to eq(expected)
+        expect(explain(chunk).dig("chunk", "bin")).to eq(expected)
+      end
+    end
+    large = by_state[:largebin].first
+    out, err, status = Open3.capture3(RbConfig.ruby, "-I", SpecHelpers::LIB, SpecHelpers::VISUALIZE, "--explain", hex(large.user_address), @dump_path)
+    expect(status).to be_success, err
+    expect(out).to include("bin            #{expected_bin(large)}")
   end
 end

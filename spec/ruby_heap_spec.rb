@@ -149,6 +149,84 @@ RSpec.describe "correlating the malloc heap with Ruby's ObjectSpace" do
     expect(GC.enable).to be(true) # still disabled as before the dump
   end
 
+  it "adds up by_class entries of one name: Class holds what every class object owns" do
+    dump = settled_dump
+    by_owner = Hash.new(0)
+    owners_named = Hash.new { |h, k| h[k] = {} }
+    dump.each_chunk do |c|
+      next unless %i[in_use mmapped].include?(c.state)
+
+      owner = dump.ruby.owner_of(c)
+      next unless owner && %w[Class Module].include?(owner.class_name)
+
+      by_owner[owner.class_name] += c.size
+      owners_named[owner.class_name][owner.address] = true
+    end
+    by_class = dump.summary[:ruby][:by_class]
+    expect(owners_named["Class"].size).to be > 100 # many class objects, each of its own metaclass
+    expect(by_class["Class"][:bytes]).to eq(by_owner["Class"])
+    expect(by_class["Module"][:bytes]).to eq(by_owner["Module"])
+  end
+
+  it "names an anonymous class as Ruby inspects it" do
+    anon = Class.new
+    objects = Array.new(50) { anon.new.tap { |o| o.instance_variable_set(:@a, "x" * 200) } }
+    (1..10).each { |i| objects.each { |o| o.instance_variable_set(:"@v#{i}", i) } } # ivars past the slot
+    dump = settled_dump
+    name = dump.ruby.object_at(address_of(objects.first)).class_name
+    expect(name).to eq(anon.inspect)
+    expect(dump.summary[:ruby][:by_class][name][:chunks]).to be >= 50
+  end
+
+  # Ruby's own oracle for the age: ObjectSpace.dump prints "old":true for an old object
+  def old_per_objectspace?(obj)
+    ObjectSpace.dump(obj).include?('"old":true')
+  end
+
+  it "records each object's GC age as ObjectSpace.dump does, and GC.stat's counts" do
+    GC.start
+    survivors = Array.new(200) { |i| "survivor-#{i}-" * 10 }
+    4.times { GC.start } # promoted: old
+    GC.disable
+    fresh = Array.new(200) { |i| "fresh-#{i}-" * 10 }
+    dump = dump_and_load
+    checked = (survivors.first(20) + fresh.first(20)).map do |s|
+      [dump.ruby.object_at(address_of(s)).old, old_per_objectspace?(s)]
+    end
+    stat = GC.stat
+    GC.enable
+    expect(checked.map(&:last).count(true)).to eq(20)
+    expect(checked.map(&:first)).to eq(checked.map(&:last))
+    gc = dump.header[:gc]
+    %i[count major_gc_count minor_gc_count].each { |k| expect(gc[k]).to eq(stat[k]) }
+    expect(gc[:full_gc]).to be(false)
+    expect(dump.summary[:ruby][:old_objects]).to be_within(stat[:old_objects] / 20).of(stat[:old_objects])
+  end
+
+  it "shows strings built and dropped since the latest GC as young, and gone with gc: true" do
+    GC.start
+    GC.disable # nothing sweeps them before the dump
+    addresses = []
+    2_000.times do |i|
+      s = "dropped-#{i}-" * 40 # 400+ bytes: a malloc'd buffer
+      addresses << address_of(s) if (i % 100).zero?
+    end
+    # both dumps before either is loaded: loading makes young objects of its own
+    PtmallocDump.dump(File.join(tmpdir, "young.dump"))
+    PtmallocDump.dump(File.join(tmpdir, "swept.dump"), gc: true)
+    GC.enable
+    dump = PtmallocDump.load(File.join(tmpdir, "young.dump"))
+    swept = PtmallocDump.load(File.join(tmpdir, "swept.dump"))
+    objects = addresses.map { |a| dump.ruby.object_at(a) }
+    expect(objects.map(&:type).uniq).to eq([:T_STRING])
+    expect(objects.map(&:old).uniq).to eq([false])
+    expect(dump.summary[:ruby][:young_bytes]).to be >= 2_000 * 400
+    expect(addresses.map { |a| swept.ruby.object_at(a) }.compact).to eq([])
+    expect(swept.header[:gc][:full_gc]).to be(true)
+    expect(swept.header[:gc][:last_gc_major]).to be(true)
+    expect(swept.summary[:ruby][:young_objects]).to be <= dump.summary[:ruby][:young_objects] - 2_000
+  end
+
   it "can leave Ruby out" do
     dump = dump_and_load(ruby: false)
     expect(dump.ruby).to be_nil

@@ -9,10 +9,25 @@ module PtmallocDump
     include FormatHelpers
 
     MIB = 1024 * 1024
+    # The arenas MALLOC_ARENA_MAX is advised to.
+    ARENA_MAX = 2
+    # Each range's margins around its estimate, from spec/advice_calibration_spec.rb's runs (README
+    # gives the measured ratios).
+    ARENA_RANGE = (0.8..1.2)
+    TRIM_RANGE = (0.8..1.2)
+    TRIM_THRESHOLD_RANGE = (0.9..1.1)
+    # glibc's DEFAULT_TRIM_THRESHOLD and DEFAULT_MMAP_THRESHOLD (malloc/malloc.c), the least
+    # MALLOC_TRIM_THRESHOLD_ advised.
+    DEFAULT_TRIM_THRESHOLD = 128 * 1024
+    # malloc.c's MINSIZE on 64-bit
+    MINSIZE = 32
 
     # One piece of advice: `figure` is the number behind it (bytes unless `unit` says otherwise),
-    # `gain` what acting on it could give back (bytes), `text` the sentence with both in it.
-    Line = Struct.new(:topic, :figure, :unit, :gain, :text) do
+    # `gain` what acting on it could give back (bytes), `text` the sentence with both in it; `low` and
+    # `high` the range the gain is expected in, where it was checked against a real run
+    # (spec/advice_calibration_spec.rb), else nil; `env` the environment variables the line advises
+    # setting (name => value, Strings) where it names a value, else nil.
+    Line = Struct.new(:topic, :figure, :unit, :gain, :text, :low, :high, :env) do
       def to_s
         text
       end
@@ -26,7 +41,7 @@ module PtmallocDump
 
     # @return [Array<Line>]
     def lines
-      @lines ||= [trim, arenas, pinned, small_free, mmap_threshold, tcache].compact
+      @lines ||= [trim, trim_threshold, arenas, pinned, small_free, mmap_threshold, tcache].compact
     end
 
     private
@@ -41,20 +56,127 @@ module PtmallocDump
 
       measured = @dump.trim_released&.sum
       checked = measured ? "; malloc_trim(0) run after the dump released #{b(measured)}" : ""
+      low = (est * TRIM_RANGE.first).floor
+      high = (est * TRIM_RANGE.last).ceil
       Line.new(:malloc_trim, est, :bytes, est,
                "malloc_trim(0) would return #{b(est)} of resident memory now (whole pages inside free chunks and the " \
-               "main arena's top): call it periodically, for example after a major GC, to gain about #{human_bytes(est)}#{checked}.")
+               "main arena's top): call it periodically, for example after a major GC, to gain about #{human_bytes(est)} " \
+               "(#{human_bytes(low)} to #{human_bytes(high)} of RSS)#{checked}.", low, high)
     end
 
+    # MALLOC_ARENA_MAX=ARENA_MAX leaves ARENA_MAX arenas for every thread, the main one included: the
+    # threads of the extra arenas then reuse each other's free memory, but each remaining arena still
+    # keeps about as much free memory as one of today's extra arenas. So the gain is the extra arenas'
+    # free resident memory less ARENA_MAX arenas' worth of it: less than all of it (the upper bound,
+    # what the advice once promised), between the worth of the fullest and of the emptiest arena.
     def arenas
       others = @s[:arenas].reject { |a| a[:main] }
       held = others.sum { |a| a[:free_resident_bytes] }
-      return nil if others.size < 2 || held < 4 * MIB
+      return nil if others.size < ARENA_MAX || held < 4 * MIB
 
-      Line.new(:arena_max, held, :bytes, held,
+      free = others.map { |a| a[:free_resident_bytes] }
+      est = [held - ARENA_MAX * held / others.size, 0].max
+      low = ([held - ARENA_MAX * free.max, 0].max * ARENA_RANGE.first).floor
+      high = [(held - ARENA_MAX * free.min) * ARENA_RANGE.last, held].min.ceil
+      return nil if high < 4 * MIB
+
+      Line.new(:arena_max, held, :bytes, est,
                "#{others.size + 1} arenas; the #{others.size} besides the main arena hold #{b(held)} free but resident: " \
-               "MALLOC_ARENA_MAX=2 makes threads share arenas so their free memory is reused, expected gain up to " \
-               "#{human_bytes(held)}.")
+               "MALLOC_ARENA_MAX=#{ARENA_MAX} makes threads share #{ARENA_MAX} arenas so they reuse each other's free memory; " \
+               "each arena left keeps some, so expect about #{human_bytes(est)} less heap and RSS " \
+               "(#{human_bytes(low)} to #{human_bytes(high)}; all #{human_bytes(held)} only if every thread's free memory were reused).",
+               low, high, { "MALLOC_ARENA_MAX" => ARENA_MAX.to_s })
+    end
+
+    # free() gives back an arena's top only when the chunk it frees, once merged, is at least
+    # FASTBIN_CONSOLIDATION_THRESHOLD (64 KiB; a chunk that joins top counts top in) and top is then at
+    # least mp_.trim_threshold: systrim (main arena, by moving the break) or heap_trim (a thread arena's
+    # newest heap) then release all of top but top_pad + MINSIZE, rounded down to pages (glibc 2.36
+    # malloc/malloc.c _int_free and systrim, malloc/arena.c heap_trim). Freeing an mmapped chunk of up
+    # to DEFAULT_MMAP_THRESHOLD_MAX (32 MiB) above the mmap threshold raises that to its size and the
+    # trim threshold to twice it (__libc_free), so up to 64 MiB of top can stay resident.
+    # MALLOC_TRIM_THRESHOLD_ fixes the threshold and, as any of the thresholds set (do_set_*), stops
+    # both raises. The gain is each held top's resident pages above what trimming keeps, less the top
+    # left after the last trim: below the advised value, so between all of it and that much less.
+    def trim_threshold
+      threshold = @dump.header[:trim_threshold]
+      held = held_tops(threshold)
+      big = held.select { |t| t[:resident] >= MIB }
+      return nil if big.empty?
+
+      advised = [DEFAULT_TRIM_THRESHOLD, 1 << Math.log2(big.map { |t| t[:size] }.min / 4).floor].max
+      held = held.select { |t| t[:size] >= advised }
+      releasable = held.sum { |t| t[:resident] }
+      est = held.sum { |t| [t[:resident] - advised / 2, 0].max }
+      return nil if est < MIB || est * 100 < @s[:resident_bytes]
+
+      low = (held.sum { |t| [t[:resident] - advised, 0].max } * TRIM_THRESHOLD_RANGE.first).floor
+      high = (releasable * TRIM_THRESHOLD_RANGE.last).ceil
+      Line.new(:trim_threshold, releasable, :bytes, est,
+               "#{held.size == 1 ? "An arena's top chunk holds" : "#{held.size} arenas' top chunks hold"} " \
+               "#{b(releasable)} resident that free() keeps because #{held.size == 1 ? 'it is' : 'each is'} below the trim " \
+               "threshold (#{human_bytes(threshold)}#{grown_note(threshold)}): MALLOC_TRIM_THRESHOLD_=#{advised} makes free() " \
+               "give back any top it leaves at #{human_bytes(advised)} or more#{thread_note(held)}, so expect about " \
+               "#{human_bytes(est)} less heap and RSS (#{human_bytes(low)} to #{human_bytes(high)}), at the cost of a system " \
+               "call and fresh page faults when top grows again.#{mmap_note}#{bins_note(releasable)}",
+               low, high, { "MALLOC_TRIM_THRESHOLD_" => advised.to_s })
+    end
+
+    # The tops free() would trim under a lower threshold: below the current one (else the next free of
+    # 64 KiB or more trims it anyway), in a heap free() can shrink, with their releasable resident bytes.
+    def held_tops(threshold)
+      ps = @dump.header[:page_size]
+      pad = @dump.header[:top_pad]
+      @dump.arenas.filter_map do |a|
+        next if a.top_size >= threshold || a.top_size - MINSIZE - 1 <= pad
+
+        heap = a.heaps.find { |h| h.range.cover?(a.top) }
+        # systrim only moves the break: a main arena that went on in mmapped regions is not trimmed
+        next unless heap && (a.main? ? heap.kind == :sbrk : heap.kind == :mmap_heap)
+
+        # in pages; systrim rounds to mp_.thp_pagesize instead with glibc.malloc.hugetlb=1 (2.35+), which
+        # the dump does not record
+        extra = (a.top_size - MINSIZE - 1 - pad) / ps * ps
+        next if extra.zero?
+
+        top_end = a.top + a.top_size
+        { size: a.top_size, resident: present_bytes(heap, top_end - extra, top_end), main: a.main? }
+      end
+    end
+
+    def present_bytes(heap, lo, hi)
+      pages = @dump.pages[heap.index]
+      ps = pages.page_size
+      first = [(lo - pages.page_base) / ps, 0].max
+      last = [(hi - pages.page_base) / ps, pages.size].min
+      (first...last).count { |i| pages.flags.getbyte(i).anybits?(PageMap::PRESENT) } * ps
+    end
+
+    def grown_note(threshold)
+      mmap = @dump.header[:mmap_threshold]
+      return "" unless threshold == 2 * mmap && mmap > DEFAULT_TRIM_THRESHOLD
+
+      ", grown from 128 KiB to twice the #{human_bytes(mmap)} mmapped block whose free raised it"
+    end
+
+    def mmap_note
+      mmap = @dump.header[:mmap_threshold]
+      return " Setting it also stops the mmap threshold's growth (#{human_bytes(mmap)} now)." if mmap <= DEFAULT_TRIM_THRESHOLD
+
+      " Setting it also stops the mmap threshold's growth: blocks over 128 KiB are then mmapped, where today's " \
+        "threshold (#{human_bytes(mmap)}) puts those below it in the heap; MALLOC_MMAP_THRESHOLD_=#{mmap} keeps that."
+    end
+
+    def thread_note(held)
+      held.all? { |t| t[:main] } ? "" : " (malloc_trim(0) never releases a thread arena's top)"
+    end
+
+    def bins_note(tops)
+      in_bins = @s[:free_resident_bytes] - tops
+      return "" if in_bins < MIB
+
+      " It does not reach the other #{human_bytes(in_bins)} free but resident (in bins, tcaches and what top keeps): " \
+        "malloc_trim(0) is the one for that."
     end
 
     def pinned
@@ -86,7 +208,8 @@ module PtmallocDump
       Line.new(:mmap_threshold, near.size, :chunks, bytes,
                "#{near.size} mmapped chunks (#{b(bytes)}) are within twice the mmap threshold (#{human_bytes(threshold)}): " \
                "each malloc and free of them is an mmap and munmap. MALLOC_MMAP_THRESHOLD_=#{2 * threshold} keeps them " \
-               "in the heap, saving those system calls for up to #{human_bytes(bytes)} more heap.")
+               "in the heap, saving those system calls for up to #{human_bytes(bytes)} more heap.", nil, nil,
+               { "MALLOC_MMAP_THRESHOLD_" => (2 * threshold).to_s })
     end
 
     def tcache

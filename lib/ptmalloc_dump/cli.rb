@@ -9,7 +9,8 @@ module PtmallocDump
             "       ptmalloc-visualize --summary|--json DUMP\n" \
             "       ptmalloc-visualize --explain ADDR [--json] DUMP\n" \
             "       ptmalloc-visualize --diff OLD NEW OUTDIR\n" \
-            "       ptmalloc-visualize --compare DUMP... OUTDIR"
+            "       ptmalloc-visualize --compare DUMP... OUTDIR\n" \
+            "       ptmalloc-visualize --timeline FILE... OUTDIR"
 
     def initialize(argv, out: $stdout, err: $stderr)
       @argv = argv.dup
@@ -28,6 +29,7 @@ module PtmallocDump
       when :explain then explain
       when :diff then diff
       when :compare then compare
+      when :timeline then timeline
       else render
       end
     rescue OptionParser::ParseError, UsageError => e
@@ -58,6 +60,7 @@ module PtmallocDump
         end
         o.on("--diff", "Compare two dumps of one process: OLD NEW OUTDIR") { @options[:mode] = :diff }
         o.on("--compare", "Compare dumps of several workers: DUMP... OUTDIR") { @options[:mode] = :compare }
+        o.on("--timeline", "Chart readings over time (PtmallocDump.sample's files, and dumps): FILE... OUTDIR") { @options[:mode] = :timeline }
         o.on("-f", "--force", "Write into OUTDIR even if it is not empty; --diff dumps of different processes") { @options[:force] = true }
         o.on("-v", "--version", "Print the version") do
           @out.puts "ptmalloc-visualize #{VERSION}"
@@ -134,6 +137,18 @@ module PtmallocDump
         @out.puts "  pid #{dump.header[:pid]}: #{top.empty? ? 'no Ruby data' : top}#{o[:native] ? ", native #{o[:native]} B" : ''}" \
                   "#{o[:leaked] ? ", leaked #{o[:leaked]} B" : ''}"
       end
+      @out.puts "wrote #{File.join(outdir, 'index.html')}"
+      0
+    end
+
+    def timeline
+      raise UsageError, "--timeline expects FILE... OUTDIR" if @argv.size < 2
+
+      outdir = @argv.pop
+      t = Timeline.new(@argv)
+      prepare_outdir(outdir)
+      TimelineReport.new(t, outdir).write
+      t.verdicts.each { |v| @out.puts v }
       @out.puts "wrote #{File.join(outdir, 'index.html')}"
       0
     end

@@ -72,10 +72,13 @@ module PtmallocDump
 
     DIFF_PAGE_STATES = Format::PAGE_CHANGES
 
-    # Growth by owner (with Ruby data in both dumps): :by_type, :by_class, :by_data_type (largest
-    # growth first) and :native. When both dumps have roots ({Dump#owners}), also :ruby, :anchored
-    # and :leaked ({ bytes:, count: } growth each), :anchored_by (bytes per root name, largest growth
-    # first) and :leaked_by_size ({ size:, count:, bytes: } growth per chunk size, largest first).
+    # Growth by owner (with Ruby data in both dumps): :by_type, :by_class, :by_data_type, :by_module
+    # (code memory by defining module, see {RubyHeap#code_owners}; largest growth first) and :native;
+    # :old and :young split the Ruby-owned growth by the owners' GC age (growth of old objects is what
+    # a leak looks like; young ones may be garbage not yet collected). When both dumps have roots
+    # ({Dump#owners}), also :ruby, :anchored and :leaked ({ bytes:, count: } growth each), :anchored_by
+    # (bytes per root name, largest growth first) and :leaked_by_size ({ size:, count:, bytes: } growth
+    # per chunk size, largest first).
     # @return [Hash, nil]
     def owners
       return nil unless @old.ruby && @new.ruby
@@ -87,7 +90,8 @@ module PtmallocDump
                                    .sort_by { |_, v| -v }.to_h
       end
       { by_type: grow.call(:by_type), by_class: grow.call(:by_class), by_data_type: grow.call(:by_data_type),
-        native: b[:unattributed_bytes] - a[:unattributed_bytes], **owner_kind_growth }
+        by_module: module_growth, native: b[:unattributed_bytes] - a[:unattributed_bytes],
+        old: b[:old_bytes] - a[:old_bytes], young: b[:young_bytes] - a[:young_bytes], **owner_kind_growth }
     end
 
     # @return [Array(Symbol, String, Integer), nil] the owner that grew most: [:type or :class or
@@ -124,6 +128,13 @@ module PtmallocDump
         n = new.fetch(size, { count: 0, bytes: 0 })
         { size: size, count: n[:count] - o[:count], bytes: n[:bytes] - o[:bytes] }
       end.sort_by { |e| -e[:bytes] }
+    end
+
+    # Over every module of both dumps (the summaries list only the largest).
+    def module_growth
+      a = @old.ruby.code_owners&.fetch(:by_module) || {}
+      b = @new.ruby.code_owners&.fetch(:by_module) || {}
+      (a.keys | b.keys).to_h { |k| [k, b.dig(k, :bytes).to_i - a.dig(k, :bytes).to_i] }.sort_by { |_, v| -v }.to_h
     end
 
     def compute_pages

@@ -38,7 +38,11 @@ module PtmallocDump
     #   :mallinfo2 (Hash keyed by glibc's field names; before glibc 2.33 mallinfo()'s, whose int fields
     #   keep only the low 32 bits: then :mallinfo_32bit is true), :malloc_info (the XML String),
     #   :ruby_layer (:recorded, :off for +ruby: false+, :skipped where this Ruby did not allow the Ruby
-    #   pass) and :ruby_layer_reason (why it was skipped, or the caveat it was recorded with; nil)
+    #   pass) and :ruby_layer_reason (why it was skipped, or the caveat it was recorded with; nil),
+    #   :gc (GC.stat's counts at the Ruby pass: :count, :major_gc_count, :minor_gc_count,
+    #   :total_allocated_objects, :total_freed_objects, :old_objects, :time_ms ..., and :full_gc (the
+    #   dump ran a full GC first, +gc: true+), :last_gc_major (the latest GC was a major one),
+    #   :sweep_pending (a lazy sweep was left when the pass began); nil without Ruby data)
     def header
       @header ||= begin
         m = _meta
@@ -64,7 +68,8 @@ module PtmallocDump
           mallinfo_32bit: flag?(m, :mallinfo32),
           mremap_overcounts: flag?(m, :mremap_overcount),
           mallinfo2: _mallinfo2,
-          malloc_info: malloc_info
+          malloc_info: malloc_info,
+          gc: _gc&.freeze
         ).freeze
       end
     end
@@ -138,6 +143,25 @@ module PtmallocDump
       @threads ||= _thread_records.map { |t| ThreadInfo.new(*t.values_at(*ThreadInfo.members)) }
     end
 
+    # Where glibc keeps a free chunk: for a tcache chunk, the thread whose tcache lists it (the dump
+    # records each tcache list's chunks), its tcache bin and place in the list; for a fastbin, small or
+    # large bin chunk, the bin its size belongs to (a chunk found on another bin is named by a
+    # `wrong_bin` anomaly) and the sizes that bin holds.
+    #
+    # @param chunk [Chunk] a chunk of this dump
+    # @return [Bin, nil] nil for a chunk in use, top, mmapped or metadata
+    def bin_of(chunk)
+      size = chunk.size
+      case chunk.state
+      when :tcache then tcache_bin(chunk)
+      when :fastbin then Bin.new(:fastbin, (size >> 4) - 2, size, size)
+      when :unsorted then Bin.new(:unsorted, 1)
+      when :smallbin, :largebin
+        index = Bin.index_for(size)
+        Bin.new(chunk.state, index, *Bin.size_range(index))
+      end
+    end
+
     # @return [Array<Anomaly>] what the walk found broken, if anything
     def anomalies
       @anomalies ||= _anomaly_records.map { |a| Anomaly.new(*a.values_at(*Anomaly.members)) }
@@ -149,17 +173,50 @@ module PtmallocDump
     # :absent_bytes, :free_resident_bytes (free but still resident: the bloat), :largest_free,
     # per-state figures under :states and the same per arena under :arenas.
     #
-    # With Ruby data, :ruby holds {RubyHeap#summary}. :owners (see {#owners}) says who keeps the
-    # allocated chunks alive; nil for dumps taken with `references: false` or by older versions.
+    # With Ruby data, :ruby holds {RubyHeap#summary}. :rss holds {#rss}. :owners (see {#owners}) says who
+    # keeps the allocated chunks alive; nil for dumps taken with `references: false` or by older versions.
     #
     # @return [Hash{Symbol=>Object}]
     def summary
       @summary ||= begin
         s = _summary
         s[:ruby] = ruby.summary if ruby
+        s[:rss] = rss
         s[:owners] = owners
         s.freeze
       end
+    end
+
+    # The process's whole RSS at the capture, every resident byte in one part: :malloc_in_use,
+    # :malloc_free_resident, :malloc_metadata (heap_info, arenas, tcache structs, fenceposts),
+    # :mmapped_chunks, :ruby_pages (Ruby's object pages outside malloc), :stacks (thread and fiber
+    # stacks), :file_backed, :other_anonymous; :total (their sum), :vm_rss (the kernel's VmRSS read
+    # with the mappings) and :files ([{ path:, bytes: }], file-backed bytes by path, largest first).
+    #
+    # @return [Hash{Symbol=>Object}, nil] nil for a dump without mappings (written before they were
+    #   recorded)
+    def rss
+      return @rss if defined?(@rss)
+
+      @rss = _rss&.then do |r|
+        r.merge(files: r[:files].sort_by { |f| [-f[:bytes], f[:path]] }.map(&:freeze).freeze).freeze
+      end
+    end
+
+    # The mappings recorded with the dump (/proc/PID/smaps at the capture; a fork snapshot's are its
+    # parent's, read by the snapshot as its first act).
+    #
+    # @return [Array<Hash>, nil] :start, :end, :rss, :private, :shared, :swap, :anonymous, :offset,
+    #   :inode, :prot, :kind (:anonymous, :brk, :stack, :file, :special) and :path; nil without them
+    def mappings
+      @mappings ||= _mappings&.map(&:freeze)&.freeze
+    end
+
+    # @return [Hash, nil] :vm_rss, :rss_anon, :rss_file, :rss_shmem (/proc/PID/status, read right after
+    #   smaps, which is read again while they change across it), :read_ns (reading both) and
+    #   :from_parent (a fork snapshot's: its parent's)
+    def mappings_info
+      @mappings_info ||= _mappings_head&.freeze
     end
 
     # Allocated chunks by what keeps them alive, found conservatively (any aligned word equal to a
@@ -283,6 +340,20 @@ module PtmallocDump
 
     def heap_records
       @heap_records ||= _heap_records
+    end
+
+    # A tcache chunk's Bin: the thread and tcache bin the file records (TCACHE_ENTRIES), or, for a file
+    # without them, the bin of a small tcache size (tidx2usize: 16 bytes apart from 32).
+    def tcache_bin(chunk)
+      size = chunk.size
+      thread_index, index, position = _tcache_entry(chunk.address)
+      if thread_index
+        small = size == 32 + 16 * index
+        Bin.new(:tcache, index, small ? size : nil, small ? size : nil, threads[thread_index], position)
+      else
+        index = size <= 1040 ? (size - 32) / 16 : nil
+        Bin.new(:tcache, index, index && size, index && size)
+      end
     end
   end
 end

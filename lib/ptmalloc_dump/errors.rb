@@ -22,6 +22,11 @@ module PtmallocDump
   # A dump file is empty, truncated, corrupt, foreign or of a newer format.
   class FormatError < Error; end
 
+  # The directory given to {PtmallocDump.install_signal_handler} cannot take dumps: missing, not a
+  # directory, not writable, or a symbolic link (whose target could change under the worker). Raised
+  # when the handler is installed, not when the signal arrives.
+  class DumpDirectoryError < Error; end
+
   # A dump is already running in this process (for example a signal arrived during another dump).
   class BusyError < Error; end
 

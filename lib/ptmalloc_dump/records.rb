@@ -161,6 +161,84 @@ module PtmallocDump
   ThreadInfo = Struct.new(:tid, :pthread, :tcache, :arena, :tcache_count, :tcache_bytes, :current, :found_by,
                           :exiting)
 
+  # Where glibc keeps a free chunk ({Dump#bin_of}): a thread's tcache, a fastbin, the unsorted bin, a
+  # small bin or a large bin, with the sizes of chunks the bin holds.
+  #
+  # @!attribute [r] kind
+  #   @return [Symbol] :tcache, :fastbin, :unsorted, :smallbin or :largebin
+  # @!attribute [r] index
+  #   @return [Integer, nil] the bin's index as malloc.c numbers it: a tcache's tidx, fastbin_index,
+  #     or bin_at's index in the arena's bins (1 unsorted, 2..63 small, 64..126 large); nil for a
+  #     tcache chunk of a file that does not record its bin and cannot be told by its size
+  # @!attribute [r] min_size
+  #   @return [Integer, nil] the smallest chunk size the bin holds (nil for the unsorted bin, which
+  #     holds any)
+  # @!attribute [r] max_size
+  #   @return [Integer, nil] the largest (nil for the unsorted bin and the last large bin)
+  # @!attribute [r] thread
+  #   @return [ThreadInfo, nil] a tcache chunk's thread: the one whose tcache lists it (nil for other
+  #     bins, and for files written before the TCACHE_ENTRIES section)
+  # @!attribute [r] position
+  #   @return [Integer, nil] a tcache chunk's place in its list: 0 is the head, which that thread's
+  #     next malloc of the size takes
+  Bin = Struct.new(:kind, :index, :min_size, :max_size, :thread, :position) do
+    # glibc's bin_index (malloc.c: smallbin_index below MIN_LARGE_SIZE, else largebin_index_64) for a
+    # free chunk of this size.
+    #
+    # @param size [Integer] a chunk size
+    # @return [Integer]
+    def self.index_for(size)
+      return size >> 4 if size < 1024
+
+      if (size >> 6) <= 48 then 48 + (size >> 6)
+      elsif (size >> 9) <= 20 then 91 + (size >> 9)
+      elsif (size >> 12) <= 10 then 110 + (size >> 12)
+      elsif (size >> 15) <= 4 then 119 + (size >> 15)
+      elsif (size >> 18) <= 2 then 124 + (size >> 18)
+      else 126
+      end
+    end
+
+    # The chunk sizes bin `index` of an arena holds (2..126), by {.index_for}, which never decreases
+    # with the size.
+    #
+    # @param index [Integer]
+    # @return [Array(Integer, Integer), Array(Integer, nil)] the smallest and largest size (nil: no bound)
+    def self.size_range(index)
+      first = ->(i) { 16 * (1..(1 << 44)).bsearch { |k| index_for(16 * k) >= i } }
+      [first.call(index), index >= 126 ? nil : first.call(index + 1) - 16]
+    end
+
+    # @return [Integer, nil] the tcache's thread id (nil for other bins or when unknown)
+    def tid
+      thread&.tid&.nonzero?
+    end
+
+    # @return [String] e.g. "tcache of thread 12345 (bin 3, 80 B)", "smallbin 12 (192 B)",
+    #   "largebin 70 (1536..1599 B)", "fastbin 2 (64 B)", "unsorted"; the explorer's panel words it alike
+    def to_s
+      case kind
+      when :unsorted then "unsorted"
+      when :tcache
+        sizes = min_size ? ", #{sizes_text}" : ""
+        if thread.nil? then index ? "tcache bin #{index} (#{sizes_text})" : "tcache bin"
+        elsif tid then "tcache of thread #{tid} (bin #{index}#{sizes})"
+        else "tcache of an unlisted thread (bin #{index}#{sizes})"
+        end
+      else "#{kind} #{index} (#{sizes_text})"
+      end
+    end
+
+    private
+
+    def sizes_text
+      if max_size.nil? then "#{min_size} B and up"
+      elsif min_size == max_size then "#{min_size} B"
+      else "#{min_size}..#{max_size} B"
+      end
+    end
+  end
+
   # Something the walk found that a healthy heap would not have; the walk records it and carries on.
   Anomaly = Struct.new(:kind, :address, :detail, :arena) do
     def to_s

@@ -13,17 +13,91 @@ module PtmallocDump
       end
     end
 
-    # A live Ruby object. `address` is the same number as ObjectSpace.dump's "address".
-    RubyObject = Struct.new(:index, :address, :type, :class_name, :data_type, :imemo_type) do
+    # A live Ruby object. `address` is the same number as ObjectSpace.dump's "address"; `old` is its GC
+    # age (promoted: it survived enough marks), ObjectSpace.dump's "old".
+    RubyObject = Struct.new(:index, :address, :type, :class_name, :data_type, :imemo_type, :old) do
       def inspect
-        format("#<PtmallocDump::RubyObject 0x%x %s %s%s>", address, type, class_name,
-               data_type ? " (#{data_type})" : "")
+        format("#<PtmallocDump::RubyObject 0x%x %s %s%s%s>", address, type, class_name,
+               data_type ? " (#{data_type})" : "", old ? " old" : "")
+      end
+
+      # @return [Boolean] made since it was last promoted: possibly garbage awaiting the next GC
+      def young?
+        !old
       end
       alias_method :to_s, :inspect
     end
 
+    # How many modules and methods {#summary} lists (all of them are in {#code_owners}).
+    TOP_MODULES = 100
+    TOP_METHODS = 50
+
     def initialize(dump)
       @dump = dump
+    end
+
+    # Code memory by the class or module that defines it: the chunks owned (directly or, with
+    # references, through the pointer graph) by method entries, by method iseqs and the iseqs of
+    # their blocks, all charged to the module whose method table holds the method, and the chunks of
+    # each class's, module's and include class's own tables (method, constant and ivar tables, the
+    # class extension and its caches), charged to it (an include class to the module it includes).
+    #
+    # @return [Hash, nil] nil when the dump has no code records (see {#code_owners_reason});
+    #   else :by_module (`{ "Name" => { bytes:, chunks: } }`, largest first), :methods (`[{ module:,
+    #   method:, path:, line:, bytes: }]`, largest first: a method's entries and iseqs together),
+    #   :bytes and :chunks (all that is charged to a module); and the VM's own tables, part of
+    #   `RubyVM` in {#summary}'s :by_class, by name: :vm_tables (`{ "frozen string table" => { bytes:,
+    #   chunks: } }`: each table and what it alone reaches), :vm_table_bytes, :vm_table_chunks
+    def code_owners
+      return @code_owners if defined?(@code_owners)
+
+      @code_owners = _code_summary&.then do |by_module, records, bytes, chunks, tables, vm_bytes, vm_chunks|
+        { by_module: largest_first(by_module), methods: methods_of(records), bytes: bytes, chunks: chunks,
+          vm_tables: largest_first(tables), vm_table_bytes: vm_bytes, vm_table_chunks: vm_chunks }.freeze
+      end
+    end
+
+    # @return [String, nil] why the dump has no code records (the Ruby version's structures are not
+    #   known to the gem that wrote it), nil when it has them
+    def code_owners_reason
+      return nil if code_owners
+
+      @dump.header[:strings]["ruby_code_reason"].to_s.then { |r| r.empty? ? "the dump predates code owners" : r }
+    end
+
+    # What a code object (a method entry, an iseq, a class or module) is, by its address.
+    #
+    # @param object [RubyObject, Integer] an object or its address
+    # @return [Hash, nil] :kind (:method_entry, :iseq, :module), :module, :method, :path, :line
+    def code_of(object)
+      kind, mod, meth, path, line = _code_at(object.is_a?(Integer) ? object : object.address)
+      return nil unless kind
+
+      @code_names ||= _code_names
+      { kind: kind, module: mod && @code_names[mod], method: meth && @code_names[meth], path: path && @code_names[path],
+        line: line.zero? ? nil : line }
+    end
+
+    # The code a chunk is charged to in {#code_owners}: the method entry, iseq or class whose object owns
+    # it, or the VM table that reaches it.
+    #
+    # @param chunk [Chunk, Integer] a chunk or a chunk address
+    # @return [Hash, nil] as {#code_of} (:kind is :vm_table, :module the table's name, for a VM
+    #   table's chunk); nil for a chunk charged to no code, or a dump without code records
+    def code_charge_of(chunk)
+      @code_charges = _code_charges unless defined?(@code_charges)
+      return nil unless @code_charges
+
+      address = _code_charge(@code_charges, chunk.is_a?(Integer) ? chunk : chunk.address)
+      address && code_of(address)
+    end
+
+    # @param chunk [Chunk, Integer] a chunk or a chunk address
+    # @return [String, nil] the class or module a chunk's code memory is charged to (its
+    #   {#code_owners} :by_module key); nil for a VM table's chunk or one charged to no code
+    def module_of(chunk)
+      code = code_charge_of(chunk)
+      code && code[:kind] != :vm_table ? code[:module] : nil
     end
 
     # @return [Hash] GC.stat figures taken with the pass, and the pass's counts and timings
@@ -84,7 +158,14 @@ module PtmallocDump
     end
 
     # Malloc bytes owned by Ruby objects: by builtin type, class (top 50) and typed-data name, Ruby's
-    # page bytes, and in-use bytes no object owns (native).
+    # page bytes, and in-use bytes no object owns (native). Entries of one class name add up (every
+    # class object's class is a metaclass whose name is "Class"); an anonymous class is named as
+    # Ruby inspects it, "#<Class:0x...>". :old_bytes and :young_bytes split the owned bytes by the
+    # owner's GC age (:old_objects, :young_objects count the objects): young objects made since the
+    # latest GC may be garbage awaiting collection, unless the dump ran one (+gc: true+). Code memory
+    # by defining module (:by_module, top 100), its largest methods (:methods, top 50) and the VM's
+    # tables (:vm_tables) come from {#code_owners}, empty with :code_owners_reason saying why when the
+    # dump has none.
     #
     # @return [Hash{Symbol=>Object}]
     def summary
@@ -95,6 +176,10 @@ module PtmallocDump
           by_type: top.call(s[:by_type], 64),
           by_class: top.call(s[:by_class], 50),
           by_data_type: top.call(s[:by_data_type], 50),
+          by_module: code_owners ? code_owners[:by_module].first(TOP_MODULES).to_h : {},
+          methods: code_owners ? code_owners[:methods].first(TOP_METHODS) : [],
+          vm_tables: code_owners ? code_owners[:vm_tables] : {},
+          code_owners_reason: code_owners_reason,
           by_category: s[:by_category].to_h { |k, (bytes, chunks)| [k, { bytes: bytes, chunks: chunks }] },
           owned_bytes: s[:owned_bytes],
           unattributed_bytes: s[:unattributed_bytes],
@@ -103,6 +188,10 @@ module PtmallocDump
           ambiguous_chunks: s[:ambiguous_chunks],
           direct_chunks: s[:direct_chunks],
           chunks_via_references: s[:chunks_via_references],
+          old_bytes: s[:old_bytes],
+          young_bytes: s[:young_bytes],
+          old_objects: s[:old_objects],
+          young_objects: s[:young_objects],
           references: meta[:references],
           pages: meta[:page_count],
           objects: meta[:object_count]
@@ -116,9 +205,23 @@ module PtmallocDump
       @names ||= _names
     end
 
+    def largest_first(pairs)
+      pairs.sort_by { |_, (b, _)| -b }.to_h { |k, (b, c)| [k, { bytes: b, chunks: c }] }
+    end
+
+    # One entry per method (module, name, path, line): its entries' and iseqs' bytes added up.
+    def methods_of(records)
+      sums = Hash.new(0)
+      records.each do |_kind, mod, meth, path, line, bytes|
+        sums[[mod, meth, path, line.zero? ? nil : line]] += bytes
+      end
+      sums.map { |(mod, meth, path, line), bytes| { module: mod, method: meth, path: path, line: line, bytes: bytes } }
+          .sort_by { |m| -m[:bytes] }
+    end
+
     def build(index, tuple)
-      address, type, klass, dtype, imemo = tuple
-      RubyObject.new(index, address, type, klass ? names[klass] : "(hidden)", dtype && names[dtype], imemo)
+      address, type, klass, dtype, imemo, old = tuple
+      RubyObject.new(index, address, type, klass ? names[klass] : "(hidden)", dtype && names[dtype], imemo, old)
     end
   end
 end

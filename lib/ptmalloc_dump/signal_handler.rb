@@ -8,22 +8,30 @@ module PtmallocDump
     @installed = {}
     @lock = Mutex.new
 
+    # {PtmallocDump.dump}'s options that the handler sets itself.
+    OWN_OPTIONS = %i[fork wait].freeze
+
     class << self
       # @see PtmallocDump.install_signal_handler
       def install(signal, dir:, fork:, log:, dump_options:)
-        name = Signal.signame(Signal.list.fetch(signal.to_s.delete_prefix("SIG")) { raise ArgumentError, "unknown signal #{signal}" })
+        signo = Signal.list.fetch(signal.to_s.delete_prefix("SIG")) { raise ArgumentError, "unknown signal #{signal}" }
+        name = Signal.signame(signo)
+        check_options(dump_options)
+        dir = check_dir(dir)
         @lock.synchronize do
           if (mine = @installed[name])
             # put ours back in place (a no-op when it still is); if someone replaced it meanwhile,
             # their handler becomes the one we chain to
             other = Signal.trap(name, &mine[:handler])
             mine[:previous] = other unless other.equal?(mine[:handler])
+            PtmallocDump._stamp_signal(signo)
             return mine[:handler]
           end
 
           state = { previous: nil }
-          state[:handler] = proc { |signo| run(signo, state, dir, fork, log, dump_options) }
+          state[:handler] = proc { |n| run(n, state, dir, fork, log, dump_options) }
           state[:previous] = Signal.trap(name, &state[:handler])
+          PtmallocDump._stamp_signal(signo) # Signal.trap put Ruby's own sigaction handler in front
           @installed[name] = state
           state[:handler]
         end
@@ -31,14 +39,41 @@ module PtmallocDump
 
       private
 
+      def check_options(options)
+        known = PtmallocDump.method(:dump).parameters.filter_map { |kind, key| key if %i[key keyreq].include?(kind) }
+        unknown = options.keys - known
+        raise ArgumentError, "unknown dump option(s) #{unknown.join(', ')}; known: #{(known - OWN_OPTIONS).join(', ')}" if unknown.any?
+
+        own = options.keys & OWN_OPTIONS
+        raise ArgumentError, "#{own.join(', ')}: set by the handler itself (fork: is the handler's own option)" if own.any?
+      end
+
+      def check_dir(dir)
+        path = File.expand_path(dir.to_s)
+        problem =
+          if File.symlink?(path)
+            "is a symbolic link to #{File.readlink(path)}; give the directory itself"
+          elsif !File.exist?(path)
+            "does not exist"
+          elsif !File.directory?(path)
+            "is not a directory"
+          elsif !File.writable?(path) || !File.executable?(path)
+            "is not writable by this process (uid #{Process.euid})"
+          end
+        raise DumpDirectoryError, "ptmalloc_dump: the dump directory #{path} #{problem}" if problem
+
+        path
+      end
+
       def run(signo, state, dir, fork, log, dump_options)
+        arrived = PtmallocDump._signal_arrived_ns(signo) || now_ns
         if state[:running]
           # a trap run inside this one (the dump was interrupted by the next signal): one at a time
           say(log, "ptmalloc_dump: #{Signal.signame(signo)} arrived while a dump was running; no second dump for it")
         else
           state[:running] = true
           begin
-            dump_on_signal(signo, state, dir, fork, log, dump_options)
+            dump_on_signal(signo, arrived, state, dir, fork, log, dump_options)
           ensure
             state[:running] = false
           end
@@ -47,30 +82,52 @@ module PtmallocDump
         prev.call(signo) if prev.respond_to?(:call)
       end
 
-      def dump_on_signal(signo, state, dir, fork, log, dump_options)
+      def dump_on_signal(signo, arrived, state, dir, fork, log, dump_options)
         path = File.join(dir, format("ptmalloc-%d-%s.dump", Process.pid, Time.now.strftime("%Y%m%d-%H%M%S-%6N")))
         if fork
           # the previous snapshot process may still be writing: this request gets its own all the same
-          busy = state[:snapshot]&.alive? && state[:snapshot].pid
+          busy = state[:snapshot]&.alive? && state[:snapshot_pid]
           say(log, "ptmalloc_dump: #{Signal.signame(signo)} arrived while snapshot process #{busy} was still writing; starting another") if busy
           begin
             pid = PtmallocDump.dump(path, fork: true, **dump_options)
           rescue HeapDamagedError => e
             say(log, "ptmalloc_dump: no snapshot (#{e.message}); dumping in process")
-            return dump_in_process(path, log, dump_options)
+            return dump_in_process(path, arrived, log, dump_options)
           end
-          state[:snapshot] = Process.detach(pid)
-          say(log, "ptmalloc_dump: snapshot process #{pid} is writing #{path}")
+          returned = now_ns
+          state[:snapshot_pid] = pid
+          state[:snapshot] = watch(pid, path, returned, log)
+          say(log, "ptmalloc_dump: snapshot process #{pid} is writing #{path}; the worker paused #{ms(returned - arrived)} " \
+                   "(signal to return)")
         else
-          dump_in_process(path, log, dump_options)
+          dump_in_process(path, arrived, log, dump_options)
         end
       rescue StandardError => e
         say(log, "ptmalloc_dump: dump to #{path} failed: #{e.class}: #{e.message}")
       end
 
-      def dump_in_process(path, log, dump_options)
+      def dump_in_process(path, arrived, log, dump_options)
         s = PtmallocDump.dump(path, **dump_options)
-        say(log, "ptmalloc_dump: wrote #{path}: #{line(s)}")
+        say(log, "ptmalloc_dump: wrote #{path}: #{line(s)}; the worker paused #{ms(now_ns - arrived)} (signal to return)")
+      end
+
+      # Reaps the snapshot process and logs when it is done: its walk and write happen there, after
+      # the worker went on.
+      def watch(pid, path, started, log)
+        Thread.new do
+          _, status = Process.wait2(pid)
+          if status.success?
+            say(log, "ptmalloc_dump: snapshot process #{pid} wrote #{path} in #{ms(now_ns - started)} (walk and write)")
+          end
+        end
+      end
+
+      def now_ns
+        Process.clock_gettime(Process::CLOCK_MONOTONIC, :nanosecond)
+      end
+
+      def ms(ns)
+        format("%.1f ms", ns / 1e6)
       end
 
       # One line to the log from inside a trap handler. IO#puts takes the IO's write lock, which the
@@ -96,18 +153,29 @@ module PtmallocDump
 
   class << self
     # Installs a Signal.trap handler that dumps this process into `dir` as
-    # `ptmalloc-<pid>-<timestamp>.dump` and logs one line (the path and the main figures) to `log`.
-    # The handler that was installed for the signal before is called afterwards (when it is a Proc or
+    # `ptmalloc-<pid>-<timestamp>.dump` and logs one line to `log`: the file, the pause the worker
+    # saw (from the signal's arrival, stamped by a sigaction handler in front of Ruby's, to the
+    # handler's return) and, in process, the walk time and the main figures; with `fork: true` a
+    # second line when the snapshot process is done, with the time it took to walk and write. The
+    # handler that was installed for the signal before is called afterwards (when it is a Proc or
     # Method; "DEFAULT", "IGNORE" and friends are not called). Installing again for the same signal
-    # returns the handler already in place.
+    # returns the handler already in place. The directory is checked here, not when the signal comes.
     #
-    # @param signal [String, Symbol, Integer] e.g. "USR2"
-    # @param dir [String] where dumps go
-    # @param fork [Boolean] use the fork snapshot mode (the worker pauses only for the fork)
-    # @param log [IO, nil] where the one-line report goes
-    # @param dump_options further options for {dump} (ruby:, references:, debug_dir:)
+    # @param signal [String, Symbol, Integer] URG by default: ignored where no handler is installed, and
+    #   used by none of Puma, Unicorn, Pitchfork and Sidekiq (Puma's workers inherit the master's USR2
+    #   handler, a restart, which this handler would chain to)
+    # @param dir [String] where dumps go: an existing, writable directory, not a symbolic link
+    # @param fork [Boolean] fork snapshot mode (the default): the worker pauses for the Ruby pass and
+    #   the fork only (2% of an in-process dump's pause on the bench heap, half of it on a Rails-sized
+    #   heap of few chunks: README has the figures); false dumps in the worker, which then waits for the
+    #   whole walk
+    # @param log [IO, nil] where the report lines go
+    # @param dump_options every other option of {dump} by name (ruby:, references:, symbols:,
+    #   debug_dir:, ...), checked here
     # @return [Proc] the handler
-    def install_signal_handler(signal = "USR2", dir: Dir.tmpdir, fork: false, log: $stderr, **dump_options)
+    # @raise [DumpDirectoryError] when `dir` cannot take dumps
+    # @raise [ArgumentError] for an unknown signal or dump option
+    def install_signal_handler(signal = "URG", dir: Dir.tmpdir, fork: true, log: $stderr, **dump_options)
       SignalHandler.install(signal, dir: dir, fork: fork, log: log, dump_options: dump_options)
     end
   end

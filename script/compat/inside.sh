@@ -20,10 +20,18 @@ provision() {
   apt-get clean
 }
 
+# Without libc6-dbg the gem finds malloc's globals by structure; gdb, the heap shapes' independent
+# oracle, still needs glibc's debug info: the package is unpacked for gdb alone, outside /usr/lib/debug.
+GDB_DEBUG=/var/cache/ptmalloc-dump-compat/gdb-debug
+
 libc6_dbg() {
   case "$1" in
     with) installed libc6-dbg || apt-get install -y -qq --no-install-recommends libc6-dbg ;;
-    without) if installed libc6-dbg; then apt-get remove -y -qq libc6-dbg; fi ;;
+    without)
+      if installed libc6-dbg; then apt-get remove -y -qq libc6-dbg; fi
+      rm -rf "$GDB_DEBUG" && mkdir -p "$GDB_DEBUG/deb"
+      (cd "$GDB_DEBUG/deb" && apt-get download -qq libc6-dbg && dpkg-deb -x libc6-dbg_*.deb "$GDB_DEBUG")
+      ;;
     *) echo "inside.sh: libc6-dbg with|without" >&2; exit 2 ;;
   esac
 }
@@ -33,6 +41,9 @@ run_tests() {
   mkdir -p tmp
   ruby script/compat/facts.rb >tmp/compat-facts.json
   export SPEC_OPTS="--format progress --format json --out tmp/compat-rspec.json"
+  if ! installed libc6-dbg && [[ -d $GDB_DEBUG/usr/lib/debug ]]; then
+    export PTMALLOC_DUMP_GDB_DEBUG_DIR=$GDB_DEBUG/usr/lib/debug
+  fi
   timeout --kill-after=60 "${PTMALLOC_DUMP_COMPAT_TIMEOUT:-3600}" bundle exec rake
 }
 

@@ -22,6 +22,20 @@ class Browser
     browser&.close
   end
 
+  # Renders the dump at dump_path into dir/report with ptmalloc-visualize and opens its page at
+  # 1400x900, the explorer ready; the caller closes the browser.
+  def self.explorer(dir, dump_path)
+    report = File.join(dir, "report")
+    _o, err, status = Open3.capture3(RbConfig.ruby, "-I", SpecHelpers::LIB, SpecHelpers::VISUALIZE, dump_path, report)
+    raise "rendering failed: #{err}" unless status.success?
+
+    browser = new(File.join(dir, "chrome-profile"))
+    browser.viewport(1400, 900)
+    browser.visit("file://#{File.join(report, 'index.html')}")
+    browser.wait_for("return window.ptmdExplorer && window.ptmdExplorer.ready")
+    browser
+  end
+
   def initialize(profile_dir)
     @port = TCPServer.open("127.0.0.1", 0).then { |s| s.addr[1].tap { s.close } }
     @driver = Process.spawn(CHROMEDRIVER, "--port=#{@port}", "--allowed-ips=127.0.0.1", %i[out err] => File::NULL)
@@ -171,5 +185,27 @@ class Browser
     raise "WebDriver #{verb} #{path}: #{value['message']}" if value.is_a?(Hash) && value["error"]
 
     value
+  end
+end
+
+# For specs with a report open in `browser` on `dump` (Browser.explorer): the explorer's panel for a
+# chunk under a real pointer.
+module ExplorerPointer
+  def hex(address)
+    "0x#{address.to_s(16)}"
+  end
+
+  # Hovers over the chunk (at 16 bytes a pixel, where one pixel is one chunk) and returns the panel.
+  def hover(chunk)
+    view = PtmallocDump::Explorer.new(dump).views.find { |v| v[:heaps].any? { |h| h.index == chunk.heap.index } }
+    target = chunk.address + [16, chunk.size / 2].min
+    row = PtmallocDump::ExplorerGeometry.row_centering(view[:heaps], target, 16)
+    shown = browser.script("return window.ptmdExplorer.show(#{view[:group].to_s.to_json}, 16, #{row})")
+    x, y = PtmallocDump::ExplorerGeometry.new(view[:heaps], shown["bpp"], shown["row"]).pixel_for(target)
+    browser.script("document.getElementById('explorer').scrollIntoView()")
+    left, top = browser.script("const c = document.getElementById('xp-map'), r = c.getBoundingClientRect(); " \
+                               "return [r.left + c.clientLeft, r.top + c.clientTop]")
+    browser.move_to((left + x).ceil, (top + y).ceil)
+    browser.script("const o = {}; document.querySelectorAll('#xp-panel [data-k]').forEach(e => o[e.dataset.k] = e.textContent); return o")
   end
 end

@@ -28,10 +28,21 @@ module FieldSweep
     11 => ["ruby_meta", %w[heap_allocated_pages heap_live_slots heap_free_slots total_allocated_objects pass_ns refs_ns].map { |f| [f, "Q"] } +
                         [%w[flags L], %w[heap_tomb_pages L]]],
     12 => ["ruby_page", [%w[start Q], %w[end Q], %w[stride L], %w[total L], %w[live L], %w[free L], %w[reserved Q]]],
-    13 => ["ruby_object", [%w[address Q], %w[klass L], %w[data_type L], %w[type C], %w[subtype C], %w[n_words S], %w[reserved L]]],
+    13 => ["ruby_object", [%w[address Q], %w[klass L], %w[data_type L], %w[type C], %w[subtype C], %w[n_words S], %w[flags L]]],
     14 => ["ruby_word", [%w[word Q]]],
     16 => ["ref", [%w[from L], %w[to L]]],
-    17 => ["trim_check", [%w[released Q]]]
+    17 => ["trim_check", [%w[released Q]]],
+    18 => ["mapping", %w[start end rss private_bytes shared_bytes swap anonymous offset inode].map { |f| [f, "Q"] } +
+                      %w[path_off path_len prot kind].map { |f| [f, "L"] }],
+    19 => ["gc", %w[count major_gc_count minor_gc_count total_allocated_objects total_freed_objects old_objects
+                    old_objects_limit heap_live_slots malloc_increase_bytes oldmalloc_increase_bytes time_ms].map { |f| [f, "Q"] } +
+                 [%w[flags L], %w[reserved L]]],
+    22 => ["ruby_code", [%w[address Q], %w[module L], %w[method L], %w[path L], %w[line L], %w[kind L], %w[reserved L]]],
+    23 => ["ruby_page_rss", [%w[bytes Q]]]
+  }.freeze
+  # Sections whose records follow a fixed head: the head's layout (swept as one record).
+  HEADS = {
+    18 => ["mappings_head", %w[vm_rss rss_anon rss_file rss_shmem read_ns paths_len].map { |f| [f, "Q"] } + [%w[flags L], %w[reserved L]]]
   }.freeze
   SIZES = { "Q" => 8, "L" => 4, "S" => 2, "C" => 1 }.freeze
 
@@ -56,15 +67,19 @@ module FieldSweep
       name, layout = LAYOUTS[type]
       next [] unless name
 
-      rec_size = layout.sum { |_, d| SIZES[d] }
-      (0...[count, 2].min).flat_map do |r|
-        pos = payload + r * rec_size
-        layout.map do |field, d|
-          at = pos
-          pos += SIZES[d]
-          { where: "#{name}[#{r}].#{field}", at: at, size: SIZES[d], directive: d, next_at: r + 1 < count ? at + rec_size : nil }
-        end
-      end
+      head = HEADS[type] && record_fields(*HEADS[type], payload, 0, 1)
+      payload += HEADS[type][1].sum { |_, d| SIZES[d] } if head
+      (head || []) + (0...[count, 2].min).flat_map { |r| record_fields(name, layout, payload, r, count) }
+    end
+  end
+
+  def record_fields(name, layout, payload, r, count)
+    rec_size = layout.sum { |_, d| SIZES[d] }
+    pos = payload + r * rec_size
+    layout.map do |field, d|
+      at = pos
+      pos += SIZES[d]
+      { where: "#{name}[#{r}].#{field}", at: at, size: SIZES[d], directive: d, next_at: r + 1 < count ? at + rec_size : nil }
     end
   end
 

@@ -59,12 +59,25 @@ module SpecHelpers
   end
 
   # Runs Ruby code in a child process with the gem on the load path; returns [stdout, stderr, status].
-  def run_ruby(code, env: {}, timeout: 120)
-    Open3.capture3(env, RbConfig.ruby, "-I", LIB, "-rptmalloc_dump", "-e", code, timeout_opts(timeout))
+  # A child that has not ended after `timeout` seconds is killed (a walk that never ends must fail
+  # the example, not hang the suite), and the example fails saying so.
+  # A child's stderr without Ruby 3.4's notice that a default gem becomes a bundled one (fiddle,
+  # which the specs' children load, under Bundler).
+  def without_gem_notices(err)
+    err.gsub(/^.*warning: \S+ was loaded from the standard library, but will no longer be part of the default gems.*\n(You can add \S+ to your Gemfile or gemspec to silence this warning\.\n)?/, "")
   end
 
-  def timeout_opts(_timeout)
-    {}
+  def run_ruby(code, env: {}, timeout: 600)
+    Open3.popen3(env, RbConfig.ruby, "-I", LIB, "-rptmalloc_dump", "-e", code) do |stdin, out, err, wait|
+      stdin.close
+      readers = [out, err].map { |io| Thread.new { io.read } }
+      unless wait.join(timeout)
+        Process.kill(:KILL, wait.pid)
+        wait.join
+        raise "the child process did not end within #{timeout} s (killed); its stderr: #{readers[1].value}"
+      end
+      [readers[0].value, readers[1].value, wait.value]
+    end
   end
 
   # Shared structural checks every dump must pass.

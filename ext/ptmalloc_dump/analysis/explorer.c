@@ -1,6 +1,8 @@
 /* Packing a loaded view for the heap explorer (lib/ptmalloc_dump/output/explorer.rb). */
 #include "analysis/explorer.h"
 
+#include <stdlib.h>
+
 void ptmd_explorer_chunks(const ptmd_view *v, const ptmd_page_usage *usage, uint32_t *sizes, uint8_t *states,
                           uint8_t *pages)
 {
@@ -31,4 +33,39 @@ size_t ptmd_explorer_owners(const ptmd_view *v, const ptmd_attribution *a, uint3
         local[i] = remap[o - 1];
     }
     return n;
+}
+
+static int key_cmp(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+void ptmd_tcache_keys(const ptmd_view *v, uint64_t *keys)
+{
+    size_t k;
+    for (k = 0; k < v->n_tcache_entries; k++) keys[k] = (uint64_t)v->tcache_entries[k].chunk << 32 | k;
+    qsort(keys, v->n_tcache_entries, sizeof(*keys), key_cmp);
+}
+
+long ptmd_tcache_entry_of(const ptmd_view *v, const uint64_t *keys, uint64_t ci)
+{
+    size_t lo = 0, hi = v->n_tcache_entries;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (keys[mid] >> 32 < ci) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < v->n_tcache_entries && keys[lo] >> 32 == ci ? (long)(keys[lo] & 0xffffffffu) : -1;
+}
+
+void ptmd_explorer_tcache(const ptmd_view *v, uint32_t *out)
+{
+    size_t k;
+    for (k = 0; k < v->n_tcache_entries; k++) {
+        const ptmd_tcache_entry *e = &v->tcache_entries[k];
+        out[3 * k] = e->chunk;
+        out[3 * k + 1] = e->thread;
+        out[3 * k + 2] = (uint32_t)e->bin | (uint32_t)e->position << 16;
+    }
 }

@@ -20,4 +20,14 @@ void ptmd_explorer_chunks(const ptmd_view *v, const ptmd_page_usage *usage, uint
 size_t ptmd_explorer_owners(const ptmd_view *v, const ptmd_attribution *a, uint32_t *local, uint32_t *remap,
                             uint32_t *objs);
 
+/* keys[k] = chunk << 32 | k for each TCACHE_ENTRIES record k, sorted (v->n_tcache_entries keys). */
+void ptmd_tcache_keys(const ptmd_view *v, uint64_t *keys);
+/* The record naming chunk ci (the first, should a damaged file name it twice), found in keys from
+ * ptmd_tcache_keys; -1 when no thread's tcache lists it. */
+long ptmd_tcache_entry_of(const ptmd_view *v, const uint64_t *keys, uint64_t ci);
+
+/* For each tcache entry k: out[3k] = its chunk, out[3k + 1] = its thread record, out[3k + 2] = its
+ * bin | position << 16 (3 * v->n_tcache_entries entries). */
+void ptmd_explorer_tcache(const ptmd_view *v, uint32_t *out);
+
 #endif

@@ -28,6 +28,8 @@ typedef struct {
     size_t n_threads;
     const ptmd_anomaly_rec *anomalies;
     size_t n_anomalies;
+    const ptmd_tcache_entry *tcache_entries;   /* NULL when the dump has no TCACHE_ENTRIES section */
+    size_t n_tcache_entries;
     /* Ruby's heap (absent when the dump has none) */
     const ptmd_ruby_meta *ruby_meta;
     const ptmd_ruby_page *ruby_pages;
@@ -48,6 +50,18 @@ typedef struct {
     size_t n_root_refs;
     const uint64_t *trim_released;  /* trim_check: bytes malloc_trim(0) released per arena, or NULL */
     size_t n_trim_released;
+    /* GC counts and the whole RSS (absent in older dumps) */
+    const ptmd_gc_rec *gc;
+    const uint64_t *ruby_page_rss;  /* per Ruby page, or NULL */
+    size_t n_ruby_page_rss;
+    const ptmd_mappings_head *mappings_head;
+    const ptmd_mapping_rec *mappings;
+    size_t n_mappings;
+    const char *mapping_paths;      /* mappings_head->paths_len bytes */
+    const ptmd_ruby_code *ruby_code;         /* RUBY_CODE, by address, or NULL */
+    size_t n_ruby_code;
+    const unsigned char *ruby_code_names;    /* RUBY_CODE_NAMES */
+    size_t ruby_code_names_len, n_ruby_code_names;
 } ptmd_view;
 
 typedef struct {

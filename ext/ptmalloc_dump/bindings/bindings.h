@@ -10,6 +10,8 @@
 #include "analysis/attribution.h"
 #include "analysis/owners.h"
 #include "analysis/summary.h"
+#include "analysis/rss.h"
+#include "analysis/age.h"
 
 #define PTMD_U64(x) ULL2NUM((unsigned long long)(x))
 #define PTMD_SYM(name) ID2SYM(rb_intern(name))
@@ -32,6 +34,11 @@ VALUE ptmd_rb_thread_records(const ptmd_view *v);
 VALUE ptmd_rb_anomaly_records(const ptmd_view *v);
 VALUE ptmd_rb_summary(const ptmd_view *v);
 VALUE ptmd_rb_analysis(const ptmd_view *v, const ptmd_page_usage *usage);
+/* figures.c: the whole RSS by part (nil without mappings), the mappings and their head, the GC's counts */
+VALUE ptmd_rb_rss(const ptmd_view *v);
+VALUE ptmd_rb_mappings(const ptmd_view *v);
+VALUE ptmd_rb_mappings_head(const ptmd_view *v);
+VALUE ptmd_rb_gc(const ptmd_view *v);
 
 /* dump_class.c: a loaded PtmallocDump::Dump's view, and what is computed from it once. */
 const ptmd_view *ptmd_rb_dump_view(VALUE dump);
@@ -39,6 +46,9 @@ const ptmd_page_usage *ptmd_rb_dump_usage(VALUE dump);
 const ptmd_attribution *ptmd_rb_dump_attribution(VALUE dump);
 const uint32_t *ptmd_rb_dump_object_order(VALUE dump);   /* Ruby object indices by address */
 const ptmd_owners *ptmd_rb_dump_owners(VALUE dump);       /* NULL when the dump has no roots */
+/* A binary String of one u32 per chunk: the RUBY_CODE record the chunk is charged to
+ * (analysis/code_owners.c), PTMD_NO_NAME for none; nil when the dump has no code records. */
+VALUE ptmd_rb_code_charges(VALUE dump);
 /* owners_class.c: Dump's owner methods (ruby, anchored or leaked), defined on the Dump class */
 void ptmd_owners_class_init(VALUE cDump);
 
@@ -48,5 +58,7 @@ void ptmd_dump_class_init(void);
 void ptmd_ruby_heap_class_init(void);
 void ptmd_render_module_init(void);
 void ptmd_diff_class_init(void);
+void ptmd_stats_module_init(void);
+void ptmd_signal_arrival_init(void);
 
 #endif

@@ -2,6 +2,7 @@
  * analysis/); this file turns records into Ruby values. */
 #include "bindings/bindings.h"
 #include "analysis/diff.h"
+#include "analysis/explorer.h"
 #include "format/reader.h"
 
 #include <errno.h>
@@ -21,6 +22,7 @@ typedef struct {
     ptmd_attribution attr;  /* chunk owners, computed on first use */
     uint32_t *obj_order;    /* Ruby object indices by address, computed on first use */
     ptmd_owners owners;     /* ruby, anchored or leaked per chunk, computed on first use */
+    uint64_t *tcache_keys;  /* the tcache entries by chunk (analysis/explorer.h), sorted on first use */
     int attr_ready, owners_ready;
     int loaded;
 } rb_dump_t;
@@ -40,6 +42,7 @@ static void dump_free(void *p)
     xfree(d->owners.kind);
     xfree(d->owners.anchor);
     xfree(d->owners.direct);
+    xfree(d->tcache_keys);
     xfree(d);
 }
 
@@ -281,6 +284,33 @@ static VALUE dump_chunk_by_index(VALUE self, VALUE index, VALUE heaps, VALUE are
     return i < 0 || (size_t)i >= v->n_chunks ? Qnil : chunk_in(v, i, heaps, arenas);
 }
 
+/* Dump#_tcache_entry(address) -> [thread index, tcache bin, position in its list] for the chunk that
+ * starts at address when a thread's tcache lists it; nil otherwise or when the file has no
+ * TCACHE_ENTRIES section. */
+static VALUE dump_tcache_entry(VALUE self, VALUE addr)
+{
+    rb_dump_t *d = get_dump(self);
+    const ptmd_view *v = &d->view;
+    long i, k;
+    const ptmd_tcache_entry *e;
+    if (!v->tcache_entries) return Qnil;
+    if (!d->tcache_keys) {
+        uint64_t *keys = ALLOC_N(uint64_t, v->n_tcache_entries ? v->n_tcache_entries : 1);
+        ptmd_tcache_keys(v, keys);
+        d->tcache_keys = keys;
+    }
+    i = ptmd_view_find_chunk(v, NUM2ULL(addr), 0);
+    if (i < 0 || (k = ptmd_tcache_entry_of(v, d->tcache_keys, (uint64_t)i)) < 0) return Qnil;
+    e = &v->tcache_entries[k];
+    return rb_ary_new_from_args(3, ULONG2NUM(e->thread), INT2FIX(e->bin), INT2FIX(e->position));
+}
+
+/* Dump#_tcache_entries? -> whether the file records which thread's tcache holds each tcache chunk */
+static VALUE dump_tcache_entries_p(VALUE self)
+{
+    return PTMD_BOOL(ptmd_rb_dump_view(self)->tcache_entries);
+}
+
 static VALUE dump_chunk_count(VALUE self)
 {
     return PTMD_U64(get_dump(self)->view.n_chunks);
@@ -345,6 +375,11 @@ static VALUE dump_trim_released(VALUE self)
     return ary;
 }
 
+static VALUE dump_rss(VALUE self) { return ptmd_rb_rss(ptmd_rb_dump_view(self)); }
+static VALUE dump_mappings(VALUE self) { return ptmd_rb_mappings(ptmd_rb_dump_view(self)); }
+static VALUE dump_mappings_head(VALUE self) { return ptmd_rb_mappings_head(ptmd_rb_dump_view(self)); }
+static VALUE dump_gc(VALUE self) { return ptmd_rb_gc(ptmd_rb_dump_view(self)); }
+
 static VALUE dump_file_size(VALUE self)
 {
     return PTMD_U64(get_dump(self)->len);
@@ -365,11 +400,17 @@ void ptmd_dump_class_init(void)
     rb_define_private_method(cDump, "_find_chunk", dump_find_chunk, 4);
     rb_define_private_method(cDump, "_chunk_by_index", dump_chunk_by_index, 3);
     rb_define_private_method(cDump, "_pages", dump_pages, 1);
+    rb_define_private_method(cDump, "_tcache_entry", dump_tcache_entry, 1);
+    rb_define_private_method(cDump, "_tcache_entries?", dump_tcache_entries_p, 0);
     rb_define_private_method(cDump, "_summary", dump_summary, 0);
     rb_define_private_method(cDump, "_analysis", dump_analysis, 0);
     rb_define_private_method(cDump, "_size_classes", dump_size_classes, 0);
     rb_define_private_method(cDump, "_first_difference", dump_first_difference, 1);
     rb_define_private_method(cDump, "_ruby?", dump_ruby_p, 0);
+    rb_define_private_method(cDump, "_rss", dump_rss, 0);
+    rb_define_private_method(cDump, "_mappings", dump_mappings, 0);
+    rb_define_private_method(cDump, "_mappings_head", dump_mappings_head, 0);
+    rb_define_private_method(cDump, "_gc", dump_gc, 0);
     rb_define_method(cDump, "malloc_info", dump_malloc_info, 0);
     rb_define_method(cDump, "chunk_count", dump_chunk_count, 0);
     rb_define_method(cDump, "file_size", dump_file_size, 0);

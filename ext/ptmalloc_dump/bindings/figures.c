@@ -356,3 +356,111 @@ VALUE ptmd_rb_anomaly_records(const ptmd_view *v)
     }
     return ary;
 }
+
+/* ---- the whole RSS and the GC's counts ---------------------------------------------------- */
+
+/* { total:, vm_rss:, <part>: bytes ..., files: [{ path:, bytes: }] largest first }, or nil without
+ * mappings (analysis/rss.c). A file mapped several times is one entry. */
+VALUE ptmd_rb_rss(const ptmd_view *v)
+{
+    ptmd_rss r;
+    uint64_t *file_bytes;
+    VALUE h, by_path, files;
+    size_t i;
+    if (!v->mappings_head) return Qnil;
+    file_bytes = ALLOC_N(uint64_t, v->n_mappings ? v->n_mappings : 1);
+    if (ptmd_rss_account(v, &r, file_bytes) != 0) {
+        xfree(file_bytes);
+        rb_raise(rb_eNoMemError, "accounting for the RSS");
+    }
+    h = rb_hash_new();
+    by_path = rb_hash_new();
+    PTMD_SET(h, "total", PTMD_U64(r.total));
+    PTMD_SET(h, "vm_rss", PTMD_U64(r.vm_rss));
+    for (i = 0; i < PTMD_RSS_COUNT; i++) PTMD_SET(h, ptmd_rss_part_names[i], PTMD_U64(r.part[i]));
+    for (i = 0; i < v->n_mappings; i++) {
+        const ptmd_mapping_rec *m = &v->mappings[i];
+        VALUE path, prev;
+        if (m->kind != PTMD_MK_FILE) continue;
+        path = rb_utf8_str_new(v->mapping_paths + m->path_off, m->path_len);
+        prev = rb_hash_lookup2(by_path, path, INT2FIX(0));
+        rb_hash_aset(by_path, path, rb_funcall(prev, '+', 1, PTMD_U64(file_bytes[i])));
+    }
+    xfree(file_bytes);
+    files = rb_funcall(by_path, rb_intern("to_a"), 0);
+    for (i = 0; i < (size_t)RARRAY_LEN(files); i++) {
+        VALUE pair = RARRAY_AREF(files, (long)i), e = rb_hash_new();
+        PTMD_SET(e, "path", RARRAY_AREF(pair, 0));
+        PTMD_SET(e, "bytes", RARRAY_AREF(pair, 1));
+        rb_ary_store(files, (long)i, e);
+    }
+    PTMD_SET(h, "files", files);
+    return h;
+}
+
+/* The mappings as recorded: Array of Hashes, nil without the section. */
+VALUE ptmd_rb_mappings(const ptmd_view *v)
+{
+    VALUE ary;
+    size_t i;
+    if (!v->mappings_head) return Qnil;
+    ary = rb_ary_new_capa((long)v->n_mappings);
+    for (i = 0; i < v->n_mappings; i++) {
+        const ptmd_mapping_rec *m = &v->mappings[i];
+        VALUE e = rb_hash_new();
+        PTMD_SET(e, "start", PTMD_U64(m->start));
+        PTMD_SET(e, "end", PTMD_U64(m->end));
+        PTMD_SET(e, "rss", PTMD_U64(m->rss));
+        PTMD_SET(e, "private", PTMD_U64(m->private_bytes));
+        PTMD_SET(e, "shared", PTMD_U64(m->shared_bytes));
+        PTMD_SET(e, "swap", PTMD_U64(m->swap));
+        PTMD_SET(e, "anonymous", PTMD_U64(m->anonymous));
+        PTMD_SET(e, "offset", PTMD_U64(m->offset));
+        PTMD_SET(e, "inode", PTMD_U64(m->inode));
+        PTMD_SET(e, "prot", UINT2NUM(m->prot));
+        PTMD_SET(e, "kind", PTMD_SYM(PTMD_NAME_OF(ptmd_mapping_kind_names, m->kind)));
+        PTMD_SET(e, "path", m->path_len ? rb_utf8_str_new(v->mapping_paths + m->path_off, m->path_len) : Qnil);
+        rb_ary_push(ary, e);
+    }
+    return ary;
+}
+
+/* The mappings head's figures: { vm_rss:, rss_anon:, rss_file:, rss_shmem:, read_ns:, from_parent: } */
+VALUE ptmd_rb_mappings_head(const ptmd_view *v)
+{
+    const ptmd_mappings_head *m = v->mappings_head;
+    VALUE h;
+    if (!m) return Qnil;
+    h = rb_hash_new();
+    PTMD_SET(h, "vm_rss", PTMD_U64(m->vm_rss));
+    PTMD_SET(h, "rss_anon", PTMD_U64(m->rss_anon));
+    PTMD_SET(h, "rss_file", PTMD_U64(m->rss_file));
+    PTMD_SET(h, "rss_shmem", PTMD_U64(m->rss_shmem));
+    PTMD_SET(h, "read_ns", PTMD_U64(m->read_ns));
+    PTMD_SET(h, "from_parent", PTMD_BOOL(m->flags & PTMD_MAPF_PARENT));
+    return h;
+}
+
+/* header[:gc]: GC.stat's counts at the Ruby pass, or nil. */
+VALUE ptmd_rb_gc(const ptmd_view *v)
+{
+    const ptmd_gc_rec *g = v->gc;
+    VALUE h;
+    if (!g) return Qnil;
+    h = rb_hash_new();
+    PTMD_SET(h, "count", PTMD_U64(g->count));
+    PTMD_SET(h, "major_gc_count", PTMD_U64(g->major_gc_count));
+    PTMD_SET(h, "minor_gc_count", PTMD_U64(g->minor_gc_count));
+    PTMD_SET(h, "total_allocated_objects", PTMD_U64(g->total_allocated_objects));
+    PTMD_SET(h, "total_freed_objects", PTMD_U64(g->total_freed_objects));
+    PTMD_SET(h, "old_objects", PTMD_U64(g->old_objects));
+    PTMD_SET(h, "old_objects_limit", PTMD_U64(g->old_objects_limit));
+    PTMD_SET(h, "heap_live_slots", PTMD_U64(g->heap_live_slots));
+    PTMD_SET(h, "malloc_increase_bytes", PTMD_U64(g->malloc_increase_bytes));
+    PTMD_SET(h, "oldmalloc_increase_bytes", PTMD_U64(g->oldmalloc_increase_bytes));
+    PTMD_SET(h, "time_ms", PTMD_U64(g->time_ms));
+    PTMD_SET(h, "full_gc", PTMD_BOOL(g->flags & PTMD_GF_FULL_GC));
+    PTMD_SET(h, "last_gc_major", PTMD_BOOL(g->flags & PTMD_GF_LAST_MAJOR));
+    PTMD_SET(h, "sweep_pending", PTMD_BOOL(g->flags & PTMD_GF_SWEEPING));
+    return h;
+}

@@ -43,9 +43,13 @@ void ptmd_format_module_init(void)
     rb_define_const(mFormat, "PAGE_CLASSES", NAMES(ptmd_page_class_names));
     rb_define_const(mFormat, "OWNER_CATEGORIES", NAMES(ptmd_owner_category_names));
     rb_define_const(mFormat, "PAGE_CHANGES", NAMES(ptmd_page_change_names));
+    rb_define_const(mFormat, "CODE_KINDS", NAMES(ptmd_code_kind_names));
     FLAGS("META_FLAGS", PTMD_META_FLAGS);
     FLAGS("ARENA_FLAGS", PTMD_ARENA_FLAGS);
     FLAGS("THREAD_FLAGS", PTMD_THREAD_FLAGS);
     FLAGS("CHUNK_FLAGS", PTMD_CHUNK_FLAGS);
     FLAGS("PAGE_FLAGS", PTMD_PAGE_FLAGS);
+    rb_define_const(mFormat, "MAPPING_KINDS", NAMES(ptmd_mapping_kind_names));
+    FLAGS("OBJECT_FLAGS", PTMD_OBJECT_FLAGS);
+    FLAGS("GC_FLAGS", PTMD_GC_FLAGS);
 }

@@ -14,16 +14,29 @@ typedef struct {
     ptmd_dump_opts opts;
     const char *strings[64];
     int ruby;
+    int full_gc;                    /* gc: true: a full GC before the Ruby pass */
     ptmd_err err;
     int rc;
 } dump_call;
+
+/* gc: true collects first, as GC.start does (a full mark and an immediate sweep, also while GC is
+ * disabled, which rb_gc() would respect): garbage is gone from the pass. This may allocate: it runs
+ * before glibc's counters are taken. */
+static void ruby_pass(dump_call *c)
+{
+    if (c->full_gc) rb_funcall(rb_mGC, rb_intern("start"), 0);
+    c->d.ruby.page_size = ptmd_ruby_heap_page_size();   /* for the mmapped-chunk scan */
+    if (!c->ruby) return;
+    ptmd_ruby_pass(&c->d.ruby);
+    if (c->full_gc) ptmd_ruby_pass_after_full_gc(&c->d.ruby);
+}
 
 static VALUE dump_body(VALUE arg)
 {
     dump_call *c = (dump_call *)arg;
     ptmd_view v;
     VALUE summary;
-    if (c->ruby) ptmd_ruby_pass(&c->d.ruby);
+    ruby_pass(c);
     c->rc = ptmd_dump_run(&c->d, &c->opts, &c->err);
     if (c->rc != 0) return Qnil;
     ptmd_dump_view(&c->d, &v);
@@ -82,11 +95,12 @@ static VALUE rb_ptmd_warm_up(VALUE self, VALUE flag)
     return Qnil;
 }
 
-/* _dump(path, debug_dir, strings, ruby, references, symbols, trim_check) -> summary Hash. strings: flat
- * Array of key, value Strings; ruby: record Ruby's heap; references: scan chunks for pointers to
- * chunks; symbols: a PTMD_SYMBOLS_* mode; trim_check: measure what malloc_trim(0) releases. */
+/* _dump(path, debug_dir, strings, ruby, references, symbols, trim_check, gc) -> summary Hash. strings:
+ * flat Array of key, value Strings; ruby: record Ruby's heap; references: scan chunks for pointers to
+ * chunks; symbols: a PTMD_SYMBOLS_* mode; trim_check: measure what malloc_trim(0) releases; gc: run a
+ * full GC first. */
 static VALUE rb_ptmd_dump(VALUE self, VALUE path, VALUE debug_dir, VALUE strings, VALUE ruby, VALUE references,
-                          VALUE symbols, VALUE trim)
+                          VALUE symbols, VALUE trim, VALUE gc)
 {
     dump_call *c;
     VALUE result;
@@ -104,6 +118,7 @@ static VALUE rb_ptmd_dump(VALUE self, VALUE path, VALUE debug_dir, VALUE strings
     c->opts.symbols = NUM2INT(symbols);
     c->opts.trim_check = RTEST(trim);
     c->ruby = RTEST(ruby);
+    c->full_gc = RTEST(gc);
     result = rb_protect(dump_body, (VALUE)c, &state);
     end_call(c, state);
     RB_GC_GUARD(path);
@@ -123,16 +138,17 @@ static VALUE fork_body(VALUE arg)
 {
     fork_call *f = (fork_call *)arg;
     dump_call *c = f->c;
-    if (c->ruby) ptmd_ruby_pass(&c->d.ruby);
+    ruby_pass(c);
     c->rc = ptmd_dump_fork(&c->d, f->opts, f->n, &f->pid, &f->errfd, &c->err);
     return Qnil;
 }
 
-/* _dump_fork(targets, debug_dir, strings, ruby, references, report) -> [pid, error pipe fd]. targets:
- * Array of [path, symbols mode] (up to 8), dumped by one child from the same frozen heap. The Ruby
- * pass runs here, in the parent. report: the child also says on stderr why it failed. */
+/* _dump_fork(targets, debug_dir, strings, ruby, references, report, gc) -> [pid, error pipe fd].
+ * targets: Array of [path, symbols mode] (up to 8), dumped by one child from the same frozen heap. The
+ * Ruby pass (after a full GC with gc) runs here, in the parent. report: the child also says on stderr
+ * why it failed. */
 static VALUE rb_ptmd_dump_fork(VALUE self, VALUE targets, VALUE debug_dir, VALUE strings, VALUE ruby, VALUE references,
-                               VALUE report)
+                               VALUE report, VALUE gc)
 {
     dump_call *c;
     fork_call f;
@@ -155,6 +171,7 @@ static VALUE rb_ptmd_dump_fork(VALUE self, VALUE targets, VALUE debug_dir, VALUE
     }
     c = new_call(debug_dir, strings, &cdir);
     c->ruby = RTEST(ruby);
+    c->full_gc = RTEST(gc);
     memset(&f, 0, sizeof(f));
     f.c = c;
     f.n = (size_t)nt;
@@ -279,10 +296,12 @@ RUBY_FUNC_EXPORTED void Init_ptmalloc_dump(void)
     ptmd_ruby_heap_class_init();
     ptmd_render_module_init();
     ptmd_diff_class_init();
+    ptmd_stats_module_init();
+    ptmd_signal_arrival_init();
     ptmd_ruby_heap_init();
     ptmd_dump_setup();
-    rb_define_singleton_method(ptmd_mPtmallocDump, "_dump", rb_ptmd_dump, 7);
-    rb_define_singleton_method(ptmd_mPtmallocDump, "_dump_fork", rb_ptmd_dump_fork, 6);
+    rb_define_singleton_method(ptmd_mPtmallocDump, "_dump", rb_ptmd_dump, 8);
+    rb_define_singleton_method(ptmd_mPtmallocDump, "_dump_fork", rb_ptmd_dump_fork, 7);
     rb_define_singleton_method(ptmd_mPtmallocDump, "_raise_child_error", rb_ptmd_raise_child_error, 1);
     rb_define_singleton_method(ptmd_mPtmallocDump, "_warm_up", rb_ptmd_warm_up, 1);
     rb_define_singleton_method(ptmd_mPtmallocDump, "_libc_info", rb_ptmd_libc_info, 2);

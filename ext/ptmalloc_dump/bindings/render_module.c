@@ -3,6 +3,7 @@
 #include "bindings/bindings.h"
 #include "analysis/diff.h"
 #include "analysis/explorer.h"
+#include "analysis/owners.h"
 #include "analysis/render.h"
 
 #include <string.h>
@@ -133,9 +134,59 @@ static void explorer_owners(const ptmd_view *v, const ptmd_attribution *a, VALUE
     PTMD_SET(h, "object_type", a_type);
 }
 
+/* Who holds each chunk (analysis/owners.c): :owner_kinds (u8 PTMD_OK_* per chunk) and :anchor_ids (u16
+ * per chunk: the root an anchored chunk is reached from + 1, 0 for none or a root of index 0xfffe on). */
+static void explorer_holders(const ptmd_view *v, const ptmd_owners *o, VALUE h)
+{
+    uint16_t *ids;
+    VALUE anchors = packed(v->n_chunks, 2, (void **)&ids);
+    size_t i;
+    for (i = 0; i < v->n_chunks; i++)
+        ids[i] = o->kind[i] == PTMD_OK_ANCHORED && o->anchor[i] < 0xfffe ? (uint16_t)(o->anchor[i] + 1) : 0;
+    PTMD_SET(h, "owner_kinds", rb_str_new((const char *)o->kind, (long)v->n_chunks));
+    PTMD_SET(h, "anchor_ids", anchors);
+}
+
+/* The code each chunk is charged to (analysis/code_owners.c), renumbered densely in order of first use:
+ * :code (per chunk k + 1 for the k-th record, 0 for none; u16 when fewer than 65,535 records are used,
+ * else u32: :code_width says which) and :code_records (each record's address, for RubyHeap#code_of). */
+static void explorer_code(const ptmd_view *v, VALUE charges, VALUE h)
+{
+    uint32_t *remap = ZALLOC_N(uint32_t, v->n_ruby_code ? v->n_ruby_code : 1), *local;
+    const uint32_t *rec = (const uint32_t *)RSTRING_PTR(charges);
+    VALUE code = packed(v->n_chunks, 4, (void **)&local), records = rb_ary_new();
+    size_t i;
+    int width = 4;
+    for (i = 0; i < v->n_chunks; i++) {
+        uint32_t r = rec[i];
+        local[i] = 0;
+        if (r >= v->n_ruby_code) continue;
+        if (!remap[r]) {
+            rb_ary_push(records, PTMD_U64(v->ruby_code[r].address));
+            remap[r] = (uint32_t)RARRAY_LEN(records);
+        }
+        local[i] = remap[r];
+    }
+    xfree(remap);
+    RB_GC_GUARD(charges);
+    if (RARRAY_LEN(records) < 0xffff) {
+        uint16_t *narrow;
+        VALUE code16 = packed(v->n_chunks, 2, (void **)&narrow);
+        for (i = 0; i < v->n_chunks; i++) narrow[i] = (uint16_t)local[i];
+        RB_GC_GUARD(code);
+        code = code16;
+        width = 2;
+    }
+    PTMD_SET(h, "code", code);
+    PTMD_SET(h, "code_width", INT2NUM(width));
+    PTMD_SET(h, "code_records", records);
+}
+
 /* Render.explorer_data(dump) -> Hash of little-endian packed Strings for the report's explorer:
  * :sizes (u32 size / 16 per chunk), :states (u8 state | flags << 4), :pages (u8 residency flags |
- * page class << 4), :refs (u32 from, to pairs); with Ruby data also the owners (explorer_owners). */
+ * page class << 4), :refs (u32 from, to pairs), :tcache (u32 chunk, thread, bin | position << 16 per
+ * tcache entry; absent when the file has none); with Ruby data also the owners (explorer_owners), with
+ * roots the holders (explorer_holders), with code records the code (explorer_code). */
 static VALUE render_explorer_data(VALUE self, VALUE dump)
 {
     const ptmd_view *v = ptmd_rb_dump_view(dump);
@@ -158,7 +209,18 @@ static VALUE render_explorer_data(VALUE self, VALUE dump)
     PTMD_SET(h, "states", states);
     PTMD_SET(h, "pages", pages);
     PTMD_SET(h, "refs", refs);
-    if (v->ruby_meta) explorer_owners(v, ptmd_rb_dump_attribution(dump), h);
+    if (v->tcache_entries) {
+        uint32_t *tc;
+        VALUE tcache = packed(v->n_tcache_entries, 12, (void **)&tc);
+        ptmd_explorer_tcache(v, tc);
+        PTMD_SET(h, "tcache", tcache);
+    }
+    if (v->ruby_meta) {
+        VALUE charges = ptmd_rb_code_charges(dump);
+        explorer_owners(v, ptmd_rb_dump_attribution(dump), h);
+        if (!NIL_P(charges)) explorer_code(v, charges, h);
+    }
+    if (ptmd_owners_available(v)) explorer_holders(v, ptmd_rb_dump_owners(dump), h);
     return h;
 }
 

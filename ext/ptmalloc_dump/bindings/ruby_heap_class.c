@@ -1,6 +1,8 @@
 /* PtmallocDump::RubyHeap: the Ruby layer of a loaded dump (its @dump): pages, objects, owners and
  * the owner summary, from the RUBY_* sections and the attribution (analysis/attribution.c). */
 #include "bindings/bindings.h"
+#include "analysis/code_owners.h"
+#include "capture/ruby_code.h"
 #include "format/reader.h"
 
 #include <string.h>
@@ -32,7 +34,7 @@ static const char *type_name(int t)
     }
 }
 
-/* imemo_type of Ruby 2.7 .. 3.3 (internal/imemo.h) */
+/* imemo_type of Ruby 2.7 .. 3.4 (internal/imemo.h; 2.7: internal.h, up to parser_strterm) */
 static const char *const imemo_names[16] = {
     "env", "cref", "svar", "throw_data", "ifunc", "memo", "ment", "iseq", "tmpbuf", "ast",
     "parser_strterm", "callinfo", "callcache", "constcache", "imemo14", "imemo15"
@@ -107,13 +109,14 @@ static VALUE heap_pages(VALUE self)
     return ary;
 }
 
-/* [address, type, class index or nil, data type index or nil, imemo type or nil] */
+/* [address, type, class index or nil, data type index or nil, imemo type or nil, old?] */
 static VALUE object_tuple(const ptmd_ruby_object *o)
 {
-    return rb_ary_new_from_args(5, PTMD_U64(o->address), ID2SYM(rb_intern(type_name(o->type))),
+    return rb_ary_new_from_args(6, PTMD_U64(o->address), ID2SYM(rb_intern(type_name(o->type))),
                                 o->klass == PTMD_NO_NAME ? Qnil : UINT2NUM(o->klass),
                                 o->data_type == PTMD_NO_NAME ? Qnil : UINT2NUM(o->data_type),
-                                o->type == T_IMEMO ? ID2SYM(rb_intern(imemo_names[o->subtype & 15])) : Qnil);
+                                o->type == T_IMEMO ? ID2SYM(rb_intern(imemo_names[o->subtype & 15])) : Qnil,
+                                PTMD_BOOL(o->flags & PTMD_OF_OLD));
 }
 
 static VALUE heap_object(VALUE self, VALUE index)
@@ -179,6 +182,32 @@ static VALUE pair(uint64_t bytes, uint64_t chunks)
     return rb_ary_new_from_args(2, PTMD_U64(bytes), PTMD_U64(chunks));
 }
 
+/* Adds bytes and chunks to the entry of `name`: the names are per class (or data type) identity, and
+ * many share one name (every class object's class is its own metaclass, whose real class is Class). */
+static void add_pair(VALUE h, VALUE name, uint64_t bytes, uint64_t chunks)
+{
+    VALUE prev = rb_hash_lookup2(h, name, Qnil);
+    if (NIL_P(prev)) {
+        rb_hash_aset(h, name, pair(bytes, chunks));
+        return;
+    }
+    rb_ary_store(prev, 0, rb_funcall(RARRAY_AREF(prev, 0), '+', 1, PTMD_U64(bytes)));
+    rb_ary_store(prev, 1, rb_funcall(RARRAY_AREF(prev, 1), '+', 1, PTMD_U64(chunks)));
+}
+
+/* Owned bytes by the owner's GC age (analysis/age.c). */
+static void age_into(VALUE h, const ptmd_view *v, const ptmd_attribution *a)
+{
+    ptmd_age_totals t;
+    ptmd_age_summary(v, a, &t);
+    PTMD_SET(h, "old_bytes", PTMD_U64(t.old_bytes));
+    PTMD_SET(h, "old_chunks", PTMD_U64(t.old_chunks));
+    PTMD_SET(h, "young_bytes", PTMD_U64(t.young_bytes));
+    PTMD_SET(h, "young_chunks", PTMD_U64(t.young_chunks));
+    PTMD_SET(h, "old_objects", PTMD_U64(t.old_objects));
+    PTMD_SET(h, "young_objects", PTMD_U64(t.young_objects));
+}
+
 /* The owner summary: bytes of allocated chunks by owner category, builtin type, class and typed-data
  * name (analysis/attribution.c: ptmd_owner_summary). */
 static VALUE heap_summary(VALUE self)
@@ -200,8 +229,8 @@ static VALUE heap_summary(VALUE self)
         if (t.type_chunks[i]) rb_hash_aset(by_type, PTMD_SYM(type_name((int)i)), pair(t.type_bytes[i], t.type_chunks[i]));
     for (i = 0; i < v->n_ruby_names; i++) {
         VALUE name = rb_ary_entry(names, (long)i);
-        if (t.class_chunks[i]) rb_hash_aset(by_class, name, pair(t.class_bytes[i], t.class_chunks[i]));
-        if (t.data_type_chunks[i]) rb_hash_aset(by_dtype, name, pair(t.data_type_bytes[i], t.data_type_chunks[i]));
+        if (t.class_chunks[i]) add_pair(by_class, name, t.class_bytes[i], t.class_chunks[i]);
+        if (t.data_type_chunks[i]) add_pair(by_dtype, name, t.data_type_bytes[i], t.data_type_chunks[i]);
     }
     xfree(arrays);
     for (i = 1; i < PTMD_OWN_COUNT; i++)
@@ -219,7 +248,147 @@ static VALUE heap_summary(VALUE self)
     PTMD_SET(h, "ambiguous_chunks", PTMD_U64(a->ambiguous));
     PTMD_SET(h, "direct_chunks", PTMD_U64(a->direct_count));
     PTMD_SET(h, "chunks_via_references", PTMD_U64(a->via_refs));
+    age_into(h, v, a);
     return h;
+}
+
+/* ---- code owners (analysis/code_owners.c) ---- */
+
+/* The RUBY_CODE_NAMES entries' names; kinds[i] gets each one's kind (kinds holds n_ruby_code_names). */
+static VALUE code_names(const ptmd_view *v, uint32_t *kinds)
+{
+    VALUE ary = rb_ary_new_capa((long)v->n_ruby_code_names);
+    size_t off = 0, i = 0;
+    while (off + 16 <= v->ruby_code_names_len && i < v->n_ruby_code_names) {
+        uint32_t len;
+        memcpy(&len, v->ruby_code_names + off + 12, 4);
+        if (kinds) memcpy(&kinds[i], v->ruby_code_names + off + 8, 4);
+        rb_ary_push(ary, rb_utf8_str_new((const char *)v->ruby_code_names + off + 16, len));
+        off += 16 + ((len + 7u) & ~7u);
+        i++;
+    }
+    return ary;
+}
+
+static VALUE code_name(VALUE names, uint32_t i)
+{
+    return i == PTMD_NO_NAME ? Qnil : rb_ary_entry(names, (long)i);
+}
+
+/* nil without a RUBY_CODE section; else [{module name => [bytes, chunks]}, [[kind, module, method,
+ * path, line, bytes], ...] for each method entry and iseq that owns any chunk, total bytes, total
+ * chunks, {VM table name => [bytes, chunks]}, their bytes, their chunks]. */
+static VALUE heap_code_summary(VALUE self)
+{
+    const ptmd_view *v = ruby_view(self);
+    const ptmd_attribution *a = ptmd_rb_dump_attribution(dump_of(self));
+    VALUE names, by_module = rb_hash_new(), records = rb_ary_new(), tables = rb_hash_new();
+    size_t i;
+    uint64_t *arrays;
+    uint32_t *kinds;
+    ptmd_code_totals t;
+    if (!v->ruby_code) return Qnil;
+    kinds = ALLOC_N(uint32_t, v->n_ruby_code_names + 1);
+    names = code_names(v, kinds);
+    arrays = ALLOC_N(uint64_t, 2 * v->n_ruby_code_names + v->n_ruby_code + 1);
+    t.name_bytes = arrays;
+    t.name_chunks = arrays + v->n_ruby_code_names;
+    t.record_bytes = arrays + 2 * v->n_ruby_code_names;
+    t.chunk_record = NULL;
+    if (ptmd_code_owners(v, a, &t) != 0) {
+        xfree(arrays);
+        xfree(kinds);
+        rb_raise(rb_eNoMemError, "out of memory while charging code to its modules");
+    }
+    for (i = 0; i < v->n_ruby_code_names; i++)
+        if (t.name_chunks[i])
+            rb_hash_aset(kinds[i] == PTMD_NAME_VM_TABLE ? tables : by_module, rb_ary_entry(names, (long)i),
+                         pair(t.name_bytes[i], t.name_chunks[i]));
+    xfree(kinds);
+    for (i = 0; i < v->n_ruby_code; i++) {
+        const ptmd_ruby_code *c = &v->ruby_code[i];
+        if (!t.record_bytes[i] || c->kind == PTMD_CODE_VM_TABLE || c->kind == PTMD_CODE_MODULE) continue;
+        rb_ary_push(records, rb_ary_new_from_args(6, PTMD_SYM(PTMD_NAME_OF(ptmd_code_kind_names, c->kind)),
+                                                  code_name(names, c->module), code_name(names, c->method),
+                                                  code_name(names, c->path), UINT2NUM(c->line), PTMD_U64(t.record_bytes[i])));
+    }
+    xfree(arrays);
+    return rb_ary_new_from_args(7, by_module, records, PTMD_U64(t.bytes), PTMD_U64(t.chunks), tables,
+                                PTMD_U64(t.vm_bytes), PTMD_U64(t.vm_chunks));
+}
+
+VALUE ptmd_rb_code_charges(VALUE dump)
+{
+    const ptmd_view *v = ptmd_rb_dump_view(dump);
+    const ptmd_attribution *a;
+    ptmd_code_totals t;
+    uint64_t *arrays;
+    VALUE charges;
+    if (!v->ruby_meta || !v->ruby_code) return Qnil;
+    a = ptmd_rb_dump_attribution(dump);
+    charges = rb_str_new(NULL, (long)(v->n_chunks * sizeof(uint32_t)));
+    arrays = ALLOC_N(uint64_t, 2 * v->n_ruby_code_names + v->n_ruby_code + 1);
+    t.name_bytes = arrays;
+    t.name_chunks = arrays + v->n_ruby_code_names;
+    t.record_bytes = arrays + 2 * v->n_ruby_code_names;
+    t.chunk_record = (uint32_t *)RSTRING_PTR(charges);
+    if (ptmd_code_owners(v, a, &t) != 0) {
+        xfree(arrays);
+        rb_raise(rb_eNoMemError, "out of memory while charging code to its modules");
+    }
+    xfree(arrays);
+    return charges;
+}
+
+static VALUE heap_code_charges(VALUE self)
+{
+    ruby_view(self);
+    return ptmd_rb_code_charges(dump_of(self));
+}
+
+static VALUE name_index(uint32_t i)
+{
+    return i == PTMD_NO_NAME ? Qnil : UINT2NUM(i);
+}
+
+/* [kind, module, method, path, line] of the code object at an address (names as indexes into
+ * _code_names), or nil. */
+static VALUE heap_code_at(VALUE self, VALUE address)
+{
+    const ptmd_view *v = ruby_view(self);
+    long r = ptmd_code_record(v, NUM2ULL(address));
+    const ptmd_ruby_code *c;
+    if (r < 0) return Qnil;
+    c = &v->ruby_code[r];
+    return rb_ary_new_from_args(5, PTMD_SYM(PTMD_NAME_OF(ptmd_code_kind_names, c->kind)), name_index(c->module),
+                                name_index(c->method), name_index(c->path), UINT2NUM(c->line));
+}
+
+/* _code_charge(charges, chunk_address): the address of the code record the chunk at chunk_address is
+ * charged to (charges: _code_charges), or nil. */
+static VALUE heap_code_charge(VALUE self, VALUE charges, VALUE chunk_address)
+{
+    const ptmd_view *v = ruby_view(self);
+    long ci = ptmd_view_find_chunk(v, NUM2ULL(chunk_address), 0);
+    uint32_t r;
+    StringValue(charges);
+    if ((size_t)RSTRING_LEN(charges) != v->n_chunks * sizeof(uint32_t)) rb_raise(rb_eArgError, "one u32 per chunk");
+    if (ci < 0) return Qnil;
+    memcpy(&r, RSTRING_PTR(charges) + ci * sizeof(uint32_t), sizeof(r));
+    return r < v->n_ruby_code ? PTMD_U64(v->ruby_code[r].address) : Qnil;
+}
+
+static VALUE heap_code_names(VALUE self)
+{
+    return code_names(ruby_view(self), NULL);
+}
+
+/* PtmallocDump._ruby_code_problem: why dumps here record no code owners, nil when they do. */
+static VALUE code_problem(VALUE self)
+{
+    const char *p = ptmd_ruby_code_problem();
+    PTMD_UNUSED(self);
+    return p ? rb_str_new_cstr(p) : Qnil;
 }
 
 void ptmd_ruby_heap_class_init(void)
@@ -235,4 +404,10 @@ void ptmd_ruby_heap_class_init(void)
     rb_define_private_method(cRubyHeap, "_object_index", heap_object_index, 1);
     rb_define_private_method(cRubyHeap, "_owner", heap_owner, 1);
     rb_define_private_method(cRubyHeap, "_summary", heap_summary, 0);
+    rb_define_private_method(cRubyHeap, "_code_summary", heap_code_summary, 0);
+    rb_define_private_method(cRubyHeap, "_code_at", heap_code_at, 1);
+    rb_define_private_method(cRubyHeap, "_code_names", heap_code_names, 0);
+    rb_define_private_method(cRubyHeap, "_code_charges", heap_code_charges, 0);
+    rb_define_private_method(cRubyHeap, "_code_charge", heap_code_charge, 2);
+    rb_define_private_method(rb_singleton_class(ptmd_mPtmallocDump), "_ruby_code_problem", code_problem, 0);
 }

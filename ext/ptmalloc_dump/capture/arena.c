@@ -327,16 +327,29 @@ fail:
 
 /* Follows one list (fd or bk links) from a bin head or fastbin, checking every step. */
 
-static int list_sane(ptmd_walk *w, ptmd_arena_ctx *a, uint64_t first, uint64_t head, size_t link, int fast)
+/* A fastbin: a NULL-terminated fd chain of chunks in the arena, no longer than the bound. */
+static int fastbin_sane(ptmd_walk *w, ptmd_arena_ctx *a, uint64_t first)
 {
     uint64_t p = first, steps;
-    for (steps = 0; fast ? p != 0 : p != head; steps++) {
-        uint64_t next;
+    for (steps = 0; p != 0; steps++) {
         if (steps > a->bound || !ptmd_in_arena(w, a, p, 32)) return 0;
-        next = ptmd_rd64(p + link);
-        p = fast && w->L->safe_linking ? ptmd_reveal_ptr(p + link, next) : next;
+        p = w->L->safe_linking ? ptmd_reveal_ptr(p + PTMD_MCHUNK_FD, ptmd_chunk_fd(p)) : ptmd_chunk_fd(p);
     }
     return 1;
+}
+
+/* A bin: fd leads from head back to head through chunks in the arena, no longer than the bound, and
+ * every bk is the chunk before along fd (head's bk the last one). Then bk leads back through the
+ * same chunks in reverse, so one pass checks both directions (bk shares fd's cache line). */
+static int bin_sane(ptmd_walk *w, ptmd_arena_ctx *a, uint64_t head)
+{
+    uint64_t p = ptmd_chunk_fd(head), prev = head, steps;
+    for (steps = 0; p != head; steps++) {
+        if (steps > a->bound || !ptmd_in_arena(w, a, p, 32) || ptmd_chunk_bk(p) != prev) return 0;
+        prev = p;
+        p = ptmd_chunk_fd(p);
+    }
+    return ptmd_chunk_bk(head) == prev;
 }
 
 /* Before glibc's own malloc_info() and mallinfo2() are called (they follow every list without any
@@ -367,11 +380,8 @@ int ptmd_walk_precheck(ptmd_walk *w)
         for (k = 0; k < a.n_heaps; k++) bytes += PTMD_W_HEAP(w, a.first_heap + k)->end - PTMD_W_HEAP(w, a.first_heap + k)->start;
         a.bound = bytes / PTMD_MINSIZE + 1;
         for (i = 0; sane && i < L->nfastbins; i++)
-            sane = list_sane(w, &a, ptmd_arena_field(w, av, L->ms_fastbins + (size_t)i * 8), 0, 16, 1);
-        for (i = 1; sane && i < PTMD_NBINS; i++) {
-            uint64_t head = ptmd_bin_at(av + L->ms_bins, i);
-            sane = list_sane(w, &a, ptmd_chunk_fd(head), head, 16, 0) && list_sane(w, &a, ptmd_chunk_bk(head), head, 24, 0);
-        }
+            sane = fastbin_sane(w, &a, ptmd_arena_field(w, av, L->ms_fastbins + (size_t)i * 8));
+        for (i = 1; sane && i < PTMD_NBINS; i++) sane = bin_sane(w, &a, ptmd_bin_at(av + L->ms_bins, i));
         ptmd_arena_unlock(mutex);
         w->heaps.len = heaps_mark;          /* the walk collects them again, under the same lock as its chunks */
     }

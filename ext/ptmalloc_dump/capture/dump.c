@@ -138,6 +138,83 @@ static int trim_check(ptmd_dump_state *d, ptmd_err *err)
     return 0;
 }
 
+/* ---- the whole RSS ------------------------------------------------------------------------ */
+
+/* The mappings and VmRSS, right after the walk's page residency so that the two describe one moment.
+ * A snapshot child takes its parent's (read_parent_mappings). Where /proc/self/smaps cannot be read the
+ * dump goes on without them (the RSS is then not accounted), as residency falls back to mincore. */
+static void capture_mappings(ptmd_dump_state *d)
+{
+    ptmd_err ignored;
+    if (d->parent_mappings) {
+        if (d->parent_mappings->present) d->mappings = *d->parent_mappings;
+        return;
+    }
+    if (ptmd_mappings_read(&d->mappings, 0, &ignored) != 0) d->mappings.present = 0;
+}
+
+/* A snapshot child's first act: its parent's smaps and VmRSS. The child's own would describe the
+ * child (fork copies no page table entries of file mappings without private pages, so a mapped file
+ * would show next to nothing; the other threads are gone), while the dump describes the parent at the
+ * fork. Reading them in the parent before the fork would lengthen its pause by the whole smaps walk
+ * (tens of milliseconds on a large heap, as long as the rest of the pause); read here, they lag the
+ * fork by about the time a fork takes to return, during which the parent runs on. Left out when the
+ * parent is already gone. */
+static void read_parent_mappings(ptmd_mappings *m, int parent)
+{
+    ptmd_err ignored;
+    if (getppid() != parent || ptmd_mappings_read(m, parent, &ignored) != 0) {
+        m->present = 0;
+        return;
+    }
+    m->head.flags |= PTMD_MAPF_PARENT;
+}
+
+/* Resident bytes of each Ruby page's body: the OS pages its slots span, from pagemap. */
+static int ruby_page_rss(ptmd_dump_state *d, ptmd_err *err)
+{
+    ptmd_walk *w = &d->w;
+    size_t i, n = PTMD_BUF_COUNT(&d->ruby.pages, ptmd_ruby_page);
+    uint64_t ps = w->page_size;
+    uint8_t flags[64];
+    if (!d->ruby.present) return 0;
+    if (ptmd_buf_reserve(&d->ruby_rss, n * sizeof(uint64_t) + 8) != 0) return ptmd_fail_sys(err, errno, "Ruby page residency", "mmap");
+    d->ruby_rss.len = n * sizeof(uint64_t);
+    for (i = 0; i < n; i++) {
+        const ptmd_ruby_page *pg = PTMD_BUF_AT(&d->ruby.pages, ptmd_ruby_page, i);
+        uint64_t lo = pg->start & ~(ps - 1), hi = (pg->end + ps - 1) & ~(ps - 1), bytes = 0;
+        while (lo < hi) {
+            size_t k, m = (hi - lo) / ps < sizeof(flags) ? (size_t)((hi - lo) / ps) : sizeof(flags);
+            if (ptmd_pagemap_read(&w->pagemap, (uintptr_t)lo, m, flags) != 0) break;
+            for (k = 0; k < m; k++)
+                if (flags[k] & PTMD_PAGE_PRESENT) bytes += ps;
+            lo += m * ps;
+        }
+        *PTMD_BUF_AT(&d->ruby_rss, uint64_t, i) = bytes;
+    }
+    return 0;
+}
+
+static void write_rss_sections(ptmd_dump_state *d)
+{
+    ptmd_writer *wr = &d->writer;
+    const ptmd_mappings *m = &d->mappings;
+    if (d->ruby.present) {
+        ptmd_writer_section(wr, PTMD_SEC_GC, 1, &d->ruby.gc, sizeof(d->ruby.gc));
+        if (d->ruby_rss.base)
+            ptmd_writer_section(wr, PTMD_SEC_RUBY_PAGE_RSS, PTMD_BUF_COUNT(&d->ruby_rss, uint64_t), d->ruby_rss.base,
+                                d->ruby_rss.len);
+    }
+    if (m->present) {
+        uint64_t len = sizeof(m->head) + m->recs.len + m->paths.len;
+        ptmd_writer_begin(wr, PTMD_SEC_MAPPINGS, PTMD_BUF_COUNT(&m->recs, ptmd_mapping_rec), len);
+        ptmd_writer_put(wr, &m->head, sizeof(m->head));
+        ptmd_writer_put(wr, m->recs.base, m->recs.len);
+        ptmd_writer_put(wr, m->paths.base, m->paths.len);
+        ptmd_writer_end(wr, len);
+    }
+}
+
 /* ---- the sequence ------------------------------------------------------------------------- */
 
 static void fill_meta(ptmd_dump_state *d, const ptmd_libc *lc, const struct timespec *now)
@@ -212,6 +289,9 @@ static void write_sections(ptmd_dump_state *d)
     ptmd_writer_section(wr, PTMD_SEC_PAGES, w->pages.len, w->pages.base, w->pages.len);
     ptmd_writer_section(wr, PTMD_SEC_THREADS, PTMD_BUF_COUNT(&w->threads, ptmd_thread_rec), w->threads.base, w->threads.len);
     ptmd_writer_section(wr, PTMD_SEC_ANOMALIES, PTMD_BUF_COUNT(&w->anomalies, ptmd_anomaly_rec), w->anomalies.base, w->anomalies.len);
+    if (w->L->tcache_bins)
+        ptmd_writer_section(wr, PTMD_SEC_TCACHE_ENTRIES, PTMD_BUF_COUNT(&w->tcache_entries, ptmd_tcache_entry),
+                            w->tcache_entries.base, w->tcache_entries.len);
     if (d->ruby.present) {
         const ptmd_ruby_data *r = &d->ruby;
         ptmd_writer_section(wr, PTMD_SEC_RUBY_META, 1, &r->meta, sizeof(r->meta));
@@ -220,6 +300,10 @@ static void write_sections(ptmd_dump_state *d)
                             r->objects.len);
         ptmd_writer_section(wr, PTMD_SEC_RUBY_WORDS, PTMD_BUF_COUNT(&r->words, uint64_t), r->words.base, r->words.len);
         ptmd_writer_section(wr, PTMD_SEC_RUBY_NAMES, r->n_names, r->names.base, r->names.len);
+        if (r->code_present) {
+            ptmd_writer_section(wr, PTMD_SEC_RUBY_CODE, PTMD_BUF_COUNT(&r->code, ptmd_ruby_code), r->code.base, r->code.len);
+            ptmd_writer_section(wr, PTMD_SEC_RUBY_CODE_NAMES, r->n_code_names, r->code_names.base, r->code_names.len);
+        }
     }
     if (w->references) {
         ptmd_writer_section(wr, PTMD_SEC_REFS, PTMD_BUF_COUNT(&w->refs, ptmd_ref), w->refs.base, w->refs.len);
@@ -230,6 +314,16 @@ static void write_sections(ptmd_dump_state *d)
     }
     if (d->trim.base)
         ptmd_writer_section(wr, PTMD_SEC_TRIM_CHECK, PTMD_BUF_COUNT(&d->trim, uint64_t), d->trim.base, d->trim.len);
+    write_rss_sections(d);
+}
+
+/* Whether libc as the parent located it serves a target that asks for `symbols`. */
+static int reuses_parent_libc(const ptmd_libc *lc, int symbols)
+{
+    int by_structure = lc->symbol_source == PTMD_SYMSRC_HEURISTIC;
+    if (symbols == PTMD_SYMBOLS_HEURISTIC) return by_structure;
+    if (symbols == PTMD_SYMBOLS_FILE) return !by_structure;
+    return 1;
 }
 
 /* For the roots: the caller's callee-saved registers as they are here (setjmp keeps rbx and r12 to
@@ -262,7 +356,12 @@ int ptmd_dump_run(ptmd_dump_state *d, const ptmd_dump_opts *o, ptmd_err *err)
 
     if (!__atomic_compare_exchange_n(&dump_busy, &expected, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
         return ptmd_fail(err, PTMD_E_BUSY, "a dump is already running in this process");
-    if (ptmd_locate(o->debug_dir, o->symbols, &lc, err) != 0) goto out;
+    /* a snapshot child takes the parent's answer: ptmd_locate takes a mutex, and finding libc afresh
+     * the loader's lock, either of which another thread may have held at the fork. The parent located
+     * libc for the first target; a later target that asks for the other source (check_symbol_free
+     * dumps one snapshot by symbols and by structure) locates it here. */
+    if (d->parent && d->parent->lc && reuses_parent_libc(d->parent->lc, o->symbols)) lc = d->parent->lc;
+    else if (ptmd_locate(o->debug_dir, o->symbols, &lc, err) != 0) goto out;
     if (!lc->layout) {
         ptmd_fail(err, PTMD_E_LIBC, "glibc %s is not supported: ptmalloc_dump knows the malloc layouts of "
                   "glibc 2.27 to 2.%d", lc->glibc_version, ptmd_layout_newest_minor());
@@ -272,21 +371,27 @@ int ptmd_dump_run(ptmd_dump_state *d, const ptmd_dump_opts *o, ptmd_err *err)
     d->w.references = o->references;
     note_caller(&d->w);
     if (d->parent) {
-        const ptmd_buf *t = &d->parent->threads;
-        uint64_t r[2] = { (uint64_t)(uintptr_t)t->base, (uint64_t)(uintptr_t)t->base + t->cap };
+        const ptmd_buf *t = &d->parent->threads, *ob = &d->parent->objects;
+        uint64_t r[4] = { (uint64_t)(uintptr_t)t->base, (uint64_t)(uintptr_t)t->base + t->cap,
+                          (uint64_t)(uintptr_t)ob->base, (uint64_t)(uintptr_t)ob->base + ob->cap };
         d->w.given_threads = t;
         d->w.given_thread_count = d->parent->thread_count;
         d->w.given_threads_complete = d->parent->threads_complete;
-        /* the parent's list is no mmapped chunk either */
-        if (t->base && ptmd_buf_append(&d->w.exclude, r, sizeof(r)) != 0) {
+        d->w.given_objects = ob;
+        d->w.given_tls_below = d->parent->tls_below;
+        /* the parent's lists are no mmapped chunks either */
+        if ((t->base && ptmd_buf_append(&d->w.exclude, r, 2 * sizeof(r[0])) != 0) ||
+            (ob->base && ptmd_buf_append(&d->w.exclude, r + 2, 2 * sizeof(r[0])) != 0)) {
             ptmd_fail_sys(err, errno, "exclusions", "mmap");
             goto out;
         }
     }
-    if (d->ruby.present) {
+    {
         /* Ruby's object pages hold no malloc chunk header unless they are malloc chunks themselves:
-         * the mmapped-chunk scan skips them (they are reported through the Ruby sections) */
+         * the mmapped-chunk scan skips them (as the Ruby pass listed them, or known by their structure
+         * without it) */
         size_t i, n = PTMD_BUF_COUNT(&d->ruby.pages, ptmd_ruby_page);
+        d->w.ruby_page_size = n ? 0 : d->ruby.page_size;
         for (i = 0; i < n; i++) {
             const ptmd_ruby_page *pg = PTMD_BUF_AT(&d->ruby.pages, ptmd_ruby_page, i);
             uint64_t r[2] = { pg->start, pg->end };
@@ -317,6 +422,8 @@ int ptmd_dump_run(ptmd_dump_state *d, const ptmd_dump_opts *o, ptmd_err *err)
     else if (!d->mallinfo_exact) d->meta.flags |= PTMD_MF_MALLINFO32;
     d->meta.walk_ns = t1 - t0;
     d->meta.residency_ns = ptmd_now_ns() - t1;
+    if (ruby_page_rss(d, err) != 0) goto out;
+    capture_mappings(d);
     if (ptmd_walk_references(&d->w, err) != 0) goto out;
     if (ptmd_walk_roots(&d->w, err) != 0) goto out;
     if (o->trim_check && trim_check(d, err) != 0) goto out;
@@ -338,17 +445,28 @@ out:
     return rc;
 }
 
-/* The parent's threads, listed just before the fork: in the child, glibc's fork has moved every other
- * thread to the stack cache with its tid cleared (reclaim_stacks), so the child could find their
- * tcaches only by structure, and a damaged one not at all. Reads only what the walk reads; no malloc. */
-static int list_threads(ptmd_dump_state *d, const ptmd_dump_opts *o, ptmd_err *err)
+/* What the child must not find for itself, listed just before the fork:
+ *   - the parent's threads: in the child, glibc's fork has moved every other thread to the stack
+ *     cache with its tid cleared (reclaim_stacks), so the child could find their tcaches only by
+ *     structure, and a damaged one not at all;
+ *   - libc's location, whether malloc is glibc's, and the loaded objects' writable segments (roots):
+ *     these call dl_iterate_phdr, dlopen, dlsym and dladdr, which take the loader's locks
+ *     (dl_load_write_lock, dl_load_lock). A thread of the parent inside dlopen, dl_iterate_phdr or a
+ *     TLS allocation at the fork leaves them held in the child for ever: glibc 2.36's fork resets
+ *     dl_load_lock alone (posix/fork.c), and nothing else the lock protects in the child.
+ * The child then takes no lock another thread could have held. */
+static int before_fork(ptmd_dump_state *d, const ptmd_dump_opts *opts, size_t n_opts, ptmd_err *err)
 {
+    const ptmd_dump_opts *o = &opts[0];
     const ptmd_libc *lc;
-    int ring;
+    size_t i;
+    int ring, references = 0;
     if (ptmd_locate(o->debug_dir, o->symbols, &lc, err) != 0) return -1;
+    d->w.lc = lc;
     if (!lc->layout) return 0;                  /* the child says that the layout is unknown */
     d->w.mem.mem_fd = -1;
     if (ptmd_memreader_open(&d->w.mem, err) != 0) return -1;
+    if (ptmd_check_allocator(lc, &d->w.mem, err) != 0) return -1;
     if ((ring = ptmd_walk_ring_before_fork(&d->w, lc)) < 0) return ptmd_fail_sys(err, errno, "arena ring", "mmap");
     if (ring > 0) {
         const ptmd_anomaly_rec *a = PTMD_BUF_AT(&d->w.anomalies, ptmd_anomaly_rec, 0);
@@ -364,7 +482,10 @@ static int list_threads(ptmd_dump_state *d, const ptmd_dump_opts *o, ptmd_err *e
                          (unsigned long)n, n == 1 ? "" : "s");
     }
     d->w.anomalies.len = 0;
-    return ptmd_walk_threads(&d->w, err);
+    if (ptmd_walk_threads(&d->w, err) != 0) return -1;
+    for (i = 0; i < n_opts; i++) references |= opts[i].references;
+    if (references && ptmd_walk_objects(&d->w) != 0) return ptmd_fail_sys(err, errno, "root table", "mmap");
+    return 0;
 }
 
 /* One line on stderr from a snapshot child whose parent does not wait for it: the error as the
@@ -390,7 +511,8 @@ int ptmd_dump_fork(ptmd_dump_state *d, const ptmd_dump_opts *opts, size_t n_opts
 {
     int fds[2];
     pid_t pid;
-    if (list_threads(d, &opts[0], err) != 0) return -1;
+    int parent = (int)getpid();
+    if (before_fork(d, opts, n_opts, err) != 0) return -1;
     if (pipe2(fds, O_CLOEXEC) != 0) return ptmd_fail_sys(err, errno, "pipe", "cannot create a pipe for the snapshot");
     /* glibc's fork takes every arena lock around the fork: the child's heap is one consistent state */
     pid = fork();
@@ -405,6 +527,7 @@ int ptmd_dump_fork(ptmd_dump_state *d, const ptmd_dump_opts *opts, size_t n_opts
         int rc = 0;
         close(fds[0]);
         signal(SIGPIPE, SIG_IGN);
+        read_parent_mappings(&d->mappings, parent);
         /* several dumps of the same frozen heap, one after the other: nothing runs in between */
         for (i = 0; i < n_opts && rc == 0; i++) {
             ptmd_dump_opts co = opts[i];
@@ -413,6 +536,7 @@ int ptmd_dump_fork(ptmd_dump_state *d, const ptmd_dump_opts *opts, size_t n_opts
             ptmd_dump_init(&di);
             di.ruby = d->ruby;                  /* recorded by the parent, shared read-only */
             di.parent = &d->w;
+            di.parent_mappings = &d->mappings;
             co.fork_child = 1;
             memset(&cerr, 0, sizeof(cerr));
             rc = ptmd_dump_run(&di, &co, &cerr);
@@ -428,6 +552,21 @@ int ptmd_dump_fork(ptmd_dump_state *d, const ptmd_dump_opts *opts, size_t n_opts
     *pid_out = (int)pid;
     *errfd_out = fds[0];
     return 0;
+}
+
+static void view_rss(const ptmd_dump_state *d, ptmd_view *v)
+{
+    if (d->ruby.present) {
+        v->gc = &d->ruby.gc;
+        v->ruby_page_rss = (const uint64_t *)(const void *)d->ruby_rss.base;
+        v->n_ruby_page_rss = PTMD_BUF_COUNT(&d->ruby_rss, uint64_t);
+    }
+    if (d->mappings.present) {
+        v->mappings_head = &d->mappings.head;
+        v->mappings = (const ptmd_mapping_rec *)(const void *)d->mappings.recs.base;
+        v->n_mappings = PTMD_BUF_COUNT(&d->mappings.recs, ptmd_mapping_rec);
+        v->mapping_paths = (const char *)d->mappings.paths.base;
+    }
 }
 
 void ptmd_dump_view(const ptmd_dump_state *d, ptmd_view *v)
@@ -454,6 +593,10 @@ void ptmd_dump_view(const ptmd_dump_state *d, ptmd_view *v)
     v->n_threads = PTMD_BUF_COUNT(&w->threads, ptmd_thread_rec);
     v->anomalies = (const ptmd_anomaly_rec *)(const void *)w->anomalies.base;
     v->n_anomalies = PTMD_BUF_COUNT(&w->anomalies, ptmd_anomaly_rec);
+    if (w->L && w->L->tcache_bins) {
+        v->tcache_entries = (const ptmd_tcache_entry *)(const void *)w->tcache_entries.base;
+        v->n_tcache_entries = PTMD_BUF_COUNT(&w->tcache_entries, ptmd_tcache_entry);
+    }
     if (d->ruby.present) {
         v->ruby_meta = &d->ruby.meta;
         v->ruby_pages = (const ptmd_ruby_page *)(const void *)d->ruby.pages.base;
@@ -465,6 +608,13 @@ void ptmd_dump_view(const ptmd_dump_state *d, ptmd_view *v)
         v->ruby_names = d->ruby.names.base;
         v->ruby_names_len = d->ruby.names.len;
         v->n_ruby_names = d->ruby.n_names;
+        if (d->ruby.code_present) {
+            v->ruby_code = (const ptmd_ruby_code *)(const void *)d->ruby.code.base;
+            v->n_ruby_code = PTMD_BUF_COUNT(&d->ruby.code, ptmd_ruby_code);
+            v->ruby_code_names = d->ruby.code_names.base;
+            v->ruby_code_names_len = d->ruby.code_names.len;
+            v->n_ruby_code_names = d->ruby.n_code_names;
+        }
     }
     if (w->references) {
         v->refs = (const ptmd_ref *)(const void *)w->refs.base;
@@ -480,15 +630,20 @@ void ptmd_dump_view(const ptmd_dump_state *d, ptmd_view *v)
         v->trim_released = (const uint64_t *)(const void *)d->trim.base;
         v->n_trim_released = PTMD_BUF_COUNT(&d->trim, uint64_t);
     }
+    view_rss(d, v);
 }
 
 void ptmd_dump_release(ptmd_dump_state *d)
 {
     ptmd_buf_release(&d->trim);
+    ptmd_buf_release(&d->ruby_rss);
+    if (!d->parent_mappings) ptmd_mappings_release(&d->mappings);
     ptmd_buf_release(&d->ruby.pages);
     ptmd_buf_release(&d->ruby.objects);
     ptmd_buf_release(&d->ruby.words);
     ptmd_buf_release(&d->ruby.names);
+    ptmd_buf_release(&d->ruby.code);
+    ptmd_buf_release(&d->ruby.code_names);
     ptmd_writer_abort(&d->writer);
     ptmd_walk_release(&d->w);
     ptmd_buf_release(&d->strings);

@@ -3,6 +3,7 @@
 #define PTMD_DUMP_H
 
 #include "analysis/summary.h"
+#include "capture/mappings.h"
 #include "capture/walk.h"
 #include "capture/writer.h"
 #include <stdio.h>
@@ -16,6 +17,12 @@ typedef struct {
     ptmd_buf words;                 /* uint64 */
     ptmd_buf names;                 /* serialized RUBY_NAMES entries */
     uint64_t n_names;
+    ptmd_gc_rec gc;                 /* GC.stat's counts, taken with the pass */
+    ptmd_buf code;                  /* ptmd_ruby_code, by address (capture/ruby_code.c); empty when skipped */
+    ptmd_buf code_names;            /* serialized RUBY_CODE_NAMES entries */
+    uint64_t n_code_names;
+    int code_present;
+    uint64_t page_size;             /* ptmd_ruby_heap_page_size (): pages recognised by their structure */
 } ptmd_ruby_data;
 
 typedef struct {
@@ -42,6 +49,9 @@ typedef struct {
     ptmd_buf trim;                  /* uint64 per arena: resident bytes malloc_trim(0) released */
     int snapshot;                   /* written by a fork snapshot child */
     const ptmd_walk *parent;        /* a snapshot child's: the parent's walk, with its thread list */
+    ptmd_mappings mappings;         /* smaps and VmRSS at the capture (a snapshot's: its parent's) */
+    const ptmd_mappings *parent_mappings;   /* a snapshot child's: read by the parent before the fork */
+    ptmd_buf ruby_rss;              /* uint64 per Ruby page: resident bytes of its body */
 } ptmd_dump_state;
 
 /* Prepares a zeroed state (file descriptors closed). Call before ptmd_dump_run or ptmd_dump_fork. */
@@ -64,6 +74,10 @@ int ptmd_dump_fork(ptmd_dump_state *d, const ptmd_dump_opts *opts, size_t n_opts
 void ptmd_ruby_heap_init(void);
 const char *const *ptmd_ruby_functions_missing(void);
 void ptmd_ruby_pass(ptmd_ruby_data *rd);
+/* The size (and alignment) of Ruby's object page bodies, 0 when this Ruby does not say. */
+uint64_t ptmd_ruby_heap_page_size(void);
+/* Marks rd's GC record as taken right after a full GC the dump ran itself (gc: true). */
+void ptmd_ruby_pass_after_full_gc(ptmd_ruby_data *rd);
 
 /* The dump's records as a view (valid until release). */
 void ptmd_dump_view(const ptmd_dump_state *d, ptmd_view *v);

@@ -75,26 +75,15 @@ static int find_libc_cb(struct dl_phdr_info *info, size_t size, void *data)
     return 1;
 }
 
-struct tls_ctx {
-    uintptr_t base;
-    uintptr_t block;
-};
-
-static int tls_self_cb(struct dl_phdr_info *info, size_t size, void *data)
-{
-    struct tls_ctx *ctx = data;
-    PTMD_UNUSED(size);
-    if (info->dlpi_addr != ctx->base) return 0;
-    ctx->block = (uintptr_t)info->dlpi_tls_data;
-    return 1;
-}
-
+/* libc is loaded at start-up, so its TLS block is in the static TLS, at the same offset below every
+ * thread's thread pointer (x86-64 TLS variant II): computed from the offset found when libc was
+ * located, without dl_iterate_phdr, whose lock another thread may hold (a fork snapshot's child). */
 uintptr_t ptmd_libc_tls_block_self(const ptmd_libc *lc)
 {
-    struct tls_ctx ctx = { lc->libc_base, 0 };
-    if (!lc->tls_modid) return 0;
-    dl_iterate_phdr(tls_self_cb, &ctx);
-    return ctx.block;
+    uintptr_t tp;
+    if (!lc->tls_modid || !lc->tls_offset) return 0;
+    __asm__("mov %%fs:0, %0" : "=r"(tp));
+    return tp - lc->tls_offset;
 }
 
 static int parse_version(ptmd_libc *lc, ptmd_err *err)

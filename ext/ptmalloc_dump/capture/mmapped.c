@@ -15,6 +15,7 @@
 
 #include <errno.h>
 #include <string.h>
+#include <unistd.h>
 
 #define PTMD_SCAN_WINDOW 512
 
@@ -82,11 +83,39 @@ static uint64_t valid_header(const ptmd_walk *w, uint64_t q, const uint64_t hdr[
     uint64_t ps = base_offset(w, hdr[0]), sw = hdr[1], sz = ptmd_chunksize(sw), block = q - ps;
     uint64_t total = ps + sz + (w->L->mmap_chunk_tail_hdr ? PTMD_CHUNK_HDR_SZ : 0);
     uint64_t mask = w->page_size - 1, mem = q + PTMD_CHUNK_HDR_SZ, mis = mem & mask;
-    if ((sw & PTMD_SIZE_BITS) != PTMD_IS_MMAPPED || sz < w->page_size - PTMD_CHUNK_HDR_SZ) return 0;
+    /* an aligned chunk that realloc shrank (mremap_chunk) can be smaller than a page, not its mapping */
+    if ((sw & PTMD_SIZE_BITS) != PTMD_IS_MMAPPED || sz < PTMD_MINSIZE || total < w->page_size) return 0;
     if (ps > q || block < vs || (block & mask) || (total & mask) || total < sz) return 0;
     if (block + total > ve || block + total < block) return 0;
     if (mis & (mis - 1)) return 0;      /* mem & (pagesize - 1) must be 0 or a power of two */
     return total;
+}
+
+/* Without the Ruby pass's list of Ruby's object pages, a header found at a page start is checked
+ * against the structure of the object page that would hold it: a page body (ruby_page_size bytes,
+ * aligned to its size) begins with a pointer to the GC's struct heap_page, and that struct holds the
+ * body's address or its first slot's (at most a slot and the header past it) among its first words
+ * (measured: Ruby 3.1's word 4, start; Ruby 3.4's words 4 and 5, body and start). A chunk's own
+ * header there cannot pass: prev_size is 0 or an offset below a page, and no Ruby page overlaps a
+ * chunk. */
+#define PTMD_RUBY_PAGE_WORDS 16
+#define PTMD_RUBY_FIRST_SLOT_MAX 1024
+
+static int in_ruby_page(ptmd_walk *w, uint64_t addr)
+{
+    uint64_t body, page, words[PTMD_RUBY_PAGE_WORDS];
+    size_t i;
+    if (!w->ruby_page_size) return 0;
+    body = addr & ~(w->ruby_page_size - 1);
+    /* the struct is calloc'd (16-byte aligned) apart from the body: a list head that points at
+     * itself, as in TLS or any C data, is no page record */
+    if (ptmd_safe_read(&w->mem, body, &page, sizeof(page)) != 0 || !page || (page & 15) ||
+        (page >= body && page - body < w->ruby_page_size))
+        return 0;
+    if (ptmd_safe_read(&w->mem, page, words, sizeof(words)) != 0) return 0;
+    for (i = 0; i < PTMD_RUBY_PAGE_WORDS; i++)
+        if (words[i] >= body && words[i] - body <= PTMD_RUBY_FIRST_SLOT_MAX) return 1;
+    return 0;
 }
 
 static int push_rec(ptmd_walk *w, uint64_t addr, uint64_t size, int state, ptmd_err *err)
@@ -124,7 +153,8 @@ static size_t aligned_candidates(const ptmd_walk *w, uint64_t block, uint64_t to
 {
     uint64_t a;
     size_t n = 0;
-    for (a = PTMD_MINSIZE; a < total && n + 2 <= cap; a <<= 1) {
+    /* a is a power of two below total, which the caller bounds by the mapping */
+    for (a = PTMD_MINSIZE; a && a < total && n + 2 <= cap; a <<= 1) {
         uint64_t q = ((block + PTMD_CHUNK_HDR_SZ + a - 1) & ~(a - 1)) - PTMD_CHUNK_HDR_SZ;
         if (!w->L->mmap_chunk_tail_hdr && q - block < PTMD_MINSIZE) q += a;
         if (q > block && q + PTMD_MINSIZE <= block + total && (n == 0 || out[n - 1] != q)) out[n++] = q;
@@ -132,28 +162,64 @@ static size_t aligned_candidates(const ptmd_walk *w, uint64_t block, uint64_t to
     return n;
 }
 
-/* The chunk in the mapping whose page-start header (offset 0) says it is total bytes long: the
- * first aligned candidate whose header names this mapping (its offset is its distance from block,
- * its extent ends where the mapping does), else block itself. A candidate on a page that was never
- * touched is not read: reading it would map the zero page and change what pagemap reports. */
-static uint64_t aligned_header(ptmd_walk *w, uint64_t block, uint64_t total, uint64_t vs, uint64_t ve)
+/* The first of the k candidates whose header names the mapping at block: its offset is its distance
+ * from block and its extent fits. Sets *total to that extent; 0 when none does. */
+static uint64_t own_header(ptmd_walk *w, uint64_t block, const uintptr_t *cand, size_t k, uint64_t *total,
+                           uint64_t vs, uint64_t ve)
 {
-    uintptr_t cand[64];
-    uint64_t hdrs[64][2];
+    uint64_t hdrs[64][2], t;
     unsigned char ok[64];
-    size_t n = aligned_candidates(w, block, total, cand, 64), i, k = 0;
-    for (i = 0; i < n; i++) {
-        uint8_t f = 0;
-        uint64_t page = cand[i] & ~(uint64_t)(w->page_size - 1);
-        if (page == block || (ptmd_pagemap_read(&w->pagemap, page, 1, &f) == 0 &&
-                              (f & (PTMD_PAGE_PRESENT | PTMD_PAGE_SWAPPED))))
-            cand[k++] = cand[i];
-    }
+    size_t i;
     ptmd_safe_read_many(&w->mem, cand, k, 16, hdrs, ok);
     for (i = 0; i < k; i++)
         if (ok[i] && base_offset(w, hdrs[i][0]) == cand[i] - block &&
-            valid_header(w, cand[i], hdrs[i], vs, ve) == total)
+            (t = valid_header(w, cand[i], hdrs[i], vs, ve)) != 0) {
+            *total = t;
             return cand[i];
+        }
+    return 0;
+}
+
+/* The chunk in the mapping whose page-start header (offset 0) says it is *total bytes long: the
+ * first aligned candidate whose header names this mapping, else block itself. A realloc of an
+ * aligned chunk (mremap_chunk) resizes the mapping and leaves the stale header's size as it was:
+ * the candidate's own extent is the mapping's, and *total becomes it. A candidate on a page that
+ * was never touched is not read: reading it would map the zero page and change what pagemap
+ * reports. */
+static uint64_t aligned_header(ptmd_walk *w, uint64_t block, uint64_t *total, uint64_t vs, uint64_t ve)
+{
+    uintptr_t cand[64];
+    uint8_t f[64];
+    size_t n = aligned_candidates(w, block, *total, cand, 64), i, k = 0;
+    uint64_t q, m, last;
+    for (i = 0; i < n; i++) {
+        uint8_t pf = 0;
+        uint64_t page = cand[i] & ~(uint64_t)(w->page_size - 1);
+        if (page == block || (ptmd_pagemap_read(&w->pagemap, page, 1, &pf) == 0 &&
+                              (pf & (PTMD_PAGE_PRESENT | PTMD_PAGE_SWAPPED))))
+            cand[k++] = cand[i];
+    }
+    if ((q = own_header(w, block, cand, k, total, vs, ve)) != 0) return q;
+    /* mremap_chunk may move the mapping (glibc 2.36 malloc.c, MREMAP_MAYMOVE) and keeps the chunk's
+     * offset, which _int_memalign chose for the old block: above a page of alignment the header is
+     * then at the end of any page of the new one (offset m * pagesize - CHUNK_HDR_SZ). The offset is
+     * below the stale header's extent, which is the size before the first remap. Nothing writes the
+     * lead after the mapping is made but alloc_perturb (the whole request, one byte repeated), so a
+     * mapping whose first user bytes are not one byte repeated is block's own chunk: its pages are
+     * not swept. */
+    if (ptmd_safe_read(&w->mem, block + PTMD_CHUNK_HDR_SZ, f, 16) != 0) return block;
+    for (i = 1; i < 16; i++)
+        if (f[i] != f[0]) return block;
+    last = *total / w->page_size;
+    if (last > (ve - block) / w->page_size) last = (ve - block) / w->page_size;
+    for (m = 1; m <= last; m += n) {
+        n = last - m + 1 < 64 ? (size_t)(last - m + 1) : 64;
+        if (ptmd_pagemap_read(&w->pagemap, block + (m - 1) * w->page_size, n, f) != 0) break;
+        for (i = 0, k = 0; i < n; i++)
+            if (f[i] & (PTMD_PAGE_PRESENT | PTMD_PAGE_SWAPPED))
+                cand[k++] = block + (m + i) * w->page_size - PTMD_CHUNK_HDR_SZ;
+        if ((q = own_header(w, block, cand, k, total, vs, ve)) != 0) return q;
+    }
     return block;
 }
 
@@ -180,11 +246,19 @@ static int scan_mapping(ptmd_walk *w, uint64_t vs, uint64_t ve, const ptmd_buf *
         }
         ptmd_safe_read_many(&w->mem, addrs, n, 16, hdrs, ok);
         for (i = 0; i < n && !jump; i++) {
-            uint64_t total;
+            uint64_t total, q;
             if (!ok[i]) continue;
-            if (base_offset(w, hdrs[i][0]) == 0 && (total = valid_header(w, addrs[i], hdrs[i], vs, ve))) {
-                if (record_chunk(w, addrs[i], aligned_header(w, addrs[i], total, vs, ve), total, err) != 0)
-                    return -1;
+            if (base_offset(w, hdrs[i][0]) == 0 && (hdrs[i][1] & PTMD_SIZE_BITS) == PTMD_IS_MMAPPED) {
+                /* a stale header whose extent no longer fits (mremap shrank its mapping) still
+                 * bounds where the aligned chunk can be */
+                uint64_t stale = valid_header(w, addrs[i], hdrs[i], vs, ve);
+                total = stale ? stale : ptmd_chunksize(hdrs[i][1]);
+                /* any size word can sit at a page start: no chunk reaches past its mapping */
+                if (total > ve - addrs[i]) total = ve - addrs[i];
+                q = aligned_header(w, addrs[i], &total, vs, ve);
+                if (q == addrs[i] && !stale) continue;
+                if (in_ruby_page(w, addrs[i])) continue;
+                if (record_chunk(w, addrs[i], q, total, err) != 0) return -1;
                 (*found)++;
                 *bytes += total;
                 jump = addrs[i] + total;
@@ -198,6 +272,7 @@ static int scan_mapping(ptmd_walk *w, uint64_t vs, uint64_t ve, const ptmd_buf *
                 for (k = 0; k < N_ALIGNED; k++) {
                     if (sok[k] && base_offset(w, sh[k][0]) && (total = valid_header(w, sub[k], sh[k], vs, ve))) {
                         uint64_t block = sub[k] - base_offset(w, sh[k][0]);
+                        if (in_ruby_page(w, block)) break;
                         if (record_chunk(w, block, sub[k], total, err) != 0) return -1;
                         (*found)++;
                         *bytes += total;
@@ -212,6 +287,25 @@ static int scan_mapping(ptmd_walk *w, uint64_t vs, uint64_t ve, const ptmd_buf *
     return 0;
 }
 
+/* Where the scan of mapping m starts. A thread's stack block holds its stack (any data at all) with
+ * struct pthread at the very top (allocate_stack, nptl/allocatestack.c: pd = (mem + size -
+ * TLS_TCB_SIZE) & ~align) and its guard page below; it is not scanned, but mappings the kernel merged
+ * above it are: a chunk mmapped right above a stack shares its VMA. The main thread's struct pthread
+ * is no stack: ld.so's minimal malloc placed it in a few anonymous pages (_dl_allocate_tls_storage),
+ * and small mmapped chunks merge with them on either side (mmap_threshold=4096), so that mapping is
+ * scanned whole, the page of the struct excluded. */
+static uint64_t scan_start(const ptmd_walk *w, const ptmd_map *m, uint32_t pid)
+{
+    size_t t, nt = PTMD_BUF_COUNT(&w->threads, ptmd_thread_rec);
+    uint64_t lo = m->start;
+    for (t = 0; t < nt; t++) {
+        const ptmd_thread_rec *th = PTMD_BUF_AT(&w->threads, ptmd_thread_rec, t);
+        uint64_t top = (th->pthread | (w->page_size - 1)) + 1;
+        if (th->pthread >= m->start && th->pthread < m->end && th->tid != pid && top > lo) lo = top;
+    }
+    return lo;
+}
+
 /* mp_.mmapped_mem against the mappings found. glibc 2.43's mremap_chunk adds new_size - size -
  * offset, which counts the old mapping's trailing CHUNK_HDR_SZ as growth: every remap leaves
  * mmapped_mem 16 bytes above the mappings, even after the chunk is freed. */
@@ -224,7 +318,9 @@ static int mmapped_mem_agrees(const ptmd_walk *w, uint64_t bytes)
 int ptmd_walk_mmapped(ptmd_walk *w, ptmd_err *err)
 {
     ptmd_buf ex = { 0 };
-    uint64_t found = 0, bytes = 0;
+    uint64_t found = 0, bytes = 0, lo;
+    /* the process dumped: a snapshot child describes its parent */
+    uint32_t pid = (uint32_t)(w->given_threads ? getppid() : getpid());
     size_t i, n;
     int rc = -1;
 
@@ -268,22 +364,11 @@ int ptmd_walk_mmapped(ptmd_walk *w, ptmd_err *err)
     if (ptmd_maps_load(&w->maps, err) != 0) goto out;
     for (i = 0; i < w->maps.count; i++) {
         const ptmd_map *m = PTMD_BUF_AT(&w->maps.maps, ptmd_map, i);
-        /* a thread stack holds its struct pthread: skip the whole mapping */
         if (m->kind != PTMD_MAPKIND_ANON) continue;
         if ((m->prot & (PTMD_MAP_R | PTMD_MAP_W | PTMD_MAP_PRIVATE)) != (PTMD_MAP_R | PTMD_MAP_W | PTMD_MAP_PRIVATE))
             continue;
-        if (excluded(&ex, m->start, m->end) && m->end - m->start <= w->heap_max) {
-            /* small mappings that touch our own or an arena's memory are skipped whole; large ones are
-             * scanned page by page with the exclusions applied */
-            size_t t, nt = PTMD_BUF_COUNT(&w->threads, ptmd_thread_rec);
-            int stack = 0;
-            for (t = 0; t < nt; t++) {
-                uint64_t pt = PTMD_BUF_AT(&w->threads, ptmd_thread_rec, t)->pthread;
-                if (pt >= m->start && pt < m->end) stack = 1;
-            }
-            if (stack) continue;
-        }
-        if (scan_mapping(w, m->start, m->end, &ex, &found, &bytes, err) != 0) goto out;
+        if ((lo = scan_start(w, m, pid)) < m->end && scan_mapping(w, lo, m->end, &ex, &found, &bytes, err) != 0)
+            goto out;
     }
     if (w->have_mp && (found != w->n_mmaps || !mmapped_mem_agrees(w, bytes)))
         ptmd_walk_anomaly(w, PTMD_AN_MMAPPED_MISMATCH, (found << 32) | (w->n_mmaps & 0xffffffffu),

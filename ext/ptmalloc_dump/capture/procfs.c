@@ -15,14 +15,14 @@
 
 /* ---- /proc/self/maps ---------------------------------------------------------------------- */
 
-static int read_whole(const char *path, ptmd_buf *out, ptmd_err *err)
+int ptmd_read_file(const char *path, ptmd_buf *out, size_t step, ptmd_err *err)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return ptmd_fail_sys(err, errno, path, "open");
     out->len = 0;
     for (;;) {
         ssize_t n;
-        if (ptmd_buf_reserve(out, 64 * 1024) != 0) {
+        if (ptmd_buf_reserve(out, step) != 0) {
             int e = errno;
             close(fd);
             return ptmd_fail_sys(err, e, path, "mmap scratch for");
@@ -41,7 +41,7 @@ static int read_whole(const char *path, ptmd_buf *out, ptmd_err *err)
     return 0;
 }
 
-static uint64_t parse_hex(const char **pp, const char *end)
+uint64_t ptmd_parse_hex(const char **pp, const char *end)
 {
     const char *p = *pp;
     uint64_t v = 0;
@@ -78,7 +78,7 @@ static int maps_load_path(ptmd_maps *m, const char *path, ptmd_err *err)
     const char *p, *end;
     m->count = 0;
     m->maps.len = 0;
-    if (read_whole(path, &m->text, err) != 0) return -1;
+    if (ptmd_read_file(path, &m->text, 64 * 1024, err) != 0) return -1;
     p = (const char *)m->text.base;
     end = p + m->text.len;
     while (p < end) {
@@ -88,9 +88,9 @@ static int maps_load_path(ptmd_maps *m, const char *path, ptmd_err *err)
         if (!eol) eol = end;
         e = ptmd_buf_push(&m->maps, sizeof(ptmd_map));
         if (!e) return ptmd_fail_sys(err, errno, path, "mmap scratch for");
-        e->start = parse_hex(&p, eol);
+        e->start = ptmd_parse_hex(&p, eol);
         if (p < eol && *p == '-') p++;
-        e->end = parse_hex(&p, eol);
+        e->end = ptmd_parse_hex(&p, eol);
         skip_spaces(&p, eol);
         if (p + 4 <= eol) {
             if (p[0] == 'r') e->prot |= PTMD_MAP_R;
@@ -100,7 +100,7 @@ static int maps_load_path(ptmd_maps *m, const char *path, ptmd_err *err)
             p += 4;
         }
         skip_spaces(&p, eol);
-        e->offset = parse_hex(&p, eol);
+        e->offset = ptmd_parse_hex(&p, eol);
         skip_spaces(&p, eol);
         while (p < eol && *p != ' ') p++;           /* device */
         skip_spaces(&p, eol);

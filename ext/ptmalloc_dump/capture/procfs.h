@@ -31,6 +31,11 @@ typedef struct {
     size_t count;
 } ptmd_maps;
 
+/* A whole /proc file into out (mmapped scratch grown step bytes at a time): open/read only. */
+int ptmd_read_file(const char *path, ptmd_buf *out, size_t step, ptmd_err *err);
+/* A hexadecimal field at *pp (either case); *pp moves past it. */
+uint64_t ptmd_parse_hex(const char **pp, const char *end);
+
 int ptmd_maps_load(ptmd_maps *m, ptmd_err *err);
 /* The mappings of another process (/proc/PID/maps); TargetGone when it does not exist. */
 int ptmd_maps_load_pid(ptmd_maps *m, int pid, ptmd_err *err);

@@ -1,7 +1,8 @@
 /* Roots: the memory outside malloc from which a program reaches its chunks, scanned conservatively
  * (aligned words equal to an allocated chunk's user address) as chap does for cores, but in the live
  * process:
- *   - every loaded object's writable PT_LOAD segments (.data, .bss, .got), from dl_iterate_phdr;
+ *   - every loaded object's writable PT_LOAD segments (.data, .bss, .got), from dl_iterate_phdr (a
+ *     fork snapshot's parent lists them before the fork: the child must not take the loader's lock);
  *   - every thread's stack. Other threads' registers cannot be read from inside the process and
  *     their stack pointers are unknown, so their whole stack mapping is scanned (below their static
  *     TLS); the main thread's is the [stack] mapping. The dumping thread's stack is scanned from the
@@ -27,7 +28,7 @@
 #define PTMD_TLS_ABOVE (4u << 10)               /* struct pthread above it (2,304 bytes in 2.36) */
 
 typedef struct {
-    ptmd_walk *w;
+    ptmd_buf *out;
     uint64_t tp;                /* the dumping thread's thread pointer, 0 when unknown */
     uint64_t tls_below;         /* how far below it the static TLS blocks reach */
     int oom;
@@ -58,17 +59,22 @@ static void set_thread_name(ptmd_root_rec *r, const char *what, uint32_t tid)
     r->name[at] = 0;
 }
 
-static ptmd_root_rec *add_root(ptmd_walk *w, uint64_t start, uint64_t end, uint32_t kind, uint32_t tid)
+static ptmd_root_rec *push_root(ptmd_buf *b, uint64_t start, uint64_t end, uint32_t kind, uint32_t tid)
 {
     ptmd_root_rec *r;
-    if (end <= start || PTMD_BUF_COUNT(&w->roots, ptmd_root_rec) >= PTMD_ROOTS_MAX) return NULL;
-    r = ptmd_buf_push(&w->roots, sizeof(*r));
+    if (end <= start || PTMD_BUF_COUNT(b, ptmd_root_rec) >= PTMD_ROOTS_MAX) return NULL;
+    r = ptmd_buf_push(b, sizeof(*r));
     if (!r) return NULL;
     r->start = start & ~7ull;
     r->end = end;
     r->kind = kind;
     r->tid = tid;
     return r;
+}
+
+static ptmd_root_rec *add_root(ptmd_walk *w, uint64_t start, uint64_t end, uint32_t kind, uint32_t tid)
+{
+    return push_root(&w->roots, start, end, kind, tid);
 }
 
 static int each_object(struct dl_phdr_info *info, size_t size, void *data)
@@ -95,9 +101,9 @@ static int each_object(struct dl_phdr_info *info, size_t size, void *data)
         const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
         ptmd_root_rec *r;
         if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_W) || !ph->p_memsz) continue;
-        r = add_root(c->w, info->dlpi_addr + ph->p_vaddr, info->dlpi_addr + ph->p_vaddr + ph->p_memsz, PTMD_ROOT_DATA, 0);
+        r = push_root(c->out, info->dlpi_addr + ph->p_vaddr, info->dlpi_addr + ph->p_vaddr + ph->p_memsz, PTMD_ROOT_DATA, 0);
         if (!r) {
-            c->oom = PTMD_BUF_COUNT(&c->w->roots, ptmd_root_rec) < PTMD_ROOTS_MAX;
+            c->oom = PTMD_BUF_COUNT(c->out, ptmd_root_rec) < PTMD_ROOTS_MAX;
             return c->oom;
         }
         set_name(r, name);
@@ -204,18 +210,34 @@ static int scan_root(ptmd_walk *w, uint32_t root)
     return 0;
 }
 
+int ptmd_walk_objects(ptmd_walk *w)
+{
+    phdr_ctx c = { &w->objects, 0, 0, 0 };
+    __asm__("mov %%fs:16, %0" : "=r"(c.tp));
+    w->objects.len = 0;
+    dl_iterate_phdr(each_object, &c);
+    w->tls_below = c.tls_below ? c.tls_below : PTMD_TLS_BELOW_DEFAULT;
+    return c.oom ? -1 : 0;
+}
+
 int ptmd_walk_roots(ptmd_walk *w, ptmd_err *err)
 {
-    phdr_ctx c = { w, 0, 0, 0 };
-    uint32_t i, n = (uint32_t)PTMD_BUF_COUNT(&w->threads, ptmd_thread_rec);
+    const ptmd_buf *objects = w->given_objects;
+    uint64_t tls_below = w->given_tls_below;
+    uint32_t i, n;
     uint64_t t0 = ptmd_now_ns();
     if (!w->references) return 0;
-    for (i = 0; i < n; i++)
-        if (PTMD_BUF_AT(&w->threads, ptmd_thread_rec, i)->flags & PTMD_TF_CURRENT)
-            c.tp = PTMD_BUF_AT(&w->threads, ptmd_thread_rec, i)->pthread;
-    dl_iterate_phdr(each_object, &c);
-    if (!c.tls_below) c.tls_below = PTMD_TLS_BELOW_DEFAULT;
-    if (c.oom || thread_roots(w, (c.tls_below + 63) & ~63ull) != 0) return ptmd_fail_sys(err, errno, "root table", "mmap");
+    if (!objects) {
+        if (ptmd_walk_objects(w) != 0) return ptmd_fail_sys(err, errno, "root table", "mmap");
+        objects = &w->objects;
+        tls_below = w->tls_below;
+    }
+    n = (uint32_t)PTMD_BUF_COUNT(objects, ptmd_root_rec);
+    if (n > PTMD_ROOTS_MAX) n = PTMD_ROOTS_MAX;
+    if (n && ptmd_buf_append(&w->roots, objects->base, n * sizeof(ptmd_root_rec)) != 0)
+        return ptmd_fail_sys(err, errno, "root table", "mmap");
+    if (!tls_below) tls_below = PTMD_TLS_BELOW_DEFAULT;
+    if (thread_roots(w, (tls_below + 63) & ~63ull) != 0) return ptmd_fail_sys(err, errno, "root table", "mmap");
     n = (uint32_t)PTMD_BUF_COUNT(&w->roots, ptmd_root_rec);
     for (i = 0; i < n; i++)
         if (scan_root(w, i) != 0) return ptmd_fail_sys(err, errno, "root references", "mmap");

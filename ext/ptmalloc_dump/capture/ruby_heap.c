@@ -5,6 +5,7 @@
  * chunks happens when a dump is loaded. */
 #include <ruby.h>
 #include "capture/dump.h"
+#include "capture/ruby_code.h"
 #include "format/index.h"
 #include <ruby/re.h>
 #include <ruby/io.h>
@@ -19,6 +20,9 @@
  * linked, and without it the Ruby pass is skipped (PtmallocDump.ruby_layer says why). */
 typedef void each_objects_fn(int (*callback)(void *start, void *end, size_t stride, void *data), void *data);
 static each_objects_fn *each_objects;
+/* GC::INTERNAL_CONSTANTS[:HEAP_PAGE_SIZE]: the size and alignment of an object page body (0: not
+ * known) */
+static uint64_t heap_page_size;
 
 /* The internal functions the pass needs (ptmd_ruby_functions_missing). */
 static const char *const internal_functions[] = { "rb_objspace_each_objects" };
@@ -41,6 +45,7 @@ typedef struct {
     ptmd_buf keys;                       /* name_slot in index order */
     uint64_t last_klass;
     uint32_t last_index;
+    ptmd_code_pass code;                 /* what the code pass needs of the walk (capture/ruby_code.c) */
     int oom;
 } pass_ctx;
 
@@ -137,6 +142,10 @@ static int each_page(void *start, void *end, size_t stride, void *data)
         }
         o->address = (uint64_t)v;
         o->type = (uint8_t)type;
+        /* Ruby 3.1 keeps the GC age in FL_PROMOTED0|FL_PROMOTED1 (gc.c RVALUE_FLAGS_AGE; old is age 3,
+         * both set); from 3.2 the age moved to a page bitmap and RVALUE_AGE_SET keeps the single bit
+         * FL_PROMOTED set exactly when the age is old. RUBY_FL_PROMOTED is that mask in either. */
+        o->flags = (flags & RUBY_FL_PROMOTED) == RUBY_FL_PROMOTED ? PTMD_OF_OLD : 0;
         o->subtype = type == T_IMEMO ? (uint8_t)((flags >> PTMD_RUBY_USHIFT) & 0x0f) : 0;
         {
             /* T_IMEMO keeps other data in the klass word */
@@ -149,6 +158,7 @@ static int each_page(void *start, void *end, size_t stride, void *data)
                 c->last_index = o->klass;
             }
         }
+        ptmd_ruby_code_note(&c->code, v, type, o->subtype);
         o->data_type = PTMD_NO_NAME;
         if (type == T_DATA && RTYPEDDATA_P(v) && RTYPEDDATA_TYPE(v))
             o->data_type = name_index(c, (uint64_t)(uintptr_t)RTYPEDDATA_TYPE(v), PTMD_NAME_DATA_TYPE);
@@ -245,8 +255,12 @@ static int add_name(ptmd_ruby_data *rd, uint64_t key, uint32_t kind, const char 
     return 0;
 }
 
-/* True when v is a slot of one of the recorded pages (so it may be read as an object). */
-static int in_pages(const ptmd_ruby_data *rd, VALUE v)
+int ptmd_ruby_in_pages(const ptmd_ruby_data *rd, VALUE v)
+{
+    return ptmd_ruby_slot_size(rd, v) != 0;
+}
+
+size_t ptmd_ruby_slot_size(const ptmd_ruby_data *rd, VALUE v)
 {
     size_t lo = 0, hi = PTMD_BUF_COUNT(&rd->pages, ptmd_ruby_page);
     while (lo < hi) {
@@ -254,7 +268,7 @@ static int in_pages(const ptmd_ruby_data *rd, VALUE v)
         const ptmd_ruby_page *p = PTMD_BUF_AT(&rd->pages, ptmd_ruby_page, mid);
         if ((uint64_t)v < p->start) hi = mid;
         else if ((uint64_t)v >= p->end) lo = mid + 1;
-        else return ((uint64_t)v - p->start) % p->stride == 0;
+        else return ((uint64_t)v - p->start) % p->stride == 0 ? p->stride : 0;
     }
     return 0;
 }
@@ -266,7 +280,7 @@ static size_t class_name(const ptmd_ruby_data *rd, VALUE klass, const char **out
 {
     int t;
     VALUE real, name;
-    if (RB_SPECIAL_CONST_P(klass) || !in_pages(rd, klass)) return 0;
+    if (RB_SPECIAL_CONST_P(klass) || !ptmd_ruby_in_pages(rd, klass)) return 0;
     t = BUILTIN_TYPE(klass);
     if (t != T_CLASS && t != T_MODULE && t != T_ICLASS) return 0;
     real = rb_class_real(klass);
@@ -285,6 +299,10 @@ static size_t class_name(const ptmd_ruby_data *rd, VALUE klass, const char **out
  * has no heap_tomb_pages (rb_gc_stat raises for an unknown key): it is read only where it exists. */
 static VALUE sym_pages, sym_tomb, sym_live, sym_free, sym_total;
 static int have_tomb;
+/* GC section: GC.stat keys and GC.latest_gc_info keys; :time only where this Ruby has it (3.1+) */
+static VALUE sym_count, sym_major, sym_minor, sym_freed, sym_old, sym_old_limit, sym_malloc_inc, sym_oldmalloc_inc,
+    sym_time, sym_major_by, sym_state, sym_sweeping;
+static int have_time;
 
 /* A name listed in PTMALLOC_DUMP_HIDE_RUBY_FUNCTIONS (comma-separated) is treated as absent, so that
  * the fallback can be tried on a Ruby that has the function. */
@@ -313,13 +331,37 @@ void ptmd_ruby_heap_init(void)
 {
     VALUE stat = rb_hash_new();
     each_objects = (each_objects_fn *)lookup("rb_objspace_each_objects");
+    {
+        VALUE k = rb_const_defined(rb_mGC, rb_intern("INTERNAL_CONSTANTS")) ?
+                  rb_const_get(rb_mGC, rb_intern("INTERNAL_CONSTANTS")) : Qnil;
+        VALUE v = RB_TYPE_P(k, T_HASH) ? rb_hash_lookup(k, ID2SYM(rb_intern("HEAP_PAGE_SIZE"))) : Qnil;
+        uint64_t ps = RB_INTEGER_TYPE_P(v) ? NUM2ULL(v) : 0;
+        heap_page_size = ps >= 4096 && !(ps & (ps - 1)) ? ps : 0;
+    }
     sym_pages = ID2SYM(rb_intern("heap_allocated_pages"));
     sym_tomb = ID2SYM(rb_intern("heap_tomb_pages"));
     sym_live = ID2SYM(rb_intern("heap_live_slots"));
     sym_free = ID2SYM(rb_intern("heap_free_slots"));
     sym_total = ID2SYM(rb_intern("total_allocated_objects"));
+    sym_count = ID2SYM(rb_intern("count"));
+    sym_major = ID2SYM(rb_intern("major_gc_count"));
+    sym_minor = ID2SYM(rb_intern("minor_gc_count"));
+    sym_freed = ID2SYM(rb_intern("total_freed_objects"));
+    sym_old = ID2SYM(rb_intern("old_objects"));
+    sym_old_limit = ID2SYM(rb_intern("old_objects_limit"));
+    sym_malloc_inc = ID2SYM(rb_intern("malloc_increase_bytes"));
+    sym_oldmalloc_inc = ID2SYM(rb_intern("oldmalloc_increase_bytes"));
+    sym_time = ID2SYM(rb_intern("time"));
+    sym_major_by = ID2SYM(rb_intern("major_by"));
+    sym_state = ID2SYM(rb_intern("state"));
+    sym_sweeping = ID2SYM(rb_intern("sweeping"));
+    ptmd_ruby_code_init();
+    /* the first call of each interns its keys (Ruby's symbol table may grow, a malloc): made here at
+     * require, not in the first dump */
     rb_gc_stat(stat);
+    rb_gc_latest_gc_info(sym_state);
     have_tomb = rb_hash_lookup2(stat, sym_tomb, Qundef) != Qundef;
+    have_time = rb_hash_lookup2(stat, sym_time, Qundef) != Qundef;
     RB_GC_GUARD(stat);
 }
 
@@ -328,6 +370,34 @@ static int by_page_start(const void *a, const void *b, void *ctx)
     uint64_t x = ((const ptmd_ruby_page *)a)->start, y = ((const ptmd_ruby_page *)b)->start;
     PTMD_UNUSED(ctx);
     return x < y ? -1 : x > y;
+}
+
+/* GC.stat's counts and what GC.latest_gc_info says of the latest GC; reading one key of either
+ * makes no object. */
+static void read_gc_stat(ptmd_gc_rec *g)
+{
+    g->count = rb_gc_stat(sym_count);
+    g->major_gc_count = rb_gc_stat(sym_major);
+    g->minor_gc_count = rb_gc_stat(sym_minor);
+    g->total_allocated_objects = rb_gc_stat(sym_total);
+    g->total_freed_objects = rb_gc_stat(sym_freed);
+    g->old_objects = rb_gc_stat(sym_old);
+    g->old_objects_limit = rb_gc_stat(sym_old_limit);
+    g->heap_live_slots = rb_gc_stat(sym_live);
+    g->malloc_increase_bytes = rb_gc_stat(sym_malloc_inc);
+    g->oldmalloc_increase_bytes = rb_gc_stat(sym_oldmalloc_inc);
+    g->time_ms = have_time ? rb_gc_stat(sym_time) : 0;
+    if (RTEST(rb_gc_latest_gc_info(sym_major_by))) g->flags |= PTMD_GF_LAST_MAJOR;
+}
+
+void ptmd_ruby_pass_after_full_gc(ptmd_ruby_data *rd)
+{
+    rd->gc.flags |= PTMD_GF_FULL_GC;
+}
+
+uint64_t ptmd_ruby_heap_page_size(void)
+{
+    return heap_page_size;
 }
 
 /* Collects Ruby's heap into rd. Raises on failure. */
@@ -340,7 +410,10 @@ void ptmd_ruby_pass(ptmd_ruby_data *rd)
     c.rd = rd;
     c.last_klass = 0;
     if (!each_objects) rb_raise(rb_eNotImpError, "this Ruby does not export rb_objspace_each_objects");
+    /* each_objects ends a pending lazy sweep first: say whether one was pending */
+    if (rb_gc_latest_gc_info(sym_state) == sym_sweeping) rd->gc.flags |= PTMD_GF_SWEEPING;
     each_objects(each_page, &c);
+    read_gc_stat(&rd->gc);
     /* by address (the GC hands them out in its own order), for lookups */
     ptmd_sort(rd->pages.base, PTMD_BUF_COUNT(&rd->pages, ptmd_ruby_page), sizeof(ptmd_ruby_page), by_page_start, NULL);
     rd->meta.heap_allocated_pages = rb_gc_stat(sym_pages);
@@ -363,6 +436,7 @@ void ptmd_ruby_pass(ptmd_ruby_data *rd)
             if (add_name(rd, s->key, s->kind, name, len ? len : 10)) c.oom = 1;
         }
     }
+    if (!c.oom && ptmd_ruby_code_finish(&c.code, rd) != 0) c.oom = 1;
     ptmd_buf_release(&c.table);
     ptmd_buf_release(&c.keys);
     rd->meta.pass_ns = ptmd_now_ns() - t0;

@@ -51,9 +51,25 @@ static int tc_size_fits(const ptmd_walk *w, int i, uint64_t size)
     return w->L->tcache_bins + __builtin_clz(max_small) - __builtin_clz((uint32_t)size) == i;
 }
 
+/* Records that the chunk ci is in bin i of thread `thread`'s tcache, at place n of its list. */
+static void note_entry(ptmd_walk *w, long ci, uint32_t thread, int i, uint64_t n)
+{
+    ptmd_tcache_entry *e = ptmd_buf_push(&w->tcache_entries, sizeof(*e));
+    if (!e) {
+        w->tcache_entries_failed = 1;
+        return;
+    }
+    e->chunk = (uint32_t)ci;
+    e->thread = thread;
+    e->bin = (uint16_t)i;
+    e->position = (uint16_t)n;
+    e->reserved = 0;
+}
+
 /* Walks one tcache. With apply == 0 only checks it (strict: any fault fails); with apply != 0 marks
- * its entries' chunks as tcache and records anomalies. Returns 1 when it checks out. */
-static int tcache_walk(ptmd_walk *w, uint64_t user, int apply, uint32_t *count_out, uint64_t *bytes_out)
+ * its entries' chunks as tcache, records each as an entry of thread index `thread`, and records
+ * anomalies. Returns 1 when it checks out. */
+static int tcache_walk(ptmd_walk *w, uint64_t user, int apply, uint32_t thread, uint32_t *count_out, uint64_t *bytes_out)
 {
     const ptmd_layout *L = w->L;
     tcache_image t;
@@ -117,6 +133,7 @@ static int tcache_walk(ptmd_walk *w, uint64_t user, int apply, uint32_t *count_o
                     break;
                 }
                 ptmd_rec_set_state(r, PTMD_ST_TCACHE);
+                note_entry(w, ci, thread, i, n);
             }
             count++;
             bytes += size;
@@ -180,7 +197,7 @@ static void apply_thread_tcache(ptmd_walk *w, size_t i, long tc_off)
     ptmd_thread_rec *t;
     if (!exiting) {
         /* an uninitialised tcache (all zero) is valid too: apply directly, anomalies recorded */
-        tcache_walk(w, user, 1, &c, &b);
+        tcache_walk(w, user, 1, (uint32_t)i, &c, &b);
         exiting = tcache_now(w, i, tc_off) != user;
         if (exiting) w->anomalies.len = mark;
     }
@@ -199,7 +216,7 @@ static void keep_valid_candidates(ptmd_walk *w)
     for (i = 0; i < n; i++) {
         uint64_t chunk = *PTMD_BUF_AT(&w->tcache_cands, uint64_t, i);
         if (find_thread_by_tcache(w, ptmd_chunk2mem(chunk))) continue;
-        if (!tcache_walk(w, ptmd_chunk2mem(chunk), 0, NULL, NULL)) continue;
+        if (!tcache_walk(w, ptmd_chunk2mem(chunk), 0, 0, NULL, NULL)) continue;
         *PTMD_BUF_AT(&w->tcache_cands, uint64_t, k++) = chunk;
     }
     w->tcache_cands.len = k * sizeof(uint64_t);
@@ -288,10 +305,11 @@ int ptmd_walk_tcaches(ptmd_walk *w, ptmd_err *err)
         uint64_t b = 0;
         int exiting;
         if (find_thread_by_tcache(w, user)) continue;
-        tcache_walk(w, user, 1, &c, &b);
+        /* its entries name the thread record pushed below */
+        tcache_walk(w, user, 1, (uint32_t)PTMD_BUF_COUNT(&w->threads, ptmd_thread_rec), &c, &b);
         /* it checked out just before: if it no longer does, it changed while read. No listed thread
          * points at it, so its thread has cleared its `tcache` pointer and is emptying it on exit. */
-        exiting = w->anomalies.len != mark && !tcache_walk(w, user, 0, NULL, NULL);
+        exiting = w->anomalies.len != mark && !tcache_walk(w, user, 0, 0, NULL, NULL);
         if (exiting) w->anomalies.len = mark;
         mark_struct(w, user);
         t = ptmd_buf_push(&w->threads, sizeof(*t));
@@ -301,5 +319,6 @@ int ptmd_walk_tcaches(ptmd_walk *w, ptmd_err *err)
         t->tcache_count = c;
         t->tcache_bytes = b;
     }
+    if (w->tcache_entries_failed) return ptmd_fail_sys(err, ENOMEM, "tcache entries", "mmap");
     return 0;
 }

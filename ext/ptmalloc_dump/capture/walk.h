@@ -23,6 +23,8 @@ typedef struct {
 
     /* results (records of format.h) */
     ptmd_buf arenas, heaps, chunks, anomalies, threads, pages;
+    ptmd_buf tcache_entries;        /* ptmd_tcache_entry: each tcache chunk and the thread holding it */
+    int tcache_entries_failed;      /* a tcache entry could not be recorded (mmap failed) */
 
     /* scratch */
     ptmd_buf lists;                 /* open-addressing table of list entries for one arena */
@@ -31,6 +33,8 @@ typedef struct {
     ptmd_buf heap_order;            /* uint32 heap indices sorted by start */
     ptmd_buf ring;                  /* uint64 arena addresses from main_arena along next (ptmd_arena_ring) */
     ptmd_buf exclude;               /* sorted {start, end} ranges that hold no malloc chunk (Ruby's pages) */
+    uint64_t ruby_page_size;        /* without a list of Ruby's pages: their size, to know them by their
+                                     * structure (0: not done) */
     int references;                 /* scan in-use chunks for pointers to chunks */
     ptmd_buf refs;                  /* ptmd_ref */
     ptmd_buf int_refs;              /* ptmd_ref: a word of `from` is a Fixnum of `to`'s user address */
@@ -40,6 +44,8 @@ typedef struct {
     uint64_t cmap_words, cmap_lo, cmap_hi, cmap_span;
     ptmd_buf roots;                 /* ptmd_root_rec (roots.c) */
     ptmd_buf root_refs;             /* ptmd_root_ref */
+    ptmd_buf objects;               /* ptmd_root_rec: the loaded objects' writable segments */
+    uint64_t tls_below;             /* how far below a thread pointer the static TLS blocks reach */
     uint64_t roots_ns;
     uint64_t caller_frame;          /* the dump's outermost frame: the dumping thread's stack above it */
     uint64_t caller_regs[8];        /* that thread's callee-saved registers at the dump's entry */
@@ -53,6 +59,11 @@ typedef struct {
     const ptmd_buf *given_threads;
     uint32_t given_thread_count;
     int given_threads_complete;
+    /* and the loaded objects' writable segments with the static TLS reach, which the parent listed
+     * too: dl_iterate_phdr takes the loader's lock, which another thread of the parent may have
+     * held at the fork, and then the child would wait for ever */
+    const ptmd_buf *given_objects;
+    uint64_t given_tls_below;
 } ptmd_walk;
 
 /* Opens what the walk needs (maps, memory reader, pagemap) and reads mp_. May allocate: call it
@@ -89,6 +100,9 @@ long ptmd_refs_chunk_of_mem(const ptmd_walk *w, uint64_t mem);
  * thread's registers, scanned for words equal to an allocated chunk's user address (after
  * ptmd_walk_references, whose map it uses). */
 int ptmd_walk_roots(ptmd_walk *w, ptmd_err *err);
+/* The loaded objects' writable segments into w->objects and the static TLS reach into w->tls_below,
+ * from dl_iterate_phdr (so never in a fork snapshot's child). 0, or -1 when out of memory. */
+int ptmd_walk_objects(ptmd_walk *w);
 
 /* helpers shared between the walk files */
 #define PTMD_TCACHE_STRUCT_MAX (PTMD_TCACHE_MAX_BINS_MAX * 10)   /* bound on sizeof (tcache_perthread_struct) */
@@ -108,7 +122,7 @@ int ptmd_walk_sort_heaps(ptmd_walk *w);
 #define PTMD_WALK_BUFFERS(w)                                                                       \
     &(w)->arenas, &(w)->heaps, &(w)->chunks, &(w)->anomalies, &(w)->threads, &(w)->pages,           \
         &(w)->lists, &(w)->tcache_cands, &(w)->heap_order, &(w)->ring, &(w)->exclude, &(w)->refs,   \
-        &(w)->int_refs, &(w)->cmap, &(w)->roots, &(w)->root_refs
+        &(w)->int_refs, &(w)->cmap, &(w)->roots, &(w)->root_refs, &(w)->objects, &(w)->tcache_entries
 
 #define PTMD_W_ARENA(w, i) PTMD_BUF_AT(&(w)->arenas, ptmd_arena_rec, i)
 #define PTMD_W_HEAP(w, i) PTMD_BUF_AT(&(w)->heaps, ptmd_heap_rec, i)

@@ -47,9 +47,15 @@ enum {
     PTMD_SEC_RUBY_NAMES = 15,   /* count entries: u64 key, u32 kind, u32 len, name, zero pad to 8 */
     PTMD_SEC_REFS = 16,         /* ptmd_ref[count]: chunk -> chunk pointers (references: true) */
     PTMD_SEC_TRIM_CHECK = 17,   /* uint64[count]: bytes malloc_trim(0) released, per arena (trim_check: true) */
+    PTMD_SEC_MAPPINGS = 18,     /* ptmd_mappings_head, ptmd_mapping_rec[count], then the paths' bytes */
+    PTMD_SEC_GC = 19,           /* ptmd_gc_rec, count 1: GC.stat's counts at the Ruby pass */
+    PTMD_SEC_RUBY_PAGE_RSS = 23, /* uint64[count]: resident bytes of each Ruby page's body (RUBY_PAGES order) */
     PTMD_SEC_ROOTS = 20,        /* ptmd_root_rec[count]: memory outside malloc scanned for chunk addresses */
     PTMD_SEC_ROOT_REFS = 21,    /* ptmd_root_ref[count]: root -> chunk pointers */
     PTMD_SEC_INT_REFS = 26,     /* ptmd_ref[count]: chunk -> chunk as a Ruby Integer ((address << 1) | 1) */
+    PTMD_SEC_RUBY_CODE = 22,    /* ptmd_ruby_code[count], by address: code objects and the module defining them */
+    PTMD_SEC_RUBY_CODE_NAMES = 29, /* entries as in RUBY_NAMES: the code records' modules, methods and paths */
+    PTMD_SEC_TCACHE_ENTRIES = 36, /* ptmd_tcache_entry[count]: which thread's tcache holds each tcache chunk */
     PTMD_SEC_END = 0xffff
 };
 
@@ -274,6 +280,16 @@ typedef struct {
     uint32_t arena;             /* arena index or PTMD_NO_ARENA */
 } ptmd_anomaly_rec;
 
+/* One chunk of a thread's tcache list (TCACHE_ENTRIES), in the order the walk followed them: thread by
+ * thread, each bin from its head. */
+typedef struct {
+    uint32_t chunk;             /* index into the chunk table: a chunk of state tcache */
+    uint32_t thread;            /* index into THREADS: the thread whose tcache_perthread_struct lists it */
+    uint16_t bin;               /* the tcache bin (tidx) */
+    uint16_t position;          /* place in the bin's list from its head (0: the next malloc of the size takes it) */
+    uint32_t reserved;
+} ptmd_tcache_entry;
+
 /* ---- Ruby's heap (RUBY_* sections) ---- */
 
 #define PTMD_RF_REFERENCES (1u << 0)   /* the REFS section was recorded */
@@ -296,7 +312,9 @@ typedef struct {
     uint64_t reserved;
 } ptmd_ruby_page;
 
-enum { PTMD_NAME_CLASS = 1, PTMD_NAME_DATA_TYPE = 2 };   /* RUBY_NAMES entry kinds */
+/* RUBY_NAMES entry kinds (CLASS, DATA_TYPE) and RUBY_CODE_NAMES entry kinds (MODULE, METHOD, PATH) */
+enum { PTMD_NAME_CLASS = 1, PTMD_NAME_DATA_TYPE = 2, PTMD_NAME_MODULE = 3, PTMD_NAME_METHOD = 4, PTMD_NAME_PATH = 5,
+       PTMD_NAME_VM_TABLE = 6 };
 #define PTMD_NO_NAME 0xffffffffu
 
 typedef struct {
@@ -306,8 +324,92 @@ typedef struct {
     uint8_t type;                   /* ruby_value_type (T_STRING ...) */
     uint8_t subtype;                /* imemo type for T_IMEMO */
     uint16_t n_words;               /* candidate pointer words in RUBY_WORDS */
-    uint32_t reserved;
+    uint32_t flags;                 /* PTMD_OF_* */
 } ptmd_ruby_object;
+
+/* ptmd_ruby_object.flags: bit values (bits 4..7 are kept for code ownership) */
+#define PTMD_OBJECT_FLAGS(X)                                                                       \
+    X(PTMD_OF_OLD, 1u << 0, "old")            /* promoted by the GC: survived enough marks to be old */
+enum { PTMD_OBJECT_FLAGS(PTMD_ENUM_CONSTANT) };
+
+/* ---- the GC's counts (GC section) ---- */
+
+/* ptmd_gc_rec.flags: bit values */
+#define PTMD_GC_FLAGS(X)                                                                           \
+    X(PTMD_GF_FULL_GC, 1u << 0, "full_gc")           /* the dump ran a full GC first (gc: true) */ \
+    X(PTMD_GF_LAST_MAJOR, 1u << 1, "last_major")     /* GC.latest_gc_info: the latest GC was major */ \
+    X(PTMD_GF_SWEEPING, 1u << 2, "sweeping")         /* a lazy sweep was pending when the pass began */
+enum { PTMD_GC_FLAGS(PTMD_ENUM_CONSTANT) };
+
+typedef struct {
+    uint64_t count, major_gc_count, minor_gc_count;
+    uint64_t total_allocated_objects, total_freed_objects;
+    uint64_t old_objects, old_objects_limit;
+    uint64_t heap_live_slots;
+    uint64_t malloc_increase_bytes, oldmalloc_increase_bytes;
+    uint64_t time_ms;                   /* GC.stat(:time), 0 where the Ruby has none */
+    uint32_t flags;                     /* PTMD_GF_* */
+    uint32_t reserved;
+} ptmd_gc_rec;
+
+/* ---- the process's mappings (MAPPINGS section), from /proc/PID/smaps ---- */
+
+#define PTMD_MAPPING_KINDS(X)                                                                      \
+    X(PTMD_MK_ANON, 0, "anonymous")           /* no name, or [anon:...] */                          \
+    X(PTMD_MK_BRK, 1, "brk")                  /* [heap] */                                          \
+    X(PTMD_MK_STACK, 2, "stack")              /* [stack] */                                         \
+    X(PTMD_MK_FILE, 3, "file")                /* a file, by path */                                 \
+    X(PTMD_MK_SPECIAL, 4, "special")          /* [vdso], [vvar], [vsyscall], ... */
+typedef enum { PTMD_MAPPING_KINDS(PTMD_ENUM_CONSTANT) PTMD_MK_COUNT = 5 } ptmd_mapping_kind;
+extern const char *const ptmd_mapping_kind_names[PTMD_MK_COUNT];
+
+/* ptmd_mapping_rec.prot: bit values, as /proc/PID/maps prints them */
+enum { PTMD_MP_READ = 1, PTMD_MP_WRITE = 2, PTMD_MP_EXEC = 4, PTMD_MP_SHARED = 8 };
+
+/* ptmd_mappings_head.flags */
+#define PTMD_MAPF_PARENT (1u << 0)      /* the parent's, read by a snapshot child as its first act */
+
+typedef struct {
+    uint64_t vm_rss;                    /* /proc/PID/status VmRSS, read right after smaps */
+    uint64_t rss_anon, rss_file, rss_shmem;   /* the same file's RssAnon, RssFile, RssShmem */
+    uint64_t read_ns;                   /* reading smaps and status */
+    uint64_t paths_len;                 /* bytes of paths after the records */
+    uint32_t flags;                     /* PTMD_MAPF_* */
+    uint32_t reserved;
+} ptmd_mappings_head;
+
+typedef struct {
+    uint64_t start, end;
+    uint64_t rss;                       /* Rss: resident bytes */
+    uint64_t private_bytes;             /* Private_Clean + Private_Dirty */
+    uint64_t shared_bytes;              /* Shared_Clean + Shared_Dirty */
+    uint64_t swap;                      /* Swap */
+    uint64_t anonymous;                 /* Anonymous */
+    uint64_t offset, inode;
+    uint32_t path_off, path_len;        /* the path in the paths area (kind file and the [names]) */
+    uint32_t prot;                      /* PTMD_MP_* */
+    uint32_t kind;                      /* PTMD_MK_* */
+} ptmd_mapping_rec;
+
+/* What a RUBY_CODE record is: the malloc memory its object owns is charged to its module. */
+#define PTMD_CODE_KINDS(X)                                                                         \
+    X(PTMD_CODE_MODULE, 1, "module")        /* a class, module or include class: its own tables */ \
+    X(PTMD_CODE_METHOD_ENTRY, 2, "method_entry") /* a method entry (imemo ment) of its method table */ \
+    X(PTMD_CODE_ISEQ, 3, "iseq")            /* a method's iseq, or a block's within a method */ \
+    X(PTMD_CODE_VM_TABLE, 4, "vm_table")    /* a VM-wide table: address is its malloc'd memory */
+enum { PTMD_CODE_KINDS(PTMD_ENUM_CONSTANT) PTMD_CODE_KIND_COUNT = 5 };
+extern const char *const ptmd_code_kind_names[PTMD_CODE_KIND_COUNT];
+
+typedef struct {
+    uint64_t address;               /* the object (a T_IMEMO, T_CLASS, T_MODULE or T_ICLASS slot); a vm_table's
+                                     * user address */
+    uint32_t module;                /* RUBY_CODE_NAMES index of the defining module (a vm_table's name), PTMD_NO_NAME */
+    uint32_t method;                /* RUBY_CODE_NAMES index of the method's name, PTMD_NO_NAME */
+    uint32_t path;                  /* RUBY_CODE_NAMES index of the method's source path, PTMD_NO_NAME */
+    uint32_t line;                  /* the method's first line, 0 when unknown */
+    uint32_t kind;                  /* PTMD_CODE_* */
+    uint32_t reserved;
+} ptmd_ruby_code;
 
 typedef struct {
     uint32_t from, to;              /* chunk indices: a word of `from` equals `to`'s user address */
@@ -359,11 +461,16 @@ _Static_assert(sizeof(ptmd_arena_rec) == 88, "arena record layout");
 _Static_assert(sizeof(ptmd_heap_rec) == 96, "heap record layout");
 _Static_assert(sizeof(ptmd_thread_rec) == 48, "thread record layout");
 _Static_assert(sizeof(ptmd_anomaly_rec) == 24, "anomaly record layout");
+_Static_assert(sizeof(ptmd_tcache_entry) == 16, "tcache entry layout");
 _Static_assert(sizeof(ptmd_section_hdr) == 24, "section header layout");
 _Static_assert(sizeof(ptmd_ruby_meta) == 56, "ruby meta layout");
 _Static_assert(sizeof(ptmd_ruby_page) == 40, "ruby page layout");
 _Static_assert(sizeof(ptmd_ruby_object) == 24, "ruby object layout");
 _Static_assert(sizeof(ptmd_ref) == 8, "ref layout");
+_Static_assert(sizeof(ptmd_gc_rec) == 96, "gc record layout");
+_Static_assert(sizeof(ptmd_mappings_head) == 56, "mappings head layout");
+_Static_assert(sizeof(ptmd_mapping_rec) == 88, "mapping record layout");
+_Static_assert(sizeof(ptmd_ruby_code) == 32, "ruby code layout");
 _Static_assert(sizeof(ptmd_footer) == 32, "footer layout");
 _Static_assert(sizeof(ptmd_root_rec) == 120, "root record layout");
 _Static_assert(sizeof(ptmd_root_ref) == 16, "root reference layout");

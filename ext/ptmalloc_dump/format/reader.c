@@ -2,6 +2,7 @@
  * trusted: nothing is dereferenced before its bounds are checked. */
 #include "format/reader.h"
 #include "format/crc32.h"
+#include "format/glibc.h"
 
 #include <string.h>
 
@@ -32,14 +33,25 @@ static const section_rule rules[] = {
     { PTMD_SEC_RUBY_NAMES, 0, 0, 1 },
     { PTMD_SEC_REFS, sizeof(ptmd_ref), 0, 1 },
     { PTMD_SEC_TRIM_CHECK, sizeof(uint64_t), 0, 1 },
+    { PTMD_SEC_MAPPINGS, 0, 0, 1 },
+    { PTMD_SEC_GC, sizeof(ptmd_gc_rec), 0, 1 },
+    { PTMD_SEC_RUBY_PAGE_RSS, sizeof(uint64_t), 0, 1 },
     { PTMD_SEC_ROOTS, sizeof(ptmd_root_rec), 0, 1 },
     { PTMD_SEC_ROOT_REFS, sizeof(ptmd_root_ref), 0, 1 },
     { PTMD_SEC_INT_REFS, sizeof(ptmd_ref), 0, 1 },
+    { PTMD_SEC_RUBY_CODE, sizeof(ptmd_ruby_code), 0, 1 },
+    { PTMD_SEC_RUBY_CODE_NAMES, 0, 0, 1 },
+    { PTMD_SEC_TCACHE_ENTRIES, sizeof(ptmd_tcache_entry), 0, 1 },
 };
 #define N_RULES (sizeof(rules) / sizeof(rules[0]))
 
 static const char *section_name(uint32_t type)
 {
+    if (type == PTMD_SEC_MAPPINGS) return "mappings";
+    if (type == PTMD_SEC_GC) return "gc";
+    if (type == PTMD_SEC_RUBY_PAGE_RSS) return "ruby_page_rss";
+    if (type == PTMD_SEC_RUBY_CODE) return "ruby_code";
+    if (type == PTMD_SEC_RUBY_CODE_NAMES) return "ruby_code_names";
     static const char *const names[] = { "?", "meta", "strings", "mallinfo2", "malloc_info", "arenas",
                                          "heaps", "chunks", "pages", "threads", "anomalies", "ruby_meta",
                                          "ruby_pages", "ruby_objects", "ruby_words", "ruby_names", "refs",
@@ -48,6 +60,7 @@ static const char *section_name(uint32_t type)
     case PTMD_SEC_ROOTS: return "roots";
     case PTMD_SEC_ROOT_REFS: return "root_refs";
     case PTMD_SEC_INT_REFS: return "int_refs";
+    case PTMD_SEC_TCACHE_ENTRIES: return "tcache_entries";
     }
     return type < sizeof(names) / sizeof(names[0]) ? names[type] : "unknown";
 }
@@ -146,6 +159,54 @@ static int check_names(const unsigned char *p, size_t len, uint64_t count)
     return n == count;
 }
 
+/* MAPPINGS: the head, `count` records and the paths area, exactly; each record a range in address order
+ * after the one before, no more resident or swapped bytes than it spans, a known kind, its path inside
+ * the paths area. */
+static int read_mappings(const unsigned char *p, uint64_t count, uint64_t length, ptmd_view *v, const char *name,
+                         ptmd_err *err)
+{
+    const ptmd_mappings_head *h = (const void *)p;
+    uint64_t i, prev_end = 0;
+    if (length < sizeof(*h) || count > (length - sizeof(*h)) / sizeof(ptmd_mapping_rec))
+        FAIL("%s: the mappings section holds %llu records in %llu bytes", name, (unsigned long long)count,
+             (unsigned long long)length);
+    if (h->paths_len != length - sizeof(*h) - count * sizeof(ptmd_mapping_rec))
+        FAIL("%s: the mappings section's paths do not fill it", name);
+    v->mappings_head = h;
+    v->mappings = (const void *)(p + sizeof(*h));
+    v->n_mappings = count;
+    v->mapping_paths = (const char *)(p + sizeof(*h) + count * sizeof(ptmd_mapping_rec));
+    for (i = 0; i < count; i++) {
+        const ptmd_mapping_rec *r = &v->mappings[i];
+        if (r->end <= r->start || r->start < prev_end || r->kind >= PTMD_MK_COUNT ||
+            r->rss > r->end - r->start || r->swap > r->end - r->start ||
+            r->private_bytes > r->rss || r->shared_bytes > r->rss - r->private_bytes ||
+            r->path_off > h->paths_len || r->path_len > h->paths_len - r->path_off)
+            FAIL("%s: mapping %llu has bad bounds, figures, kind or path", name, (unsigned long long)i);
+        prev_end = r->end;
+    }
+    return 0;
+}
+
+/* GC and RUBY_PAGE_RSS come with the Ruby sections; a page's resident bytes are at most the pages its
+ * slots span. */
+static int check_rss_sections(const ptmd_view *v, const char *name, ptmd_err *err)
+{
+    uint64_t ps = v->meta->page_size;
+    size_t i;
+    if ((v->gc || v->ruby_page_rss) && !v->ruby_meta) FAIL("%s: GC figures without the Ruby sections", name);
+    if (!v->ruby_page_rss) return 0;
+    if (v->n_ruby_page_rss != v->n_ruby_pages) FAIL("%s: the Ruby page residency does not cover every Ruby page", name);
+    for (i = 0; i < v->n_ruby_pages; i++) {
+        const ptmd_ruby_page *p = &v->ruby_pages[i];
+        uint64_t span = ((p->end + ps - 1) & ~(ps - 1)) - (p->start & ~(ps - 1));
+        if (v->ruby_page_rss[i] > span || v->ruby_page_rss[i] % ps)
+            FAIL("%s: Ruby page %zu has %llu resident bytes, more than it spans or not whole pages", name, i,
+                 (unsigned long long)v->ruby_page_rss[i]);
+    }
+    return 0;
+}
+
 /* Roots: a known kind, start < end, a NUL-terminated name; each root reference names an existing
  * root and chunk and a word inside its root; chunk references through Integers name chunks. The
  * reference sections come only with the roots. */
@@ -170,6 +231,43 @@ static int check_roots(const ptmd_view *v, const char *name, ptmd_err *err)
     for (i = 0; i < v->n_int_refs; i++)
         if (v->int_refs[i].from >= v->n_chunks || v->int_refs[i].to >= v->n_chunks)
             FAIL("%s: Integer reference %zu names a chunk that does not exist", name, i);
+    return 0;
+}
+
+/* Each tcache entry names a chunk of state tcache, a thread record and a tcache bin glibc can have. */
+static int check_tcache_entries(const ptmd_view *v, const char *name, ptmd_err *err)
+{
+    size_t i;
+    for (i = 0; i < v->n_tcache_entries; i++) {
+        const ptmd_tcache_entry *e = &v->tcache_entries[i];
+        if (e->chunk >= v->n_chunks || e->thread >= v->n_threads)
+            FAIL("%s: tcache entry %zu names a chunk or thread that does not exist", name, i);
+        if ((v->chunk_words[e->chunk] & 0xf) != PTMD_ST_TCACHE)
+            FAIL("%s: tcache entry %zu names chunk %u, which is not in a tcache", name, i, e->chunk);
+        if (e->bin >= PTMD_TCACHE_MAX_BINS_MAX) FAIL("%s: tcache entry %zu has bin %u", name, i, e->bin);
+    }
+    return 0;
+}
+
+/* The code records come with the Ruby sections and their own names, in strictly increasing address
+ * order (the load looks objects up in them by address), each kind known and each name index in range. */
+static int check_code(const ptmd_view *v, const char *name, ptmd_err *err)
+{
+    size_t i;
+    if (!v->ruby_code && !v->ruby_code_names) return 0;
+    if (!v->ruby_code || !v->ruby_code_names || !v->ruby_objects)
+        FAIL("%s: the Ruby code sections come without each other or without the Ruby objects", name);
+    for (i = 0; i < v->n_ruby_code; i++) {
+        const ptmd_ruby_code *c = &v->ruby_code[i];
+        if (c->kind < PTMD_CODE_MODULE || c->kind >= PTMD_CODE_KIND_COUNT)
+            FAIL("%s: Ruby code record %zu has an unknown kind %u", name, i, c->kind);
+        if ((c->module != PTMD_NO_NAME && c->module >= v->n_ruby_code_names) ||
+            (c->method != PTMD_NO_NAME && c->method >= v->n_ruby_code_names) ||
+            (c->path != PTMD_NO_NAME && c->path >= v->n_ruby_code_names))
+            FAIL("%s: Ruby code record %zu names a module, method or path that does not exist", name, i);
+        if (i && c->address <= v->ruby_code[i - 1].address)
+            FAIL("%s: Ruby code record %zu is out of address order", name, i);
+    }
     return 0;
 }
 
@@ -252,9 +350,20 @@ int ptmd_read_view(const unsigned char *data, size_t len, const char *name, ptmd
                 break;
             case PTMD_SEC_REFS: v->refs = (const void *)payload; v->n_refs = sh->count; break;
             case PTMD_SEC_TRIM_CHECK: v->trim_released = (const void *)payload; v->n_trim_released = sh->count; break;
+            case PTMD_SEC_MAPPINGS:
+                if (read_mappings(payload, sh->count, sh->length, v, name, err) != 0) return -1;
+                break;
+            case PTMD_SEC_GC: v->gc = (const void *)payload; if (sh->count != 1) FAIL("%s: bad gc section", name); break;
+            case PTMD_SEC_RUBY_PAGE_RSS: v->ruby_page_rss = (const void *)payload; v->n_ruby_page_rss = sh->count; break;
             case PTMD_SEC_ROOTS: v->roots = (const void *)payload; v->n_roots = sh->count; break;
             case PTMD_SEC_ROOT_REFS: v->root_refs = (const void *)payload; v->n_root_refs = sh->count; break;
             case PTMD_SEC_INT_REFS: v->int_refs = (const void *)payload; v->n_int_refs = sh->count; break;
+            case PTMD_SEC_TCACHE_ENTRIES: v->tcache_entries = (const void *)payload; v->n_tcache_entries = sh->count; break;
+            case PTMD_SEC_RUBY_CODE: v->ruby_code = (const void *)payload; v->n_ruby_code = sh->count; break;
+            case PTMD_SEC_RUBY_CODE_NAMES:
+                v->ruby_code_names = payload; v->ruby_code_names_len = sh->length; v->n_ruby_code_names = sh->count;
+                if (!check_names(payload, sh->length, sh->count)) FAIL("%s: damaged ruby_code_names section", name);
+                break;
             }
         }
         /* unknown section types of the same format version are skipped */
@@ -309,11 +418,14 @@ int ptmd_read_view(const unsigned char *data, size_t len, const char *name, ptmd
         }
         if (words != v->n_ruby_words) FAIL("%s: the Ruby objects' words do not add up", name);
     }
+    if (check_rss_sections(v, name, err) != 0) return -1;
+    if (check_code(v, name, err) != 0) return -1;
     if (v->trim_released && v->n_trim_released != v->n_arenas) FAIL("%s: the trim check does not cover every arena", name);
     for (i = 0; i < v->n_refs; i++)
         if (v->refs[i].from >= v->n_chunks || v->refs[i].to >= v->n_chunks)
             FAIL("%s: reference %zu names a chunk that does not exist", name, i);
     if (check_roots(v, name, err) != 0) return -1;
+    if (check_tcache_entries(v, name, err) != 0) return -1;
     for (i = 0; i < v->n_anomalies; i++)
         if (v->anomalies[i].arena != PTMD_NO_ARENA && v->anomalies[i].arena >= v->n_arenas)
             FAIL("%s: anomaly %zu names an arena that does not exist", name, i);

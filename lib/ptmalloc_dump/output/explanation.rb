@@ -4,7 +4,8 @@ require_relative "../format_helpers"
 
 module PtmallocDump
   # What one address of a dump is (`ptmalloc-visualize --explain ADDR DUMP`): the heap or Ruby page
-  # that holds it, its chunk with state and bin, the chunk's owner, and the residency of its page.
+  # that holds it, its chunk with state and bin (a tcache chunk's with the thread whose tcache holds
+  # it, {Dump#bin_of}), the chunk's owner, and the residency of its page.
   # The explorer's panel shows the same for the chunk under the pointer.
   class Explanation
     include FormatHelpers
@@ -16,31 +17,7 @@ module PtmallocDump
       @address = address
     end
 
-    # glibc's bin for a free chunk's state and size (malloc.c: csize2tidx, fastbin_index,
-    # smallbin_index, largebin_index_64), or nil.
-    #
-    # @return [String, nil]
-    def self.bin_of(state, size)
-      case state
-      when :tcache then "tcache bin #{(size - 32) / 16} (#{size} B chunks)"
-      when :fastbin then "fastbin #{(size >> 4) - 2} (#{size} B chunks)"
-      when :smallbin then "small bin #{size >> 4}"
-      when :largebin then "large bin #{largebin_index(size)}"
-      when :unsorted then "unsorted bin"
-      end
-    end
-
-    def self.largebin_index(sz)
-      if (sz >> 6) <= 48 then 48 + (sz >> 6)
-      elsif (sz >> 9) <= 20 then 91 + (sz >> 9)
-      elsif (sz >> 12) <= 10 then 110 + (sz >> 12)
-      elsif (sz >> 15) <= 4 then 119 + (sz >> 15)
-      elsif (sz >> 18) <= 2 then 124 + (sz >> 18)
-      else 126
-      end
-    end
-
-    # @return [Hash] :address, :heap, :chunk, :owner, :holder, :page, :ruby_slot, :references (each
+    # @return [Hash] :address, :heap, :chunk, :owner, :holder, :code, :page, :ruby_slot, :references (each
     #   nil when it does not apply)
     def to_h
       @to_h ||= begin
@@ -52,6 +29,7 @@ module PtmallocDump
           chunk: chunk && chunk_h(chunk),
           owner: chunk && owner_h(chunk),
           holder: chunk && holder(chunk),
+          code: chunk && code_h(chunk),
           page: heap && page_h(heap),
           ruby_slot: heap ? nil : ruby_slot,
           references: chunk && references(chunk)
@@ -74,9 +52,11 @@ module PtmallocDump
       end
       if (c = e[:chunk])
         lines << row("chunk", "#{c[:address]}, #{c[:size]} B#{c[:size] >= 1024 ? " (#{human_bytes(c[:size])})" : ''}, the address is #{c[:where]}")
-        lines << row("state", [c[:state], c[:bin], *c[:flags]].compact.join("; "))
+        lines << row("state", [c[:state], *c[:flags]].join("; "))
+        lines << row("bin", c[:bin]) if c[:bin]
         lines << row("owner", e[:owner][:text])
         lines << row("holder", e[:holder]) if e[:holder]
+        lines << row("code", e[:code][:text]) if e[:code]
       elsif e[:heap]
         lines << row("chunk", "none: the walk did not reach this address")
       end
@@ -108,9 +88,15 @@ module PtmallocDump
       flags << "a thread's tcache_perthread_struct" if chunk.tcache_struct?
       flags << "named by an anomaly" if chunk.anomaly?
       flags << "the arena's last_remainder" if chunk.flags.anybits?(ChunkFlags::LAST_REMAINDER)
-      { address: hex(chunk.address), size: chunk.size, state: chunk.state, bin: self.class.bin_of(chunk.state, chunk.size),
-        user_address: hex(chunk.user_address), offset: off, flags: flags,
+      bin = @dump.bin_of(chunk)
+      { address: hex(chunk.address), size: chunk.size, state: chunk.state, bin: bin&.to_s, bin_info: bin && bin_h(bin),
+        tcache_tid: bin&.tid, user_address: hex(chunk.user_address), offset: off, flags: flags,
         where: off < 16 ? "in its header (byte #{off})" : "#{off - 16} B into its user data" }
+    end
+
+    def bin_h(bin)
+      { kind: bin.kind, index: bin.index, min_size: bin.min_size, max_size: bin.max_size, tid: bin.tid,
+        position: bin.position }
     end
 
     def owner_h(chunk)
@@ -135,6 +121,19 @@ module PtmallocDump
       when :leaked then "leaked: nothing reaches it"
       when :ruby then "a Ruby object"
       end
+    end
+
+    # The code the chunk is charged to (RubyHeap#code_charge_of), worded as the explorer's panel does.
+    def code_h(chunk)
+      code = @dump.ruby&.code_charge_of(chunk)
+      return nil unless code
+
+      text = if code[:kind] == :vm_table then "VM table #{code[:module]}"
+             else
+               "module #{code[:module] || '(anonymous)'}#{code[:method] ? ", method #{code[:method]}" : ''}" \
+                 "#{code[:path] ? ", #{code[:path]}#{code[:line] ? ":#{code[:line]}" : ''}" : ''}"
+             end
+      code.merge(text: text)
     end
 
     def page_h(heap)

@@ -11,8 +11,8 @@ module PtmallocDump
     DATA_FILE = "explorer-data.js"
     ASSETS = File.expand_path("assets", __dir__)
     # the keys of {#data} that hold base64 of packed arrays
-    PACKED = %i[sizes states8 pages refs owners categories8 objAddress objClass objDataType objType ownerKinds anchorIds
-                pageChanges].freeze
+    PACKED = %i[sizes states8 pages refs tcache owners categories8 objAddress objClass objDataType objType ownerKinds anchorIds
+                code pageChanges].freeze
 
     # @param dump [Dump]
     # @param page_changes [String, nil] for a comparison: {Diff#page_changes} of this (the newer) dump,
@@ -32,8 +32,9 @@ module PtmallocDump
       <<~HTML
         <h2 id="explorer">Heap explorer</h2>
         <p class="sub">Every chunk of every heap. Wheel to zoom (down to one byte a pixel) and drag to move; on the minimap at the right,
-        click to go somewhere, drag over a range to zoom to it. Hover for the chunk under the pointer, click to pin it. Search an address (0x...), a class, a typed-data type, a Ruby type
-        (T_STRING), a state (tcache, smallbin ...) or an owner category (native, string ...).</p>
+        click to go somewhere, drag over a range to zoom to it. Hover for the chunk under the pointer, click to pin it. Search an address (0x...), a class, a module (the chunks of the code it
+        defines; module:Name where a class has the name too), a typed-data type, a Ruby type (T_STRING), a state (tcache, smallbin ...), an owner
+        category (native, string ...), a holder (ruby, anchored, leaked) or a root's name.</p>
         <form id="xp-form" class="xp-bar"><select id="xp-view"></select>
         <span>colour by #{radios.join(' ')}</span>
         <input id="xp-search" type="search" placeholder="0x7f..., String, tcache, native ..." />
@@ -107,9 +108,13 @@ module PtmallocDump
         sizes: b64(packed[:sizes]), states8: b64(packed[:states]), pages: b64(packed[:pages]),
         refs: b64(packed[:refs]), references: !packed[:refs].empty?
       }
+      # which thread's tcache holds each tcache chunk: [chunk, thread record, bin | position << 16] and
+      # each thread record's tid (0 unknown)
+      d.merge!(tcache: b64(packed[:tcache]), threadTids: @dump.threads.map(&:tid)) if packed[:tcache]
       d.merge!(ruby_tables(packed)) if packed[:owners]
       d.merge!(pageChanges: b64(@page_changes), changeNames: Format::PAGE_CHANGES.map(&:to_s)) if @page_changes
-      d.merge!(owner_kinds) if @dump.respond_to?(:owner_kind_of)
+      d.merge!(holders(packed)) if packed[:owner_kinds]
+      d.merge!(code_table(packed)) if packed[:code]
       d
     end
 
@@ -160,21 +165,25 @@ module PtmallocDump
       str && FormatHelpers.utf8(str)
     end
 
-    # Who holds each in-use chunk (Ruby, anchored by a root, or leaked), where the dump says so: one
-    # byte per chunk (0 unknown, 1 ruby, 2 anchored, 3 leaked), and per chunk the anchor's name + 1
-    # (u16, 0 none) with the names.
-    def owner_kinds
-      kinds = { ruby: 1, anchored: 2, leaked: 3 }
-      anchors = {}
-      bytes = String.new(capacity: @dump.chunk_count, encoding: Encoding::BINARY)
-      ids = []
-      @dump.each_chunk do |c|
-        kind = @dump.owner_kind_of(c)
-        bytes << (kinds[kind] || 0)
-        name = kind == :anchored ? @dump.anchor_of(c) : nil
-        ids << (name ? anchors.fetch(name) { anchors[name] = [anchors.size + 1, 0xffff].min } : 0)
+    # Who holds each in-use chunk (analysis/owners.c): one byte per chunk (0 unknown, 1 ruby, 2
+    # anchored, 3 leaked) and per chunk its root + 1 (u16, 0 none), with each root's name.
+    def holders(packed)
+      { ownerKinds: b64(packed[:owner_kinds]), anchorIds: b64(packed[:anchor_ids]),
+        anchors: @dump.roots.first(0xfffe).map { |r| FormatHelpers.utf8(r[:name].to_s) } }
+    end
+
+    # The code each chunk is charged to (analysis/code_owners.c): per chunk a record + 1 (u16 or u32 as
+    # codeWidth says, 0 none);
+    # each record as [kind, module, method, path, line] with the names (indexes into codeNames, -1 for
+    # none) read once, through RubyHeap#code_of.
+    def code_table(packed)
+      names = {}
+      id = ->(n) { n ? names.fetch(n) { names[n] = names.size } : -1 }
+      rows = packed[:code_records].map do |address|
+        c = @dump.ruby.code_of(address) || {}
+        [c[:kind].to_s, id.call(c[:module]), id.call(c[:method]), id.call(c[:path]), c[:line] || 0]
       end
-      { ownerKinds: b64(bytes), anchorIds: b64(ids.pack("v*")), anchors: anchors.keys.map { |n| FormatHelpers.utf8(n.to_s) } }
+      { code: b64(packed[:code]), codeWidth: packed[:code_width], codes: rows, codeNames: names.keys.map { |n| FormatHelpers.utf8(n) } }
     end
   end
 end

@@ -264,7 +264,9 @@ module PtmallocDump
         cannot take it back; <code>malloc_trim(0)</code> returns the whole free pages of it. A <b>pinned</b> page is
         kept in RAM by a few live bytes among free ones. The <b>tcache</b> is a per-thread cache of small free
         chunks that the arena counts as in use. <b>Owners</b>: a chunk belongs to the Ruby object whose slot (or
-        whose memory) points at it; in-use chunks no Ruby object reaches are <b>native</b>.</p></div>
+        whose memory) points at it; in-use chunks no Ruby object reaches are <b>native</b>: <b>anchored</b> when a
+        loaded library's data, a thread's stack or TLS points at them (directly or through other native chunks),
+        <b>leaked</b> when nothing does. The scan is conservative: a stale word can make a chunk look reached.</p></div>
         </div>
       HTML
     end

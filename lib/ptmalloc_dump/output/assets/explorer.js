@@ -41,6 +41,11 @@
     d.st8 = bytes(raw.states8);
     d.pg8 = bytes(raw.pages);
     d.ref = raw.references ? typed(raw.refs, Uint32Array) : null;
+    if (raw.tcache) {   // chunk index -> its tcache entry (thread record, bin | position << 16)
+      const t = typed(raw.tcache, Uint32Array);
+      d.tcacheOf = new Map();
+      for (let k = 0; k + 2 < t.length; k += 3) if (!d.tcacheOf.has(t[k])) d.tcacheOf.set(t[k], [t[k + 1], t[k + 2]]);
+    }
     if (raw.owners) {
       d.own = typed(raw.owners, Uint32Array);
       d.cat = bytes(raw.categories8);
@@ -51,6 +56,7 @@
     }
     if (raw.pageChanges) d.chg8 = bytes(raw.pageChanges);
     if (raw.ownerKinds) { d.kind8 = bytes(raw.ownerKinds); d.anchorIds = typed(raw.anchorIds, Uint16Array); }
+    if (raw.code) d.code = typed(raw.code, raw.codeWidth === 2 ? Uint16Array : Uint32Array);
     addr = new Float64Array(d.chunkCount);
     d.chunkHeap = new Uint32Array(d.chunkCount);
     for (const h of d.heaps) {
@@ -199,17 +205,34 @@
   }
 
   /* ---- the panel ---- */
+  /* glibc's bin_index (smallbin_index below 1024 B, else largebin_index_64), and the chunk sizes a bin
+   * holds (PtmallocDump::Bin.size_range): the index never decreases with the size */
+  function binIndex(sz) {
+    if (sz < 1024) return sz >> 4;
+    const q = (s) => Math.floor(sz / 2 ** s);
+    return q(6) <= 48 ? 48 + q(6) : q(9) <= 20 ? 91 + q(9) : q(12) <= 10 ? 110 + q(12) : q(15) <= 4 ? 119 + q(15) : q(18) <= 2 ? 124 + q(18) : 126;
+  }
+  function firstSize(b) {
+    let lo = 1, hi = 2 ** 44;
+    while (lo < hi) { const m = Math.floor((lo + hi) / 2); if (binIndex(16 * m) >= b) hi = m; else lo = m + 1; }
+    return 16 * lo;
+  }
+  function sizesText(lo, hi) { return hi === null ? lo + " B and up" : lo === hi ? lo + " B" : lo + ".." + hi + " B"; }
+  /* where glibc keeps a free chunk, worded as PtmallocDump::Bin#to_s */
   function binOf(i) {
     const s = stateOf(i), sz = chunkSize(i);
-    if (s === "tcache") return "tcache bin " + ((sz - 32) / 16) + " (" + sz + " B chunks)";
-    if (s === "fastbin") return "fastbin " + ((sz >> 4) - 2) + " (" + sz + " B chunks)";
-    if (s === "smallbin") return "small bin " + (sz >> 4);
-    if (s === "largebin") {
-      const b = (sz >> 6) <= 48 ? 48 + (sz >> 6) : (sz >> 9) <= 20 ? 91 + (sz >> 9) : (sz >> 12) <= 10 ? 110 + (sz >> 12)
-        : (sz >> 15) <= 4 ? 119 + (sz >> 15) : (sz >> 18) <= 2 ? 124 + (sz >> 18) : 126;
-      return "large bin " + b;
+    if (s === "tcache") {
+      const e = D.tcacheOf ? D.tcacheOf.get(i) : undefined;
+      if (e === undefined) return sz <= 1040 ? "tcache bin " + ((sz - 32) / 16) + " (" + sz + " B)" : "tcache bin";
+      const bin = e[1] & 0xffff, tid = D.threadTids[e[0]], sizes = sz === 32 + 16 * bin ? ", " + sz + " B" : "";
+      return "tcache of " + (tid ? "thread " + tid : "an unlisted thread") + " (bin " + bin + sizes + ")";
     }
-    if (s === "unsorted") return "unsorted bin";
+    if (s === "fastbin") return "fastbin " + ((sz >> 4) - 2) + " (" + sz + " B)";
+    if (s === "smallbin" || s === "largebin") {
+      const b = binIndex(sz);
+      return s + " " + b + " (" + sizesText(firstSize(b), b >= 126 ? null : firstSize(b + 1) - 16) + ")";
+    }
+    if (s === "unsorted") return "unsorted";
     return "";
   }
   function ownerText(i) {
@@ -225,6 +248,16 @@
     const k = D.kind8[i];
     if (k === 2) return "anchored" + (D.anchorIds[i] ? " by " + D.anchors[D.anchorIds[i] - 1] : "");
     return ["", "a Ruby object", "", "leaked: nothing reaches it"][k] || "";
+  }
+  /* the code a chunk is charged to: "module M", with the method and path:line of a method's code */
+  function codeText(i) {
+    if (!D.code || !D.code[i]) return "";
+    const [kind, mod, meth, path, line] = D.codes[D.code[i] - 1], name = (k) => (k >= 0 ? D.codeNames[k] : "");
+    if (kind === "vm_table") return "VM table " + name(mod);
+    let t = "module " + (mod >= 0 ? name(mod) : "(anonymous)");
+    if (meth >= 0) t += ", method " + name(meth);
+    if (path >= 0) t += ", " + name(path) + (line ? ":" + line : "");
+    return t;
   }
   function pagesText(i) {
     const h = D.heaps[D.chunkHeap[i]], a0 = addr[i], a1 = a0 + chunkSize(i);
@@ -274,7 +307,7 @@
     const rows = [
       ["address", hex(addr[i])], ["size", chunkSize(i) + " B" + (chunkSize(i) >= 1024 ? " (" + human(chunkSize(i)) + ")" : "")], ["state", stateOf(i)],
       ["bin", binOf(i)], ["heap", "heap " + h.index + (h.arena === null ? ", mmapped" : ", arena " + h.arena) + ", user pointer " + hex(addr[i] + 16)],
-      ["pages", pagesText(i)], ["owner", ownerText(i)], ["holder", holderText(i)], ["flags", flags.join("; ")]
+      ["pages", pagesText(i)], ["owner", ownerText(i)], ["holder", holderText(i)], ["code", codeText(i)], ["flags", flags.join("; ")]
     ];
     const r = refs(i);
     let html = "<table>" + rows.filter(([, v]) => v !== "").map(([k, v]) =>
@@ -331,9 +364,16 @@
     const n = D.chunkCount, mask = new Uint8Array(n);
     const keys = (table) => new Set(Object.keys(table || {}).filter((k) => table[k] === q).map(Number));
     const cls = keys(D.classNames), dt = keys(D.dataTypeNames), ty = keys(D.typeNames);
-    const stIdx = D.states.indexOf(q), cat = D.categories.indexOf(q), anchor = D.anchors ? D.anchors.indexOf(q) + 1 : 0;
+    const stIdx = D.states.indexOf(q), cat = D.categories.indexOf(q);
+    const anchors = new Set((D.anchors || []).map((a, k) => (a === q ? k + 1 : 0)).filter((k) => k));
+    const modName = q.replace(/^module:/, ""), onlyModule = modName !== q;
+    const modsNamed = new Set((D.codes || []).map((c, k) => (c[0] !== "vm_table" && D.codeNames[c[1]] === modName ? k + 1 : 0)).filter((k) => k));
+    /* a name that is a class's too stays the class's: module:Name asks for the module's code */
+    const mods = onlyModule || !cls.size ? modsNamed : new Set();
+    const anchor = anchors.size > 0;
     const kind = { ruby: 1, anchored: 2, leaked: 3 }[q] || 0;
     let what = [];
+    if (mods.size) what.push("module");
     if (cls.size) what.push("class");
     if (dt.size) what.push("typed-data type");
     if (ty.size) what.push("Ruby type");
@@ -342,8 +382,9 @@
     if (kind && D.kind8) what.push("holder");
     if (anchor) what.push("anchor");
     for (let i = 0; i < n; i++) {
-      let m = (stIdx >= 0 && (D.st8[i] & 15) === stIdx) || (D.cat && cat >= 0 && D.cat[i] === cat) ||
-        (D.kind8 && ((kind && D.kind8[i] === kind) || (anchor && D.anchorIds[i] === anchor)));
+      if (onlyModule) { if (D.code && mods.has(D.code[i])) mask[i] = 1; continue; }
+      let m = (mods.size && mods.has(D.code[i])) || (stIdx >= 0 && (D.st8[i] & 15) === stIdx) || (D.cat && cat >= 0 && D.cat[i] === cat) ||
+        (D.kind8 && ((kind && D.kind8[i] === kind) || (anchor && anchors.has(D.anchorIds[i]))));
       const o = D.own ? D.own[i] : 0;
       if (!m && o) m = cls.has(D.objClass[o - 1]) || dt.has(D.objDtype[o - 1]) || ty.has(D.objType[o - 1]);
       if (m) mask[i] = 1;
@@ -357,8 +398,9 @@
       perHeap[D.chunkHeap[i]] = (perHeap[D.chunkHeap[i]] || 0) + chunkSize(i);
       if (list.length < MAX_LIST) list.push(i);
     }
+    if (onlyModule) what = mods.size ? ["module"] : [];
     if (!what.length) {
-      out.innerHTML = "<p>No class, typed-data type, Ruby type (T_STRING ...), state or owner category is called <b>" + esc(q) +
+      out.innerHTML = "<p>No class, module, typed-data type, Ruby type (T_STRING ...), state or owner category is called <b>" + esc(q) +
         "</b>. Addresses start with 0x.</p>";
       draw();
       return;
@@ -367,7 +409,8 @@
     out.innerHTML = '<p data-k="totals"><b>' + esc(q) + "</b> (" + what.join(", ") + "): " + count + " chunk(s), " + total + " B (" + human(total) +
       "); by heap: " + Object.entries(perHeap).map(([h, b]) => "heap " + h + " " + human(b)).join(", ") + "</p><p>" +
       list.map((i) => '<a href="#explorer" data-go="' + addr[i] + '">' + hex(addr[i]) + "</a> " + human(chunkSize(i))).join(" &#183; ") +
-      (count > list.length ? " ..." : "") + "</p>";
+      (count > list.length ? " ..." : "") + "</p>" +
+      (!onlyModule && modsNamed.size && !mods.size ? "<p>The code charged to the module " + esc(q) + ": search <b>module:" + esc(q) + "</b>.</p>" : "");
     draw();
   }
 

@@ -1,0 +1,541 @@
+/* The code pass: who defines each piece of code memory. A method entry (imemo ment) names its owner,
+ * the class or module whose method table holds it; an iseq method's entry leads to its iseq; a block's
+ * iseq leads to its method's (local_iseq). Classes, modules and include classes are their own owner.
+ * The objects are noted during the Ruby pass's walk and read after it, with the GVL held and GC
+ * disabled, through structures the public headers do not show: their offsets, per Ruby version, are
+ * in `layouts` below, and a Ruby that is not there is skipped with a reason. Nothing here allocates:
+ * names are copied from strings Ruby already holds. Matching objects to chunks happens at load. */
+#include "capture/ruby_code.h"
+#include "format/index.h"
+
+#include <ruby/version.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PTMD_MIN_POINTER 0x10000ull
+#define PTMD_MAX_POINTER 0x800000000000ull
+
+/* A field of rb_vm_t that points at a VM-wide table in malloc memory, and the name it is shown by. */
+typedef struct {
+    const char *name;
+    unsigned offset;
+} vm_field;
+
+/* Ruby 2.7's vm_core.h: no ractors yet, the VM holds its main thread itself (vm.c Init_BareVM
+ * allocates it); no method entry caches in the VM. */
+static const vm_field vm_fields_2_7[] = {
+    { "GC object space (page headers, mark bitmaps, finalizer and id tables)", 1152 },
+    { "frozen string table", 1176 },
+    { "loaded features index", 456 },
+    { "loading table", 464 },
+    { "defined module hash", 1144 },
+    { "ensure rollback table", 1016 },
+    { "postponed job buffer", 1024 },
+    { "at_exit list", 1160 },
+    { "main thread", 192 },
+};
+
+/* Ruby 3.1.2's vm_core.h (rb_vm_t; vm.c Init_BareVM allocates the main thread and ractor, gc.c
+ * rb_objspace_alloc the object space) */
+static const vm_field vm_fields_3_1[] = {
+    { "GC object space (page headers, mark bitmaps, finalizer and id tables)", 1104 },
+    { "frozen string table", 1120 },
+    { "loaded features index", 440 },
+    { "loading table", 448 },
+    { "defined module hash", 1096 },
+    { "negative method cache", 1144 },
+    { "overloaded method entries", 1152 },
+    { "ensure rollback table", 976 },
+    { "postponed job buffer", 984 },
+    { "at_exit list", 1112 },
+    { "main ractor (GVL, thread list)", 32 },
+    { "main thread", 40 },
+};
+
+/* Ruby 3.3's vm_core.h: the postponed jobs became a queue (vm_trace.c); the VM also holds the call
+ * info table and the constant cache (ID to inline caches). */
+static const vm_field vm_fields_3_3[] = {
+    { "GC object space (page headers, mark bitmaps, finalizer and id tables)", 1304 },
+    { "frozen string table", 1320 },
+    { "loaded features index", 632 },
+    { "loading table", 640 },
+    { "defined module hash", 1296 },
+    { "call info table", 1344 },
+    { "constant cache table", 1368 },
+    { "negative method cache", 1352 },
+    { "overloaded method entries", 1360 },
+    { "ensure rollback table", 1176 },
+    { "postponed job queue", 1184 },
+    { "at_exit list", 1312 },
+    { "main ractor (GVL, thread list)", 32 },
+    { "main thread", 40 },
+};
+
+/* Ruby 3.4's vm_core.h: with the modular GC (gc.c over gc/default.c) the VM keeps its object space
+ * in vm->gc.objspace, a chunk of its own (rb_gc_impl_objspace_alloc). There is no defined module
+ * hash nor ensure rollback table; the new global_object_list (rb_gc_register_address) is a linked
+ * list, one chunk a node, not a table, and is left unnamed. */
+static const vm_field vm_fields_3_4[] = {
+    { "GC object space (page headers, mark bitmaps, finalizer and id tables)", 1296 },
+    { "frozen string table", 1320 },
+    { "loaded features index", 640 },
+    { "loading table", 648 },
+    { "call info table", 1336 },
+    { "constant cache table", 1368 },
+    { "negative method cache", 1344 },
+    { "overloaded method entries", 1352 },
+    { "unused block warning table", 1360 },
+    { "postponed job queue", 1184 },
+    { "at_exit list", 1312 },
+    { "main ractor (GVL, thread list)", 32 },
+    { "main thread", 40 },
+};
+
+/* Offsets into Ruby's internal structures (bytes), measured by compiling offsetof against each
+ * version's own headers:
+ *   rb_method_entry_t {flags, defined_class, def, called_id, owner}           method.h
+ *   rb_method_definition_t {type:4 bits ..., body.iseq.iseqptr, ...}          method.h
+ *   rb_iseq_t {flags, wrapper, body, aux}                                     vm_core.h
+ *   rb_iseq_constant_body {..., location.pathobj, location.first_lineno, ..., local_iseq}  vm_core.h
+ *   enum imemo_type (imemo_ment, imemo_iseq)                                  internal/imemo.h (2.7: internal.h)
+ *   struct RClass_and_rb_classext_t {rclass, classext.as.singleton_class.attached_object}  internal/class.h
+ *   rb_vm_t {self, ...}                                                       vm_core.h
+ * with each version's installed config.h (Debian's ruby*-dev) and the type's bits checked by setting
+ * the bitfield and reading the first word. Ruby 3.1: 3.1.2's headers (USE_RVARGC 0, the default).
+ * Ruby 2.7, 3.3, 3.4: the release headers of 2.7.0, 3.3.5 (3.3.0's give the same offsets) and 3.4.0
+ * as the debase-ruby_core_source gem (4.0.1) carries them, with script/ruby_code_offsets.c;
+ * code_owners_spec and ruby_heap_spec pass with them on Debian's 2.7.4, 3.3.8 and 3.4.11. What changed by 3.3
+ * (3.2 not measured):
+ *   location.first_lineno is an int (vm_core.h), no longer a Fixnum VALUE; local_iseq is at 168.
+ *   A singleton class keeps its object in its classext (RCLASS_ATTACHED_OBJECT; class.c
+ *   rb_class_attached_object), no longer in the ivar __attached__; the classext is embedded after
+ *   struct RClass in the class's own slot (internal/class.h RCLASS_EXT).
+ *   Debian's libruby exports no ruby_current_vm_ptr: the VM is found through the RubyVM object that
+ *   wraps it (vm.c Init_VM), which is rb_vm_t's first field in every version.
+ * 3.4: rb_vm_t keeps its object space in vm->gc.objspace (the modular GC); imemo_ment and imemo_iseq
+ * are still 6 and 7. */
+typedef struct {
+    int major, minor;
+    int imemo_ment, imemo_iseq;
+    unsigned ment_def, ment_called_id, ment_owner;
+    unsigned def_type_bits, def_iseq_type, def_iseqptr;
+    unsigned iseq_body;
+    unsigned body_pathobj, body_first_lineno, body_local_iseq;
+    int first_lineno_fixnum;        /* location.first_lineno is a Fixnum VALUE, not an int */
+    unsigned class_attached;        /* offset of a singleton class's object in its slot; 0: in the ivar
+                                       __attached__ (class.c) */
+    const vm_field *vm_fields;      /* read from the rb_vm_t the RubyVM object wraps */
+    size_t n_vm_fields;
+} code_layout;
+
+static const code_layout layouts[] = {
+    { .major = 2, .minor = 7, .imemo_ment = 6, .imemo_iseq = 7,
+      .ment_def = 16, .ment_called_id = 24, .ment_owner = 32,
+      .def_type_bits = 4, .def_iseq_type = 0, .def_iseqptr = 8,
+      .iseq_body = 16, .body_pathobj = 64, .body_first_lineno = 88, .body_local_iseq = 176, .first_lineno_fixnum = 1,
+      .class_attached = 0, .vm_fields = vm_fields_2_7, .n_vm_fields = sizeof(vm_fields_2_7) / sizeof(vm_fields_2_7[0]) },
+    { .major = 3, .minor = 1, .imemo_ment = 6, .imemo_iseq = 7,
+      .ment_def = 16, .ment_called_id = 24, .ment_owner = 32,
+      .def_type_bits = 4, .def_iseq_type = 0, .def_iseqptr = 8,     /* VM_METHOD_TYPE_MINIMUM_BITS, VM_METHOD_TYPE_ISEQ */
+      .iseq_body = 16, .body_pathobj = 64, .body_first_lineno = 88, .body_local_iseq = 176, .first_lineno_fixnum = 1,
+      .class_attached = 0, .vm_fields = vm_fields_3_1, .n_vm_fields = sizeof(vm_fields_3_1) / sizeof(vm_fields_3_1[0]) },
+    { .major = 3, .minor = 3, .imemo_ment = 6, .imemo_iseq = 7,
+      .ment_def = 16, .ment_called_id = 24, .ment_owner = 32,
+      .def_type_bits = 4, .def_iseq_type = 0, .def_iseqptr = 8,
+      .iseq_body = 16, .body_pathobj = 64, .body_first_lineno = 88, .body_local_iseq = 168, .first_lineno_fixnum = 0,
+      .class_attached = 128, .vm_fields = vm_fields_3_3, .n_vm_fields = sizeof(vm_fields_3_3) / sizeof(vm_fields_3_3[0]) },
+    { .major = 3, .minor = 4, .imemo_ment = 6, .imemo_iseq = 7,
+      .ment_def = 16, .ment_called_id = 24, .ment_owner = 32,
+      .def_type_bits = 4, .def_iseq_type = 0, .def_iseqptr = 8,
+      .iseq_body = 16, .body_pathobj = 64, .body_first_lineno = 88, .body_local_iseq = 168, .first_lineno_fixnum = 0,
+      .class_attached = 128, .vm_fields = vm_fields_3_4, .n_vm_fields = sizeof(vm_fields_3_4) / sizeof(vm_fields_3_4[0]) },
+};
+
+static const code_layout *L;
+static char problem[160];
+static ID id_attached;
+static VALUE rubyvm_class;
+
+/* PTMALLOC_DUMP_HIDE_RUBY_LAYOUTS (set) treats this Ruby as unknown, so that a known Ruby can
+ * exercise the path an unknown one takes. */
+void ptmd_ruby_code_init(void)
+{
+    size_t i;
+    for (i = 0; i < sizeof(layouts) / sizeof(layouts[0]) && !getenv("PTMALLOC_DUMP_HIDE_RUBY_LAYOUTS"); i++)
+        if (layouts[i].major == RUBY_API_VERSION_MAJOR && layouts[i].minor == RUBY_API_VERSION_MINOR) L = &layouts[i];
+    if (!L)
+        snprintf(problem, sizeof(problem), "the method entry and iseq layouts of Ruby %d.%d are not known to this "
+                 "version of ptmalloc_dump", RUBY_API_VERSION_MAJOR, RUBY_API_VERSION_MINOR);
+    id_attached = rb_intern("__attached__");
+    rubyvm_class = rb_const_get(rb_cObject, rb_intern("RubyVM"));
+}
+
+const char *ptmd_ruby_code_problem(void)
+{
+    return L ? NULL : problem;
+}
+
+static void note(ptmd_code_pass *cp, ptmd_buf *b, VALUE v)
+{
+    uint64_t x = (uint64_t)v;
+    if (ptmd_buf_append(b, &x, sizeof(x)) != 0) cp->oom = 1;
+}
+
+void ptmd_ruby_code_note(ptmd_code_pass *cp, VALUE v, int type, int imemo)
+{
+    if (!L || cp->oom) return;
+    if (type == T_CLASS || type == T_MODULE || type == T_ICLASS) note(cp, &cp->modules, v);
+    else if (type == T_IMEMO && imemo == L->imemo_ment) note(cp, &cp->ments, v);
+    else if (type == T_IMEMO && imemo == L->imemo_iseq) note(cp, &cp->iseqs, v);
+    else if (type == T_DATA && RBASIC(v)->klass == rubyvm_class && RTYPEDDATA_P(v))
+        cp->vm = (uint64_t)(uintptr_t)RTYPEDDATA_DATA(v);
+}
+
+static uint64_t word_at(uint64_t p, unsigned off)
+{
+    uint64_t x;
+    memcpy(&x, (const void *)(uintptr_t)(p + off), sizeof(x));
+    return x;
+}
+
+/* A pointer into malloc memory as Ruby keeps one (8-aligned at least, in user space). */
+static int heap_pointer(uint64_t p)
+{
+    return !(p & 7) && p >= PTMD_MIN_POINTER && p < PTMD_MAX_POINTER;
+}
+
+static int object_of_type(const ptmd_ruby_data *rd, uint64_t v, int type)
+{
+    return v && !RB_SPECIAL_CONST_P((VALUE)v) && ptmd_ruby_in_pages(rd, (VALUE)v) && (int)BUILTIN_TYPE((VALUE)v) == type;
+}
+
+static int is_module(const ptmd_ruby_data *rd, uint64_t v)
+{
+    return object_of_type(rd, v, T_CLASS) || object_of_type(rd, v, T_MODULE) || object_of_type(rd, v, T_ICLASS);
+}
+
+static int is_imemo(const ptmd_ruby_data *rd, uint64_t v, int imemo)
+{
+    return object_of_type(rd, v, T_IMEMO) && (int)((RBASIC((VALUE)v)->flags >> RUBY_FL_USHIFT) & 0x0f) == imemo;
+}
+
+/* Where a method is: its iseq's path and first line. */
+typedef struct {
+    uint64_t pathobj;
+    uint32_t line;
+} location;
+
+static location iseq_location(const ptmd_ruby_data *rd, uint64_t iseq)
+{
+    location loc = { 0, 0 };
+    uint64_t body = word_at(iseq, L->iseq_body), p, line;
+    if (!heap_pointer(body)) return loc;
+    p = word_at(body, L->body_pathobj);
+    if (object_of_type(rd, p, T_STRING) || object_of_type(rd, p, T_ARRAY)) loc.pathobj = p;
+    line = word_at(body, L->body_first_lineno);
+    if (L->first_lineno_fixnum) loc.line = RB_FIXNUM_P((VALUE)line) ? (uint32_t)FIX2LONG((VALUE)line) : 0;
+    else loc.line = (uint32_t)line;
+    return loc;
+}
+
+/* A method entry, read: the iseq it runs (0 for other method types), its owner and its name. */
+typedef struct {
+    uint64_t iseq, owner, id, ment;
+} ment_info;
+
+static int by_iseq(const void *a, const void *b, void *ctx)
+{
+    uint64_t x = ((const ment_info *)a)->iseq, y = ((const ment_info *)b)->iseq;
+    PTMD_UNUSED(ctx);
+    return x < y ? -1 : x > y;
+}
+
+static const ment_info *ment_of_iseq(const ptmd_buf *b, uint64_t iseq)
+{
+    size_t lo = 0, hi = PTMD_BUF_COUNT(b, ment_info);
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        const ment_info *m = PTMD_BUF_AT(b, ment_info, mid);
+        if (m->iseq < iseq) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < PTMD_BUF_COUNT(b, ment_info) && PTMD_BUF_AT(b, ment_info, lo)->iseq == iseq
+        ? PTMD_BUF_AT(b, ment_info, lo) : NULL;
+}
+
+/* A name to resolve: the key (module VALUE, method ID or path object) of one field of one record. */
+typedef struct {
+    uint64_t key;
+    uint32_t kind;
+    uint32_t slot;                  /* record index * 3 + field (0 module, 1 method, 2 path) */
+} name_ref;
+
+/* One distinct key, in the open-addressing table that gives it its name entry's index. */
+typedef struct {
+    uint64_t key;
+    uint32_t kind;                  /* 0: empty */
+    uint32_t index;
+} name_slot;
+
+static int by_value(const void *a, const void *b, void *ctx)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    PTMD_UNUSED(ctx);
+    return x < y ? -1 : x > y;
+}
+
+static int by_address(const void *a, const void *b, void *ctx)
+{
+    uint64_t x = ((const ptmd_ruby_code *)a)->address, y = ((const ptmd_ruby_code *)b)->address;
+    PTMD_UNUSED(ctx);
+    return x < y ? -1 : x > y;
+}
+
+static int add_record(ptmd_code_pass *cp, ptmd_ruby_data *rd, ptmd_buf *refs, uint64_t address, uint32_t kind,
+                      uint64_t module, uint64_t id, location loc)
+{
+    ptmd_ruby_code *r = ptmd_buf_push(&rd->code, sizeof(*r));
+    uint32_t index = (uint32_t)(PTMD_BUF_COUNT(&rd->code, ptmd_ruby_code) - 1);
+    name_ref n[3] = { { module, kind == PTMD_CODE_VM_TABLE ? PTMD_NAME_VM_TABLE : PTMD_NAME_MODULE, index * 3 }, { id, PTMD_NAME_METHOD, index * 3 + 1 },
+                      { loc.pathobj, PTMD_NAME_PATH, index * 3 + 2 } };
+    int k;
+    if (!r) return cp->oom = -1;
+    r->address = address;
+    r->module = r->method = r->path = PTMD_NO_NAME;
+    r->line = loc.line;
+    r->kind = kind;
+    for (k = 0; k < 3; k++)
+        if (n[k].key && ptmd_buf_append(refs, &n[k], sizeof(n[k])) != 0) return cp->oom = -1;
+    return 0;
+}
+
+/* The module a module record is charged to: an include class stands for the module it includes. */
+static uint64_t module_itself(const ptmd_ruby_data *rd, uint64_t v)
+{
+    if (BUILTIN_TYPE((VALUE)v) == T_ICLASS) {
+        uint64_t m = (uint64_t)RBASIC((VALUE)v)->klass;
+        return is_module(rd, m) ? m : 0;
+    }
+    return v;
+}
+
+static size_t anonymous(char *buf, size_t cap, VALUE mod)
+{
+    int n = snprintf(buf, cap, "#<%s:0x%016lx>", BUILTIN_TYPE(mod) == T_MODULE ? "Module" : "Class", (unsigned long)mod);
+    return n > 0 && (size_t)n < cap ? (size_t)n : 0;
+}
+
+/* Module#name where it has one (no allocation: Ruby keeps it), "#<Class:Name>" for a named module's
+ * singleton class, else what inspect would say of an anonymous one, written into buf. */
+static size_t module_name(const ptmd_ruby_data *rd, VALUE mod, const char **out, char *buf, size_t cap)
+{
+    VALUE name;
+    *out = buf;
+    if (BUILTIN_TYPE(mod) == T_CLASS && FL_TEST_RAW(mod, RUBY_FL_SINGLETON)) {     /* RCLASS_SINGLETON_P */
+        VALUE of = Qnil;
+        if (!L->class_attached) of = rb_attr_get(mod, id_attached);
+        else if (ptmd_ruby_slot_size(rd, mod) >= L->class_attached + sizeof(VALUE))
+            of = (VALUE)word_at((uint64_t)mod, L->class_attached);
+        if (is_module(rd, (uint64_t)of) && RB_TYPE_P(name = rb_mod_name(of), T_STRING) && (size_t)RSTRING_LEN(name) + 10 < cap) {
+            size_t len = (size_t)RSTRING_LEN(name);
+            memcpy(buf, "#<Class:", 8);
+            memcpy(buf + 8, RSTRING_PTR(name), len);
+            buf[8 + len] = '>';
+            return len + 9;
+        }
+        return anonymous(buf, cap, mod);
+    }
+    name = rb_mod_name(mod);
+    if (RB_TYPE_P(name, T_STRING)) {
+        *out = RSTRING_PTR(name);
+        return (size_t)RSTRING_LEN(name);
+    }
+    return anonymous(buf, cap, mod);
+}
+
+static int put_name(ptmd_ruby_data *rd, uint64_t key, uint32_t kind, const char *name, size_t len)
+{
+    static const char zeros[8];
+    uint32_t l = (uint32_t)(len > 4096 ? 4096 : len);
+    if (ptmd_buf_append(&rd->code_names, &key, 8) || ptmd_buf_append(&rd->code_names, &kind, 4) ||
+        ptmd_buf_append(&rd->code_names, &l, 4) || ptmd_buf_append(&rd->code_names, name, l) ||
+        ((l & 7) && ptmd_buf_append(&rd->code_names, zeros, 8 - (l & 7))))
+        return -1;
+    rd->n_code_names++;
+    return 0;
+}
+
+static int resolve_name(ptmd_ruby_data *rd, const name_ref *n)
+{
+    char buf[512];
+    const char *s = "(unknown)";
+    size_t len = 9;
+    if (n->kind == PTMD_NAME_VM_TABLE) {
+        s = L->vm_fields[n->key - 1].name;
+        len = strlen(s);
+    } else if (n->kind == PTMD_NAME_MODULE) {
+        size_t l = module_name(rd, (VALUE)n->key, &s, buf, sizeof(buf));
+        if (l) len = l;
+        else s = "(unknown)";
+    } else {
+        VALUE str = n->kind == PTMD_NAME_METHOD ? rb_id2str((ID)n->key) : (VALUE)n->key;
+        if (n->kind == PTMD_NAME_PATH && BUILTIN_TYPE(str) == T_ARRAY)   /* [path, realpath] */
+            str = RARRAY_LEN(str) > 0 ? RARRAY_AREF(str, 0) : Qnil;
+        if (str && RB_TYPE_P(str, T_STRING)) {
+            s = RSTRING_PTR(str);
+            len = (size_t)RSTRING_LEN(str);
+        }
+    }
+    return put_name(rd, n->key, n->kind, s, len);
+}
+
+/* Gives every distinct key one name entry, in order of first use, and each record its fields' indices. */
+static int name_records(ptmd_ruby_data *rd, const ptmd_buf *refs)
+{
+    size_t i, n = PTMD_BUF_COUNT(refs, name_ref), cap = 1024, mask;
+    ptmd_buf table = { 0 };
+    uint32_t next = 0;
+    int rc = -1;
+    while (cap < 2 * n) cap *= 2;
+    mask = cap - 1;
+    if (!ptmd_buf_push(&table, cap * sizeof(name_slot))) return -1;
+    for (i = 0; i < n; i++) {
+        const name_ref *r = PTMD_BUF_AT(refs, name_ref, i);
+        ptmd_ruby_code *c = PTMD_BUF_AT(&rd->code, ptmd_ruby_code, r->slot / 3);
+        uint32_t *field = r->slot % 3 == 0 ? &c->module : r->slot % 3 == 1 ? &c->method : &c->path;
+        size_t h = (size_t)(((r->key >> 3) ^ r->kind) * 0x9E3779B97F4A7C15ull >> 17) & mask;
+        name_slot *t = PTMD_BUF_AT(&table, name_slot, 0);
+        while (t[h].kind && !(t[h].key == r->key && t[h].kind == r->kind)) h = (h + 1) & mask;
+        if (!t[h].kind) {
+            if (resolve_name(rd, r) != 0) goto out;
+            t[h].key = r->key;
+            t[h].kind = r->kind;
+            t[h].index = next++;
+        }
+        *field = t[h].index;
+    }
+    rc = 0;
+out:
+    ptmd_buf_release(&table);
+    return rc;
+}
+
+static int read_ments(ptmd_code_pass *cp, ptmd_ruby_data *rd, ptmd_buf *info)
+{
+    size_t i, n = PTMD_BUF_COUNT(&cp->ments, uint64_t);
+    for (i = 0; i < n; i++) {
+        uint64_t v = *PTMD_BUF_AT(&cp->ments, uint64_t, i), def = word_at(v, L->ment_def), owner = word_at(v, L->ment_owner);
+        ment_info *m;
+        if (!is_module(rd, owner) || !(owner = module_itself(rd, owner))) continue;
+        if (!(m = ptmd_buf_push(info, sizeof(*m)))) return cp->oom = -1;
+        m->ment = v;
+        m->owner = owner;
+        m->id = word_at(v, L->ment_called_id);
+        if (heap_pointer(def)) {
+            uint32_t type;
+            uint64_t iseq = word_at(def, L->def_iseqptr);
+            memcpy(&type, (const void *)(uintptr_t)def, sizeof(type));
+            if ((type & ((1u << L->def_type_bits) - 1)) == L->def_iseq_type && is_imemo(rd, iseq, L->imemo_iseq))
+                m->iseq = iseq;
+        }
+    }
+    return 0;
+}
+
+/* The VM's own tables: each field's pointer, with the field's place in the list + 1 as its name key.
+ * Two fields never share a table; a NULL one (a table not made yet) is left out. The VM is the one
+ * whose first word is the RubyVM object that wraps it. */
+static int add_vm_tables(ptmd_code_pass *cp, ptmd_ruby_data *rd, ptmd_buf *refs)
+{
+    uint64_t vm = cp->vm, self;
+    size_t i;
+    location none = { 0, 0 };
+    if (!heap_pointer(vm) || !object_of_type(rd, self = word_at(vm, 0), T_DATA) ||
+        RTYPEDDATA_DATA((VALUE)self) != (void *)(uintptr_t)vm)
+        return 0;
+    for (i = 0; i < L->n_vm_fields; i++) {
+        uint64_t p = word_at(vm, L->vm_fields[i].offset);
+        size_t k;
+        for (k = 0; k < i && p; k++)
+            if (word_at(vm, L->vm_fields[k].offset) == p) p = 0;
+        if (heap_pointer(p) && add_record(cp, rd, refs, p, PTMD_CODE_VM_TABLE, i + 1, 0, none) != 0) return -1;
+    }
+    return 0;
+}
+
+#define PTMD_CODE_RUNS 4
+
+/* The records in address order, one a address. They come in runs, one per kind, each sorted but the
+ * few VM tables' (sorted here), and are merged. */
+static int order_records(ptmd_ruby_data *rd, const size_t *ends)
+{
+    ptmd_ruby_code *r = PTMD_BUF_AT(&rd->code, ptmd_ruby_code, 0), *out;
+    size_t n = PTMD_BUF_COUNT(&rd->code, ptmd_ruby_code), at[PTMD_CODE_RUNS], k, i, m;
+    ptmd_buf merged = { 0 };
+    for (k = 0; k < PTMD_CODE_RUNS; k++) {
+        at[k] = k ? ends[k - 1] : 0;
+        for (i = at[k] + 1; i < ends[k] && r[i - 1].address < r[i].address; i++) {}
+        if (i < ends[k]) ptmd_sort(r + at[k], ends[k] - at[k], sizeof(*r), by_address, NULL);
+    }
+    if (!(out = ptmd_buf_push(&merged, n * sizeof(*r) + 1))) return -1;
+    for (i = 0, m = 0; i < n; i++) {
+        size_t best = PTMD_CODE_RUNS;
+        for (k = 0; k < PTMD_CODE_RUNS; k++)
+            if (at[k] < ends[k] && (best == PTMD_CODE_RUNS || r[at[k]].address < r[at[best]].address)) best = k;
+        if (!m || out[m - 1].address != r[at[best]].address) out[m++] = r[at[best]];   /* one record an address */
+        at[best]++;
+    }
+    memcpy(r, out, m * sizeof(*r));
+    rd->code.len = m * sizeof(*r);
+    ptmd_buf_release(&merged);
+    return 0;
+}
+
+int ptmd_ruby_code_finish(ptmd_code_pass *cp, ptmd_ruby_data *rd)
+{
+    ptmd_buf info = { 0 }, refs = { 0 };
+    size_t i, n, ends[PTMD_CODE_RUNS];
+    int rc = -1;
+    if (!L) return 0;
+    /* sorted 8-byte keys make each kind's records a sorted run (order_records then only merges) */
+    ptmd_sort(cp->modules.base, PTMD_BUF_COUNT(&cp->modules, uint64_t), sizeof(uint64_t), by_value, NULL);
+    ptmd_sort(cp->ments.base, PTMD_BUF_COUNT(&cp->ments, uint64_t), sizeof(uint64_t), by_value, NULL);
+    ptmd_sort(cp->iseqs.base, PTMD_BUF_COUNT(&cp->iseqs, uint64_t), sizeof(uint64_t), by_value, NULL);
+    if (cp->oom || read_ments(cp, rd, &info) != 0) goto out;
+    for (i = 0, n = PTMD_BUF_COUNT(&cp->modules, uint64_t); i < n; i++) {
+        uint64_t v = *PTMD_BUF_AT(&cp->modules, uint64_t, i), m = module_itself(rd, v);
+        location none = { 0, 0 };
+        if (m && add_record(cp, rd, &refs, v, PTMD_CODE_MODULE, m, 0, none) != 0) goto out;
+    }
+    ends[0] = PTMD_BUF_COUNT(&rd->code, ptmd_ruby_code);
+    for (i = 0, n = PTMD_BUF_COUNT(&info, ment_info); i < n; i++) {
+        const ment_info *m = PTMD_BUF_AT(&info, ment_info, i);
+        location loc = { 0, 0 };
+        if (m->iseq) loc = iseq_location(rd, m->iseq);
+        if (add_record(cp, rd, &refs, m->ment, PTMD_CODE_METHOD_ENTRY, m->owner, m->id, loc) != 0) goto out;
+    }
+    ends[1] = PTMD_BUF_COUNT(&rd->code, ptmd_ruby_code);
+    ptmd_sort(info.base, PTMD_BUF_COUNT(&info, ment_info), sizeof(ment_info), by_iseq, NULL);
+    for (i = 0, n = PTMD_BUF_COUNT(&cp->iseqs, uint64_t); i < n; i++) {
+        uint64_t v = *PTMD_BUF_AT(&cp->iseqs, uint64_t, i), body = word_at(v, L->iseq_body), root = v;
+        const ment_info *m;
+        if (!heap_pointer(body)) continue;
+        /* a block's iseq belongs to the method it is in */
+        if (is_imemo(rd, word_at(body, L->body_local_iseq), L->imemo_iseq)) root = word_at(body, L->body_local_iseq);
+        if (!root || !(m = ment_of_iseq(&info, root))) continue;
+        if (add_record(cp, rd, &refs, v, PTMD_CODE_ISEQ, m->owner, m->id, iseq_location(rd, root)) != 0) goto out;
+    }
+    ends[2] = PTMD_BUF_COUNT(&rd->code, ptmd_ruby_code);
+    if (add_vm_tables(cp, rd, &refs) != 0) goto out;
+    ends[3] = PTMD_BUF_COUNT(&rd->code, ptmd_ruby_code);
+    if (name_records(rd, &refs) != 0 || order_records(rd, ends) != 0) goto out;
+    rd->code_present = 1;
+    rc = 0;
+out:
+    ptmd_buf_release(&info);
+    ptmd_buf_release(&refs);
+    ptmd_buf_release(&cp->modules);
+    ptmd_buf_release(&cp->ments);
+    ptmd_buf_release(&cp->iseqs);
+    return rc;
+}

@@ -1,0 +1,89 @@
+# frozen_string_literal: true
+
+require "json"
+require "spec_helper"
+
+RSpec.describe "the whole RSS, accounted" do
+  # A process with every kind of memory: malloc'd strings, an mmapped chunk, Ruby's pages, threads
+  # and a fiber, and a file mapped with mmap whose first pages are read. It dumps itself (in process
+  # or as a fork snapshot), reading its VmRSS from /proc just before and just after, and the mapped
+  # file's Rss from smaps after; prints the figures as JSON.
+  def run_workload(dump_opts)
+    data = File.join(tmpdir, "mapped.bin")
+    File.binwrite(data, Random.new(1).bytes(8 << 20))
+    path = File.join(tmpdir, "rss.dump")
+    code = <<~RUBY
+      require "fiddle"
+      require "json"
+      libc = Fiddle::Handle::DEFAULT
+      mmap = Fiddle::Function.new(libc["mmap"], [Fiddle::TYPE_VOIDP, Fiddle::TYPE_SIZE_T, Fiddle::TYPE_INT,
+                                                 Fiddle::TYPE_INT, Fiddle::TYPE_INT, Fiddle::TYPE_LONG], Fiddle::TYPE_VOIDP)
+      file = File.open(#{data.dump})
+      map = mmap.call(nil, 8 << 20, 1, 2, file.fileno, 0) # PROT_READ, MAP_PRIVATE
+      sum = 0
+      (0...768).each { |i| sum += map[i * 4096] } # the first 3 MiB resident
+      keep = Array.new(30_000) { |i| "s" * (50 + i % 500) }
+      big = "b" * (6 << 20) # an mmapped chunk
+      ready = Queue.new
+      threads = Array.new(4) { Thread.new { ready << 1; sleep } }
+      4.times { ready.pop }
+      fiber = Fiber.new { Fiber.yield 1 }
+      fiber.resume
+      vm_rss = -> { File.read("/proc/self/status")[/^VmRSS:\\s+(\\d+) kB/, 1].to_i * 1024 }
+      before = vm_rss.call
+      PtmallocDump.dump(#{path.dump}, **#{dump_opts.inspect})
+      after = vm_rss.call
+      file_rss = File.read("/proc/self/smaps").split(/^(?=\\h+-\\h+ )/).select { |m| m.lines.first.include?(#{data.dump}) }
+                     .sum { |m| m[/^Rss:\\s+(\\d+) kB/, 1].to_i * 1024 }
+      dump = PtmallocDump.load(#{path.dump})
+      rss = dump.summary[:rss]
+      puts JSON.generate(rss: rss, before: before, after: after, file_rss: file_rss, info: dump.mappings_info,
+                         ruby_pages: dump.ruby.pages.size, page_size: GC::INTERNAL_CONSTANTS[:HEAP_PAGE_SIZE],
+                         big: big.bytesize, keep: keep.size, sum: sum)
+      threads.each(&:kill)
+    RUBY
+    out, err, status = run_ruby(code)
+    expect(status).to be_success, err
+    [JSON.parse(out, symbolize_names: true), data]
+  end
+
+  def expect_accounted(result, data)
+    rss = result[:rss]
+    parts = %i[malloc_in_use malloc_free_resident malloc_metadata mmapped_chunks ruby_pages stacks file_backed
+               other_anonymous]
+    puts format("    RSS %d = %s; VmRSS %d (before %d, after %d); smaps read in %.2f ms", rss[:total],
+                parts.map { |p| "#{p} #{rss[p]}" }.join(", "), rss[:vm_rss], result[:before], result[:after],
+                result[:info][:read_ns] / 1e6)
+    expect(rss[:total]).to eq(parts.sum { |p| rss[p] })
+    # the kernel's VmRSS, read by the dump right after smaps, is this process's RSS around the dump
+    # plus the dump's own scratch memory while it runs (chunk records, the reference scan's tables)
+    expect(rss[:vm_rss]).to be_between([result[:before], result[:after]].min * 0.95, [result[:before], result[:after]].max * 1.25)
+    expect((rss[:total] - rss[:vm_rss]).abs).to be <= rss[:vm_rss] / 100
+    # the mapped file under its path, with the resident bytes smaps gives it
+    mapped = rss[:files].find { |f| f[:path] == data }
+    expect(mapped).not_to be_nil
+    expect(mapped[:bytes]).to eq(result[:file_rss])
+    expect(mapped[:bytes]).to be >= 3 << 20
+    expect(rss[:files].map { |f| f[:bytes] }).to eq(rss[:files].map { |f| f[:bytes] }.sort.reverse)
+    # Ruby's pages: every recorded page's body (HEAP_PAGE_SIZE bytes) resident
+    expect(rss[:ruby_pages]).to eq(result[:ruby_pages] * result[:page_size])
+    expect(rss[:mmapped_chunks]).to be >= result[:big]
+    expect(rss[:malloc_in_use]).to be >= result[:keep] * 50
+    expect(rss[:stacks]).to be > 0
+  end
+
+  it "sorts every resident byte into one part, adding up to VmRSS within 1%, in process" do
+    result, data = run_workload({})
+    expect(result[:info][:from_parent]).to be(false)
+    expect_accounted(result, data)
+  end
+
+  # The snapshot describes the process it was forked from: the child's own smaps would miss the file
+  # pages fork does not copy into the child's page tables (the mapped file would show next to nothing)
+  # and count the child's own; the parent reads its mappings and VmRSS just before the fork.
+  it "accounts for the parent's RSS at the fork in a fork snapshot" do
+    result, data = run_workload({ fork: true, wait: true })
+    expect(result[:info][:from_parent]).to be(true)
+    expect_accounted(result, data)
+  end
+end

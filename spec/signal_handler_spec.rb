@@ -1,0 +1,64 @@
+# frozen_string_literal: true
+
+require "spec_helper"
+
+RSpec.describe "PtmallocDump.install_signal_handler" do
+  describe "checks its directory when it is installed" do
+    it "raises for a directory that does not exist" do
+      missing = File.join(tmpdir, "missing")
+      expect { PtmallocDump.install_signal_handler("USR2", dir: missing) }
+        .to raise_error(PtmallocDump::DumpDirectoryError, "ptmalloc_dump: the dump directory #{missing} does not exist")
+    end
+
+    it "raises for a file, and for a symbolic link to a directory" do
+      file = File.join(tmpdir, "file")
+      File.write(file, "")
+      expect { PtmallocDump.install_signal_handler("USR2", dir: file) }
+        .to raise_error(PtmallocDump::DumpDirectoryError, /#{Regexp.escape(file)} is not a directory/)
+      link = File.join(tmpdir, "link")
+      File.symlink(Dir.tmpdir, link)
+      expect { PtmallocDump.install_signal_handler("USR2", dir: link) }
+        .to raise_error(PtmallocDump::DumpDirectoryError, /#{Regexp.escape(link)} is a symbolic link to #{Regexp.escape(Dir.tmpdir)}/)
+    end
+
+    it "raises for an unknown dump option and for the options the handler sets itself" do
+      expect { PtmallocDump.install_signal_handler("USR2", dir: tmpdir, refs: true) }
+        .to raise_error(ArgumentError, /unknown dump option\(s\) refs; known: debug_dir, symbols, ruby, references/)
+      expect { PtmallocDump.install_signal_handler("USR2", dir: tmpdir, wait: true) }.to raise_error(ArgumentError, /wait/)
+    end
+  end
+
+  it "snapshots by default, passes dump options by name, and logs the pause, the walk and the file" do
+    log = File.join(tmpdir, "worker.log")
+    out, err, status = run_ruby(<<~RUBY)
+      log = File.open(#{log.inspect}, "a")
+      PtmallocDump.install_signal_handler("USR2", dir: #{tmpdir.inspect}, log: log, references: true)
+      PtmallocDump.install_signal_handler("USR1", dir: #{tmpdir.inspect}, log: log, fork: false, symbols: :heuristic, ruby: false)
+      keep = Array.new(50_000) { |i| "x" * (30 + i % 200) }
+      Process.kill("USR2", Process.pid)
+      200.times { break if File.read(#{log.inspect}).include?(" wrote "); sleep 0.05 }
+      Process.kill("USR1", Process.pid)
+      puts keep.size
+    RUBY
+    expect(status).to be_success, err
+    expect(out).to eq("50000\n")
+    lines = File.readlines(log)
+    expect(lines.size).to eq(3)
+    expect(lines[0]).to match(%r{\Aptmalloc_dump: snapshot process (\d+) is writing (\S+/ptmalloc-\d+-[\d-]+\.dump); the worker paused \d+\.\d ms \(signal to return\)\n\z})
+    snapshot = lines[0][/writing (\S+);/, 1]
+    expect(lines[1]).to match(/\Aptmalloc_dump: snapshot process \d+ wrote #{Regexp.escape(snapshot)} in \d+\.\d ms \(walk and write\)\n\z/)
+    expect(lines[2]).to match(/\Aptmalloc_dump: wrote (\S+): heap .+, walk (\d+\.\d) ms; the worker paused (\d+\.\d) ms \(signal to return\)\n\z/)
+    walk, pause = lines[2].match(/walk (\d+\.\d) ms; the worker paused (\d+\.\d) ms/).captures.map(&:to_f)
+    expect(pause).to be >= walk # the pause holds the walk
+    in_process = lines[2][/wrote (\S+):/, 1]
+
+    snap = PtmallocDump.load(snapshot)
+    expect(snap.header[:fork_snapshot]).to be(true)
+    expect(snap.ruby.summary[:references]).to be(true) # references: true reached the snapshot
+    inproc = PtmallocDump.load(in_process)
+    expect(inproc.header[:fork_snapshot]).to be(false)
+    expect(inproc.header[:symbol_source]).to eq(:heuristic) # symbols: :heuristic reached it
+    expect(inproc.header[:ruby_layer]).to eq(:off) # and ruby: false
+    [snap, inproc].each { |d| expect_valid_dump(d) }
+  end
+end
