@@ -254,9 +254,9 @@ static VALUE rb_ptmd_read_process(VALUE self, VALUE pid, VALUE address, VALUE le
     bytes = rb_str_buf_new(len);
     memset(&err, 0, sizeof(err));
     if (ptmd_source_attach(&src, NUM2INT(pid), &err) != 0) ptmd_rb_raise(&err);
-    ok = ptmd_source_read(&src, NUM2ULL(address), RSTRING_PTR(bytes), (size_t)len) == 0;
+    ok = ptmd_source_read_live(&src, NUM2ULL(address), RSTRING_PTR(bytes), (size_t)len) == 0;
     for (i = 0; i < src.n_tids; i++) rb_ary_push(tids, INT2NUM(src.tids[i]));
-    ptmd_source_detach(&src);
+    ptmd_source_release(&src);
     if (ok) rb_str_set_len(bytes, len);
     return rb_ary_new_from_args(3, ok ? bytes : Qnil, tids, ULL2NUM(src.pause_ns));
 }

@@ -234,13 +234,13 @@ static void fill_meta(ptmd_dump_state *d, const ptmd_libc *lc, const struct time
     m->sbrk_base = w->sbrk_base;
     m->heap_max_size = w->heap_max;
     if (w->have_mp) {
-        m->mmap_threshold = ptmd_rd64(lc->mp + L->mp_mmap_threshold);
-        m->trim_threshold = ptmd_rd64(lc->mp + L->mp_trim_threshold);
-        m->top_pad = ptmd_rd64(lc->mp + L->mp_top_pad);
-        m->arena_max = ptmd_rd64(lc->mp + L->mp_arena_max);
-        m->arena_test = ptmd_rd64(lc->mp + L->mp_arena_test);
-        m->max_mmapped_mem = ptmd_rd64(lc->mp + L->mp_max_mmapped_mem);
-        if (L->mp_tcache_max_bytes != PTMD_NONE) m->tcache_max_bytes = ptmd_rd64(lc->mp + L->mp_tcache_max_bytes);
+        m->mmap_threshold = ptmd_rd64(w, lc->mp + L->mp_mmap_threshold);
+        m->trim_threshold = ptmd_rd64(w, lc->mp + L->mp_trim_threshold);
+        m->top_pad = ptmd_rd64(w, lc->mp + L->mp_top_pad);
+        m->arena_max = ptmd_rd64(w, lc->mp + L->mp_arena_max);
+        m->arena_test = ptmd_rd64(w, lc->mp + L->mp_arena_test);
+        m->max_mmapped_mem = ptmd_rd64(w, lc->mp + L->mp_max_mmapped_mem);
+        if (L->mp_tcache_max_bytes != PTMD_NONE) m->tcache_max_bytes = ptmd_rd64(w, lc->mp + L->mp_tcache_max_bytes);
     }
     m->n_mmaps = w->n_mmaps;
     m->mmapped_mem = w->mmapped_mem;
@@ -342,7 +342,7 @@ void ptmd_dump_init(ptmd_dump_state *d)
 {
     memset(d, 0, sizeof(*d));
     d->writer.fd = -1;
-    d->w.mem.mem_fd = -1;
+    d->w.src.mem.mem_fd = -1;
     d->w.pagemap.fd = -1;
 }
 
@@ -401,7 +401,7 @@ int ptmd_dump_run(ptmd_dump_state *d, const ptmd_dump_opts *o, ptmd_err *err)
             }
         }
     }
-    if (ptmd_check_allocator(lc, &d->w.mem, err) != 0) goto out;
+    if (ptmd_check_allocator(lc, &d->w.src.mem, err) != 0) goto out;
     if (ptmd_walk_validate(&d->w, err) != 0) goto out;
     if (collect_strings(d, lc, o) != 0) { ptmd_fail_sys(err, errno, "strings", "mmap"); goto out; }
     if (ptmd_writer_open(&d->writer, o->path, err) != 0) goto out;
@@ -464,9 +464,8 @@ static int before_fork(ptmd_dump_state *d, const ptmd_dump_opts *opts, size_t n_
     if (ptmd_locate(o->debug_dir, o->symbols, &lc, err) != 0) return -1;
     d->w.lc = lc;
     if (!lc->layout) return 0;                  /* the child says that the layout is unknown */
-    d->w.mem.mem_fd = -1;
-    if (ptmd_memreader_open(&d->w.mem, err) != 0) return -1;
-    if (ptmd_check_allocator(lc, &d->w.mem, err) != 0) return -1;
+    if (ptmd_source_self(&d->w.src, err) != 0) return -1;
+    if (ptmd_check_allocator(lc, &d->w.src.mem, err) != 0) return -1;
     if ((ring = ptmd_walk_ring_before_fork(&d->w, lc)) < 0) return ptmd_fail_sys(err, errno, "arena ring", "mmap");
     if (ring > 0) {
         const ptmd_anomaly_rec *a = PTMD_BUF_AT(&d->w.anomalies, ptmd_anomaly_rec, 0);

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #define PTMD_DEFAULT_DEBUG_DIR "/usr/lib/debug"
@@ -294,6 +295,158 @@ int ptmd_locate(const char *debug_dir, int symbols, const ptmd_libc **out, ptmd_
                              "its structure is not that of a used arena)", who);
     }
     return rc;
+}
+
+/* ---- libc in another process ------------------------------------------------------------- */
+
+/* The libc named by a /proc/PID/maps line's path: libc.so.6, or libc-2.NN.so before glibc 2.34. */
+static int is_libc_path(const char *path, size_t len)
+{
+    const char *base = path + len;
+    size_t n;
+    while (base > path && base[-1] != '/') base--;
+    n = (size_t)(path + len - base);
+    if (n == 9 && memcmp(base, "libc.so.6", 9) == 0) return 1;
+    return n > 8 && memcmp(base, "libc-", 5) == 0 && memcmp(base + n - 3, ".so", 3) == 0;
+}
+
+/* libc's lowest mapping in the target (offset 0: its load bias) and its path, from /proc/PID/maps. */
+static int find_process_libc(const ptmd_maps *maps, ptmd_libc *lc)
+{
+    const char *p = (const char *)maps->text.base, *end = p + maps->text.len;
+    int found = 0;
+    while (p < end) {
+        const char *eol = memchr(p, '\n', (size_t)(end - p)), *q;
+        uint64_t start, offset;
+        if (!eol) eol = end;
+        q = p;
+        start = ptmd_parse_hex(&q, eol);
+        /* start-end perms offset dev inode path: the offset after the second space, the path at '/' */
+        while (q < eol && *q != ' ') q++;
+        while (q < eol && *q == ' ') q++;
+        while (q < eol && *q != ' ') q++;
+        while (q < eol && *q == ' ') q++;
+        offset = ptmd_parse_hex(&q, eol);
+        q = memchr(q, '/', (size_t)(eol - q));
+        if (!q) q = eol;
+        if (q < eol && *q == '/' && offset == 0 && is_libc_path(q, (size_t)(eol - q)) &&
+            (size_t)(eol - q) < sizeof(lc->libc_path) && (!found || start < lc->libc_base)) {
+            memcpy(lc->libc_path, q, (size_t)(eol - q));
+            lc->libc_path[eol - q] = '\0';
+            lc->libc_base = start;
+            found = 1;
+        }
+        p = eol + 1;
+    }
+    return found;
+}
+
+/* The glibc version from the banner libc carries ("... release version 2.36."). */
+static int version_from_image(const ptmd_elf_file *f, ptmd_libc *lc)
+{
+    static const char key[] = "release version ";
+    const unsigned char *at = memmem(f->data, f->size, key, sizeof(key) - 1);
+    size_t i = 0;
+    char v[sizeof(lc->glibc_version)];
+    const char *p;
+    char *e;
+    if (!at) return -1;
+    p = (const char *)at + sizeof(key) - 1;
+    while (i + 1 < sizeof(v) && (size_t)(p + i - (const char *)f->data) < f->size &&
+           ((p[i] >= '0' && p[i] <= '9') || (p[i] == '.' && i + 1 < sizeof(v) &&
+                                              (size_t)(p + i + 1 - (const char *)f->data) < f->size &&
+                                              p[i + 1] >= '0' && p[i + 1] <= '9')))
+        i++;
+    memcpy(v, p, i);
+    v[i] = '\0';
+    lc->major = (int)strtol(v, &e, 10);
+    if (*e != '.') return -1;
+    lc->minor = (int)strtol(e + 1, NULL, 10);
+    ptmd_strlcpy(lc->glibc_version, v, sizeof(lc->glibc_version));
+    return 0;
+}
+
+/* The image's segments in the target (load bias lc->libc_base): extent, writable part, TLS size, and
+ * the build-id from the PT_NOTE segment as mapped in the target. */
+static int process_segments(int pid, const ptmd_elf_file *f, ptmd_libc *lc)
+{
+    const Elf64_Ehdr *eh = (const Elf64_Ehdr *)(const void *)f->data;
+    size_t i;
+    if (eh->e_phentsize != sizeof(Elf64_Phdr) || eh->e_phoff > f->size ||
+        (f->size - eh->e_phoff) / sizeof(Elf64_Phdr) < eh->e_phnum)
+        return -1;
+    lc->rw_start = lc->image_start = UINTPTR_MAX;
+    lc->rw_end = lc->image_end = 0;
+    for (i = 0; i < eh->e_phnum; i++) {
+        Elf64_Phdr ph;
+        uintptr_t lo, hi;
+        memcpy(&ph, f->data + eh->e_phoff + i * sizeof(ph), sizeof(ph));
+        lo = lc->libc_base + ph.p_vaddr;
+        hi = lo + ph.p_memsz;
+        if (ph.p_type == PT_TLS) lc->tls_size = ph.p_memsz;
+        if (ph.p_type == PT_LOAD) {
+            if (lo < lc->image_start) lc->image_start = lo;
+            if (hi > lc->image_end) lc->image_end = hi;
+            if ((ph.p_flags & PF_W) && lo < lc->rw_start) lc->rw_start = lo;
+            if ((ph.p_flags & PF_W) && hi > lc->rw_end) lc->rw_end = hi;
+        }
+        if (ph.p_type == PT_NOTE && ph.p_filesz > 0 && ph.p_filesz <= 4096 && !lc->build_id_len) {
+            unsigned char notes[4096];
+            struct iovec local = { notes, ph.p_filesz }, remote = { (void *)lo, ph.p_filesz };
+            if (process_vm_readv(pid, &local, 1, &remote, 1, 0) == (ssize_t)ph.p_filesz)
+                lc->build_id_len = ptmd_elf_notes_build_id(notes, ph.p_filesz, lc->build_id, sizeof(lc->build_id));
+        }
+    }
+    return lc->image_end > lc->image_start && lc->rw_end > lc->rw_start ? 0 : -1;
+}
+
+int ptmd_locate_process(int pid, const ptmd_maps *maps, const char *debug_dir, int symbols, ptmd_libc *lc, ptmd_err *err)
+{
+    ptmd_elf_file f;
+    unsigned char file_id[PTMD_BUILD_ID_MAX];
+    size_t file_id_len;
+    const char *dir = debug_dir;
+    int same_file, rc;
+    if (!dir || !*dir) dir = getenv("PTMALLOC_DUMP_DEBUG_DIR");
+    if (!dir || !*dir) dir = PTMD_DEFAULT_DEBUG_DIR;
+    memset(lc, 0, sizeof(*lc));
+    lc->symbols_mode = symbols;
+    lc->tcache_tls = lc->thread_arena_tls = -1;
+    ptmd_strlcpy(lc->debug_dir, dir, sizeof(lc->debug_dir));
+    if (!find_process_libc(maps, lc))
+        return ptmd_fail(err, PTMD_E_PLATFORM,
+                         "process %d has no glibc mapped (no libc.so.6 in /proc/%d/maps): a static binary or "
+                         "another C library; ptmalloc-dump reads glibc's malloc only", pid, pid);
+    if (ptmd_elf_open(&f, lc->libc_path, err) != 0) return -1;
+    file_id_len = ptmd_elf_file_build_id(&f, file_id, sizeof(file_id));
+    if (process_segments(pid, &f, lc) != 0 || version_from_image(&f, lc) != 0) {
+        ptmd_elf_close(&f);
+        return ptmd_fail(err, PTMD_E_LIBC, "%s, the libc of process %d, is not an image ptmalloc_dump understands",
+                         lc->libc_path, pid);
+    }
+    ptmd_elf_close(&f);
+    if (!lc->build_id_len) {
+        memcpy(lc->build_id, file_id, file_id_len);
+        lc->build_id_len = file_id_len;
+    }
+    /* libc replaced on disk since the target started: only a symbol file named by build-id fits */
+    same_file = file_id_len == lc->build_id_len && memcmp(file_id, lc->build_id, file_id_len) == 0;
+    /* static TLS: the offset below the thread pointer is found from a thread's dtv (outside.c) */
+    lc->tls_modid = lc->tls_size ? 1 : 0;
+    lc->layout = ptmd_layout_for(lc->major, lc->minor);
+    if (!lc->layout)
+        return ptmd_fail(err, PTMD_E_LIBC, "glibc %s (process %d) is not supported: ptmalloc_dump knows the malloc "
+                         "layouts of glibc 2.27 to 2.%d", lc->glibc_version, pid, ptmd_layout_newest_minor());
+    if (symbols == PTMD_SYMBOLS_HEURISTIC)
+        return ptmd_fail(err, PTMD_E_ARGUMENT, "finding malloc's globals by structure needs glibc's own counters, "
+                         "which cannot be taken in another process: use a symbol file (symbols: :auto or :file)");
+    lc->symbols_mode = PTMD_SYMBOLS_FILE;
+    rc = (same_file && locate_symtab(lc, err)) || locate_build_id(lc, err) || (same_file && locate_debuglink(lc, err));
+    if (!rc) {
+        symbols_missing(lc, err);
+        return -1;
+    }
+    return 0;
 }
 
 /* ---- is malloc glibc's? ------------------------------------------------------------------- */

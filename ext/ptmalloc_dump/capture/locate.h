@@ -60,6 +60,12 @@ enum {
  * debug_dir may be NULL for the default (PTMALLOC_DUMP_DEBUG_DIR, else /usr/lib/debug). */
 int ptmd_locate(const char *debug_dir, int symbols, const ptmd_libc **out, ptmd_err *err);
 
+/* libc of another process, from its mappings (/proc/PID/maps as read into maps, with their text):
+ * path, load bias, segments, build-id (from its image in the target), version (from the image's
+ * banner) and malloc's globals from a symbol file. The thread-local offsets need the target's threads
+ * (tls_offset is left 0). Into lc, which is the caller's. */
+int ptmd_locate_process(int pid, const ptmd_maps *maps, const char *debug_dir, int symbols, ptmd_libc *lc, ptmd_err *err);
+
 /* The symbol-free strategy (locate_heuristic.c): 1 when found. */
 int ptmd_locate_heuristic(ptmd_libc *lc, ptmd_err *err);
 

@@ -1,6 +1,7 @@
 /* /proc/self readers built on open/read/pread and raw syscalls only: safe to run during the walk. */
 #define _GNU_SOURCE
 #include "capture/procfs.h"
+#include "capture/source.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -282,7 +283,7 @@ void ptmd_pagemap_close(ptmd_pagemap *pm)
     pm->entries = NULL;
 }
 
-static uint8_t pagemap_flags(uint64_t e)
+uint8_t ptmd_pagemap_flags(uint64_t e)
 {
     uint8_t f = 0;
     if (e & (1ull << 63)) f |= PTMD_PAGE_PRESENT;
@@ -295,6 +296,7 @@ static uint8_t pagemap_flags(uint64_t e)
 int ptmd_pagemap_read(ptmd_pagemap *pm, uintptr_t start, size_t npages, uint8_t *out)
 {
     size_t done = 0;
+    if (pm->snap) return ptmd_source_pages(pm->snap, start, npages, out);
     if (pm->fd < 0) {
         /* mincore: one byte per page, bit 0 = resident; cannot see swap or sharing. */
         size_t i;
@@ -319,7 +321,7 @@ int ptmd_pagemap_read(ptmd_pagemap *pm, uintptr_t start, size_t npages, uint8_t 
             return -1;
         }
         n = (size_t)got / 8;
-        for (i = 0; i < n; i++) out[done + i] = pagemap_flags(pm->entries[i]);
+        for (i = 0; i < n; i++) out[done + i] = ptmd_pagemap_flags(pm->entries[i]);
         done += n;
     }
     return 0;

@@ -58,7 +58,10 @@ int ptmd_safe_read(ptmd_memreader *r, uintptr_t addr, void *dst, size_t len);
 void ptmd_safe_read_many(ptmd_memreader *r, const uintptr_t *addrs, size_t n, size_t each,
                          void *dst, unsigned char *ok);
 
+struct ptmd_source;
+
 typedef struct {
+    const struct ptmd_source *snap; /* a copy of another process: its residency, taken with the copy */
     int fd;                     /* /proc/self/pagemap, or -1 to use mincore */
     ptmd_residency_source source;
     size_t page_size;
@@ -68,6 +71,8 @@ typedef struct {
 
 int ptmd_pagemap_open(ptmd_pagemap *pm, ptmd_err *err);
 void ptmd_pagemap_close(ptmd_pagemap *pm);
+/* The PTMD_PAGE_* flags of one /proc/PID/pagemap entry. */
+uint8_t ptmd_pagemap_flags(uint64_t entry);
 /* Fills out[0..npages) with PTMD_PAGE_* flags for pages starting at the page-aligned `start`. */
 int ptmd_pagemap_read(ptmd_pagemap *pm, uintptr_t start, size_t npages, uint8_t *out);
 

@@ -1,6 +1,8 @@
-/* The memory sources of a walk. Another process is stopped thread by thread with PTRACE_SEIZE and
- * PTRACE_INTERRUPT (no signal is sent to it, so its own signal handling is undisturbed), read with
- * process_vm_readv, and detached on every path out. */
+/* The memory sources of a walk. This process is read directly (fault-free where memory may vanish).
+ * Another process is stopped thread by thread with PTRACE_SEIZE and PTRACE_INTERRUPT (no signal is
+ * sent to it, so its own signal handling is undisturbed), the mappings the walk reads are copied with
+ * process_vm_readv into mmapped regions, and it is detached at once, on every path out: the walk then
+ * reads the copy. */
 #define _GNU_SOURCE
 #include "capture/source.h"
 
@@ -10,7 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ptrace.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
+#include <sys/user.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -27,11 +31,26 @@ struct ptmd_dirent64 {
     char d_name[];
 };
 
-void ptmd_source_self(ptmd_source *s)
+static void source_init(ptmd_source *s, ptmd_source_kind kind, int pid)
 {
+    long ps = sysconf(_SC_PAGESIZE);
     memset(s, 0, sizeof(*s));
-    s->kind = PTMD_SOURCE_SELF;
-    s->pid = (int)getpid();
+    s->kind = kind;
+    s->pid = pid;
+    s->mem.mem_fd = -1;
+    s->page_size = ps > 0 ? (size_t)ps : 4096;
+}
+
+int ptmd_source_self(ptmd_source *s, ptmd_err *err)
+{
+    source_init(s, PTMD_SOURCE_SELF, (int)getpid());
+    return ptmd_memreader_open(&s->mem, err);
+}
+
+static void *map_zeroed(size_t len)
+{
+    void *p = mmap(NULL, len ? len : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
 }
 
 /* The thread ids of pid from /proc/PID/task into tids[0..max); the count, -1 when pid is gone. */
@@ -141,9 +160,10 @@ static int wait_stopped(int tid)
 int ptmd_source_attach(ptmd_source *s, int pid, ptmd_err *err)
 {
     int round, tids[PTMD_SOURCE_MAX_TASKS];
-    memset(s, 0, sizeof(*s));
-    s->kind = PTMD_SOURCE_PID;
-    s->pid = pid;
+    source_init(s, PTMD_SOURCE_PID, pid);
+    s->tids = map_zeroed(PTMD_SOURCE_MAX_TASKS * (sizeof(int) + sizeof(uint64_t)));
+    if (!s->tids) return ptmd_fail_sys(err, errno, "thread table", "mmap");
+    s->fs_base = (uint64_t *)(void *)(s->tids + PTMD_SOURCE_MAX_TASKS);
     if (pid <= 0) return ptmd_fail(err, PTMD_E_ARGUMENT, "not a process id: %d", pid);
     if (pid == (int)getpid())
         return ptmd_fail(err, PTMD_E_ARGUMENT, "process %d is this process: dump it in process instead", pid);
@@ -174,6 +194,7 @@ int ptmd_source_attach(ptmd_source *s, int pid, ptmd_err *err)
                 goto fail;
             }
             s->tids[s->n_tids++] = tids[i];
+            s->n_seized = s->n_tids;
             added = 1;
             if (!s->stopped_ns) s->stopped_ns = ptmd_now_ns();
             ptrace(PTRACE_INTERRUPT, tids[i], NULL, NULL);
@@ -186,34 +207,241 @@ int ptmd_source_attach(ptmd_source *s, int pid, ptmd_err *err)
             }
             s->tids[kept++] = s->tids[i];
         }
-        s->n_tids = (int)kept;
+        s->n_tids = s->n_seized = (int)kept;
         if (!added) {
             if (!s->n_tids) {
                 ptmd_fail(err, PTMD_E_TARGET, "process %d exited while it was being stopped", pid);
                 goto fail;
+            }
+            /* each thread's thread pointer: its struct pthread, TLS and tcache */
+            for (i = 0; i < s->n_tids; i++) {
+                struct user_regs_struct regs;
+                s->fs_base[i] = ptrace(PTRACE_GETREGS, s->tids[i], NULL, &regs) == 0 ? regs.fs_base : 0;
             }
             return 0;
         }
     }
     ptmd_fail(err, PTMD_E_TARGET, "process %d kept creating threads while it was being stopped", pid);
 fail:
-    ptmd_source_detach(s);
+    ptmd_source_release(s);
     return -1;
 }
 
 void ptmd_source_detach(ptmd_source *s)
 {
     int i;
-    if (s->kind != PTMD_SOURCE_PID) return;
-    for (i = 0; i < s->n_tids; i++) ptrace(PTRACE_DETACH, s->tids[i], NULL, NULL);
-    if (s->n_tids && s->stopped_ns) s->pause_ns = ptmd_now_ns() - s->stopped_ns;
-    s->n_tids = 0;
+    if (s->kind != PTMD_SOURCE_PID || !s->n_seized) return;
+    for (i = 0; i < s->n_seized; i++) ptrace(PTRACE_DETACH, s->tids[i], NULL, NULL);
+    if (s->stopped_ns) s->pause_ns = ptmd_now_ns() - s->stopped_ns;
+    s->n_seized = 0;
 }
 
-int ptmd_source_read(const ptmd_source *s, uint64_t addr, void *dst, size_t len)
+int ptmd_source_read_live(const ptmd_source *s, uint64_t addr, void *dst, size_t len)
 {
     struct iovec local = { dst, len }, remote = { (void *)(uintptr_t)addr, len };
     if (len == 0) return 0;
     if (addr + len < addr) return -1;
     return process_vm_readv(s->pid, &local, 1, &remote, 1, 0) == (ssize_t)len ? 0 : -1;
+}
+
+/* ---- the copy ----------------------------------------------------------------------------- */
+
+static int copied_mapping(const ptmd_map *m, uint64_t lib_lo, uint64_t lib_hi)
+{
+    if (!(m->prot & PTMD_MAP_R) || !(m->prot & PTMD_MAP_PRIVATE)) return 0;
+    if (m->start < lib_hi && m->end > lib_lo) return 1;
+    return (m->prot & PTMD_MAP_W) && m->kind != PTMD_MAPKIND_SPECIAL;
+}
+
+/* [remote, remote + len) into local, as much as can be read: a page that cannot (unmapped since,
+ * [vvar]-like) stays zero and loses its residency. Bounded by the pages of the range. */
+static void copy_range(ptmd_source *s, ptmd_region *r, uint64_t remote, uint64_t len)
+{
+    uint64_t done = 0;
+    while (done < len) {
+        struct iovec local = { r->local + (remote + done - r->start), len - done },
+                     rem = { (void *)(uintptr_t)(remote + done), len - done };
+        ssize_t n = process_vm_readv(s->pid, &local, 1, &rem, 1, 0);
+        if (n > 0) {
+            done += (uint64_t)n;
+            s->copied_bytes += (uint64_t)n;
+            continue;
+        }
+        if (n < 0 && errno == ESRCH) return;
+        {
+            uint64_t at = remote + done, next = (at & ~(uint64_t)(s->page_size - 1)) + s->page_size;
+            r->pages[(at - r->start) / s->page_size] = 0;
+            done = next - remote < len ? next - remote : len;
+        }
+    }
+}
+
+int ptmd_source_copy(ptmd_source *s, ptmd_maps *maps, uint64_t lib_lo, uint64_t lib_hi, ptmd_err *err)
+{
+    char path[64];
+    uint64_t *entries = NULL;
+    const size_t batch = 8192;
+    size_t i, k;
+    int fd = -1, rc = -1;
+    snprintf(path, sizeof(path), "/proc/%d/pagemap", s->pid);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return ptmd_fail_sys(err, errno, path, "open");
+    entries = map_zeroed(batch * sizeof(uint64_t));
+    if (!entries) { ptmd_fail_sys(err, errno, "copy of the target", "mmap"); goto out; }
+    /* the regions: runs of adjacent copied mappings */
+    for (i = 0; i < maps->count; i++) {
+        ptmd_map *m = PTMD_BUF_AT(&maps->maps, ptmd_map, i);
+        ptmd_region *r = s->n_regions ? PTMD_BUF_AT(&s->regions, ptmd_region, s->n_regions - 1) : NULL;
+        if (!copied_mapping(m, lib_lo, lib_hi)) {
+            m->prot &= ~(uint32_t)PTMD_MAP_R;
+            continue;
+        }
+        if (r && r->end == m->start) {
+            r->end = m->end;
+            continue;
+        }
+        if (!(r = ptmd_buf_push(&s->regions, sizeof(*r)))) { ptmd_fail_sys(err, errno, "copy of the target", "mmap"); goto out; }
+        r->start = m->start;
+        r->end = m->end;
+        s->n_regions++;
+    }
+    for (k = 0; k < s->n_regions; k++) {
+        ptmd_region *r = PTMD_BUF_AT(&s->regions, ptmd_region, k);
+        size_t np = (size_t)((r->end - r->start) / s->page_size), done = 0;
+        r->local = map_zeroed(r->end - r->start);
+        r->pages = map_zeroed(np);
+        if (!r->local || !r->pages) { ptmd_fail_sys(err, errno, "copy of the target", "mmap"); goto out; }
+        while (done < np) {
+            size_t n = np - done < batch ? np - done : batch, j;
+            ssize_t got = pread(fd, entries, n * 8, (off_t)((r->start / s->page_size + done) * 8));
+            if (got < 0 && errno == EINTR) continue;
+            if (got <= 0) { ptmd_fail_sys(err, got < 0 ? errno : EIO, path, "read"); goto out; }
+            n = (size_t)got / 8;
+            for (j = 0; j < n; j++) r->pages[done + j] = ptmd_pagemap_flags(entries[j]);
+            done += n;
+        }
+    }
+    /* the bytes, mapping by mapping: anonymous memory only where a page is resident or swapped */
+    for (i = 0, k = 0; i < maps->count && k < s->n_regions; i++) {
+        const ptmd_map *m = PTMD_BUF_AT(&maps->maps, ptmd_map, i);
+        ptmd_region *r = PTMD_BUF_AT(&s->regions, ptmd_region, k);
+        uint64_t p;
+        if (!(m->prot & PTMD_MAP_R)) continue;
+        while (m->start >= r->end && k + 1 < s->n_regions) r = PTMD_BUF_AT(&s->regions, ptmd_region, ++k);
+        if (m->start < r->start || m->end > r->end) continue;
+        if (m->kind == PTMD_MAPKIND_FILE) {
+            copy_range(s, r, m->start, m->end - m->start);
+            continue;
+        }
+        for (p = m->start; p < m->end;) {
+            uint64_t q;
+            if (!(r->pages[(p - r->start) / s->page_size] & (PTMD_PAGE_PRESENT | PTMD_PAGE_SWAPPED))) {
+                p += s->page_size;
+                continue;
+            }
+            for (q = p + s->page_size; q < m->end && (r->pages[(q - r->start) / s->page_size] & (PTMD_PAGE_PRESENT | PTMD_PAGE_SWAPPED));)
+                q += s->page_size;
+            copy_range(s, r, p, q - p);
+            p = q;
+        }
+    }
+    s->last = 0;
+    rc = 0;
+out:
+    if (entries) munmap(entries, batch * sizeof(uint64_t));
+    if (fd >= 0) close(fd);
+    return rc;
+}
+
+void ptmd_source_release(ptmd_source *s)
+{
+    size_t k;
+    ptmd_source_detach(s);
+    for (k = 0; k < s->n_regions; k++) {
+        ptmd_region *r = PTMD_BUF_AT(&s->regions, ptmd_region, k);
+        if (r->local) munmap(r->local, r->end - r->start);
+        if (r->pages) munmap(r->pages, (r->end - r->start) / s->page_size ? (r->end - r->start) / s->page_size : 1);
+    }
+    ptmd_buf_release(&s->regions);
+    if (s->tids) munmap(s->tids, PTMD_SOURCE_MAX_TASKS * (sizeof(int) + sizeof(uint64_t)));
+    s->tids = NULL;
+    s->fs_base = NULL;
+    s->n_tids = 0;
+    s->n_regions = 0;
+    s->last = 0;
+    ptmd_memreader_close(&s->mem);
+}
+
+/* ---- reads -------------------------------------------------------------------------------- */
+
+const unsigned char *ptmd_source_find(ptmd_source *s, uint64_t addr, size_t len)
+{
+    const ptmd_region *v = (const ptmd_region *)(const void *)s->regions.base;
+    size_t lo = 0, hi = s->n_regions;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (addr < v[mid].start) hi = mid;
+        else if (addr >= v[mid].end) lo = mid + 1;
+        else {
+            if (len > v[mid].end - addr) return NULL;
+            s->last = mid;
+            return v[mid].local + (addr - v[mid].start);
+        }
+    }
+    return NULL;
+}
+
+int ptmd_source_read(ptmd_source *s, uint64_t addr, void *dst, size_t len)
+{
+    const unsigned char *p;
+    if (s->kind == PTMD_SOURCE_SELF) return ptmd_safe_read(&s->mem, (uintptr_t)addr, dst, len);
+    if (len == 0) return 0;
+    if (!(p = ptmd_source_at(s, addr, len))) return -1;
+    memcpy(dst, p, len);
+    return 0;
+}
+
+void ptmd_source_read_many(ptmd_source *s, const uintptr_t *addrs, size_t n, size_t each, void *dst, unsigned char *ok)
+{
+    size_t i;
+    if (s->kind == PTMD_SOURCE_SELF) {
+        ptmd_safe_read_many(&s->mem, addrs, n, each, dst, ok);
+        return;
+    }
+    for (i = 0; i < n; i++) ok[i] = ptmd_source_read(s, addrs[i], (unsigned char *)dst + i * each, each) == 0;
+}
+
+uint64_t ptmd_source_rd64_slow(ptmd_source *s, uint64_t addr)
+{
+    const unsigned char *p = ptmd_source_at(s, addr, 8);
+    uint64_t v = 0;
+    if (p) memcpy(&v, p, 8);
+    return v;
+}
+
+int ptmd_source_pages(const ptmd_source *s, uint64_t start, size_t npages, uint8_t *out)
+{
+    const ptmd_region *v = (const ptmd_region *)(const void *)s->regions.base;
+    size_t lo = 0, hi = s->n_regions, i;
+    int rc = 0;
+    for (i = 0; i < npages; i++) {
+        uint64_t a = start + i * s->page_size;
+        const ptmd_region *r = NULL;
+        if (lo < s->n_regions && a >= v[lo].start && a < v[lo].end) r = &v[lo];
+        else {
+            size_t l = 0, h = hi;
+            while (l < h) {
+                size_t mid = l + (h - l) / 2;
+                if (a < v[mid].start) h = mid;
+                else if (a >= v[mid].end) l = mid + 1;
+                else { r = &v[mid]; lo = mid; break; }
+            }
+        }
+        if (r) out[i] = r->pages[(a - r->start) / s->page_size];
+        else {
+            out[i] = 0;
+            rc = -1;
+        }
+    }
+    return rc;
 }
