@@ -41,4 +41,9 @@ module PtmallocDump
 
   # The process to read does not exist, or exited while it was being read.
   class TargetGoneError < Error; end
+
+  # An arena of the process to read was locked each time it was stopped (a thread inside malloc or
+  # free, or stuck there): its lists may be half changed, so it is not walked. The message names the
+  # arena; trying again later usually succeeds.
+  class ArenaLockedError < Error; end
 end

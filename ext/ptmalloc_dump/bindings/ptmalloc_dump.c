@@ -129,6 +129,51 @@ static VALUE rb_ptmd_dump(VALUE self, VALUE path, VALUE debug_dir, VALUE strings
 
 typedef struct {
     dump_call *c;
+    int pid;
+} process_call;
+
+static VALUE process_body(VALUE arg)
+{
+    process_call *pc = (process_call *)arg;
+    dump_call *c = pc->c;
+    ptmd_view v;
+    VALUE summary;
+    c->rc = ptmd_dump_process(&c->d, &c->opts, pc->pid, &c->err);
+    if (c->rc != 0) return Qnil;
+    ptmd_dump_view(&c->d, &v);
+    summary = ptmd_rb_summary(&v);
+    PTMD_SET(summary, "walk_ns", PTMD_U64(c->d.meta.walk_ns));
+    PTMD_SET(summary, "pause_ns", PTMD_U64(c->d.source.pause_ns));
+    PTMD_SET(summary, "copied_bytes", PTMD_U64(c->d.source.copied_bytes));
+    return summary;
+}
+
+/* _dump_process(pid, path, debug_dir, strings, symbols) -> summary Hash: another process, stopped only
+ * while its memory is copied. */
+static VALUE rb_ptmd_dump_process(VALUE self, VALUE pid, VALUE path, VALUE debug_dir, VALUE strings, VALUE symbols)
+{
+    process_call pc;
+    VALUE result;
+    const char *cdir;
+    int state = 0;
+    PTMD_UNUSED(self);
+    FilePathValue(path);
+    pc.pid = NUM2INT(pid);
+    pc.c = new_call(debug_dir, strings, &cdir);
+    pc.c->opts.path = StringValueCStr(path);
+    pc.c->opts.debug_dir = cdir;
+    pc.c->opts.strings = pc.c->strings;
+    pc.c->opts.symbols = NUM2INT(symbols);
+    result = rb_protect(process_body, (VALUE)&pc, &state);
+    end_call(pc.c, state);
+    RB_GC_GUARD(path);
+    RB_GC_GUARD(debug_dir);
+    RB_GC_GUARD(strings);
+    return result;
+}
+
+typedef struct {
+    dump_call *c;
     ptmd_dump_opts opts[8];
     size_t n;
     int pid, errfd;
@@ -307,5 +352,6 @@ RUBY_FUNC_EXPORTED void Init_ptmalloc_dump(void)
     rb_define_singleton_method(ptmd_mPtmallocDump, "_libc_info", rb_ptmd_libc_info, 2);
     rb_define_singleton_method(ptmd_mPtmallocDump, "_ruby_functions_missing", rb_ptmd_ruby_functions_missing, 0);
     rb_define_singleton_method(ptmd_mPtmallocDump, "_read_process", rb_ptmd_read_process, 3);
+    rb_define_singleton_method(ptmd_mPtmallocDump, "_dump_process", rb_ptmd_dump_process, 5);
     rb_define_singleton_method(ptmd_mPtmallocDump, "_process_maps", rb_ptmd_process_maps, 1);
 }

@@ -3,6 +3,7 @@
  * nothing calls malloc, so the walk sees exactly the heap those counters describe. */
 #define _GNU_SOURCE
 #include "capture/dump.h"
+#include "capture/outside.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -312,6 +313,7 @@ static void write_sections(ptmd_dump_state *d)
         ptmd_writer_section(wr, PTMD_SEC_ROOT_REFS, PTMD_BUF_COUNT(&w->root_refs, ptmd_root_ref), w->root_refs.base,
                             w->root_refs.len);
     }
+    if (d->has_source) ptmd_writer_section(wr, PTMD_SEC_SOURCE, 1, &d->source, sizeof(d->source));
     if (d->trim.base)
         ptmd_writer_section(wr, PTMD_SEC_TRIM_CHECK, PTMD_BUF_COUNT(&d->trim, uint64_t), d->trim.base, d->trim.len);
     write_rss_sections(d);
@@ -441,6 +443,87 @@ int ptmd_dump_run(ptmd_dump_state *d, const ptmd_dump_opts *o, ptmd_err *err)
     sigaction(SIGXFSZ, &old_xfsz, NULL);
 out:
     if (rc != 0) ptmd_writer_abort(&d->writer);
+    __atomic_store_n(&dump_busy, 0, __ATOMIC_RELEASE);
+    return rc;
+}
+
+/* The parent of another process, from /proc/PID/stat ("pid (comm) state ppid ..."; comm may hold
+ * anything but ends at the last ')'); 0 when unknown. */
+static uint64_t process_ppid(int pid)
+{
+    char path[64], buf[1024];
+    const char *p;
+    uint64_t v = 0;
+    ssize_t n;
+    int fd;
+    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) return 0;
+    n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    buf[n] = '\0';
+    if (!(p = strrchr(buf, ')')) || p[1] != ' ' || !p[2] || p[3] != ' ') return 0;
+    for (p += 4; *p >= '0' && *p <= '9'; p++) v = v * 10 + (uint64_t)(*p - '0');
+    return v;
+}
+
+int ptmd_dump_process(ptmd_dump_state *d, const ptmd_dump_opts *o, int pid, ptmd_err *err)
+{
+    ptmd_libc *lc;
+    struct timespec now;
+    struct sigaction ign, old_xfsz;
+    ptmd_err ignored;
+    uint64_t t0, t1;
+    int rc = -1, expected = 0;
+
+    if (pid <= 0) return ptmd_fail(err, PTMD_E_ARGUMENT, "not a process id: %d", pid);
+    if (pid == (int)getpid())
+        return ptmd_fail(err, PTMD_E_ARGUMENT, "process %d is this process: dump it with PtmallocDump.dump", pid);
+    if (!__atomic_compare_exchange_n(&dump_busy, &expected, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+        return ptmd_fail(err, PTMD_E_BUSY, "a dump is already running in this process");
+    lc = mmap(NULL, sizeof(*lc), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (lc == MAP_FAILED) {
+        ptmd_fail_sys(err, errno, "libc of the target", "mmap");
+        goto out;
+    }
+    d->target_lc = lc;
+    /* everything that can fail without stopping the target, first */
+    if (ptmd_maps_load_pid(&d->w.maps, pid, err) != 0) goto out;
+    if (ptmd_locate_process(pid, &d->w.maps, o->debug_dir, o->symbols, lc, err) != 0) goto out;
+    d->source.kind = PTMD_SOURCE_KIND_PID;
+    d->source.flags = PTMD_SRCF_NO_RUBY | PTMD_SRCF_NO_REFERENCES | PTMD_SRCF_NO_ORACLES;
+    if (ptmd_writer_open(&d->writer, o->path, err) != 0) goto out;
+    if (ptmd_outside_copy(&d->w, lc, pid, &d->source, err) != 0) goto out;
+    /* the target runs again: the walk reads the copy */
+    if (ptmd_walk_prepare(&d->w, lc, err) != 0) goto out;
+    if (!ptmd_outside_tls(&d->w, lc)) {
+        lc->tcache_tls = lc->thread_arena_tls = -1;
+        d->source.flags |= PTMD_SRCF_NO_TLS;
+    }
+    if (ptmd_walk_validate(&d->w, err) != 0) goto out;
+    if (collect_strings(d, lc, o) != 0) { ptmd_fail_sys(err, errno, "strings", "mmap"); goto out; }
+    clock_gettime(CLOCK_REALTIME, &now);
+    t0 = ptmd_now_ns();
+    if (ptmd_walk_run(&d->w, err) != 0) goto out;
+    t1 = ptmd_now_ns();
+    if (ptmd_walk_residency(&d->w, err) != 0) goto out;
+    fill_meta(d, lc, &now);
+    d->meta.pid = (uint64_t)pid;
+    d->meta.ppid = process_ppid(pid);
+    d->meta.flags |= PTMD_MF_NO_ORACLES;
+    d->meta.walk_ns = t1 - t0;
+    d->meta.residency_ns = ptmd_now_ns() - t1;
+    if (ptmd_mappings_read(&d->mappings, pid, &ignored) != 0) d->mappings.present = 0;
+    d->has_source = 1;
+    memset(&ign, 0, sizeof(ign));
+    ign.sa_handler = SIG_IGN;
+    sigaction(SIGXFSZ, &ign, &old_xfsz);
+    write_sections(d);
+    rc = ptmd_writer_finish(&d->writer, PTMD_BUF_COUNT(&d->w.chunks, ptmd_chunk_rec), err);
+    sigaction(SIGXFSZ, &old_xfsz, NULL);
+out:
+    if (rc != 0) ptmd_writer_abort(&d->writer);
+    ptmd_source_detach(&d->w.src);
     __atomic_store_n(&dump_busy, 0, __ATOMIC_RELEASE);
     return rc;
 }
@@ -645,6 +728,8 @@ void ptmd_dump_release(ptmd_dump_state *d)
     ptmd_buf_release(&d->ruby.code_names);
     ptmd_writer_abort(&d->writer);
     ptmd_walk_release(&d->w);
+    if (d->target_lc) munmap(d->target_lc, sizeof(*d->target_lc));
+    d->target_lc = NULL;
     ptmd_buf_release(&d->strings);
     d->malloc_info = NULL;
 }

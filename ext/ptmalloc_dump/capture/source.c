@@ -267,7 +267,10 @@ static void copy_range(ptmd_source *s, ptmd_region *r, uint64_t remote, uint64_t
             s->copied_bytes += (uint64_t)n;
             continue;
         }
-        if (n < 0 && errno == ESRCH) return;
+        if (n < 0 && errno == ESRCH) {
+            s->gone = 1;
+            return;
+        }
         {
             uint64_t at = remote + done, next = (at & ~(uint64_t)(s->page_size - 1)) + s->page_size;
             r->pages[(at - r->start) / s->page_size] = 0;
@@ -346,6 +349,10 @@ int ptmd_source_copy(ptmd_source *s, ptmd_maps *maps, uint64_t lib_lo, uint64_t 
         }
     }
     s->last = 0;
+    if (s->gone) {
+        ptmd_fail(err, PTMD_E_TARGET, "process %d exited while it was being read", s->pid);
+        goto out;
+    }
     rc = 0;
 out:
     if (entries) munmap(entries, batch * sizeof(uint64_t));

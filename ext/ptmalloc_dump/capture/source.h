@@ -33,6 +33,7 @@ typedef struct ptmd_source {
     size_t last;
     uint64_t copied_bytes;              /* bytes read from the target */
     size_t page_size;
+    int gone;                           /* the target exited while it was copied */
 
     /* ptrace */
     int *tids;                          /* the threads seized, in the order they were (mmapped, MAX_TASKS) */

@@ -195,6 +195,23 @@ static int collect_given(ptmd_walk *w, uint64_t self)
     return 0;
 }
 
+/* Another process: its threads as they were stopped, each one's struct pthread at its thread pointer
+ * (fs_base: x86-64 keeps the TCB at the thread pointer, TLS_TCB_AT_TP), recognised by its self
+ * pointers like any other. */
+static int collect_target(ptmd_walk *w)
+{
+    const ptmd_source *s = &w->src;
+    int i, found = 0;
+    for (i = 0; i < s->n_tids; i++) {
+        if (!s->fs_base[i] || !is_thread(w, s->fs_base[i])) continue;
+        if (push_thread(w, s->fs_base[i], s->tids[i], 0) != 0) return -1;
+        found++;
+    }
+    w->thread_count = (uint32_t)s->n_tids;
+    w->threads_complete = found == s->n_tids;
+    return 0;
+}
+
 static int collect(ptmd_walk *w)
 {
     static int tids[PTMD_MAX_TIDS];
@@ -202,6 +219,8 @@ static int collect(ptmd_walk *w)
     size_t list_off;
     long ntids, i;
     int found = 0;
+
+    if (w->src.kind != PTMD_SOURCE_SELF) return collect_target(w);
 
     __asm__("mov %%fs:16, %0" : "=r"(self));
     if (w->given_threads) return collect_given(w, self);

@@ -26,7 +26,8 @@ typedef enum {
     PTMD_E_NOMEM,           /* mmap for scratch memory failed */
     PTMD_E_INTERNAL,        /* a library we rely on failed (libpng) */
     PTMD_E_PTRACE,          /* another process may not be traced (Yama, another user, no CAP_SYS_PTRACE) */
-    PTMD_E_TARGET           /* the target process does not exist or exited while it was read */
+    PTMD_E_TARGET,          /* the target process does not exist or exited while it was read */
+    PTMD_E_LOCKED           /* an arena of another process stayed locked each time it was stopped */
 } ptmd_errcode;
 
 typedef struct {
