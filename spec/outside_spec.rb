@@ -123,3 +123,141 @@ RSpec.describe "reading another process" do
     expect { PtmallocDump._read_process(Process.pid, 0x1000, 8) }.to raise_error(ArgumentError, /this process/)
   end
 end
+
+# ptmalloc-dump --pid, run as a user runs it. Oracles: the target's own mallinfo2() and the pointers
+# malloc returned to it, with what it did with each; /proc/PID/stat for its state afterwards.
+RSpec.describe "ptmalloc-dump --pid" do
+  include SpecHelpers
+
+  COUNTERS = %i[arena ordblks hblks hblkhd uordblks fordblks keepcost].freeze
+  FREE_STATES = %i[tcache fastbin unsorted smallbin largebin].freeze
+
+  def compile(name, *flags)
+    src = File.join(SpecHelpers::ROOT, "spec", "fixtures", "outside", "#{name}.c")
+    out = File.join(tmpdir, "#{name}#{flags.join}")
+    _o, e, s = Open3.capture3("cc", "-O1", "-Wall", "-Wextra", "-pthread", *flags, "-o", out, src)
+    raise "building #{name} failed (install gcc and libc6-dev): #{e}" unless s.success?
+
+    out
+  end
+
+  # Starts the heap target and reads what it printed up to "ready".
+  def start_heap_target
+    stdin, stdout, thread = Open3.popen2(compile("heap_target"))
+    stdin.close
+    @target = thread
+    report = { pointers: [] }
+    while (line = stdout.gets)
+      case line
+      when /\Amallinfo2 / then report[:mallinfo2] = line.scan(/(\w+)=(\d+)/).to_h { |k, v| [k.to_sym, Integer(v)] }
+      when /\AP (\S+) (\w+)(?: (\d+))?/ then report[:pointers] << [Integer(Regexp.last_match(1)), Regexp.last_match(2).to_sym, Regexp.last_match(3)&.to_i]
+      when /\Aready threads=(\d+)/ then report[:threads] = Integer(Regexp.last_match(1))
+                                        break
+      end
+    end
+    raise "the heap target ended before it was ready" unless report[:threads]
+
+    [thread.pid, report]
+  end
+
+  def ptmalloc_dump(*args)
+    Open3.capture3("bundle", "exec", "exe/ptmalloc-dump", *args, chdir: SpecHelpers::ROOT)
+  end
+
+  def stopped_threads(pid)
+    Dir["/proc/#{pid}/task/*/stat"].filter_map do |stat|
+      File.read(stat)[/\) (\S)/, 1]
+    rescue Errno::ENOENT, Errno::ESRCH
+      nil
+    end.select { |state| %w[t T].include?(state) }
+  end
+
+  after do
+    if @target
+      Process.kill(:KILL, @target.pid)
+      @target.value
+    end
+  end
+
+  it "reproduces the target's mallinfo2 and finds every pointer it holds in its state, and leaves it running" do
+    pid, report = start_heap_target
+    out = File.join(tmpdir, "target.dump")
+    stdout, stderr, status = ptmalloc_dump("--pid", pid.to_s, out)
+    expect(status).to be_success, stderr
+    expect(stdout).to match(/process #{pid} stopped for [\d.]+ ms/)
+    puts "  #{stdout.strip}"
+    expect(stopped_threads(pid)).to eq([])
+
+    dump = PtmallocDump.load(out)
+    summary = dump.summary
+    COUNTERS.each { |f| expect([f, summary[f]]).to eq([f, report[:mallinfo2].fetch(f)]) }
+    expect(dump.arenas.size).to eq(report[:threads] + 1)
+    expect(dump.header[:pid]).to eq(pid)
+    expect(dump.header[:source]).to eq(:pid)
+    info = dump.header[:source_info]
+    expect(info[:unavailable]).to include(:ruby, :references, :oracles)
+    expect(info[:unavailable]).not_to include(:tls)
+    expect(info[:threads]).to eq(report[:threads] + 1)
+    expect(dump.anomalies).to eq([])
+    expect(dump.verify).to be_ok
+
+    states = Hash.new(0)
+    report[:pointers].each do |ptr, kind, csize|
+      chunk = dump.chunk_at(ptr - 16)
+      expect(chunk).not_to be_nil, "no chunk at 0x#{(ptr - 16).to_s(16)} (#{kind})"
+      case kind
+      when :live then expect(chunk.state).to eq(:in_use)
+      when :mmapped then expect(chunk.state).to eq(:mmapped)
+      else
+        expect(chunk.size).to eq(csize)
+        # sizes above tcache's and fastbins' go to the unsorted bin, and no malloc sorted them since
+        allowed = csize > 1040 ? %i[unsorted] : csize > 128 ? %i[tcache unsorted] : %i[tcache fastbin]
+        expect(allowed).to include(chunk.state), "0x#{ptr.to_s(16)} (#{csize} bytes) is #{chunk.state}"
+      end
+      states[chunk.state] += 1
+    end
+    puts "  #{report[:pointers].size} pointers: #{states.sort.map { |s, n| "#{n} #{s}" }.join(', ')}"
+    expect(states.keys).to include(:tcache, :fastbin, :unsorted, :mmapped, :in_use)
+    # each thread's tcache was found through its TLS, not by structure
+    tls_threads = dump.threads.count { |t| t.tcache && t.found_by == :tls }
+    expect(tls_threads).to eq(report[:threads] + 1)
+
+    # the target runs on: its threads are not stopped, and it still answers signals
+    expect(File.read("/proc/#{pid}/stat")[/\) (\S)/, 1]).to eq("S")
+    expect(Process.kill(0, pid)).to eq(1)
+  end
+
+  it "says that a process does not exist" do
+    gone = Process.spawn("true")
+    Process.wait(gone)
+    _o, stderr, status = ptmalloc_dump("--pid", gone.to_s, File.join(tmpdir, "gone.dump"))
+    expect(status.exitstatus).to eq(1)
+    expect(stderr).to match(/ptmalloc-dump: no process #{gone}/)
+    expect { PtmallocDump.dump_process(gone, File.join(tmpdir, "gone.dump")) }
+      .to raise_error(PtmallocDump::TargetGoneError, /no process #{gone}/)
+    expect(File).not_to exist(File.join(tmpdir, "gone.dump"))
+  end
+
+  it "refuses a static binary, which has no glibc to read, and leaves it running" do
+    stdin, stdout, thread = Open3.popen2(compile("stop_target", "-static"))
+    stdin.close
+    @target = thread
+    expect(stdout.gets).to match(/buffer=/)
+    path = File.join(tmpdir, "static.dump")
+    expect { PtmallocDump.dump_process(thread.pid, path) }
+      .to raise_error(PtmallocDump::UnsupportedPlatformError, /process #{thread.pid} has no glibc mapped .*static binary/)
+    _o, stderr, status = ptmalloc_dump("--pid", thread.pid.to_s, path)
+    expect(status.exitstatus).to eq(1)
+    expect(stderr).to match(/has no glibc mapped/)
+    expect(File).not_to exist(path)
+    expect(stopped_threads(thread.pid)).to eq([])
+    expect(File.read("/proc/#{thread.pid}/stat")[/\) (\S)/, 1]).not_to eq("t")
+  end
+
+  it "asks for the process and the file" do
+    _o, stderr, status = ptmalloc_dump(File.join(tmpdir, "x.dump"))
+    expect(status.exitstatus).to eq(2)
+    expect(stderr).to match(/missing argument: --pid/)
+    expect(stderr).to match(/Usage: ptmalloc-dump/)
+  end
+end
