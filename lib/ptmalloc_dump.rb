@@ -92,7 +92,7 @@ module PtmallocDump
     # Every thread of the process is stopped (ptrace), the memory the walk reads is copied, and the
     # process runs again at once: its pause is the copy, the walk runs on the copy. An arena whose lock
     # is held when the process is stopped is not walked: the process is let go for a moment and stopped
-    # again (up to 50 times over about a second). The file is the same format, loaded by {load}; what
+    # again (up to 50 times, 20 ms apart). The file is the same format, loaded by {load}; what
     # such a dump cannot hold (Ruby's objects, the pointer graph, glibc's own mallinfo2 and
     # malloc_info, which cannot be called in another process) is said in its header's :source_info.
     #

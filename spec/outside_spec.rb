@@ -261,3 +261,61 @@ RSpec.describe "ptmalloc-dump --pid" do
     expect(stderr).to match(/Usage: ptmalloc-dump/)
   end
 end
+
+# An arena whose lock a thread of the target holds is never walked. Oracle: the target's main thread
+# blocked in malloc_stats(), which holds main_arena's mutex while it writes to a full stderr pipe
+# (/proc/PID/wchan says where it sleeps).
+RSpec.describe "ptmalloc-dump --pid and a held arena lock" do
+  include SpecHelpers
+
+  def start_lock_target
+    src = File.join(SpecHelpers::ROOT, "spec", "fixtures", "outside", "lock_target.c")
+    exe = File.join(tmpdir, "lock_target")
+    _o, e, s = Open3.capture3("cc", "-O1", "-Wall", "-Wextra", "-o", exe, src)
+    raise "building lock_target failed (install gcc): #{e}" unless s.success?
+
+    stdin, stdout, stderr, thread = Open3.popen3(exe)
+    stdin.close
+    @target = thread
+    expect(stdout.gets).to eq("locking main_arena\n")
+    # the main thread sleeps in the pipe's write, inside malloc_stats
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 10
+    sleep 0.01 until File.read("/proc/#{thread.pid}/wchan").include?("pipe_write") ||
+                     Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+    expect(File.read("/proc/#{thread.pid}/wchan")).to include("pipe_write")
+    [thread.pid, stdout, stderr]
+  end
+
+  after do
+    if @target
+      Process.kill(:KILL, @target.pid)
+      @target.value
+    end
+  end
+
+  it "reports the locked arena after retrying, and walks it once the lock is let go" do
+    pid, stdout, stderr = start_lock_target
+    path = File.join(tmpdir, "locked.dump")
+    t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    expect { PtmallocDump.dump_process(pid, path) }
+      .to raise_error(PtmallocDump::ArenaLockedError, /arena (0x\h+) of process #{pid} was locked each of the 50 times/)
+    waited = Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0
+    puts "  gave up after #{waited.round(2)} s"
+    expect(File).not_to exist(path)
+    expect(File.read("/proc/#{pid}/stat")[/\) (\S)/, 1]).to eq("S")
+
+    # the lock is let go while the tool retries: it walks the arena then, and says how many stops it took
+    drain = Thread.new do
+      sleep 0.3
+      stderr.read
+    end
+    summary = PtmallocDump.dump_process(pid, path)
+    expect(stdout.gets).to eq("released\n")
+    dump = PtmallocDump.load(path)
+    expect(dump.header[:source_info][:attempts]).to be > 1
+    expect(summary[:arena]).to eq(dump.arenas.first.system_mem)
+    expect(dump.anomalies).to eq([])
+    puts "  walked after #{dump.header[:source_info][:attempts]} stops"
+    drain.kill
+  end
+end

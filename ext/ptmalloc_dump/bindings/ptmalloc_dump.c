@@ -6,6 +6,7 @@
 #include "capture/source.h"
 #include "format/format.h"
 
+#include <ruby/thread.h>
 #include <string.h>
 #include <sys/mman.h>
 
@@ -132,13 +133,22 @@ typedef struct {
     int pid;
 } process_call;
 
+/* Another process's dump touches no Ruby object and this process's heap only through mmap: other
+ * Ruby threads run meanwhile. */
+static void *process_without_gvl(void *arg)
+{
+    process_call *pc = arg;
+    pc->c->rc = ptmd_dump_process(&pc->c->d, &pc->c->opts, pc->pid, &pc->c->err);
+    return NULL;
+}
+
 static VALUE process_body(VALUE arg)
 {
     process_call *pc = (process_call *)arg;
     dump_call *c = pc->c;
     ptmd_view v;
     VALUE summary;
-    c->rc = ptmd_dump_process(&c->d, &c->opts, pc->pid, &c->err);
+    rb_thread_call_without_gvl(process_without_gvl, pc, NULL, NULL);
     if (c->rc != 0) return Qnil;
     ptmd_dump_view(&c->d, &v);
     summary = ptmd_rb_summary(&v);

@@ -1,8 +1,8 @@
 /* Another process as the walk's source. Its threads are seized and interrupted (source.c), its
  * mappings read, and what the walk reads copied: the pause it sees is the copy, not the walk. An arena
- * whose mutex is held in the copy may have half-changed lists (a thread inside malloc): the process is
- * let go for a moment and stopped again, a bounded number of times, and never walked while it is held.
- * Nothing here calls malloc. */
+ * whose mutex is held while it is stopped may have half-changed lists (a thread inside malloc): then
+ * nothing is copied, the process is let go for a moment and stopped again, a bounded number of times,
+ * and the arena is never walked while it is held. Nothing here calls malloc. */
 #define _GNU_SOURCE
 #include "capture/outside.h"
 
@@ -15,20 +15,19 @@
 #define PTMD_DTV_MAX 4096
 #define PTMD_STATIC_TLS_MAX (1ull << 20)
 
-/* The first arena along the ring from main_arena whose mutex is held in the copy, or 0. A ring that
- * leaves the copy or does not come back ends the check (the walk records the damage). */
-static uint64_t held_arena(ptmd_walk *w, const ptmd_libc *lc)
+/* The first arena along the ring from main_arena whose mutex is held in the stopped process, or 0,
+ * read before anything is copied (its threads are stopped: nothing changes until they are let go). A
+ * ring that cannot be read or does not come back ends the check (the walk records the damage). */
+static uint64_t held_arena(const ptmd_source *s, const ptmd_libc *lc)
 {
     const ptmd_layout *L = lc->layout;
     uint64_t av = lc->main_arena;
     size_t n = 0;
     do {
-        const unsigned char *p = ptmd_source_at(&w->src, av, L->ms_size);
         int32_t mutex;
-        if (!p) return 0;
-        memcpy(&mutex, p + L->ms_mutex, sizeof(mutex));
+        if (ptmd_source_read_live(s, av + L->ms_mutex, &mutex, sizeof(mutex)) != 0) return 0;
         if (mutex) return av;
-        memcpy(&av, p + L->ms_next, sizeof(av));
+        if (ptmd_source_read_live(s, av + L->ms_next, &av, sizeof(av)) != 0) return 0;
     } while (av != lc->main_arena && ++n < PTMD_RING_MAX);
     return 0;
 }
@@ -40,12 +39,12 @@ int ptmd_outside_copy(ptmd_walk *w, const ptmd_libc *lc, int pid, ptmd_source_re
     for (attempt = 1; attempt <= PTMD_LOCK_ATTEMPTS; attempt++) {
         struct timespec nap = { 0, (long)PTMD_LOCK_RETRY_NS };
         if (ptmd_source_attach(&w->src, pid, err) != 0) return -1;
-        if (ptmd_maps_load_pid(&w->maps, pid, err) != 0 ||
-            ptmd_source_copy(&w->src, &w->maps, lc->image_start, lc->image_end, err) != 0) {
-            ptmd_source_release(&w->src);
-            return -1;
-        }
-        if (!(held = held_arena(w, lc))) {
+        if (!(held = held_arena(&w->src, lc))) {
+            if (ptmd_maps_load_pid(&w->maps, pid, err) != 0 ||
+                ptmd_source_copy(&w->src, &w->maps, lc->image_start, lc->image_end, err) != 0) {
+                ptmd_source_release(&w->src);
+                return -1;
+            }
             ptmd_source_detach(&w->src);
             rec->pid = (uint64_t)pid;
             rec->pause_ns = w->src.pause_ns;

@@ -1,11 +1,11 @@
-/* Another process as the walk's source: stopped, copied while no arena lock is held, let go. */
+/* Another process as the walk's source: stopped, checked that no arena lock is held, copied, let go. */
 #ifndef PTMD_OUTSIDE_H
 #define PTMD_OUTSIDE_H
 
 #include "capture/walk.h"
 
 /* Stops every thread of pid, reads its mappings into w->maps and copies what the walk reads into
- * w->src, and lets it run again. While an arena's mutex is held in the copy the process is let go for
+ * w->src, and lets it run again. While an arena's mutex is held (read before the copy) it is let go for
  * a moment and stopped again (bounded; then PTMD_E_LOCKED naming the arena). Fills rec's pause,
  * threads, attempts and copied bytes. */
 int ptmd_outside_copy(ptmd_walk *w, const ptmd_libc *lc, int pid, ptmd_source_rec *rec, ptmd_err *err);
