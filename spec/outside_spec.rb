@@ -319,3 +319,41 @@ RSpec.describe "ptmalloc-dump --pid and a held arena lock" do
     drain.kill
   end
 end
+
+# A Ruby process that never required the gem. Oracle: glibc's malloc_stats() it printed itself (each
+# arena's system and in-use bytes, and the total in use with mmapped chunks).
+RSpec.describe "ptmalloc-dump --pid of a Ruby process without the gem" do
+  include SpecHelpers
+
+  after do
+    if @target
+      Process.kill(:KILL, @target.pid)
+      @target.value
+    end
+  end
+
+  it "reproduces every arena's figures and the mmapped bytes malloc_stats printed" do
+    script = File.join(SpecHelpers::ROOT, "spec", "fixtures", "outside", "ruby_target.rb")
+    stdin, _stdout, stderr, thread = Open3.popen3({ "RUBYOPT" => nil }, RbConfig.ruby, script)
+    stdin.close
+    @target = thread
+    text = +""
+    text << stderr.readpartial(65_536) until text.scan("max mmap bytes").size == 2
+    last = text.split("Arena 0:").last
+    arenas = last.scan(/system bytes\s+=\s+(\d+)\nin use bytes\s+=\s+(\d+)/).map { |pair| pair.map(&:to_i) }
+    total_in_use = arenas.pop[1]
+    expect(File.read("/proc/#{thread.pid}/maps")).not_to include("ptmalloc_dump")
+
+    out = File.join(tmpdir, "ruby.dump")
+    _o, err, status = Open3.capture3("bundle", "exec", "exe/ptmalloc-dump", "--pid", thread.pid.to_s, out,
+                                     chdir: SpecHelpers::ROOT)
+    expect(status).to be_success, err
+    dump = PtmallocDump.load(out)
+    summary = dump.summary
+    expect(summary[:arenas].map { |a| a.values_at(:arena, :uordblks) }).to eq(arenas)
+    expect(summary[:hblkhd]).to eq(total_in_use - arenas.sum(&:last))
+    expect(dump.header[:strings]["program"]).to eq(RbConfig.ruby)
+    expect(dump.anomalies).to eq([])
+    expect(File.read("/proc/#{thread.pid}/stat")[/\) (\S)/, 1]).to eq("S")
+  end
+end
