@@ -120,6 +120,33 @@ module PtmallocDump
       summary
     end
 
+    # Dumps the glibc malloc heap of the process a core file was written from (by gcore, or by the kernel
+    # with the default coredump_filter, which keeps every private and anonymous page): the same walk
+    # as {dump_process}, on the core's segments. libc is found from the core's NT_FILE note (the file
+    # on disk must be the same build), each thread's thread pointer from its NT_PRSTATUS note. A core
+    # has no residency: every page it holds counts as present.
+    #
+    # @param core [String, Pathname] the core file
+    # @param path [String, Pathname] where the dump is written (atomically)
+    # @param debug_dir [String, nil] where libc's symbol file is looked for, as for {dump}
+    # @param symbols [Symbol] :auto or :file, as for {dump_process}
+    # @return [Hash{Symbol=>Object}] the dump's summary (see {Dump#summary}) plus :path
+    # @raise [CoreFileError] when the file is not a whole x86-64 ELF core with its notes
+    # @raise [UnsupportedPlatformError] when the process had no glibc
+    # @raise [SymbolsNotFoundError] when libc's symbols cannot be found
+    # @raise [UnsupportedLibcError] when libc on disk is not the one the core's process ran
+    # @raise [ArenaLockedError] when an arena is locked in the core (a thread was inside malloc)
+    def dump_core(core, path, debug_dir: nil, symbols: :auto)
+      path = File.expand_path(path.to_s)
+      raise ArgumentError, "symbols: must be :auto or :file for a core file" if symbols == :heuristic
+
+      summary = _dump_core(File.expand_path(core.to_s), path, debug_dir&.to_s, ["gem_version", VERSION],
+                           symbols_mode(symbols))
+      summary[:path] = path
+      summary.delete(:pause_ns)
+      summary
+    end
+
     # Loads a dump written by {dump}.
     #
     # @param path [String, Pathname]

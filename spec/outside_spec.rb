@@ -227,6 +227,62 @@ RSpec.describe "ptmalloc-dump --pid" do
     expect(Process.kill(0, pid)).to eq(1)
   end
 
+  it "reads a gcore of the same target: the same chunks in the same states as the live dump" do
+    pid, report = start_heap_target
+    live = File.join(tmpdir, "live.dump")
+    _o, err, status = ptmalloc_dump("--pid", pid.to_s, live)
+    expect(status).to be_success, err
+    prefix = File.join(tmpdir, "core")
+    _o, err, status = Open3.capture3("gcore", "-o", prefix, pid.to_s)
+    raise "gcore failed (install gdb): #{err}" unless status.success?
+
+    from_core = File.join(tmpdir, "core.dump")
+    stdout, err, status = ptmalloc_dump("#{prefix}.#{pid}", from_core)
+    expect(status).to be_success, err
+    expect(stdout).to match(/core file #{Regexp.escape(prefix)}\.#{pid} \([\d.]+ MiB read\)/)
+    a = PtmallocDump.load(live)
+    b = PtmallocDump.load(from_core)
+    expect(b.header[:source]).to eq(:core)
+    expect(b.header[:source_info]).to include(pid: pid, threads: report[:threads] + 1)
+    expect(b.header[:source_info][:unavailable]).to include(:ruby, :references, :oracles, :residency)
+    expect(b.header[:source_info][:unavailable]).not_to include(:tls)
+    expect(b.arenas.map(&:address)).to eq(a.arenas.map(&:address))
+    expect(b.chunk_count).to eq(a.chunk_count)
+    expect(b.first_difference(a)).to be_nil
+    chunks = ->(d) { d.each_chunk.map { |c| [c.address, c.size, c.state] } }
+    expect(chunks.(b)).to eq(chunks.(a))
+    COUNTERS.each { |f| expect([f, b.summary[f]]).to eq([f, report[:mallinfo2].fetch(f)]) }
+    expect(b.threads.map { |t| [t.tid, t.tcache, t.tcache_count] }.sort_by(&:first))
+      .to eq(a.threads.map { |t| [t.tid, t.tcache, t.tcache_count] }.sort_by(&:first))
+    expect(b.anomalies).to eq([])
+    puts "  #{stdout.strip}"
+  end
+
+  it "refuses a truncated core and a core of another architecture" do
+    pid, = start_heap_target
+    prefix = File.join(tmpdir, "core")
+    _o, err, status = Open3.capture3("gcore", "-o", prefix, pid.to_s)
+    raise "gcore failed (install gdb): #{err}" unless status.success?
+
+    core = "#{prefix}.#{pid}"
+    truncated = File.join(tmpdir, "truncated.core")
+    IO.copy_stream(core, truncated, File.size(core) / 2)
+    out = File.join(tmpdir, "x.dump")
+    expect { PtmallocDump.dump_core(truncated, out) }
+      .to raise_error(PtmallocDump::CoreFileError, /core file #{Regexp.escape(truncated)} is truncated/)
+    arm = File.join(tmpdir, "arm.core")
+    head = File.binread(core, 4096)
+    head[18, 2] = [183].pack("S<") # e_machine: EM_AARCH64
+    File.binwrite(arm, head)
+    expect { PtmallocDump.dump_core(arm, out) }
+      .to raise_error(PtmallocDump::CoreFileError, /core of another architecture \(ELF machine 183/)
+    _o, stderr, status = ptmalloc_dump(arm, out)
+    expect(status.exitstatus).to eq(1)
+    expect(stderr).to match(/another architecture/)
+    expect { PtmallocDump.dump_core(__FILE__, out) }.to raise_error(PtmallocDump::CoreFileError, /is no core file/)
+    expect(File).not_to exist(out)
+  end
+
   it "says that a process does not exist" do
     gone = Process.spawn("true")
     Process.wait(gone)
@@ -257,7 +313,7 @@ RSpec.describe "ptmalloc-dump --pid" do
   it "asks for the process and the file" do
     _o, stderr, status = ptmalloc_dump(File.join(tmpdir, "x.dump"))
     expect(status.exitstatus).to eq(2)
-    expect(stderr).to match(/missing argument: --pid/)
+    expect(stderr).to match(/missing argument: --pid or CORE/)
     expect(stderr).to match(/Usage: ptmalloc-dump/)
   end
 end

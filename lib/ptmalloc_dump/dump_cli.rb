@@ -3,10 +3,11 @@
 require "optparse"
 
 module PtmallocDump
-  # `ptmalloc-dump`: dumps the heap of another process. Option parsing and dispatch only; the work is
-  # {PtmallocDump.dump_process}.
+  # `ptmalloc-dump`: dumps the heap of another process or of a core file. Option parsing and dispatch
+  # only; the work is {PtmallocDump.dump_process} and {PtmallocDump.dump_core}.
   class DumpCLI
-    USAGE = "Usage: ptmalloc-dump [options] --pid PID OUT.dump"
+    USAGE = "Usage: ptmalloc-dump [options] --pid PID OUT.dump\n" \
+            "       ptmalloc-dump [options] CORE OUT.dump"
 
     def initialize(argv, out: $stdout, err: $stderr)
       @argv = argv.dup
@@ -18,13 +19,11 @@ module PtmallocDump
     # @return [Integer] the exit status
     def run
       parser.parse!(@argv)
-      raise OptionParser::MissingArgument, "--pid" unless @options[:pid]
-      raise OptionParser::NeedlessArgument, @argv.drop(1).join(" ") if @argv.size > 1
-      raise OptionParser::MissingArgument, "OUT.dump" if @argv.empty?
+      wanted = @options[:pid] ? 1 : 2
+      raise OptionParser::MissingArgument, @options[:pid] ? "OUT.dump" : "--pid or CORE" if @argv.size < wanted
+      raise OptionParser::NeedlessArgument, @argv.drop(wanted).join(" ") if @argv.size > wanted
 
-      summary = PtmallocDump.dump_process(@options[:pid], @argv.first, debug_dir: @options[:debug_dir],
-                                                                       symbols: @options[:symbols])
-      report(summary)
+      report(dump)
       0
     rescue OptionParser::ParseError => e
       @err.puts "ptmalloc-dump: #{e.message}"
@@ -36,6 +35,13 @@ module PtmallocDump
     end
 
     private
+
+    def dump
+      opts = { debug_dir: @options[:debug_dir], symbols: @options[:symbols] }
+      return PtmallocDump.dump_process(@options[:pid], @argv.first, **opts) if @options[:pid]
+
+      PtmallocDump.dump_core(@argv[0], @argv[1], **opts)
+    end
 
     def parser
       OptionParser.new do |o|
@@ -60,11 +66,15 @@ module PtmallocDump
         @out.puts JSON.pretty_generate(JsonSummary.new(PtmallocDump.load(summary[:path])).to_h)
         return
       end
-      @out.puts format("%<path>s: process %<pid>d stopped for %<pause>.1f ms (%<mib>.1f MiB copied); " \
-                       "%<arenas>d arena(s), %<chunks>d chunks, %<used>d bytes in use, %<free>d free",
-                       path: summary[:path], pid: @options[:pid], pause: summary[:pause_ns] / 1e6,
-                       mib: summary[:copied_bytes] / 1_048_576.0, arenas: summary[:arena_count],
-                       chunks: summary[:chunk_count], used: summary[:uordblks], free: summary[:fordblks])
+      source = if @options[:pid]
+                 format("process %<pid>d stopped for %<pause>.1f ms (%<mib>.1f MiB copied)",
+                        pid: @options[:pid], pause: summary[:pause_ns] / 1e6, mib: summary[:copied_bytes] / 1_048_576.0)
+               else
+                 format("core file %<core>s (%<mib>.1f MiB read)", core: @argv[0], mib: summary[:copied_bytes] / 1_048_576.0)
+               end
+      @out.puts format("%<path>s: %<source>s; %<arenas>d arena(s), %<chunks>d chunks, %<used>d bytes in use, " \
+                       "%<free>d free", path: summary[:path], source: source, arenas: summary[:arena_count],
+                                        chunks: summary[:chunk_count], used: summary[:uordblks], free: summary[:fordblks])
     end
   end
 end

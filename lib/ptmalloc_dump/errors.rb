@@ -46,4 +46,8 @@ module PtmallocDump
   # free, or stuck there): its lists may be half changed, so it is not walked. The message names the
   # arena; trying again later usually succeeds.
   class ArenaLockedError < Error; end
+
+  # A core file cannot be read: not an ELF core, of another architecture, truncated, or without the
+  # notes that say which files and threads it holds. The message says which.
+  class CoreFileError < Error; end
 end

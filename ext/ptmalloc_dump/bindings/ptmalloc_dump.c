@@ -131,6 +131,7 @@ static VALUE rb_ptmd_dump(VALUE self, VALUE path, VALUE debug_dir, VALUE strings
 typedef struct {
     dump_call *c;
     int pid;
+    const char *core;               /* a core file instead of a live process */
 } process_call;
 
 /* Another process's dump touches no Ruby object and this process's heap only through mmap: other
@@ -138,7 +139,8 @@ typedef struct {
 static void *process_without_gvl(void *arg)
 {
     process_call *pc = arg;
-    pc->c->rc = ptmd_dump_process(&pc->c->d, &pc->c->opts, pc->pid, &pc->c->err);
+    pc->c->rc = pc->core ? ptmd_dump_core(&pc->c->d, &pc->c->opts, pc->core, &pc->c->err)
+                         : ptmd_dump_process(&pc->c->d, &pc->c->opts, pc->pid, &pc->c->err);
     return NULL;
 }
 
@@ -169,6 +171,7 @@ static VALUE rb_ptmd_dump_process(VALUE self, VALUE pid, VALUE path, VALUE debug
     PTMD_UNUSED(self);
     FilePathValue(path);
     pc.pid = NUM2INT(pid);
+    pc.core = NULL;
     pc.c = new_call(debug_dir, strings, &cdir);
     pc.c->opts.path = StringValueCStr(path);
     pc.c->opts.debug_dir = cdir;
@@ -176,6 +179,33 @@ static VALUE rb_ptmd_dump_process(VALUE self, VALUE pid, VALUE path, VALUE debug
     pc.c->opts.symbols = NUM2INT(symbols);
     result = rb_protect(process_body, (VALUE)&pc, &state);
     end_call(pc.c, state);
+    RB_GC_GUARD(path);
+    RB_GC_GUARD(debug_dir);
+    RB_GC_GUARD(strings);
+    return result;
+}
+
+/* _dump_core(core, path, debug_dir, strings, symbols) -> summary Hash: the process a core file was
+ * written from. */
+static VALUE rb_ptmd_dump_core(VALUE self, VALUE core, VALUE path, VALUE debug_dir, VALUE strings, VALUE symbols)
+{
+    process_call pc;
+    VALUE result;
+    const char *cdir;
+    int state = 0;
+    PTMD_UNUSED(self);
+    FilePathValue(core);
+    FilePathValue(path);
+    pc.pid = 0;
+    pc.core = StringValueCStr(core);
+    pc.c = new_call(debug_dir, strings, &cdir);
+    pc.c->opts.path = StringValueCStr(path);
+    pc.c->opts.debug_dir = cdir;
+    pc.c->opts.strings = pc.c->strings;
+    pc.c->opts.symbols = NUM2INT(symbols);
+    result = rb_protect(process_body, (VALUE)&pc, &state);
+    end_call(pc.c, state);
+    RB_GC_GUARD(core);
     RB_GC_GUARD(path);
     RB_GC_GUARD(debug_dir);
     RB_GC_GUARD(strings);
@@ -363,5 +393,6 @@ RUBY_FUNC_EXPORTED void Init_ptmalloc_dump(void)
     rb_define_singleton_method(ptmd_mPtmallocDump, "_ruby_functions_missing", rb_ptmd_ruby_functions_missing, 0);
     rb_define_singleton_method(ptmd_mPtmallocDump, "_read_process", rb_ptmd_read_process, 3);
     rb_define_singleton_method(ptmd_mPtmallocDump, "_dump_process", rb_ptmd_dump_process, 5);
+    rb_define_singleton_method(ptmd_mPtmallocDump, "_dump_core", rb_ptmd_dump_core, 5);
     rb_define_singleton_method(ptmd_mPtmallocDump, "_process_maps", rb_ptmd_process_maps, 1);
 }

@@ -528,6 +528,67 @@ out:
     return rc;
 }
 
+int ptmd_dump_core(ptmd_dump_state *d, const ptmd_dump_opts *o, const char *core, ptmd_err *err)
+{
+    ptmd_libc *lc;
+    struct timespec now;
+    struct sigaction ign, old_xfsz;
+    uint64_t t0, t1, held;
+    int rc = -1, expected = 0;
+
+    if (!__atomic_compare_exchange_n(&dump_busy, &expected, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+        return ptmd_fail(err, PTMD_E_BUSY, "a dump is already running in this process");
+    lc = mmap(NULL, sizeof(*lc), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (lc == MAP_FAILED) {
+        ptmd_fail_sys(err, errno, "libc of the core", "mmap");
+        goto out;
+    }
+    d->target_lc = lc;
+    if (ptmd_source_open_core(&d->w.src, core, &d->w.maps, err) != 0) goto out;
+    if (ptmd_locate_core(&d->w.src, core, o->debug_dir, o->symbols, lc, err) != 0) goto out;
+    /* a core cannot be let go for a moment: a lock held in it is a heap caught mid-change */
+    if ((held = ptmd_outside_held_arena(&d->w.src, lc)) != 0) {
+        ptmd_fail(err, PTMD_E_LOCKED, "arena %#lx is locked in core file %s (a thread was inside malloc or free "
+                  "when it was written): its lists may be half changed, so it is not walked", (unsigned long)held, core);
+        goto out;
+    }
+    d->source.kind = PTMD_SOURCE_KIND_CORE;
+    d->source.flags = PTMD_SRCF_NO_RUBY | PTMD_SRCF_NO_REFERENCES | PTMD_SRCF_NO_ORACLES | PTMD_SRCF_NO_RESIDENCY;
+    d->source.pid = (uint64_t)d->w.src.pid;
+    d->source.copied_bytes = d->w.src.copied_bytes;
+    d->source.threads = (uint32_t)d->w.src.n_tids;
+    if (ptmd_writer_open(&d->writer, o->path, err) != 0) goto out;
+    if (ptmd_walk_prepare(&d->w, lc, err) != 0) goto out;
+    if (!ptmd_outside_tls(&d->w, lc)) {
+        lc->tcache_tls = lc->thread_arena_tls = -1;
+        d->source.flags |= PTMD_SRCF_NO_TLS;
+    }
+    if (ptmd_walk_validate(&d->w, err) != 0) goto out;
+    if (collect_strings(d, lc, o) != 0) { ptmd_fail_sys(err, errno, "strings", "mmap"); goto out; }
+    clock_gettime(CLOCK_REALTIME, &now);
+    t0 = ptmd_now_ns();
+    if (ptmd_walk_run(&d->w, err) != 0) goto out;
+    t1 = ptmd_now_ns();
+    if (ptmd_walk_residency(&d->w, err) != 0) goto out;
+    fill_meta(d, lc, &now);
+    d->meta.pid = (uint64_t)d->w.src.pid;
+    d->meta.ppid = (uint64_t)d->w.src.ppid;
+    d->meta.flags |= PTMD_MF_NO_ORACLES;
+    d->meta.walk_ns = t1 - t0;
+    d->meta.residency_ns = ptmd_now_ns() - t1;
+    d->has_source = 1;
+    memset(&ign, 0, sizeof(ign));
+    ign.sa_handler = SIG_IGN;
+    sigaction(SIGXFSZ, &ign, &old_xfsz);
+    write_sections(d);
+    rc = ptmd_writer_finish(&d->writer, PTMD_BUF_COUNT(&d->w.chunks, ptmd_chunk_rec), err);
+    sigaction(SIGXFSZ, &old_xfsz, NULL);
+out:
+    if (rc != 0) ptmd_writer_abort(&d->writer);
+    __atomic_store_n(&dump_busy, 0, __ATOMIC_RELEASE);
+    return rc;
+}
+
 /* What the child must not find for itself, listed just before the fork:
  *   - the parent's threads: in the child, glibc's fork has moved every other thread to the stack
  *     cache with its tid cleared (reclaim_stacks), so the child could find their tcaches only by

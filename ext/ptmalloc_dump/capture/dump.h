@@ -69,6 +69,9 @@ int ptmd_dump_run(ptmd_dump_state *d, const ptmd_dump_opts *opts, ptmd_err *err)
  * while it is stopped (outside.c), then walked; no Ruby pass, no references, no glibc counters. d must
  * come from ptmd_dump_init; release it with ptmd_dump_release. */
 int ptmd_dump_process(ptmd_dump_state *d, const ptmd_dump_opts *opts, int pid, ptmd_err *err);
+/* A dump of the process a core file was written from (gcore, or the kernel's): the same as of a live
+ * process, read from the core's segments; no residency either. */
+int ptmd_dump_core(ptmd_dump_state *d, const ptmd_dump_opts *opts, const char *core, ptmd_err *err);
 /* Fork snapshot: forks; the child runs ptmd_dump_run for each of opts[0..n_opts) on the same frozen
  * heap (sharing d's Ruby data) and _exits (status 0 on success; on failure it writes the error to the
  * pipe first). The parent gets the child's pid and the pipe's read end. */

@@ -4,6 +4,7 @@
 #include "capture/locate.h"
 #include "format/crc32.h"
 #include "capture/elfread.h"
+#include "capture/source.h"
 #include "format/format.h"
 
 #include <dlfcn.h>
@@ -17,7 +18,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #define PTMD_DEFAULT_DEBUG_DIR "/usr/lib/debug"
@@ -368,7 +368,7 @@ static int version_from_image(const ptmd_elf_file *f, ptmd_libc *lc)
 
 /* The image's segments in the target (load bias lc->libc_base): extent, writable part, TLS size, and
  * the build-id from the PT_NOTE segment as mapped in the target. */
-static int process_segments(int pid, const ptmd_elf_file *f, ptmd_libc *lc)
+static int process_segments(ptmd_source *src, const ptmd_elf_file *f, ptmd_libc *lc)
 {
     const Elf64_Ehdr *eh = (const Elf64_Ehdr *)(const void *)f->data;
     size_t i;
@@ -392,61 +392,108 @@ static int process_segments(int pid, const ptmd_elf_file *f, ptmd_libc *lc)
         }
         if (ph.p_type == PT_NOTE && ph.p_filesz > 0 && ph.p_filesz <= 4096 && !lc->build_id_len) {
             unsigned char notes[4096];
-            struct iovec local = { notes, ph.p_filesz }, remote = { (void *)lo, ph.p_filesz };
-            if (process_vm_readv(pid, &local, 1, &remote, 1, 0) == (ssize_t)ph.p_filesz)
+            int got = src->kind == PTMD_SOURCE_PID ? ptmd_source_read_live(src, lo, notes, ph.p_filesz)
+                                                   : ptmd_source_read(src, lo, notes, ph.p_filesz);
+            if (got == 0)
                 lc->build_id_len = ptmd_elf_notes_build_id(notes, ph.p_filesz, lc->build_id, sizeof(lc->build_id));
         }
     }
     return lc->image_end > lc->image_start && lc->rw_end > lc->rw_start ? 0 : -1;
 }
 
-int ptmd_locate_process(int pid, const ptmd_maps *maps, const char *debug_dir, int symbols, ptmd_libc *lc, ptmd_err *err)
+static void outside_init(ptmd_libc *lc, const char *debug_dir, int symbols)
 {
-    ptmd_elf_file f;
-    unsigned char file_id[PTMD_BUILD_ID_MAX];
-    size_t file_id_len;
     const char *dir = debug_dir;
-    int same_file, rc;
     if (!dir || !*dir) dir = getenv("PTMALLOC_DUMP_DEBUG_DIR");
     if (!dir || !*dir) dir = PTMD_DEFAULT_DEBUG_DIR;
     memset(lc, 0, sizeof(*lc));
     lc->symbols_mode = symbols;
     lc->tcache_tls = lc->thread_arena_tls = -1;
     ptmd_strlcpy(lc->debug_dir, dir, sizeof(lc->debug_dir));
-    if (!find_process_libc(maps, lc))
-        return ptmd_fail(err, PTMD_E_PLATFORM,
-                         "process %d has no glibc mapped (no libc.so.6 in /proc/%d/maps): a static binary or "
-                         "another C library; ptmalloc-dump reads glibc's malloc only", pid, pid);
+}
+
+/* With libc_path and libc_base known: its image, build-id, version, layout and symbols. `what` names
+ * the process or core in messages. */
+static int locate_outside(ptmd_libc *lc, ptmd_source *src, const char *what, int symbols, ptmd_err *err)
+{
+    ptmd_elf_file f;
+    unsigned char file_id[PTMD_BUILD_ID_MAX];
+    size_t file_id_len;
+    int same_file, rc;
     if (ptmd_elf_open(&f, lc->libc_path, err) != 0) return -1;
     file_id_len = ptmd_elf_file_build_id(&f, file_id, sizeof(file_id));
-    if (process_segments(pid, &f, lc) != 0 || version_from_image(&f, lc) != 0) {
+    if (process_segments(src, &f, lc) != 0 || version_from_image(&f, lc) != 0) {
         ptmd_elf_close(&f);
-        return ptmd_fail(err, PTMD_E_LIBC, "%s, the libc of process %d, is not an image ptmalloc_dump understands",
-                         lc->libc_path, pid);
+        return ptmd_fail(err, PTMD_E_LIBC, "%s, the libc of %s, is not an image ptmalloc_dump understands",
+                         lc->libc_path, what);
     }
     ptmd_elf_close(&f);
     if (!lc->build_id_len) {
         memcpy(lc->build_id, file_id, file_id_len);
         lc->build_id_len = file_id_len;
     }
-    /* libc replaced on disk since the target started: only a symbol file named by build-id fits */
+    /* libc replaced on disk since the target started: only a symbol file named by build-id fits, and
+     * the version read from the file on disk may be another's */
     same_file = file_id_len == lc->build_id_len && memcmp(file_id, lc->build_id, file_id_len) == 0;
+    if (!same_file)
+        return ptmd_fail(err, PTMD_E_LIBC, "%s is not the libc %s ran (build-ids differ): it was replaced on "
+                         "disk since; dump while that libc is installed", lc->libc_path, what);
     /* static TLS: the offset below the thread pointer is found from a thread's dtv (outside.c) */
     lc->tls_modid = lc->tls_size ? 1 : 0;
     lc->layout = ptmd_layout_for(lc->major, lc->minor);
     if (!lc->layout)
-        return ptmd_fail(err, PTMD_E_LIBC, "glibc %s (process %d) is not supported: ptmalloc_dump knows the malloc "
-                         "layouts of glibc 2.27 to 2.%d", lc->glibc_version, pid, ptmd_layout_newest_minor());
+        return ptmd_fail(err, PTMD_E_LIBC, "glibc %s (%s) is not supported: ptmalloc_dump knows the malloc "
+                         "layouts of glibc 2.27 to 2.%d", lc->glibc_version, what, ptmd_layout_newest_minor());
     if (symbols == PTMD_SYMBOLS_HEURISTIC)
         return ptmd_fail(err, PTMD_E_ARGUMENT, "finding malloc's globals by structure needs glibc's own counters, "
-                         "which cannot be taken in another process: use a symbol file (symbols: :auto or :file)");
+                         "which cannot be taken outside the process: use a symbol file (symbols: :auto or :file)");
     lc->symbols_mode = PTMD_SYMBOLS_FILE;
-    rc = (same_file && locate_symtab(lc, err)) || locate_build_id(lc, err) || (same_file && locate_debuglink(lc, err));
+    rc = locate_symtab(lc, err) || locate_build_id(lc, err) || locate_debuglink(lc, err);
     if (!rc) {
         symbols_missing(lc, err);
         return -1;
     }
     return 0;
+}
+
+int ptmd_locate_process(int pid, const ptmd_maps *maps, const char *debug_dir, int symbols, ptmd_libc *lc, ptmd_err *err)
+{
+    ptmd_source live;
+    char what[64];
+    outside_init(lc, debug_dir, symbols);
+    if (!find_process_libc(maps, lc))
+        return ptmd_fail(err, PTMD_E_PLATFORM,
+                         "process %d has no glibc mapped (no libc.so.6 in /proc/%d/maps): a static binary or "
+                         "another C library; ptmalloc-dump reads glibc's malloc only", pid, pid);
+    memset(&live, 0, sizeof(live));
+    live.kind = PTMD_SOURCE_PID;
+    live.pid = pid;
+    snprintf(what, sizeof(what), "process %d", pid);
+    return locate_outside(lc, &live, what, symbols, err);
+}
+
+int ptmd_locate_core(ptmd_source *core, const char *core_path, const char *debug_dir, int symbols, ptmd_libc *lc,
+                     ptmd_err *err)
+{
+    uint64_t start, end, offset;
+    const char *path;
+    char what[PATH_MAX + 16];
+    size_t i;
+    int found = 0;
+    outside_init(lc, debug_dir, symbols);
+    for (i = 0; ptmd_source_core_file(core, i, &start, &end, &offset, &path) == 0; i++) {
+        size_t n = strlen(path);
+        if (offset || !is_libc_path(path, n) || n >= sizeof(lc->libc_path) || (found && start >= lc->libc_base)) continue;
+        memcpy(lc->libc_path, path, n + 1);
+        lc->libc_base = start;
+        found = 1;
+    }
+    if (!found)
+        return ptmd_fail(err, PTMD_E_PLATFORM,
+                         "the process of core file %s had no glibc mapped (no libc.so.6 in its NT_FILE note): a "
+                         "static binary or another C library; ptmalloc-dump reads glibc's malloc only", core_path);
+    snprintf(what, sizeof(what), "core file %s", core_path);
+    return locate_outside(lc, core, what, symbols, err);
 }
 
 /* ---- is malloc glibc's? ------------------------------------------------------------------- */

@@ -65,6 +65,11 @@ int ptmd_locate(const char *debug_dir, int symbols, const ptmd_libc **out, ptmd_
  * banner) and malloc's globals from a symbol file. The thread-local offsets need the target's threads
  * (tls_offset is left 0). Into lc, which is the caller's. */
 int ptmd_locate_process(int pid, const ptmd_maps *maps, const char *debug_dir, int symbols, ptmd_libc *lc, ptmd_err *err);
+/* The same for the process a core file was written from (core opened by ptmd_source_open_core): libc
+ * from its NT_FILE note, the build-id from its image in the core. */
+struct ptmd_source;
+int ptmd_locate_core(struct ptmd_source *core, const char *core_path, const char *debug_dir, int symbols, ptmd_libc *lc,
+                     ptmd_err *err);
 
 /* The symbol-free strategy (locate_heuristic.c): 1 when found. */
 int ptmd_locate_heuristic(ptmd_libc *lc, ptmd_err *err);

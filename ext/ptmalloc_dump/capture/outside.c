@@ -15,19 +15,23 @@
 #define PTMD_DTV_MAX 4096
 #define PTMD_STATIC_TLS_MAX (1ull << 20)
 
-/* The first arena along the ring from main_arena whose mutex is held in the stopped process, or 0,
- * read before anything is copied (its threads are stopped: nothing changes until they are let go). A
- * ring that cannot be read or does not come back ends the check (the walk records the damage). */
-static uint64_t held_arena(const ptmd_source *s, const ptmd_libc *lc)
+/* Read from the stopped process in place (before anything is copied: its threads are stopped, so
+ * nothing changes until they are let go), or from a copy. */
+static int read_target(ptmd_source *s, uint64_t addr, void *dst, size_t len)
+{
+    return s->kind == PTMD_SOURCE_PID ? ptmd_source_read_live(s, addr, dst, len) : ptmd_source_read(s, addr, dst, len);
+}
+
+uint64_t ptmd_outside_held_arena(ptmd_source *s, const ptmd_libc *lc)
 {
     const ptmd_layout *L = lc->layout;
     uint64_t av = lc->main_arena;
     size_t n = 0;
     do {
         int32_t mutex;
-        if (ptmd_source_read_live(s, av + L->ms_mutex, &mutex, sizeof(mutex)) != 0) return 0;
+        if (read_target(s, av + L->ms_mutex, &mutex, sizeof(mutex)) != 0) return 0;
         if (mutex) return av;
-        if (ptmd_source_read_live(s, av + L->ms_next, &av, sizeof(av)) != 0) return 0;
+        if (read_target(s, av + L->ms_next, &av, sizeof(av)) != 0) return 0;
     } while (av != lc->main_arena && ++n < PTMD_RING_MAX);
     return 0;
 }
@@ -39,7 +43,7 @@ int ptmd_outside_copy(ptmd_walk *w, const ptmd_libc *lc, int pid, ptmd_source_re
     for (attempt = 1; attempt <= PTMD_LOCK_ATTEMPTS; attempt++) {
         struct timespec nap = { 0, (long)PTMD_LOCK_RETRY_NS };
         if (ptmd_source_attach(&w->src, pid, err) != 0) return -1;
-        if (!(held = held_arena(&w->src, lc))) {
+        if (!(held = ptmd_outside_held_arena(&w->src, lc))) {
             if (ptmd_maps_load_pid(&w->maps, pid, err) != 0 ||
                 ptmd_source_copy(&w->src, &w->maps, lc->image_start, lc->image_end, err) != 0) {
                 ptmd_source_release(&w->src);

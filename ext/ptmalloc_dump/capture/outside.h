@@ -9,6 +9,9 @@
  * a moment and stopped again (bounded; then PTMD_E_LOCKED naming the arena). Fills rec's pause,
  * threads, attempts and copied bytes. */
 int ptmd_outside_copy(ptmd_walk *w, const ptmd_libc *lc, int pid, ptmd_source_rec *rec, ptmd_err *err);
+/* The first arena along the ring from main_arena whose mutex is held (a stopped process read in
+ * place, or a copy), or 0; a ring that cannot be read or does not come back ends the check. */
+uint64_t ptmd_outside_held_arena(ptmd_source *s, const ptmd_libc *lc);
 /* libc's static TLS offset below a thread pointer in the copy (lc->tls_offset), from the threads' dtv:
  * the block whose `thread_arena` holds an arena of the ring. 1 when found. */
 int ptmd_outside_tls(ptmd_walk *w, ptmd_libc *lc);

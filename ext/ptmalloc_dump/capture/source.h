@@ -1,8 +1,8 @@
 /* Where the walk's memory comes from: this process (direct reads, fault-free ones where memory may
  * vanish), or a copy of another process's memory taken while it was stopped with ptrace (a table of
  * regions, each a remote range and the local mmapped copy of it, with the page residency pagemap gave
- * for it). Every read of the target's memory by the walk goes through here. A core file is a third
- * kind of copy, not built yet. */
+ * for it). Every read of the target's memory by the walk goes through here. A core file is the third
+ * source: its PT_LOAD segments, mapped read-only from the file, are the regions. */
 #ifndef PTMD_SOURCE_H
 #define PTMD_SOURCE_H
 
@@ -12,7 +12,7 @@
 
 #define PTMD_SOURCE_MAX_TASKS 4096
 
-typedef enum { PTMD_SOURCE_SELF = 0, PTMD_SOURCE_PID = 1 } ptmd_source_kind;
+typedef enum { PTMD_SOURCE_SELF = 0, PTMD_SOURCE_PID = 1, PTMD_SOURCE_CORE = 2 } ptmd_source_kind;
 
 /* One range of the copy: [start, end) of the target, its bytes at local, one PTMD_PAGE_* byte per
  * page at pages (the residency pagemap gave while the target was stopped). */
@@ -34,6 +34,15 @@ typedef struct ptmd_source {
     uint64_t copied_bytes;              /* bytes read from the target */
     size_t page_size;
     int gone;                           /* the target exited while it was copied */
+
+    /* a core file: mapped read-only (the regions point into it), its NT_FILE note, the main thread's
+     * stack pointer */
+    const unsigned char *core;
+    size_t core_size;
+    const unsigned char *nt_file;
+    size_t nt_file_len;
+    uint64_t main_sp;
+    int ppid;
 
     /* ptrace */
     int *tids;                          /* the threads seized, in the order they were (mmapped, MAX_TASKS) */
@@ -60,6 +69,15 @@ void ptmd_source_detach(ptmd_source *s);
 int ptmd_source_copy(ptmd_source *s, ptmd_maps *maps, uint64_t lib_lo, uint64_t lib_hi, ptmd_err *err);
 /* Reads len bytes at the target's addr straight from the stopped target (before the copy). */
 int ptmd_source_read_live(const ptmd_source *s, uint64_t addr, void *dst, size_t len);
+/* A core file as the source: its PT_LOAD segments as regions (every page the core holds marked
+ * present: a core has no residency), its mappings into maps (file-backed where NT_FILE names a file,
+ * unreadable where the core left the bytes out), the threads and their fs_base from NT_PRSTATUS, the
+ * pid and parent from NT_PRPSINFO. PTMD_E_CORE when the file is not a whole x86-64 ELF core. */
+int ptmd_source_open_core(ptmd_source *s, const char *path, ptmd_maps *maps, ptmd_err *err);
+/* Entry i of the core's NT_FILE note: start, end, file offset (bytes) and path (NUL-terminated
+ * inside the note). 0 when there is such an entry. */
+int ptmd_source_core_file(const ptmd_source *s, size_t i, uint64_t *start, uint64_t *end, uint64_t *offset,
+                          const char **path);
 /* Unmaps the copy and closes the reader; detaches first if needed. */
 void ptmd_source_release(ptmd_source *s);
 
