@@ -310,6 +310,22 @@ RSpec.describe "ptmalloc-dump --pid" do
     expect(File.read("/proc/#{thread.pid}/stat")[/\) (\S)/, 1]).not_to eq("t")
   end
 
+  it "refuses a process whose malloc is jemalloc, and leaves it running" do
+    jemalloc = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
+    raise "#{jemalloc} is missing (apt-get install libjemalloc2)" unless File.exist?(jemalloc)
+
+    stdin, stdout, thread = Open3.popen2({ "LD_PRELOAD" => jemalloc }, compile("stop_target"))
+    stdin.close
+    @target = thread
+    expect(stdout.gets).to match(/buffer=/)
+    expect(File.read("/proc/#{thread.pid}/maps")).to include("libjemalloc")
+    path = File.join(tmpdir, "jemalloc.dump")
+    expect { PtmallocDump.dump_process(thread.pid, path) }
+      .to raise_error(PtmallocDump::UnsupportedAllocatorError, /glibc's malloc was never used in process #{thread.pid}/)
+    expect(File).not_to exist(path)
+    expect(stopped_threads(thread.pid)).to eq([])
+  end
+
   it "asks for the process and the file" do
     _o, stderr, status = ptmalloc_dump(File.join(tmpdir, "x.dump"))
     expect(status.exitstatus).to eq(2)

@@ -467,6 +467,13 @@ static uint64_t process_ppid(int pid)
     return v;
 }
 
+/* main_arena.top still 0, as libc's image holds it: glibc's malloc was never initialised (ptmalloc_init,
+ * on its first call, sets top to initial_top). */
+static int never_used(ptmd_walk *w, const ptmd_libc *lc)
+{
+    return ptmd_rd64(w, lc->main_arena + lc->layout->ms_top) == 0;
+}
+
 int ptmd_dump_process(ptmd_dump_state *d, const ptmd_dump_opts *o, int pid, ptmd_err *err)
 {
     ptmd_libc *lc;
@@ -496,6 +503,12 @@ int ptmd_dump_process(ptmd_dump_state *d, const ptmd_dump_opts *o, int pid, ptmd
     if (ptmd_outside_copy(&d->w, lc, pid, &d->source, err) != 0) goto out;
     /* the target runs again: the walk reads the copy */
     if (ptmd_walk_prepare(&d->w, lc, err) != 0) goto out;
+    if (never_used(&d->w, lc)) {
+        ptmd_fail(err, PTMD_E_ALLOCATOR, "glibc's malloc was never used in process %d (main_arena was never "
+                  "initialised): it allocates with another allocator (jemalloc, tcmalloc, ...) or not at all, "
+                  "and ptmalloc-dump reads glibc's malloc only", pid);
+        goto out;
+    }
     if (!ptmd_outside_tls(&d->w, lc)) {
         lc->tcache_tls = lc->thread_arena_tls = -1;
         d->source.flags |= PTMD_SRCF_NO_TLS;
@@ -533,7 +546,7 @@ int ptmd_dump_core(ptmd_dump_state *d, const ptmd_dump_opts *o, const char *core
     ptmd_libc *lc;
     struct timespec now;
     struct sigaction ign, old_xfsz;
-    uint64_t t0, t1, held;
+    uint64_t t0, t1, held, top;
     int rc = -1, expected = 0;
 
     if (!__atomic_compare_exchange_n(&dump_busy, &expected, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
@@ -546,6 +559,11 @@ int ptmd_dump_core(ptmd_dump_state *d, const ptmd_dump_opts *o, const char *core
     d->target_lc = lc;
     if (ptmd_source_open_core(&d->w.src, core, &d->w.maps, err) != 0) goto out;
     if (ptmd_locate_core(&d->w.src, core, o->debug_dir, o->symbols, lc, err) != 0) goto out;
+    if (ptmd_source_read(&d->w.src, lc->main_arena + lc->layout->ms_top, &top, sizeof(top)) == 0 && !top) {
+        ptmd_fail(err, PTMD_E_ALLOCATOR, "glibc's malloc was never used in the process of core file %s (main_arena "
+                  "was never initialised): it allocated with another allocator or not at all", core);
+        goto out;
+    }
     /* a core cannot be let go for a moment: a lock held in it is a heap caught mid-change */
     if ((held = ptmd_outside_held_arena(&d->w.src, lc)) != 0) {
         ptmd_fail(err, PTMD_E_LOCKED, "arena %#lx is locked in core file %s (a thread was inside malloc or free "

@@ -343,7 +343,8 @@ int ptmd_walk_mmapped(ptmd_walk *w, ptmd_err *err)
         uint64_t t = PTMD_BUF_AT(&w->threads, ptmd_thread_rec, i)->pthread;
         if (t && add_range(&ex, t, t + 1) != 0) goto oom;
     }
-    {
+    if (w->src.kind == PTMD_SOURCE_SELF) {
+        /* the dump's own buffers, in this process only: another's memory at those addresses is its own */
         const ptmd_buf *own[] = { PTMD_WALK_BUFFERS(w), &w->maps.text, &w->maps.maps, &ex };
         for (i = 0; i < sizeof(own) / sizeof(own[0]); i++)
             if (own[i]->base && add_range(&ex, (uint64_t)(uintptr_t)own[i]->base,
