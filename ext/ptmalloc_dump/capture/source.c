@@ -282,13 +282,54 @@ static void copy_range(ptmd_source *s, ptmd_region *r, uint64_t remote, uint64_t
     }
 }
 
+/* Ranges to copy, gathered into one process_vm_readv of many iovecs (one system call for up to
+ * COPY_BATCH runs of pages); a batch that does not arrive whole is copied again range by range. */
+#define COPY_BATCH 512
+
+typedef struct {
+    struct iovec local[COPY_BATCH], remote[COPY_BATCH];
+    ptmd_region *region[COPY_BATCH];
+    size_t n;
+    uint64_t bytes;
+} copy_batch;
+
+static void batch_flush(ptmd_source *s, copy_batch *b)
+{
+    ssize_t got;
+    size_t i;
+    if (!b->n) return;
+    got = process_vm_readv(s->pid, b->local, b->n, b->remote, b->n, 0);
+    if (got == (ssize_t)b->bytes) s->copied_bytes += b->bytes;
+    else if (got < 0 && errno == ESRCH) s->gone = 1;
+    else
+        for (i = 0; i < b->n && !s->gone; i++)
+            copy_range(s, b->region[i], (uint64_t)(uintptr_t)b->remote[i].iov_base, b->remote[i].iov_len);
+    b->n = 0;
+    b->bytes = 0;
+}
+
+static void batch_add(ptmd_source *s, copy_batch *b, ptmd_region *r, uint64_t remote, uint64_t len)
+{
+    if (b->n == COPY_BATCH) batch_flush(s, b);
+    b->local[b->n].iov_base = r->local + (remote - r->start);
+    b->local[b->n].iov_len = len;
+    b->remote[b->n].iov_base = (void *)(uintptr_t)remote;
+    b->remote[b->n].iov_len = len;
+    b->region[b->n] = r;
+    b->bytes += len;
+    b->n++;
+}
+
 int ptmd_source_copy(ptmd_source *s, ptmd_maps *maps, uint64_t lib_lo, uint64_t lib_hi, ptmd_err *err)
 {
+    static copy_batch b;            /* one copy at a time (dump_busy); 20 KiB, kept off the stack */
     char path[64];
     uint64_t *entries = NULL;
     const size_t batch = 8192;
     size_t i, k;
     int fd = -1, rc = -1;
+    b.n = 0;
+    b.bytes = 0;
     snprintf(path, sizeof(path), "/proc/%d/pagemap", s->pid);
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return ptmd_fail_sys(err, errno, path, "open");
@@ -336,7 +377,7 @@ int ptmd_source_copy(ptmd_source *s, ptmd_maps *maps, uint64_t lib_lo, uint64_t 
         while (m->start >= r->end && k + 1 < s->n_regions) r = PTMD_BUF_AT(&s->regions, ptmd_region, ++k);
         if (m->start < r->start || m->end > r->end) continue;
         if (m->kind == PTMD_MAPKIND_FILE) {
-            copy_range(s, r, m->start, m->end - m->start);
+            batch_add(s, &b, r, m->start, m->end - m->start);
             continue;
         }
         for (p = m->start; p < m->end;) {
@@ -347,10 +388,11 @@ int ptmd_source_copy(ptmd_source *s, ptmd_maps *maps, uint64_t lib_lo, uint64_t 
             }
             for (q = p + s->page_size; q < m->end && (r->pages[(q - r->start) / s->page_size] & (PTMD_PAGE_PRESENT | PTMD_PAGE_SWAPPED));)
                 q += s->page_size;
-            copy_range(s, r, p, q - p);
+            batch_add(s, &b, r, p, q - p);
             p = q;
         }
     }
+    batch_flush(s, &b);
     s->last = 0;
     if (s->gone) {
         ptmd_fail(err, PTMD_E_TARGET, "process %d exited while it was being read", s->pid);
