@@ -81,6 +81,17 @@ module PtmallocDump
       end
     end
 
+    # Why this dump holds no Ruby objects, in words for a report; nil when it holds them.
+    #
+    # @return [String, nil]
+    def no_ruby_reason
+      return nil if _ruby?
+      return "the Ruby pass was skipped: #{header[:ruby_layer_reason]}" if header[:ruby_layer] == :skipped
+      return "the dump was taken from outside the process (#{header[:source]}): Ruby objects need the in-process dump" if header[:source] != :self
+
+      "the dump was taken with ruby: false"
+    end
+
     # @return [Array<Arena>] every arena, main_arena first, in ring order
     def arenas
       build_structure unless @arenas
