@@ -74,8 +74,9 @@ module PtmallocDump
 
     # Growth by owner (with Ruby data in both dumps): :by_type, :by_class, :by_data_type, :by_module
     # (code memory by defining module, see {RubyHeap#code_owners}; largest growth first) and :native;
-    # :old and :young split the Ruby-owned growth by the owners' GC age (growth of old objects is what
-    # a leak looks like; young ones may be garbage not yet collected). When both dumps have roots
+    # :old, :young and :garbage split the Ruby-owned growth by the owners' GC age (growth of old objects
+    # is what a leak looks like; young ones may be garbage not yet collected; garbage is dead objects a
+    # pending lazy sweep had not freed, see {RubyHeap::RubyObject#garbage?}). When both dumps have roots
     # ({Dump#owners}), also :ruby, :anchored and :leaked ({ bytes:, count: } growth each), :anchored_by
     # (bytes per root name, largest growth first) and :leaked_by_size ({ size:, count:, bytes: } growth
     # per chunk size, largest first).
@@ -91,7 +92,8 @@ module PtmallocDump
       end
       { by_type: grow.call(:by_type), by_class: grow.call(:by_class), by_data_type: grow.call(:by_data_type),
         by_module: module_growth, native: b[:unattributed_bytes] - a[:unattributed_bytes],
-        old: b[:old_bytes] - a[:old_bytes], young: b[:young_bytes] - a[:young_bytes], **owner_kind_growth }
+        old: b[:old_bytes] - a[:old_bytes], young: b[:young_bytes] - a[:young_bytes],
+        garbage: b[:garbage_bytes].to_i - a[:garbage_bytes].to_i, **owner_kind_growth }
     end
 
     # @return [Array(Symbol, String, Integer), nil] the owner that grew most: [:type or :class or

@@ -13,17 +13,25 @@ module PtmallocDump
       end
     end
 
-    # A live Ruby object. `address` is the same number as ObjectSpace.dump's "address"; `old` is its GC
-    # age (promoted: it survived enough marks), ObjectSpace.dump's "old".
-    RubyObject = Struct.new(:index, :address, :type, :class_name, :data_type, :imemo_type, :old) do
+    # A Ruby object in a slot at the dump. `address` is the same number as ObjectSpace.dump's
+    # "address"; `old` is its GC age (promoted: it survived enough marks), ObjectSpace.dump's "old";
+    # `garbage` says the latest GC found it dead and the lazy sweep that frees it had not reached its
+    # page yet (its memory is still allocated, and goes at the next step of that sweep).
+    RubyObject = Struct.new(:index, :address, :type, :class_name, :data_type, :imemo_type, :old, :garbage) do
       def inspect
-        format("#<PtmallocDump::RubyObject 0x%x %s %s%s%s>", address, type, class_name,
-               data_type ? " (#{data_type})" : "", old ? " old" : "")
+        format("#<PtmallocDump::RubyObject 0x%x %s %s%s%s%s>", address, type, class_name,
+               data_type ? " (#{data_type})" : "", old ? " old" : "", garbage ? " garbage" : "")
       end
 
-      # @return [Boolean] made since it was last promoted: possibly garbage awaiting the next GC
+      # @return [Boolean] alive and made since it was last promoted: possibly garbage awaiting the
+      #   next GC
       def young?
-        !old
+        !old && !garbage
+      end
+
+      # @return [Boolean] dead, awaiting the pending lazy sweep
+      def garbage?
+        garbage
       end
       alias_method :to_s, :inspect
     end
@@ -160,9 +168,11 @@ module PtmallocDump
     # Malloc bytes owned by Ruby objects: by builtin type, class (top 50) and typed-data name, Ruby's
     # page bytes, and in-use bytes no object owns (native). Entries of one class name add up (every
     # class object's class is a metaclass whose name is "Class"); an anonymous class is named as
-    # Ruby inspects it, "#<Class:0x...>". :old_bytes and :young_bytes split the owned bytes by the
-    # owner's GC age (:old_objects, :young_objects count the objects): young objects made since the
-    # latest GC may be garbage awaiting collection, unless the dump ran one (+gc: true+). Code memory
+    # Ruby inspects it, "#<Class:0x...>". :old_bytes, :young_bytes and :garbage_bytes split the owned
+    # bytes by the owner's GC age (:old_objects, :young_objects, :garbage_objects count the objects):
+    # young objects made since the latest GC may be garbage awaiting collection, unless the dump ran
+    # one (+gc: true+); garbage objects are known dead, their memory freed when the pending lazy sweep
+    # reaches their page. Code memory
     # by defining module (:by_module, top 100), its largest methods (:methods, top 50) and the VM's
     # tables (:vm_tables) come from {#code_owners}, empty with :code_owners_reason saying why when the
     # dump has none.
@@ -192,6 +202,8 @@ module PtmallocDump
           young_bytes: s[:young_bytes],
           old_objects: s[:old_objects],
           young_objects: s[:young_objects],
+          garbage_bytes: s[:garbage_bytes],
+          garbage_objects: s[:garbage_objects],
           references: meta[:references],
           pages: meta[:page_count],
           objects: meta[:object_count]
@@ -220,8 +232,8 @@ module PtmallocDump
     end
 
     def build(index, tuple)
-      address, type, klass, dtype, imemo, old = tuple
-      RubyObject.new(index, address, type, klass ? names[klass] : "(hidden)", dtype && names[dtype], imemo, old)
+      address, type, klass, dtype, imemo, old, garbage = tuple
+      RubyObject.new(index, address, type, klass ? names[klass] : "(hidden)", dtype && names[dtype], imemo, old, garbage)
     end
   end
 end

@@ -85,6 +85,7 @@ static VALUE heap_meta(VALUE self)
     PTMD_SET(h, "pass_ns", PTMD_U64(m->pass_ns));
     PTMD_SET(h, "refs_ns", PTMD_U64(m->refs_ns));
     PTMD_SET(h, "references", PTMD_BOOL(m->flags & PTMD_RF_REFERENCES));
+    PTMD_SET(h, "pages_from_gc", PTMD_BOOL(m->flags & PTMD_RF_PAGES_FROM_GC));
     PTMD_SET(h, "page_count", PTMD_U64(v->n_ruby_pages));
     PTMD_SET(h, "object_count", PTMD_U64(v->n_ruby_objects));
     PTMD_SET(h, "reference_count", PTMD_U64(v->n_refs));
@@ -109,14 +110,14 @@ static VALUE heap_pages(VALUE self)
     return ary;
 }
 
-/* [address, type, class index or nil, data type index or nil, imemo type or nil, old?] */
+/* [address, type, class index or nil, data type index or nil, imemo type or nil, old?, garbage?] */
 static VALUE object_tuple(const ptmd_ruby_object *o)
 {
-    return rb_ary_new_from_args(6, PTMD_U64(o->address), ID2SYM(rb_intern(type_name(o->type))),
+    return rb_ary_new_from_args(7, PTMD_U64(o->address), ID2SYM(rb_intern(type_name(o->type))),
                                 o->klass == PTMD_NO_NAME ? Qnil : UINT2NUM(o->klass),
                                 o->data_type == PTMD_NO_NAME ? Qnil : UINT2NUM(o->data_type),
                                 o->type == T_IMEMO ? ID2SYM(rb_intern(imemo_names[o->subtype & 15])) : Qnil,
-                                PTMD_BOOL(o->flags & PTMD_OF_OLD));
+                                PTMD_BOOL(o->flags & PTMD_OF_OLD), PTMD_BOOL(o->flags & PTMD_OF_GARBAGE));
 }
 
 static VALUE heap_object(VALUE self, VALUE index)
@@ -206,6 +207,9 @@ static void age_into(VALUE h, const ptmd_view *v, const ptmd_attribution *a)
     PTMD_SET(h, "young_chunks", PTMD_U64(t.young_chunks));
     PTMD_SET(h, "old_objects", PTMD_U64(t.old_objects));
     PTMD_SET(h, "young_objects", PTMD_U64(t.young_objects));
+    PTMD_SET(h, "garbage_bytes", PTMD_U64(t.garbage_bytes));
+    PTMD_SET(h, "garbage_chunks", PTMD_U64(t.garbage_chunks));
+    PTMD_SET(h, "garbage_objects", PTMD_U64(t.garbage_objects));
 }
 
 /* The owner summary: bytes of allocated chunks by owner category, builtin type, class and typed-data

@@ -6,6 +6,7 @@
 #include <ruby.h>
 #include "capture/dump.h"
 #include "capture/ruby_code.h"
+#include "capture/ruby_pages.h"
 #include "format/index.h"
 #include <ruby/re.h>
 #include <ruby/io.h>
@@ -23,6 +24,16 @@ static each_objects_fn *each_objects;
 /* GC::INTERNAL_CONSTANTS[:HEAP_PAGE_SIZE]: the size and alignment of an object page body (0: not
  * known) */
 static uint64_t heap_page_size;
+/* The pages' layout, learned at load from each_objects' list: with it the pass finds the pages itself
+ * (capture/ruby_pages.c), for each_objects mallocs and frees before the capture of glibc's counters. */
+static ptmd_ruby_shape page_shape;
+/* Whether an object the pass sees is garbage the lazy sweep has not freed yet: Ruby 3.4 exports
+ * rb_objspace_garbage_object_p, 3.1 to 3.3 rb_objspace_markable_object_p (gc.c: is_live_object,
+ * false for garbage on a page the sweep has not reached). Both are exported for the objspace
+ * extension and looked up, never linked. */
+static int (*garbage_object_p)(VALUE);
+static int (*markable_object_p)(VALUE);
+static size_t (*obj_slot_size)(VALUE);
 
 /* The internal functions the pass needs (ptmd_ruby_functions_missing). */
 static const char *const internal_functions[] = { "rb_objspace_each_objects" };
@@ -46,6 +57,7 @@ typedef struct {
     uint64_t last_klass;
     uint32_t last_index;
     ptmd_code_pass code;                 /* what the code pass needs of the walk (capture/ruby_code.c) */
+    int sweeping;                        /* a lazy sweep is pending: some objects may be garbage */
     int oom;
 } pass_ctx;
 
@@ -108,6 +120,11 @@ static uint16_t keep_int(pass_ctx *c, uint64_t x)
     return 1;
 }
 
+static int is_garbage(VALUE v)
+{
+    return garbage_object_p ? garbage_object_p(v) != 0 : markable_object_p ? !markable_object_p(v) : 0;
+}
+
 static int each_page(void *start, void *end, size_t stride, void *data)
 {
     pass_ctx *c = data;
@@ -146,6 +163,7 @@ static int each_page(void *start, void *end, size_t stride, void *data)
          * both set); from 3.2 the age moved to a page bitmap and RVALUE_AGE_SET keeps the single bit
          * FL_PROMOTED set exactly when the age is old. RUBY_FL_PROMOTED is that mask in either. */
         o->flags = (flags & RUBY_FL_PROMOTED) == RUBY_FL_PROMOTED ? PTMD_OF_OLD : 0;
+        if (c->sweeping && is_garbage(v)) o->flags |= PTMD_OF_GARBAGE;
         o->subtype = type == T_IMEMO ? (uint8_t)((flags >> PTMD_RUBY_USHIFT) & 0x0f) : 0;
         {
             /* T_IMEMO keeps other data in the klass word */
@@ -188,8 +206,18 @@ static int each_page(void *start, void *end, size_t stride, void *data)
             }
             break;
         case T_OBJECT:
-            if (!(flags & ROBJECT_EMBED)) kept = keep_word(c, (uint64_t)(uintptr_t)ROBJECT(v)->as.heap.ivptr);
-            else for (k = 2; k < nw; k++) kept = (uint16_t)(kept + keep_int(c, w[k]));
+            if (!(flags & ROBJECT_EMBED)) {
+                kept = keep_word(c, (uint64_t)(uintptr_t)ROBJECT(v)->as.heap.ivptr);
+#if RUBY_API_VERSION_MAJOR * 100 + RUBY_API_VERSION_MINOR < 302 && defined(USE_TRANSIENT_HEAP) && USE_TRANSIENT_HEAP
+                /* as for arrays: an object's ivars outside its slot may sit in the transient heap (2.7 to
+                 * 3.1: ROBJ_TRANSIENT_FLAG, internal/object.h), whose Integers are taken here */
+                {
+                    const VALUE *e = ROBJECT(v)->as.heap.ivptr;
+                    uint32_t n = ROBJECT(v)->as.heap.numiv, i;
+                    for (i = 0; e && i < n && i < 256 && kept < UINT16_MAX; i++) kept = (uint16_t)(kept + keep_int(c, (uint64_t)e[i]));
+                }
+#endif
+            } else for (k = 2; k < nw; k++) kept = (uint16_t)(kept + keep_int(c, w[k]));
             break;
         case T_HASH:
 #if RUBY_API_VERSION_MAJOR * 100 + RUBY_API_VERSION_MINOR >= 303
@@ -327,6 +355,12 @@ const char *const *ptmd_ruby_functions_missing(void)
     return missing;
 }
 
+static int learn_page(void *start, void *end, size_t stride, void *data)
+{
+    ptmd_ruby_pages_learn(data, (uint64_t)(uintptr_t)start, (uint64_t)(uintptr_t)end, stride);
+    return 0;
+}
+
 void ptmd_ruby_heap_init(void)
 {
     VALUE stat = rb_hash_new();
@@ -337,7 +371,21 @@ void ptmd_ruby_heap_init(void)
         VALUE v = RB_TYPE_P(k, T_HASH) ? rb_hash_lookup(k, ID2SYM(rb_intern("HEAP_PAGE_SIZE"))) : Qnil;
         uint64_t ps = RB_INTEGER_TYPE_P(v) ? NUM2ULL(v) : 0;
         heap_page_size = ps >= 4096 && !(ps & (ps - 1)) ? ps : 0;
+        page_shape.page_size = heap_page_size;
+        /* the slot size: one for every page where the GC has one pool (Ruby 3.1's SIZE_POOL_COUNT 1),
+         * else the page's own (rb_gc_obj_slot_size, 3.2 on) */
+        obj_slot_size = (size_t (*)(VALUE))lookup("rb_gc_obj_slot_size");
+        if (obj_slot_size) {
+            page_shape.stride_of = obj_slot_size;
+        } else if (RB_TYPE_P(k, T_HASH)) {
+            VALUE pools = rb_hash_lookup(k, ID2SYM(rb_intern("SIZE_POOL_COUNT")));
+            VALUE rv = rb_hash_lookup(k, ID2SYM(rb_intern("RVALUE_SIZE")));
+            if ((NIL_P(pools) || (RB_INTEGER_TYPE_P(pools) && NUM2LONG(pools) == 1)) && RB_INTEGER_TYPE_P(rv))
+                page_shape.const_stride = (uint32_t)NUM2ULONG(rv);
+        }
     }
+    garbage_object_p = (int (*)(VALUE))lookup("rb_objspace_garbage_object_p");
+    markable_object_p = (int (*)(VALUE))lookup("rb_objspace_markable_object_p");
     sym_pages = ID2SYM(rb_intern("heap_allocated_pages"));
     sym_tomb = ID2SYM(rb_intern("heap_tomb_pages"));
     sym_live = ID2SYM(rb_intern("heap_live_slots"));
@@ -360,6 +408,10 @@ void ptmd_ruby_heap_init(void)
      * require, not in the first dump */
     rb_gc_stat(stat);
     rb_gc_latest_gc_info(sym_state);
+    if (each_objects && (page_shape.const_stride || page_shape.stride_of)) {
+        each_objects(learn_page, &page_shape);
+        ptmd_ruby_pages_learned(&page_shape);
+    }
     have_tomb = rb_hash_lookup2(stat, sym_tomb, Qundef) != Qundef;
     have_time = rb_hash_lookup2(stat, sym_time, Qundef) != Qundef;
     RB_GC_GUARD(stat);
@@ -400,6 +452,36 @@ uint64_t ptmd_ruby_heap_page_size(void)
     return heap_page_size;
 }
 
+/* The pass over the pages found by their structure; 1 when they hold the heap_live_slots objects GC.stat
+ * counts (garbage the lazy sweep has not freed included: it counts them too), else 0 with rd and the
+ * code pass emptied again for each_objects. Nothing here allocates, and the sweep is left pending. */
+static int pages_by_structure(ptmd_ruby_data *rd, pass_ctx *c)
+{
+    ptmd_buf found;
+    ptmd_err err;
+    size_t i, n;
+    if (!page_shape.usable || (c->sweeping && !garbage_object_p && !markable_object_p)) return 0;
+    memset(&found, 0, sizeof(found));
+    if (ptmd_ruby_pages_find(&page_shape, &found, &err) == 0) {
+        n = PTMD_BUF_COUNT(&found, ptmd_ruby_page);
+        for (i = 0; i < n && !c->oom; i++) {
+            const ptmd_ruby_page *pg = PTMD_BUF_AT(&found, ptmd_ruby_page, i);
+            each_page((void *)(uintptr_t)pg->start, (void *)(uintptr_t)pg->end, pg->stride, c);
+        }
+    }
+    ptmd_buf_release(&found);
+    if (c->oom || PTMD_BUF_COUNT(&rd->objects, ptmd_ruby_object) == (size_t)rb_gc_stat(sym_live)) return 1;
+    /* what the pages held is dropped: objects, words, the names they asked for, the code noted */
+    rd->pages.len = rd->objects.len = rd->words.len = 0;
+    ptmd_buf_release(&c->table);
+    c->keys.len = 0;
+    c->cap = c->used = 0;
+    c->last_klass = 0;
+    c->code.modules.len = c->code.ments.len = c->code.iseqs.len = 0;
+    c->code.vm = 0;
+    return 0;
+}
+
 /* Collects Ruby's heap into rd. Raises on failure. */
 void ptmd_ruby_pass(ptmd_ruby_data *rd)
 {
@@ -410,9 +492,14 @@ void ptmd_ruby_pass(ptmd_ruby_data *rd)
     c.rd = rd;
     c.last_klass = 0;
     if (!each_objects) rb_raise(rb_eNotImpError, "this Ruby does not export rb_objspace_each_objects");
-    /* each_objects ends a pending lazy sweep first: say whether one was pending */
     if (rb_gc_latest_gc_info(sym_state) == sym_sweeping) rd->gc.flags |= PTMD_GF_SWEEPING;
-    each_objects(each_page, &c);
+    c.sweeping = (rd->gc.flags & PTMD_GF_SWEEPING) != 0;
+    if (!pages_by_structure(rd, &c)) {
+        /* each_objects ends the pending lazy sweep before it lists the pages: no garbage is left */
+        rd->meta.flags |= PTMD_RF_PAGES_FROM_GC;
+        c.sweeping = 0;
+        each_objects(each_page, &c);
+    }
     read_gc_stat(&rd->gc);
     /* by address (the GC hands them out in its own order), for lookups */
     ptmd_sort(rd->pages.base, PTMD_BUF_COUNT(&rd->pages, ptmd_ruby_page), sizeof(ptmd_ruby_page), by_page_start, NULL);

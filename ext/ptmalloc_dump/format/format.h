@@ -294,6 +294,10 @@ typedef struct {
 /* ---- Ruby's heap (RUBY_* sections) ---- */
 
 #define PTMD_RF_REFERENCES (1u << 0)   /* the REFS section was recorded */
+#define PTMD_RF_PAGES_FROM_GC (1u << 1) /* the pass took the pages from rb_objspace_each_objects, which
+                                         * ends a pending lazy sweep and mallocs before the capture (the
+                                         * pages' layout is not known for this Ruby, or the pages found
+                                         * by their structure did not hold heap_live_slots objects) */
 
 typedef struct {
     uint64_t heap_allocated_pages;  /* GC.stat, taken in the same GC-disabled window as the pass */
@@ -330,7 +334,8 @@ typedef struct {
 
 /* ptmd_ruby_object.flags: bit values (bits 4..7 are kept for code ownership) */
 #define PTMD_OBJECT_FLAGS(X)                                                                       \
-    X(PTMD_OF_OLD, 1u << 0, "old")            /* promoted by the GC: survived enough marks to be old */
+    X(PTMD_OF_OLD, 1u << 0, "old")            /* promoted by the GC: survived enough marks to be old */ \
+    X(PTMD_OF_GARBAGE, 1u << 1, "garbage")    /* dead, on a page the pending lazy sweep has not reached */
 enum { PTMD_OBJECT_FLAGS(PTMD_ENUM_CONSTANT) };
 
 /* ---- where the memory came from (SOURCE section) ---- */

@@ -189,6 +189,7 @@ module PtmallocDump
       parts = []
       parts << " Leaked: #{h(signed(owners[:leaked]))}." if owners[:leaked].is_a?(Integer)
       parts << " Held by old objects: #{h(signed(owners[:old]))}, by young ones: #{h(signed(owners[:young]))}." if owners[:old].is_a?(Integer) && owners[:young].is_a?(Integer)
+      parts << " By garbage awaiting the lazy sweep: #{h(signed(owners[:garbage]))}." if owners[:garbage].is_a?(Integer) && !owners[:garbage].zero?
       parts.join
     end
 

@@ -374,6 +374,10 @@ module PtmallocDump
       end
       if r[:young_bytes] && r[:old_bytes]
         parts << "By GC age of the owner: #{h(human_bytes(r[:old_bytes]))} held by old objects, #{h(human_bytes(r[:young_bytes]))} by young ones."
+        if r[:garbage_bytes].to_i.positive?
+          parts << "#{h(human_bytes(r[:garbage_bytes]))} more is held by #{r[:garbage_objects]} dead object(s): garbage the GC's lazy sweep " \
+                   "had not reached, freed when it does (not a leak)."
+        end
       end
       parts.empty? ? "" : "<p>#{parts.join(' ')}</p>"
     end

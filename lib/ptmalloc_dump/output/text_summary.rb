@@ -89,7 +89,10 @@ module PtmallocDump
                format("  %-16s %s", "by class", top.call(r[:by_class]))]
       lines << format("  %-16s %s", "by typed data", top.call(r[:by_data_type])) unless r[:by_data_type].empty?
       lines << format("  %-16s %s", "by module", top.call(r[:by_module])) if r[:by_module]
-      lines << format("  %-16s %s old, %s young", "by GC age", human_bytes(r[:old_bytes]), human_bytes(r[:young_bytes])) if r[:old_bytes]
+      if r[:old_bytes]
+        lines << format("  %-16s %s old, %s young, %s garbage awaiting the lazy sweep", "by GC age", human_bytes(r[:old_bytes]),
+                        human_bytes(r[:young_bytes]), human_bytes(r[:garbage_bytes].to_i))
+      end
       if (o = @s[:owners])
         lines << format("  %-16s %s in %d block(s)%s", "anchored", human_bytes(o.dig(:anchored, :bytes)), o.dig(:anchored, :count),
                         Array(o[:anchored_by]).max_by(3) { |_, b| b }.map { |n, b| ", #{n} #{human_bytes(b)}" }.join)
