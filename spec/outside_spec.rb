@@ -294,6 +294,15 @@ RSpec.describe "ptmalloc-dump --pid" do
     expect(File).not_to exist(File.join(tmpdir, "gone.dump"))
   end
 
+  it "says that a process has exited when it is a zombie not yet reaped" do
+    zombie = Process.spawn("true")
+    sleep 0.01 until File.read("/proc/#{zombie}/stat")[/\) (\S)/, 1] == "Z"
+    expect { PtmallocDump.dump_process(zombie, File.join(tmpdir, "zombie.dump")) }
+      .to raise_error(PtmallocDump::TargetGoneError, /process #{zombie} has no memory to read: it has exited/)
+  ensure
+    Process.wait(zombie) if zombie
+  end
+
   it "refuses a static binary, which has no glibc to read, and leaves it running" do
     stdin, stdout, thread = Open3.popen2(compile("stop_target", "-static"))
     stdin.close

@@ -496,6 +496,11 @@ int ptmd_dump_process(ptmd_dump_state *d, const ptmd_dump_opts *o, int pid, ptmd
     d->target_lc = lc;
     /* everything that can fail without stopping the target, first */
     if (ptmd_maps_load_pid(&d->w.maps, pid, err) != 0) goto out;
+    if (!d->w.maps.count) {
+        ptmd_fail(err, PTMD_E_TARGET, "process %d has no memory to read: it has exited (a zombie its parent has not "
+                  "reaped yet) or is a kernel thread", pid);
+        goto out;
+    }
     if (ptmd_locate_process(pid, &d->w.maps, o->debug_dir, o->symbols, lc, err) != 0) goto out;
     d->source.kind = PTMD_SOURCE_KIND_PID;
     d->source.flags = PTMD_SRCF_NO_RUBY | PTMD_SRCF_NO_REFERENCES | PTMD_SRCF_NO_ORACLES;
