@@ -1,5 +1,6 @@
 # frozen_string_literal: true
 
+require "json"
 require_relative "spec_helper"
 
 # The ptrace memory source: every thread of another process stopped, its memory read, and the
@@ -426,11 +427,14 @@ RSpec.describe "ptmalloc-dump --pid of a Ruby process without the gem" do
     expect(File.read("/proc/#{thread.pid}/maps")).not_to include("ptmalloc_dump")
 
     out = File.join(tmpdir, "ruby.dump")
-    _o, err, status = Open3.capture3("bundle", "exec", "exe/ptmalloc-dump", "--pid", thread.pid.to_s, out,
-                                     chdir: SpecHelpers::ROOT)
+    json, err, status = Open3.capture3("bundle", "exec", "exe/ptmalloc-dump", "--json", "--pid", thread.pid.to_s, out,
+                                       chdir: SpecHelpers::ROOT)
     expect(status).to be_success, err
     dump = PtmallocDump.load(out)
     summary = dump.summary
+    printed = JSON.parse(json)
+    expect(printed.dig("summary", "arena")).to eq(summary[:arena])
+    expect(printed.dig("header", "source")).to eq("pid")
     expect(summary[:arenas].map { |a| a.values_at(:arena, :uordblks) }).to eq(arenas)
     expect(summary[:hblkhd]).to eq(total_in_use - arenas.sum(&:last))
     expect(dump.header[:strings]["program"]).to eq(RbConfig.ruby)

@@ -465,6 +465,14 @@ int ptmd_locate_process(int pid, const ptmd_maps *maps, const char *debug_dir, i
         return ptmd_fail(err, PTMD_E_PLATFORM,
                          "process %d has no glibc mapped (no libc.so.6 in /proc/%d/maps): a static binary or "
                          "another C library; ptmalloc-dump reads glibc's malloc only", pid, pid);
+    {
+        /* the path as the process sees it: through its root, so that a process in another mount
+         * namespace (a container) is read from its own files */
+        char rooted[PATH_MAX];
+        int n = snprintf(rooted, sizeof(rooted), "/proc/%d/root%s", pid, lc->libc_path);
+        if (n > 0 && (size_t)n < sizeof(rooted) && access(rooted, R_OK) == 0)
+            ptmd_strlcpy(lc->libc_path, rooted, sizeof(lc->libc_path));
+    }
     memset(&live, 0, sizeof(live));
     live.kind = PTMD_SOURCE_PID;
     live.pid = pid;
