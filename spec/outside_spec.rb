@@ -284,6 +284,24 @@ RSpec.describe "ptmalloc-dump --pid" do
     expect(File).not_to exist(out)
   end
 
+  it "says that a process is already traced by a debugger, and leaves it to it" do
+    pid, = start_heap_target
+    gdb_in, gdb_out, gdb = Open3.popen2e("gdb", "-q", "-nx", "-batch", "-p", pid.to_s, "-ex", "shell sleep 3")
+    gdb_in.close
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 30
+    sleep 0.05 until File.read("/proc/#{pid}/status")[/^TracerPid:\s+(\d+)/, 1].to_i.positive? ||
+                     Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+    tracer = File.read("/proc/#{pid}/status")[/^TracerPid:\s+(\d+)/, 1].to_i
+    raise "gdb did not attach (install gdb): #{gdb_out.read_nonblock(4096, exception: false)}" unless tracer.positive?
+
+    expect { PtmallocDump.dump_process(pid, File.join(tmpdir, "traced.dump")) }
+      .to raise_error(PtmallocDump::PtracePermissionError, /process #{pid} is already traced by process #{tracer}/)
+    gdb_out.read
+    expect(gdb.value).to be_success
+    expect(stopped_threads(pid)).to eq([])
+    expect(PtmallocDump.dump_process(pid, File.join(tmpdir, "after.dump"))[:arena]).to be > 0
+  end
+
   it "says that a process does not exist" do
     gone = Process.spawn("true")
     Process.wait(gone)

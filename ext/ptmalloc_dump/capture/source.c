@@ -101,12 +101,16 @@ static int read_small(const char *path, char *buf, size_t cap)
 static int permission_error(int pid, int e, ptmd_err *err)
 {
     char scope[16] = "", status[4096] = "", path[64];
-    const char *uid_line;
+    const char *uid_line, *tracer;
     unsigned long ruid = 0;
     snprintf(path, sizeof(path), "/proc/%d/status", pid);
     read_small("/proc/sys/kernel/yama/ptrace_scope", scope, sizeof(scope));
     if (read_small(path, status, sizeof(status)) != 0 || strstr(status, "\nState:\tZ") || strstr(status, "\nState:\tX"))
         return ptmd_fail(err, PTMD_E_TARGET, "process %d exited while it was being stopped", pid);
+    if ((tracer = strstr(status, "\nTracerPid:")) != NULL && strtoul(tracer + 11, NULL, 10) != 0)
+        return ptmd_fail(err, PTMD_E_PTRACE,
+                         "process %d is already traced by process %lu (a debugger or a tracer), and a process has "
+                         "one tracer at a time: detach it first", pid, strtoul(tracer + 11, NULL, 10));
     if ((uid_line = strstr(status, "\nUid:")) != NULL) ruid = strtoul(uid_line + 5, NULL, 10);
     if (geteuid() != 0 && ruid != geteuid())
         return ptmd_fail(err, PTMD_E_PTRACE,
