@@ -284,6 +284,26 @@ RSpec.describe "ptmalloc-dump --pid" do
     expect(File).not_to exist(out)
   end
 
+  it "walks a damaged heap from outside: the damage is recorded, nothing is followed out of the copy" do
+    stdin, stdout, thread = Open3.popen2(compile("damaged_target"))
+    stdin.close
+    @target = thread
+    unsorted, tcache, oversized = stdout.gets.scan(/0x\h+/).map { |x| Integer(x) }
+    path = File.join(tmpdir, "damaged.dump")
+    PtmallocDump.dump_process(thread.pid, path)
+    dump = PtmallocDump.load(path)
+    kinds = dump.anomalies.map(&:kind)
+    puts "  anomalies: #{kinds.tally.sort.map { |k, n| "#{n} #{k}" }.join(', ')}"
+    # the unsorted bin's first chunk leads nowhere: the chunks behind it are free but unreached
+    expect(kinds).to include(:bad_pointer, :list_not_chunk, :free_not_in_bin)
+    # the walk stopped at the oversized chunk and accounted the rest of its heap as one damaged piece
+    expect(dump.anomalies.map(&:address)).to include(oversized - 16)
+    expect(dump.heaps.first.truncated).to be(true)
+    expect(dump.chunk_at(unsorted - 16)).not_to be_nil
+    expect(dump.chunk_at(tcache - 16).state).to eq(:tcache)
+    expect(stopped_threads(thread.pid)).to eq([])
+  end
+
   it "says that a process is already traced by a debugger, and leaves it to it" do
     pid, = start_heap_target
     gdb_in, gdb_out, gdb = Open3.popen2e("gdb", "-q", "-nx", "-batch", "-p", pid.to_s, "-ex", "shell sleep 3")
