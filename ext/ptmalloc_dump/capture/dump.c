@@ -467,20 +467,68 @@ static uint64_t process_ppid(int pid)
     return v;
 }
 
+/* The rest of a dump from outside (another process, a core), once its memory is in d->w.src and its
+ * mappings in d->w.maps, libc located and the writer open: the walk on that memory and the file. A
+ * live process's smaps (mappings_pid) are read after the walk, the process running again. */
+static int outside_walk_write(ptmd_dump_state *d, const ptmd_dump_opts *o, ptmd_libc *lc, uint64_t ppid,
+                              int mappings_pid, ptmd_err *err)
+{
+    struct timespec now;
+    struct sigaction ign, old_xfsz;
+    ptmd_err ignored;
+    uint64_t t0, t1;
+    int rc;
+    if (ptmd_walk_prepare(&d->w, lc, err) != 0) return -1;
+    if (!ptmd_outside_tls(&d->w, lc)) {
+        lc->tcache_tls = lc->thread_arena_tls = -1;
+        d->source.flags |= PTMD_SRCF_NO_TLS;
+    }
+    if (ptmd_walk_validate(&d->w, err) != 0) return -1;
+    if (collect_strings(d, lc, o) != 0) return ptmd_fail_sys(err, errno, "strings", "mmap");
+    clock_gettime(CLOCK_REALTIME, &now);
+    t0 = ptmd_now_ns();
+    if (ptmd_walk_run(&d->w, err) != 0) return -1;
+    t1 = ptmd_now_ns();
+    if (ptmd_walk_residency(&d->w, err) != 0) return -1;
+    fill_meta(d, lc, &now);
+    d->meta.pid = (uint64_t)d->w.src.pid;
+    d->meta.ppid = ppid;
+    d->meta.flags |= PTMD_MF_NO_ORACLES;
+    d->meta.walk_ns = t1 - t0;
+    d->meta.residency_ns = ptmd_now_ns() - t1;
+    if (mappings_pid && ptmd_mappings_read(&d->mappings, mappings_pid, &ignored) != 0) d->mappings.present = 0;
+    d->has_source = 1;
+    memset(&ign, 0, sizeof(ign));
+    ign.sa_handler = SIG_IGN;
+    sigaction(SIGXFSZ, &ign, &old_xfsz);
+    write_sections(d);
+    rc = ptmd_writer_finish(&d->writer, PTMD_BUF_COUNT(&d->w.chunks, ptmd_chunk_rec), err);
+    sigaction(SIGXFSZ, &old_xfsz, NULL);
+    return rc;
+}
+
 /* main_arena.top still 0, as libc's image holds it: glibc's malloc was never initialised (ptmalloc_init,
  * on its first call, sets top to initial_top). */
 static int never_used(ptmd_walk *w, const ptmd_libc *lc)
 {
-    return ptmd_rd64(w, lc->main_arena + lc->layout->ms_top) == 0;
+    uint64_t top;
+    return ptmd_walk_read(w, lc->main_arena + lc->layout->ms_top, &top, sizeof(top)) == 0 && top == 0;
+}
+
+static ptmd_libc *outside_libc(ptmd_dump_state *d, ptmd_err *err)
+{
+    ptmd_libc *lc = mmap(NULL, sizeof(*lc), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (lc == MAP_FAILED) {
+        ptmd_fail_sys(err, errno, "libc of the target", "mmap");
+        return NULL;
+    }
+    d->target_lc = lc;
+    return lc;
 }
 
 int ptmd_dump_process(ptmd_dump_state *d, const ptmd_dump_opts *o, int pid, ptmd_err *err)
 {
     ptmd_libc *lc;
-    struct timespec now;
-    struct sigaction ign, old_xfsz;
-    ptmd_err ignored;
-    uint64_t t0, t1;
     int rc = -1, expected = 0;
 
     if (pid <= 0) return ptmd_fail(err, PTMD_E_ARGUMENT, "not a process id: %d", pid);
@@ -488,12 +536,7 @@ int ptmd_dump_process(ptmd_dump_state *d, const ptmd_dump_opts *o, int pid, ptmd
         return ptmd_fail(err, PTMD_E_ARGUMENT, "process %d is this process: dump it with PtmallocDump.dump", pid);
     if (!__atomic_compare_exchange_n(&dump_busy, &expected, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
         return ptmd_fail(err, PTMD_E_BUSY, "a dump is already running in this process");
-    lc = mmap(NULL, sizeof(*lc), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (lc == MAP_FAILED) {
-        ptmd_fail_sys(err, errno, "libc of the target", "mmap");
-        goto out;
-    }
-    d->target_lc = lc;
+    if (!(lc = outside_libc(d, err))) goto out;
     /* everything that can fail without stopping the target, first */
     if (ptmd_maps_load_pid(&d->w.maps, pid, err) != 0) goto out;
     if (!d->w.maps.count) {
@@ -507,38 +550,13 @@ int ptmd_dump_process(ptmd_dump_state *d, const ptmd_dump_opts *o, int pid, ptmd
     if (ptmd_writer_open(&d->writer, o->path, err) != 0) goto out;
     if (ptmd_outside_copy(&d->w, lc, pid, &d->source, err) != 0) goto out;
     /* the target runs again: the walk reads the copy */
-    if (ptmd_walk_prepare(&d->w, lc, err) != 0) goto out;
     if (never_used(&d->w, lc)) {
         ptmd_fail(err, PTMD_E_ALLOCATOR, "glibc's malloc was never used in process %d (main_arena was never "
                   "initialised): it allocates with another allocator (jemalloc, tcmalloc, ...) or not at all, "
                   "and ptmalloc-dump reads glibc's malloc only", pid);
         goto out;
     }
-    if (!ptmd_outside_tls(&d->w, lc)) {
-        lc->tcache_tls = lc->thread_arena_tls = -1;
-        d->source.flags |= PTMD_SRCF_NO_TLS;
-    }
-    if (ptmd_walk_validate(&d->w, err) != 0) goto out;
-    if (collect_strings(d, lc, o) != 0) { ptmd_fail_sys(err, errno, "strings", "mmap"); goto out; }
-    clock_gettime(CLOCK_REALTIME, &now);
-    t0 = ptmd_now_ns();
-    if (ptmd_walk_run(&d->w, err) != 0) goto out;
-    t1 = ptmd_now_ns();
-    if (ptmd_walk_residency(&d->w, err) != 0) goto out;
-    fill_meta(d, lc, &now);
-    d->meta.pid = (uint64_t)pid;
-    d->meta.ppid = process_ppid(pid);
-    d->meta.flags |= PTMD_MF_NO_ORACLES;
-    d->meta.walk_ns = t1 - t0;
-    d->meta.residency_ns = ptmd_now_ns() - t1;
-    if (ptmd_mappings_read(&d->mappings, pid, &ignored) != 0) d->mappings.present = 0;
-    d->has_source = 1;
-    memset(&ign, 0, sizeof(ign));
-    ign.sa_handler = SIG_IGN;
-    sigaction(SIGXFSZ, &ign, &old_xfsz);
-    write_sections(d);
-    rc = ptmd_writer_finish(&d->writer, PTMD_BUF_COUNT(&d->w.chunks, ptmd_chunk_rec), err);
-    sigaction(SIGXFSZ, &old_xfsz, NULL);
+    rc = outside_walk_write(d, o, lc, process_ppid(pid), pid, err);
 out:
     if (rc != 0) ptmd_writer_abort(&d->writer);
     ptmd_source_detach(&d->w.src);
@@ -549,22 +567,15 @@ out:
 int ptmd_dump_core(ptmd_dump_state *d, const ptmd_dump_opts *o, const char *core, ptmd_err *err)
 {
     ptmd_libc *lc;
-    struct timespec now;
-    struct sigaction ign, old_xfsz;
-    uint64_t t0, t1, held, top;
+    uint64_t held;
     int rc = -1, expected = 0;
 
     if (!__atomic_compare_exchange_n(&dump_busy, &expected, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
         return ptmd_fail(err, PTMD_E_BUSY, "a dump is already running in this process");
-    lc = mmap(NULL, sizeof(*lc), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (lc == MAP_FAILED) {
-        ptmd_fail_sys(err, errno, "libc of the core", "mmap");
-        goto out;
-    }
-    d->target_lc = lc;
+    if (!(lc = outside_libc(d, err))) goto out;
     if (ptmd_source_open_core(&d->w.src, core, &d->w.maps, err) != 0) goto out;
     if (ptmd_locate_core(&d->w.src, core, o->debug_dir, o->symbols, lc, err) != 0) goto out;
-    if (ptmd_source_read(&d->w.src, lc->main_arena + lc->layout->ms_top, &top, sizeof(top)) == 0 && !top) {
+    if (never_used(&d->w, lc)) {
         ptmd_fail(err, PTMD_E_ALLOCATOR, "glibc's malloc was never used in the process of core file %s (main_arena "
                   "was never initialised): it allocated with another allocator or not at all", core);
         goto out;
@@ -581,31 +592,7 @@ int ptmd_dump_core(ptmd_dump_state *d, const ptmd_dump_opts *o, const char *core
     d->source.copied_bytes = d->w.src.copied_bytes;
     d->source.threads = (uint32_t)d->w.src.n_tids;
     if (ptmd_writer_open(&d->writer, o->path, err) != 0) goto out;
-    if (ptmd_walk_prepare(&d->w, lc, err) != 0) goto out;
-    if (!ptmd_outside_tls(&d->w, lc)) {
-        lc->tcache_tls = lc->thread_arena_tls = -1;
-        d->source.flags |= PTMD_SRCF_NO_TLS;
-    }
-    if (ptmd_walk_validate(&d->w, err) != 0) goto out;
-    if (collect_strings(d, lc, o) != 0) { ptmd_fail_sys(err, errno, "strings", "mmap"); goto out; }
-    clock_gettime(CLOCK_REALTIME, &now);
-    t0 = ptmd_now_ns();
-    if (ptmd_walk_run(&d->w, err) != 0) goto out;
-    t1 = ptmd_now_ns();
-    if (ptmd_walk_residency(&d->w, err) != 0) goto out;
-    fill_meta(d, lc, &now);
-    d->meta.pid = (uint64_t)d->w.src.pid;
-    d->meta.ppid = (uint64_t)d->w.src.ppid;
-    d->meta.flags |= PTMD_MF_NO_ORACLES;
-    d->meta.walk_ns = t1 - t0;
-    d->meta.residency_ns = ptmd_now_ns() - t1;
-    d->has_source = 1;
-    memset(&ign, 0, sizeof(ign));
-    ign.sa_handler = SIG_IGN;
-    sigaction(SIGXFSZ, &ign, &old_xfsz);
-    write_sections(d);
-    rc = ptmd_writer_finish(&d->writer, PTMD_BUF_COUNT(&d->w.chunks, ptmd_chunk_rec), err);
-    sigaction(SIGXFSZ, &old_xfsz, NULL);
+    rc = outside_walk_write(d, o, lc, (uint64_t)d->w.src.ppid, 0, err);
 out:
     if (rc != 0) ptmd_writer_abort(&d->writer);
     __atomic_store_n(&dump_busy, 0, __ATOMIC_RELEASE);

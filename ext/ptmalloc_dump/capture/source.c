@@ -2,7 +2,9 @@
  * Another process is stopped thread by thread with PTRACE_SEIZE and PTRACE_INTERRUPT (no signal is
  * sent to it, so its own signal handling is undisturbed), the mappings the walk reads are copied with
  * process_vm_readv into mmapped regions, and it is detached at once, on every path out: the walk then
- * reads the copy. */
+ * reads the copy. A core file's segments are such regions in place, mapped from the file; its notes
+ * give the threads, the pid and the mapped files. Every offset and length read from a core is checked
+ * against the file before it is used. */
 #define _GNU_SOURCE
 #include "capture/source.h"
 

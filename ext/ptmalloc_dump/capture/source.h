@@ -44,9 +44,9 @@ typedef struct ptmd_source {
     uint64_t main_sp;
     int ppid;
 
-    /* ptrace */
-    int *tids;                          /* the threads seized, in the order they were (mmapped, MAX_TASKS) */
-    uint64_t *fs_base;                  /* each one's thread pointer (PTRACE_GETREGS), 0 unknown */
+    /* the threads: seized with ptrace, in the order they were, or a core's (mmapped, MAX_TASKS) */
+    int *tids;
+    uint64_t *fs_base;                  /* each one's thread pointer (PTRACE_GETREGS, NT_PRSTATUS), 0 unknown */
     int n_tids;
     int n_seized;                       /* of tids, those still seized (0 once detached) */
     uint64_t stopped_ns;                /* CLOCK_MONOTONIC when the first thread was seized */
