@@ -99,9 +99,10 @@ module PtmallocDump
     # @param pid [Integer] the process (the same user's, or any as root; Yama's ptrace_scope 0 or root)
     # @param path [String, Pathname] where the dump is written (atomically)
     # @param debug_dir [String, nil] where libc's symbol file is looked for, as for {dump}
-    # @param symbols [Symbol] :auto or :file: malloc's globals come from a symbol file (libc's own
-    #   .symtab, or libc6-dbg's by build-id); finding them by structure needs glibc's counters, which
-    #   cannot be taken in another process
+    # @param symbols [Symbol] :auto (a symbol file, else by structure), :file (libc's own .symtab, or
+    #   libc6-dbg's by build-id) or :heuristic (by structure alone: main_arena through its relocation,
+    #   mp_ by its own consistency, since glibc's counters cannot be taken in another process to match
+    #   it; each thread's tcache by its structure, its TLS offset being unknown without symbols)
     # @return [Hash{Symbol=>Object}] the dump's summary (see {Dump#summary}) plus :path, :pause_ns (how
     #   long the process was stopped) and :copied_bytes
     # @raise [TargetGoneError] when there is no such process, or it exits while it is read
@@ -113,8 +114,6 @@ module PtmallocDump
     def dump_process(pid, path, debug_dir: nil, symbols: :auto)
       pid = Integer(pid)
       path = File.expand_path(path.to_s)
-      raise ArgumentError, "symbols: must be :auto or :file for another process" if symbols == :heuristic
-
       summary = _dump_process(pid, path, debug_dir&.to_s, process_strings(pid), symbols_mode(symbols))
       summary[:path] = path
       summary
@@ -129,7 +128,7 @@ module PtmallocDump
     # @param core [String, Pathname] the core file
     # @param path [String, Pathname] where the dump is written (atomically)
     # @param debug_dir [String, nil] where libc's symbol file is looked for, as for {dump}
-    # @param symbols [Symbol] :auto or :file, as for {dump_process}
+    # @param symbols [Symbol] :auto, :file or :heuristic, as for {dump_process}
     # @return [Hash{Symbol=>Object}] the dump's summary (see {Dump#summary}) plus :path
     # @raise [CoreFileError] when the file is not a whole x86-64 ELF core with its notes
     # @raise [UnsupportedPlatformError] when the process had no glibc
@@ -138,8 +137,6 @@ module PtmallocDump
     # @raise [ArenaLockedError] when an arena is locked in the core (a thread was inside malloc)
     def dump_core(core, path, debug_dir: nil, symbols: :auto)
       path = File.expand_path(path.to_s)
-      raise ArgumentError, "symbols: must be :auto or :file for a core file" if symbols == :heuristic
-
       summary = _dump_core(File.expand_path(core.to_s), path, debug_dir&.to_s, ["gem_version", VERSION],
                            symbols_mode(symbols))
       summary[:path] = path

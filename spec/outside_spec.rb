@@ -228,6 +228,29 @@ RSpec.describe "ptmalloc-dump --pid" do
     expect(Process.kill(0, pid)).to eq(1)
   end
 
+  it "finds malloc's globals by structure without a symbol file: the same dump as with it" do
+    pid, report = start_heap_target
+    with = File.join(tmpdir, "symbols.dump")
+    without = File.join(tmpdir, "structure.dump")
+    PtmallocDump.dump_process(pid, with)
+    _o, err, status = ptmalloc_dump("--debug-dir", tmpdir, "--pid", pid.to_s, without)
+    expect(status).to be_success, err
+    a = PtmallocDump.load(with)
+    b = PtmallocDump.load(without)
+    expect(a.header[:symbol_source]).to eq(:build_id)
+    expect(b.header[:symbol_source]).to eq(:heuristic)
+    expect(b.header.values_at(:main_arena, :mp)).to eq(a.header.values_at(:main_arena, :mp))
+    expect(b.header[:source_info][:unavailable]).to include(:tls)
+    expect(b.first_difference(a)).to be_nil
+    expect(b.each_chunk.map { |c| [c.address, c.size, c.state] }).to eq(a.each_chunk.map { |c| [c.address, c.size, c.state] })
+    COUNTERS.each { |f| expect([f, b.summary[f]]).to eq([f, report[:mallinfo2].fetch(f)]) }
+    # every thread's tcache was found by its structure
+    expect(b.threads.count { |t| t.tcache && t.found_by == :scan }).to eq(report[:threads] + 1)
+    expect(b.anomalies).to eq([])
+    expect { PtmallocDump.dump_process(pid, without, debug_dir: tmpdir, symbols: :file) }
+      .to raise_error(PtmallocDump::SymbolsNotFoundError, /no symbol file for glibc/)
+  end
+
   it "reads a gcore of the same target: the same chunks in the same states as the live dump" do
     pid, report = start_heap_target
     live = File.join(tmpdir, "live.dump")
@@ -257,6 +280,12 @@ RSpec.describe "ptmalloc-dump --pid" do
       .to eq(a.threads.map { |t| [t.tid, t.tcache, t.tcache_count] }.sort_by(&:first))
     expect(b.anomalies).to eq([])
     puts "  #{stdout.strip}"
+    # without a symbol file, by structure: the same again
+    by_structure = File.join(tmpdir, "core-structure.dump")
+    PtmallocDump.dump_core("#{prefix}.#{pid}", by_structure, debug_dir: tmpdir)
+    c = PtmallocDump.load(by_structure)
+    expect(c.header[:symbol_source]).to eq(:heuristic)
+    expect(chunks.(c)).to eq(chunks.(a))
   end
 
   it "refuses a truncated core and a core of another architecture" do

@@ -54,7 +54,8 @@ module PtmallocDump
         o.on("--debug-dir DIR", "Where libc's symbol file is looked for (default /usr/lib/debug)") do |dir|
           @options[:debug_dir] = dir
         end
-        o.on("--symbols MODE", %i[auto file], "auto (default) or file: malloc's globals from a symbol file") do |m|
+        o.on("--symbols MODE", %i[auto file heuristic],
+             "auto (default: a symbol file, else by structure), file or heuristic (by structure alone)") do |m|
           @options[:symbols] = m
         end
       end

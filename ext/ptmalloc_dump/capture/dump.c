@@ -574,7 +574,7 @@ int ptmd_dump_core(ptmd_dump_state *d, const ptmd_dump_opts *o, const char *core
         return ptmd_fail(err, PTMD_E_BUSY, "a dump is already running in this process");
     if (!(lc = outside_libc(d, err))) goto out;
     if (ptmd_source_open_core(&d->w.src, core, &d->w.maps, err) != 0) goto out;
-    if (ptmd_locate_core(&d->w.src, core, o->debug_dir, o->symbols, lc, err) != 0) goto out;
+    if (ptmd_locate_core(&d->w.src, &d->w.maps, core, o->debug_dir, o->symbols, lc, err) != 0) goto out;
     if (never_used(&d->w, lc)) {
         ptmd_fail(err, PTMD_E_ALLOCATOR, "glibc's malloc was never used in the process of core file %s (main_arena "
                   "was never initialised): it allocated with another allocator or not at all", core);

@@ -414,7 +414,8 @@ static void outside_init(ptmd_libc *lc, const char *debug_dir, int symbols)
 
 /* With libc_path and libc_base known: its image, build-id, version, layout and symbols. `what` names
  * the process or core in messages. */
-static int locate_outside(ptmd_libc *lc, ptmd_source *src, const char *what, int symbols, ptmd_err *err)
+static int locate_outside(ptmd_libc *lc, ptmd_source *src, const ptmd_maps *maps, const char *what, int symbols,
+                          ptmd_err *err)
 {
     ptmd_elf_file f;
     unsigned char file_id[PTMD_BUILD_ID_MAX];
@@ -444,11 +445,14 @@ static int locate_outside(ptmd_libc *lc, ptmd_source *src, const char *what, int
     if (!lc->layout)
         return ptmd_fail(err, PTMD_E_LIBC, "glibc %s (%s) is not supported: ptmalloc_dump knows the malloc "
                          "layouts of glibc 2.27 to 2.%d", lc->glibc_version, what, ptmd_layout_newest_minor());
-    if (symbols == PTMD_SYMBOLS_HEURISTIC)
-        return ptmd_fail(err, PTMD_E_ARGUMENT, "finding malloc's globals by structure needs glibc's own counters, "
-                         "which cannot be taken outside the process: use a symbol file (symbols: :auto or :file)");
-    lc->symbols_mode = PTMD_SYMBOLS_FILE;
-    rc = locate_symtab(lc, err) || locate_build_id(lc, err) || locate_debuglink(lc, err);
+    rc = symbols != PTMD_SYMBOLS_HEURISTIC &&
+         (locate_symtab(lc, err) || locate_build_id(lc, err) || locate_debuglink(lc, err));
+    /* by structure: main_arena through its relocation, mp_ by its consistency, tcaches by theirs */
+    if (!rc && symbols != PTMD_SYMBOLS_FILE) {
+        /* a running process: libc's writable data read once, since the search reads it word by word */
+        if (src->kind == PTMD_SOURCE_PID) ptmd_source_live_region(src, lc->rw_start & ~(uint64_t)4095, lc->rw_end);
+        rc = ptmd_locate_heuristic_in(lc, src, maps);
+    }
     if (!rc) {
         symbols_missing(lc, err);
         return -1;
@@ -460,6 +464,7 @@ int ptmd_locate_process(int pid, const ptmd_maps *maps, const char *debug_dir, i
 {
     ptmd_source live;
     char what[64];
+    int rc;
     outside_init(lc, debug_dir, symbols);
     if (!find_process_libc(maps, lc))
         return ptmd_fail(err, PTMD_E_PLATFORM,
@@ -473,15 +478,15 @@ int ptmd_locate_process(int pid, const ptmd_maps *maps, const char *debug_dir, i
         if (n > 0 && (size_t)n < sizeof(rooted) && access(rooted, R_OK) == 0)
             ptmd_strlcpy(lc->libc_path, rooted, sizeof(lc->libc_path));
     }
-    memset(&live, 0, sizeof(live));
-    live.kind = PTMD_SOURCE_PID;
-    live.pid = pid;
     snprintf(what, sizeof(what), "process %d", pid);
-    return locate_outside(lc, &live, what, symbols, err);
+    ptmd_source_live(&live, pid);
+    rc = locate_outside(lc, &live, maps, what, symbols, err);
+    ptmd_source_release(&live);
+    return rc;
 }
 
-int ptmd_locate_core(ptmd_source *core, const char *core_path, const char *debug_dir, int symbols, ptmd_libc *lc,
-                     ptmd_err *err)
+int ptmd_locate_core(ptmd_source *core, const ptmd_maps *maps, const char *core_path, const char *debug_dir, int symbols,
+                     ptmd_libc *lc, ptmd_err *err)
 {
     uint64_t start, end, offset;
     const char *path;
@@ -501,7 +506,7 @@ int ptmd_locate_core(ptmd_source *core, const char *core_path, const char *debug
                          "the process of core file %s had no glibc mapped (no libc.so.6 in its NT_FILE note): a "
                          "static binary or another C library; ptmalloc-dump reads glibc's malloc only", core_path);
     snprintf(what, sizeof(what), "core file %s", core_path);
-    return locate_outside(lc, core, what, symbols, err);
+    return locate_outside(lc, core, maps, what, symbols, err);
 }
 
 /* ---- is malloc glibc's? ------------------------------------------------------------------- */

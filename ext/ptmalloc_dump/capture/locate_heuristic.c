@@ -128,19 +128,32 @@ static int first_region_at(ptmd_source *mem, const ptmd_maps *maps, uint64_t sbr
     return hdr[0] == 0 && (hdr[1] & PTMD_SIZE_BITS) == PTMD_PREV_INUSE && ptmd_chunksize(hdr[1]) >= PTMD_MINSIZE;
 }
 
+/* mi: this process's mallinfo2(), which n_mmaps and mmapped_mem must equal; NULL for another process
+ * or a core, where they must only agree with each other and their maxima. */
 static int mp_shape(const ptmd_layout *L, uintptr_t mp, uint64_t top_end, uint64_t system_mem, const ptmd_mallinfo2_rec *mi,
                     int exact, uint32_t flags, ptmd_source *mem, const ptmd_maps *maps)
 {
     uint64_t sbrk_base = 0, mmapped_mem = 0, mmap_threshold = UINT64_MAX, tcache_bins = 0, tcache_count = 0;
-    int32_t n_mmaps = -1;
+    uint64_t max_mmapped_mem = 0;
+    int32_t n_mmaps = -1, max_n_mmaps = -1;
     ptmd_source_get(mem, mp + L->mp_sbrk_base, &sbrk_base, 8);
     ptmd_source_get(mem, mp + L->mp_n_mmaps, &n_mmaps, 4);
     ptmd_source_get(mem, mp + L->mp_mmapped_mem, &mmapped_mem, 8);
     ptmd_source_get(mem, mp + L->mp_mmap_threshold, &mmap_threshold, 8);
     ptmd_source_get(mem, mp + L->mp_tcache_bins, &tcache_bins, 8);
     ptmd_source_get(mem, mp + L->mp_tcache_count, &tcache_count, 8);
-    if (n_mmaps < 0 || (uint64_t)n_mmaps != mi->hblks) return 0;
-    if (exact ? mmapped_mem != mi->hblkhd : (mmapped_mem & 0xffffffffu) != mi->hblkhd) return 0;
+    if (n_mmaps < 0) return 0;
+    if (mi) {
+        if ((uint64_t)n_mmaps != mi->hblks) return 0;
+        if (exact ? mmapped_mem != mi->hblkhd : (mmapped_mem & 0xffffffffu) != mi->hblkhd) return 0;
+    } else {
+        ptmd_source_get(mem, mp + L->mp_max_n_mmaps, &max_n_mmaps, 4);
+        ptmd_source_get(mem, mp + L->mp_max_mmapped_mem, &max_mmapped_mem, 8);
+        /* each mmapped chunk is whole pages (2.43's mremap adds 16 bytes per remap to the sum) */
+        if (n_mmaps > max_n_mmaps || mmapped_mem > max_mmapped_mem || (mmapped_mem & 15) ||
+            (n_mmaps == 0) != (mmapped_mem == 0) || mmapped_mem < (uint64_t)n_mmaps * 4096)
+            return 0;
+    }
     if (mmap_threshold > (64ull << 20) || tcache_bins > PTMD_TCACHE_MAX_BINS_MAX || tcache_count > 65535) return 0;
     if (top_end && (flags & PTMD_NONCONTIGUOUS_BIT)) return sbrk_base && first_region_at(mem, maps, sbrk_base);
     if (top_end) return sbrk_base <= top_end && top_end - sbrk_base == system_mem;
@@ -148,15 +161,13 @@ static int mp_shape(const ptmd_layout *L, uintptr_t mp, uint64_t top_end, uint64
 }
 
 static uintptr_t find_mp(const ptmd_libc *lc, const ptmd_layout *L, uint64_t top_end, uint64_t system_mem, uint32_t flags,
-                         ptmd_source *mem, const ptmd_maps *maps)
+                         ptmd_source *mem, const ptmd_maps *maps, const ptmd_mallinfo2_rec *mi, int exact)
 {
-    ptmd_mallinfo2_rec mi;
-    int exact = ptmd_mallinfo(&mi);
     uintptr_t mp, hit = 0;
     size_t hits = 0;
     for (mp = (lc->rw_start + 7) & ~(uintptr_t)7; mp + L->mp_size <= lc->rw_end; mp += 8) {
         if (mp + L->mp_size > lc->main_arena && mp < lc->main_arena + L->ms_size) continue;
-        if (mp_shape(L, mp, top_end, system_mem, &mi, exact, flags, mem, maps)) {
+        if (mp_shape(L, mp, top_end, system_mem, mi, exact, flags, mem, maps)) {
             hit = mp;
             hits++;
         }
@@ -164,31 +175,44 @@ static uintptr_t find_mp(const ptmd_libc *lc, const ptmd_layout *L, uint64_t top
     return hits == 1 ? hit : 0;
 }
 
-int ptmd_locate_heuristic(ptmd_libc *lc, ptmd_err *err)
+/* main_arena and mp_ by structure in mem (this process, or another's memory) with its mappings. */
+static int locate_in(ptmd_libc *lc, ptmd_source *mem, const ptmd_maps *maps, const ptmd_mallinfo2_rec *mi, int exact)
 {
     const ptmd_layout *L = lc->layout ? lc->layout : ptmd_layout_for(2, ptmd_layout_newest_minor());
-    ptmd_source mem;
-    ptmd_maps maps;
     uint64_t top_end = 0, system_mem = 0;
     uint32_t flags = 0;
     uintptr_t av;
-    int found = 0;
-    PTMD_UNUSED(err);
     if (lc->major != 2 || (lc->minor < 27) || !L) return 0;
-    memset(&maps, 0, sizeof(maps));
-    if (ptmd_source_self(&mem, err) != 0) return 0;
-    if (ptmd_maps_load(&maps, err) != 0) goto out;
-    av = find_main_arena(lc, L, &mem, &maps, &top_end, &system_mem, &flags);
-    if (!av) goto out;
+    av = find_main_arena(lc, L, mem, maps, &top_end, &system_mem, &flags);
+    if (!av) return 0;
     lc->main_arena = av;
-    lc->mp = find_mp(lc, L, top_end, system_mem, flags, &mem, &maps);
+    lc->mp = find_mp(lc, L, top_end, system_mem, flags, mem, maps, mi, exact);
     lc->tcache_key = 0;
     lc->tcache_dummy = 0;
     lc->tcache_tls = lc->thread_arena_tls = -1;
     lc->symbol_source = PTMD_SYMSRC_HEURISTIC;
     ptmd_strlcpy(lc->symbol_file, "", sizeof(lc->symbol_file));
     if (!lc->layout) lc->layout = L;     /* newer than the table: the structure checks passed */
-    found = 1;
+    return 1;
+}
+
+int ptmd_locate_heuristic_in(ptmd_libc *lc, ptmd_source *mem, const ptmd_maps *maps)
+{
+    return locate_in(lc, mem, maps, NULL, 0);
+}
+
+int ptmd_locate_heuristic(ptmd_libc *lc, ptmd_err *err)
+{
+    ptmd_source mem;
+    ptmd_maps maps;
+    ptmd_mallinfo2_rec mi;
+    int found = 0, exact;
+    if (lc->major != 2 || (lc->minor < 27)) return 0;
+    memset(&maps, 0, sizeof(maps));
+    if (ptmd_source_self(&mem, err) != 0) return 0;
+    if (ptmd_maps_load(&maps, err) != 0) goto out;
+    exact = ptmd_mallinfo(&mi);
+    found = locate_in(lc, &mem, &maps, &mi, exact);
 out:
     ptmd_maps_release(&maps);
     ptmd_source_release(&mem);

@@ -631,9 +631,29 @@ int ptmd_source_read(ptmd_source *s, uint64_t addr, void *dst, size_t len)
     const unsigned char *p;
     if (s->kind == PTMD_SOURCE_SELF) return ptmd_safe_read(&s->mem, (uintptr_t)addr, dst, len);
     if (len == 0) return 0;
-    if (!(p = ptmd_source_at(s, addr, len))) return -1;
-    memcpy(dst, p, len);
-    return 0;
+    if ((p = ptmd_source_at(s, addr, len)) != NULL) {
+        memcpy(dst, p, len);
+        return 0;
+    }
+    /* a process not stopped (still being located): past its regions, read in place */
+    return s->kind == PTMD_SOURCE_PID && !s->n_seized && !s->stopped_ns ? ptmd_source_read_live(s, addr, dst, len) : -1;
+}
+
+void ptmd_source_live(ptmd_source *s, int pid)
+{
+    source_init(s, PTMD_SOURCE_PID, pid);
+}
+
+int ptmd_source_live_region(ptmd_source *s, uint64_t start, uint64_t end)
+{
+    ptmd_region *r;
+    if (s->n_regions || end <= start || end - start > (64u << 20)) return -1;
+    if (!(r = ptmd_buf_push(&s->regions, sizeof(*r)))) return -1;
+    s->n_regions = 1;
+    r->start = start;
+    r->end = end;
+    if (!(r->local = map_zeroed(end - start))) return -1;
+    return ptmd_source_read_live(s, start, r->local, end - start);
 }
 
 void ptmd_source_read_many(ptmd_source *s, const uintptr_t *addrs, size_t n, size_t each, void *dst, unsigned char *ok)

@@ -78,6 +78,12 @@ int ptmd_source_open_core(ptmd_source *s, const char *path, ptmd_maps *maps, ptm
  * inside the note). 0 when there is such an entry. */
 int ptmd_source_core_file(const ptmd_source *s, size_t i, uint64_t *start, uint64_t *end, uint64_t *offset,
                           const char **path);
+/* A running process as a source while it is located: every read made in place (process_vm_readv),
+ * but for one range read once into a region (libc's writable data, which the search by structure
+ * reads word by word). Its values may be changing: what is found with it is checked again on the
+ * copy. The region: -1 when the range cannot be read (reads stay in place). */
+void ptmd_source_live(ptmd_source *s, int pid);
+int ptmd_source_live_region(ptmd_source *s, uint64_t start, uint64_t end);
 /* Unmaps the copy and closes the reader; detaches first if needed. */
 void ptmd_source_release(ptmd_source *s);
 
@@ -91,19 +97,19 @@ static inline const unsigned char *ptmd_source_at(ptmd_source *s, uint64_t addr,
     return ptmd_source_find(s, addr, len);
 }
 
+/* Reads len bytes at the target's addr; 0 when all were read. Never faults. */
+int ptmd_source_read(ptmd_source *s, uint64_t addr, void *dst, size_t len);
 /* [addr, addr + len) known to be mapped (in libc's image, say): in place for this process, from the
  * copy else; 0 when all len bytes were read. */
 static inline int ptmd_source_get(ptmd_source *s, uint64_t addr, void *dst, size_t len)
 {
     const unsigned char *p;
     if (s->kind == PTMD_SOURCE_SELF) p = (const unsigned char *)(uintptr_t)addr;
-    else if (!(p = ptmd_source_at(s, addr, len))) return -1;
+    else if (!(p = ptmd_source_at(s, addr, len))) return ptmd_source_read(s, addr, dst, len);
     __builtin_memcpy(dst, p, len);
     return 0;
 }
 
-/* Reads len bytes at the target's addr; 0 when all were read. Never faults. */
-int ptmd_source_read(ptmd_source *s, uint64_t addr, void *dst, size_t len);
 /* Reads `each` bytes at every address in addrs[0..n) into dst (n*each bytes); ok[i] says which succeeded. */
 void ptmd_source_read_many(ptmd_source *s, const uintptr_t *addrs, size_t n, size_t each, void *dst, unsigned char *ok);
 /* A 64-bit word of the target, 0 when it cannot be read (outside the copy). */

@@ -354,7 +354,7 @@ extern const char *const ptmd_source_kind_names[PTMD_SOURCE_KIND_COUNT];
     X(PTMD_SRCF_NO_REFERENCES, 1u << 1, "no_references") /* the pointer graph and its roots */     \
     X(PTMD_SRCF_NO_ORACLES, 1u << 2, "no_oracles")       /* mallinfo2()/malloc_info(): not callable there */ \
     X(PTMD_SRCF_NO_RESIDENCY, 1u << 3, "no_residency")   /* page residency (a core file) */        \
-    X(PTMD_SRCF_NO_TLS, 1u << 4, "no_tls")               /* the threads' tcaches through TLS: found by structure only */
+    X(PTMD_SRCF_NO_TLS, 1u << 4, "no_tls")               /* the threads' tcache pointers from TLS: by structure only */
 enum { PTMD_SOURCE_FLAGS(PTMD_ENUM_CONSTANT) };
 
 typedef struct {
