@@ -50,4 +50,9 @@ module PtmallocDump
   # A core file cannot be read: not an ELF core, of another architecture, truncated, or without the
   # notes that say which files and threads it holds. The message says which.
   class CoreFileError < Error; end
+
+  # A thread of the process to read did not stop within 2 s of being interrupted (it sleeps
+  # uninterruptibly, on a disk or a network file system perhaps): nothing was read, and every thread
+  # runs again. Trying again later usually succeeds.
+  class StopTimeoutError < Error; end
 end

@@ -16,6 +16,7 @@ static VALUE error_class(ptmd_errcode code)
     case PTMD_E_TARGET: name = "PtmallocDump::TargetGoneError"; break;
     case PTMD_E_LOCKED: name = "PtmallocDump::ArenaLockedError"; break;
     case PTMD_E_CORE: name = "PtmallocDump::CoreFileError"; break;
+    case PTMD_E_STOP: name = "PtmallocDump::StopTimeoutError"; break;
     case PTMD_E_ARGUMENT: return rb_eArgError;
     case PTMD_E_NOMEM: return rb_eNoMemError;
     default: name = "PtmallocDump::Error"; break;

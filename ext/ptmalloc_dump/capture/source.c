@@ -141,7 +141,7 @@ static int seized(const ptmd_source *s, int tid)
 
 /* Waits for the interrupt's stop of tid; other stops seen first (a signal delivery) are let through
  * with their signal. Polled, so that a stop that never comes costs a bounded wait, not a hang.
- * 0 when stopped, -1 when the thread is gone or did not stop in time. */
+ * 0 when stopped, -1 when the thread is gone, -2 when it did not stop in time. */
 static int wait_stopped(int tid)
 {
     uint64_t deadline = ptmd_now_ns() + PTMD_STOP_WAIT_NS;
@@ -163,7 +163,7 @@ static int wait_stopped(int tid)
         /* a signal-delivery stop: deliver it, the interrupt is still pending */
         if (ptrace(PTRACE_CONT, tid, NULL, (void *)(uintptr_t)WSTOPSIG(st)) != 0) return -1;
     }
-    return -1;
+    return -2;
 }
 
 int ptmd_source_attach(ptmd_source *s, int pid, ptmd_err *err)
@@ -209,7 +209,18 @@ int ptmd_source_attach(ptmd_source *s, int pid, ptmd_err *err)
             ptrace(PTRACE_INTERRUPT, tids[i], NULL, NULL);
         }
         for (i = kept = first; i < s->n_tids; i++) {
-            if (wait_stopped(s->tids[i]) != 0) {
+            int w = wait_stopped(s->tids[i]);
+            if (w == -2) {
+                /* in an uninterruptible sleep (a disk, a network file system): the others would stay
+                 * stopped for as long as it lasts. A tracee that is not stopped cannot be detached
+                 * (ptrace(2), PTRACE_DETACH): this one stays traced by this process, which lets it go
+                 * when it exits (ptmalloc-dump at once), and would stop when it wakes before that. */
+                ptmd_fail(err, PTMD_E_STOP, "thread %d of process %d did not stop within %llu s (it sleeps "
+                          "uninterruptibly, on a disk or a network file system perhaps); nothing was read and "
+                          "every thread runs again", s->tids[i], pid, PTMD_STOP_WAIT_NS / 1000000000ull);
+                goto fail;
+            }
+            if (w != 0) {
                 /* gone between the seize and the stop: it is no thread to read any more */
                 ptrace(PTRACE_DETACH, s->tids[i], NULL, NULL);
                 continue;
