@@ -139,13 +139,27 @@ static int seized(const ptmd_source *s, int tid)
     return 0;
 }
 
+/* The state letter of thread tid of pid (/proc/PID/task/TID/stat, after the command's last ')'), or 0. */
+static char task_state(int pid, int tid)
+{
+    char path[64], buf[512];
+    const char *p;
+    snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", pid, tid);
+    if (read_small(path, buf, sizeof(buf)) != 0 || !(p = strrchr(buf, ')')) || p[1] != ' ') return 0;
+    return p[2];
+}
+
 /* Waits for the interrupt's stop of tid; other stops seen first (a signal delivery) are let through
  * with their signal. Polled, so that a stop that never comes costs a bounded wait, not a hang.
+ * Another thread of this process that waits for the target (a Ruby thread waiting for its child, as
+ * Process.detach and Open3 do) may take the stop's notification instead of us (waitpid(2): any
+ * thread of the tracer's group may): a thread the kernel shows in a tracing stop ('t') is stopped.
  * 0 when stopped, -1 when the thread is gone, -2 when it did not stop in time. */
-static int wait_stopped(int tid)
+static int wait_stopped(int pid, int tid)
 {
     uint64_t deadline = ptmd_now_ns() + PTMD_STOP_WAIT_NS;
     struct timespec nap = { 0, 50 * 1000 };
+    unsigned polls = 0;
     while (ptmd_now_ns() < deadline) {
         int st;
         pid_t r = waitpid(tid, &st, __WALL | WNOHANG);
@@ -154,6 +168,7 @@ static int wait_stopped(int tid)
             return -1;
         }
         if (r == 0) {
+            if (++polls % 20 == 0 && task_state(pid, tid) == 't') return 0;
             nanosleep(&nap, NULL);
             continue;
         }
@@ -209,7 +224,7 @@ int ptmd_source_attach(ptmd_source *s, int pid, ptmd_err *err)
             ptrace(PTRACE_INTERRUPT, tids[i], NULL, NULL);
         }
         for (i = kept = first; i < s->n_tids; i++) {
-            int w = wait_stopped(s->tids[i]);
+            int w = wait_stopped(pid, s->tids[i]);
             if (w == -2) {
                 /* in an uninterruptible sleep (a disk, a network file system): the others would stay
                  * stopped for as long as it lasts. A tracee that is not stopped cannot be detached
