@@ -48,6 +48,7 @@ static int walk_heap_chunks(ptmd_walk *w, ptmd_arena_ctx *a, uint32_t heap_index
     const int has_top = a->top >= start && a->top < end;
     const uint64_t tcache_csize = (L->tcache_struct_size + PTMD_SIZE_SZ + PTMD_MALLOC_ALIGN_MASK) & ~(uint64_t)PTMD_MALLOC_ALIGN_MASK;
     const uint64_t last_rem = ptmd_arena_field(w, a->av, L->ms_last_remainder);
+    const int self = w->src.kind == PTMD_SOURCE_SELF;
     uint64_t p = first;
 
     h->first_chunk = PTMD_BUF_COUNT(&w->chunks, ptmd_chunk_rec);
@@ -66,7 +67,7 @@ static int walk_heap_chunks(ptmd_walk *w, ptmd_arena_ctx *a, uint32_t heap_index
             ptmd_walk_anomaly(w, PTMD_AN_PAST_END, p, end - p, a->index);
             goto rest;
         }
-        size = ptmd_mchunk_size(w, p);
+        size = ptmd_rd64_as(w, self, p + PTMD_MCHUNK_SIZE);
         flags = (size & PTMD_SIZE_BITS) << PTMD_CF_RAW_SHIFT;
         size = ptmd_chunksize(size);
         /* Fenceposts (sysmalloc, when an arena moves to a new heap): a 16-byte chunk, then a 0-size
@@ -82,7 +83,7 @@ static int walk_heap_chunks(ptmd_walk *w, ptmd_arena_ctx *a, uint32_t heap_index
             goto rest;
         }
         next = p + size;
-        if (next + PTMD_CHUNK_HDR_SZ <= end && !(ptmd_mchunk_size(w, next) & PTMD_PREV_INUSE)) {
+        if (next + PTMD_CHUNK_HDR_SZ <= end && !(ptmd_rd64_as(w, self, next + PTMD_MCHUNK_SIZE) & PTMD_PREV_INUSE)) {
             ptmd_list_slot *s = ptmd_lists_find(w, p);
             flags |= PTMD_CF_FREE_BIT;
             if (s && s->state >= PTMD_ST_UNSORTED && s->state <= PTMD_ST_LARGEBIN) {

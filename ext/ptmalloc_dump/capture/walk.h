@@ -141,6 +141,19 @@ static inline uint64_t ptmd_rd64(ptmd_walk *w, uint64_t addr)
     return ptmd_source_rd64_slow(&w->src, addr);
 }
 
+/* The same with the source's kind tested once by the caller (self: the source is this process), for
+ * the chunk loop: the flag stays in a register where w->src.kind would be loaded again after every
+ * store of a record (Ruby's -fno-strict-aliasing lets any store alias it). */
+static inline uint64_t ptmd_rd64_as(ptmd_walk *w, int self, uint64_t addr)
+{
+    uint64_t v;
+    if (__builtin_expect(self, 1)) {
+        __builtin_memcpy(&v, (const void *)(uintptr_t)addr, sizeof(v));
+        return v;
+    }
+    return ptmd_source_rd64_slow(&w->src, addr);
+}
+
 /* A local pointer to [addr, addr + len) of the target (checked readable by the caller), NULL when a
  * copy does not hold it whole. */
 static inline const void *ptmd_walk_ptr(ptmd_walk *w, uint64_t addr, size_t len)
