@@ -131,7 +131,6 @@ RSpec.describe "ptmalloc-dump --pid" do
   include SpecHelpers
 
   COUNTERS = %i[arena ordblks hblks hblkhd uordblks fordblks keepcost].freeze
-  FREE_STATES = %i[tcache fastbin unsorted smallbin largebin].freeze
 
   def compile(name, *flags)
     src = File.join(SpecHelpers::ROOT, "spec", "fixtures", "outside", "#{name}.c")
