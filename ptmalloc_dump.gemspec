@@ -18,7 +18,7 @@ Gem::Specification.new do |spec|
 
   spec.files = Dir["lib/**/*.rb", "lib/ptmalloc_dump/output/assets/*", "ext/**/*.{c,h,rb}", "ext/**/depend", "exe/*", "doc/*.md", "README.md", "LICENSE.txt"]
   spec.bindir = "exe"
-  spec.executables = ["ptmalloc-visualize"]
+  spec.executables = ["ptmalloc-dump", "ptmalloc-visualize"]
   spec.require_paths = ["lib"]
   spec.extensions = ["ext/ptmalloc_dump/extconf.rb"]
   spec.metadata["rubygems_mfa_required"] = "true"

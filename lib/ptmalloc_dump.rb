@@ -88,6 +88,62 @@ module PtmallocDump
       summary
     end
 
+    # Dumps the glibc malloc heap of another running process, which needs neither this gem nor Ruby.
+    # Every thread of the process is stopped (ptrace), the memory the walk reads is copied, and the
+    # process runs again at once: its pause is the copy, the walk runs on the copy. An arena whose lock
+    # is held when the process is stopped is not walked: the process is let go for a moment and stopped
+    # again (up to 50 times, 20 ms apart). The file is the same format, loaded by {load}; what
+    # such a dump cannot hold (Ruby's objects, the pointer graph, glibc's own mallinfo2 and
+    # malloc_info, which cannot be called in another process) is said in its header's :source_info.
+    #
+    # @param pid [Integer] the process (the same user's, or any as root; Yama's ptrace_scope 0 or root)
+    # @param path [String, Pathname] where the dump is written (atomically)
+    # @param debug_dir [String, nil] where libc's symbol file is looked for, as for {dump}
+    # @param symbols [Symbol] :auto (a symbol file, else by structure), :file (libc's own .symtab, or
+    #   libc6-dbg's by build-id) or :heuristic (by structure alone: main_arena through its relocation,
+    #   mp_ by its own consistency, since glibc's counters cannot be taken in another process to match
+    #   it; each thread's tcache by its structure, its TLS offset being unknown without symbols)
+    # @return [Hash{Symbol=>Object}] the dump's summary (see {Dump#summary}) plus :path, :pause_ns (how
+    #   long the process was stopped) and :copied_bytes
+    # @raise [TargetGoneError] when there is no such process, or it exits while it is read
+    # @raise [PtracePermissionError] when it may not be traced (another user, Yama, a container)
+    # @raise [UnsupportedPlatformError] when it has no glibc (a static binary, another C library)
+    # @raise [SymbolsNotFoundError] when libc's symbols cannot be found
+    # @raise [ArenaLockedError] when an arena stayed locked each time the process was stopped
+    # @raise [SystemCallError] when the file cannot be written (the process is not stopped then)
+    def dump_process(pid, path, debug_dir: nil, symbols: :auto)
+      pid = Integer(pid)
+      path = File.expand_path(path.to_s)
+      summary = _dump_process(pid, path, debug_dir&.to_s, process_strings(pid), symbols_mode(symbols))
+      summary[:path] = path
+      summary
+    end
+
+    # Dumps the glibc malloc heap of the process a core file was written from (by gcore, or by the kernel
+    # with the default coredump_filter, which keeps every private and anonymous page): the same walk
+    # as {dump_process}, on the core's segments. libc is found from the core's NT_FILE note (the file
+    # on disk must be the same build), each thread's thread pointer from its NT_PRSTATUS note. A core
+    # has no residency: every page it holds counts as present.
+    #
+    # @param core [String, Pathname] the core file
+    # @param path [String, Pathname] where the dump is written (atomically)
+    # @param debug_dir [String, nil] where libc's symbol file is looked for, as for {dump}
+    # @param symbols [Symbol] :auto, :file or :heuristic, as for {dump_process}
+    # @return [Hash{Symbol=>Object}] the dump's summary (see {Dump#summary}) plus :path
+    # @raise [CoreFileError] when the file is not a whole x86-64 ELF core with its notes
+    # @raise [UnsupportedPlatformError] when the process had no glibc
+    # @raise [SymbolsNotFoundError] when libc's symbols cannot be found
+    # @raise [UnsupportedLibcError] when libc on disk is not the one the core's process ran
+    # @raise [ArenaLockedError] when an arena is locked in the core (a thread was inside malloc)
+    def dump_core(core, path, debug_dir: nil, symbols: :auto)
+      path = File.expand_path(path.to_s)
+      summary = _dump_core(File.expand_path(core.to_s), path, debug_dir&.to_s, ["gem_version", VERSION],
+                           symbols_mode(symbols))
+      summary[:path] = path
+      summary.delete(:pause_ns)
+      summary
+    end
+
     # Loads a dump written by {dump}.
     #
     # @param path [String, Pathname]
@@ -143,6 +199,16 @@ module PtmallocDump
 
     def chunk_tuple(dump, index)
       dump.chunk_by_index(index)&.then { |c| [c.address, c.size, c.state] }
+    end
+
+    # The strings of a dump of another process: its command line's first word, and this gem's version.
+    def process_strings(pid)
+      program = begin
+        File.binread("/proc/#{pid}/cmdline").split("\0").first.to_s
+      rescue SystemCallError
+        ""
+      end
+      ["gem_version", VERSION, "program", program.encode("UTF-8", invalid: :replace, undef: :replace)]
     end
 
     def symbols_mode(symbols)

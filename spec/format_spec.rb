@@ -79,6 +79,33 @@ RSpec.describe "the dump file" do
     end
   end
 
+  it "says where a dump of another process came from, and refuses a SOURCE section of an unknown kind" do
+    expect(PtmallocDump.load(path).header.values_at(:source, :source_info)).to eq([:self, nil])
+    target = Process.spawn("sleep", "60")
+    begin
+      sleep 0.2
+      other = File.join(tmpdir, "other.dump")
+      PtmallocDump.dump_process(target, other)
+    ensure
+      Process.kill(:KILL, target)
+      Process.wait(target)
+    end
+    info = PtmallocDump.load(other).header[:source_info]
+    expect(info).to include(kind: :pid, pid: target, attempts: 1)
+    expect(info[:unavailable]).to include(:ruby, :references, :oracles)
+    bytes = File.binread(other)
+    off = 16
+    off += 24 + ((bytes.byteslice(off + 16, 8).unpack1("Q<") + 7) & ~7) until bytes.byteslice(off, 4).unpack1("L<") == 40
+    expect(bytes.byteslice(off + 8, 16).unpack("Q<Q<")).to eq([1, 48])
+    { 0 => [9, /unknown kind 9/], 40 => [1, /reserved field not zero/] }.each do |field, (value, message)|
+      damaged = bytes.dup
+      damaged[off + 24 + field, 4] = [value].pack("L<")
+      damaged[damaged.bytesize - 8, 4] = [Zlib.crc32(damaged.byteslice(0, damaged.bytesize - 56))].pack("L<")
+      expect { load_bytes(damaged) }.to raise_error(PtmallocDump::FormatError, message)
+    end
+    expect(load_bytes(without_sections(bytes, [40])).header[:source]).to eq(:self)
+  end
+
   it "is written with mode 0600 and leaves no temporary file behind" do
     expect(File.stat(path).mode & 0o777).to eq(0o600)
     expect(Dir.children(tmpdir)).to eq(["heap.dump"])

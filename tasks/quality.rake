@@ -36,6 +36,19 @@ task :fuzz, [:seconds] => :compile do |_t, args|
       PtmallocDump.dump("fuzz/corpus/noncontiguous.dump", ruby: false)
     RUBY
   end
+  unless File.exist?("fuzz/corpus/process.dump")
+    # a dump of another process (the SOURCE section)
+    ruby "-Ilib", "-rptmalloc_dump", "-e", <<~RUBY
+      pid = Process.spawn("sleep", "60")
+      begin
+        sleep 0.2
+        PtmallocDump.dump_process(pid, "fuzz/corpus/process.dump")
+      ensure
+        Process.kill(:KILL, pid)
+        Process.wait(pid)
+      end
+    RUBY
+  end
   sh "tmp/fuzz/fuzz_reader", "-max_total_time=#{seconds}", "-timeout=10", "-rss_limit_mb=4096",
      "-artifact_prefix=tmp/fuzz/crashes/", "-print_final_stats=1", "fuzz/corpus"
 end

@@ -42,11 +42,16 @@ module PtmallocDump
     #   :gc (GC.stat's counts at the Ruby pass: :count, :major_gc_count, :minor_gc_count,
     #   :total_allocated_objects, :total_freed_objects, :old_objects, :time_ms ..., and :full_gc (the
     #   dump ran a full GC first, +gc: true+), :last_gc_major (the latest GC was a major one),
-    #   :sweep_pending (a lazy sweep was left when the pass began); nil without Ruby data)
+    #   :sweep_pending (a lazy sweep was left when the pass began); nil without Ruby data),
+    #   :source (:self for a process that dumped itself, :pid for {PtmallocDump.dump_process}) and
+    #   :source_info (nil for :self; else :pid, :pause_ns (how long the process was stopped),
+    #   :copied_bytes, :threads, :attempts (stops until no arena lock was held) and :unavailable, what
+    #   that source cannot give: :ruby, :references, :oracles (mallinfo2 and malloc_info), :tls)
     def header
       @header ||= begin
         m = _meta
         strings = m.delete(:strings)
+        source_info = _source
         m.merge(
           format_version: 1,
           time: Time.at(m[:time_sec], m[:time_nsec], :nsec),
@@ -69,9 +74,22 @@ module PtmallocDump
           mremap_overcounts: flag?(m, :mremap_overcount),
           mallinfo2: _mallinfo2,
           malloc_info: malloc_info,
-          gc: _gc&.freeze
+          gc: _gc&.freeze,
+          source: source_info ? source_info[:kind] : :self,
+          source_info: source_info&.freeze
         ).freeze
       end
+    end
+
+    # Why this dump holds no Ruby objects, in words for a report; nil when it holds them.
+    #
+    # @return [String, nil]
+    def no_ruby_reason
+      return nil if _ruby?
+      return "the Ruby pass was skipped: #{header[:ruby_layer_reason]}" if header[:ruby_layer] == :skipped
+      return "the dump was taken from outside the process (#{header[:source]}): Ruby objects need the in-process dump" if header[:source] != :self
+
+      "the dump was taken with ruby: false"
     end
 
     # @return [Array<Arena>] every arena, main_arena first, in ring order

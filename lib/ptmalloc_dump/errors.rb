@@ -34,4 +34,25 @@ module PtmallocDump
   # arena ring does not lead back to +main_arena+ (glibc's fork would lock arenas for ever). The
   # message says what is broken; an in-process dump records the damage as anomalies instead.
   class HeapDamagedError < Error; end
+
+  # Another process may not be traced: Yama's +ptrace_scope+, a process of another user, or no
+  # +CAP_SYS_PTRACE+ (a container). The message says which and what to do.
+  class PtracePermissionError < Error; end
+
+  # The process to read does not exist, or exited while it was being read.
+  class TargetGoneError < Error; end
+
+  # An arena of the process to read was locked each time it was stopped (a thread inside malloc or
+  # free, or stuck there): its lists may be half changed, so it is not walked. The message names the
+  # arena; trying again later usually succeeds.
+  class ArenaLockedError < Error; end
+
+  # A core file cannot be read: not an ELF core, of another architecture, truncated, or without the
+  # notes that say which files and threads it holds. The message says which.
+  class CoreFileError < Error; end
+
+  # A thread of the process to read did not stop within 2 s of being interrupted (it sleeps
+  # uninterruptibly, on a disk or a network file system perhaps): nothing was read, and every thread
+  # runs again. Trying again later usually succeeds.
+  class StopTimeoutError < Error; end
 end

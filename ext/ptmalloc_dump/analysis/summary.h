@@ -52,6 +52,7 @@ typedef struct {
     size_t n_trim_released;
     /* GC counts and the whole RSS (absent in older dumps) */
     const ptmd_gc_rec *gc;
+    const ptmd_source_rec *source;  /* NULL: the process dumped itself */
     const uint64_t *ruby_page_rss;  /* per Ruby page, or NULL */
     size_t n_ruby_page_rss;
     const ptmd_mappings_head *mappings_head;

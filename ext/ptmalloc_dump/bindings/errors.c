@@ -12,6 +12,11 @@ static VALUE error_class(ptmd_errcode code)
     case PTMD_E_FORMAT: name = "PtmallocDump::FormatError"; break;
     case PTMD_E_BUSY: name = "PtmallocDump::BusyError"; break;
     case PTMD_E_HEAP: name = "PtmallocDump::HeapDamagedError"; break;
+    case PTMD_E_PTRACE: name = "PtmallocDump::PtracePermissionError"; break;
+    case PTMD_E_TARGET: name = "PtmallocDump::TargetGoneError"; break;
+    case PTMD_E_LOCKED: name = "PtmallocDump::ArenaLockedError"; break;
+    case PTMD_E_CORE: name = "PtmallocDump::CoreFileError"; break;
+    case PTMD_E_STOP: name = "PtmallocDump::StopTimeoutError"; break;
     case PTMD_E_ARGUMENT: return rb_eArgError;
     case PTMD_E_NOMEM: return rb_eNoMemError;
     default: name = "PtmallocDump::Error"; break;

@@ -442,6 +442,33 @@ VALUE ptmd_rb_mappings_head(const ptmd_view *v)
 }
 
 /* header[:gc]: GC.stat's counts at the Ruby pass, or nil. */
+/* header[:source_info]: where a dump taken from outside came from and what it could not give; nil for
+ * a process that dumped itself. */
+VALUE ptmd_rb_source(const ptmd_view *v)
+{
+    static const struct { uint32_t bit; const char *name; } flags[] = {
+#define PTMD_SOURCE_FLAG_ENTRY(c, value, name) { value, name },
+        PTMD_SOURCE_FLAGS(PTMD_SOURCE_FLAG_ENTRY)
+#undef PTMD_SOURCE_FLAG_ENTRY
+    };
+    const ptmd_source_rec *s = v->source;
+    VALUE h, missing;
+    size_t i;
+    if (!s) return Qnil;
+    h = rb_hash_new();
+    missing = rb_ary_new();
+    for (i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
+        if (s->flags & flags[i].bit) rb_ary_push(missing, PTMD_SYM(flags[i].name + 3));     /* past "no_" */
+    PTMD_SET(h, "kind", PTMD_SYM(ptmd_source_kind_names[s->kind]));
+    PTMD_SET(h, "pid", PTMD_U64(s->pid));
+    PTMD_SET(h, "pause_ns", PTMD_U64(s->pause_ns));
+    PTMD_SET(h, "copied_bytes", PTMD_U64(s->copied_bytes));
+    PTMD_SET(h, "threads", UINT2NUM(s->threads));
+    PTMD_SET(h, "attempts", UINT2NUM(s->attempts));
+    PTMD_SET(h, "unavailable", missing);
+    return h;
+}
+
 VALUE ptmd_rb_gc(const ptmd_view *v)
 {
     const ptmd_gc_rec *g = v->gc;

@@ -52,4 +52,6 @@ void ptmd_format_module_init(void)
     rb_define_const(mFormat, "MAPPING_KINDS", NAMES(ptmd_mapping_kind_names));
     FLAGS("OBJECT_FLAGS", PTMD_OBJECT_FLAGS);
     FLAGS("GC_FLAGS", PTMD_GC_FLAGS);
+    FLAGS("SOURCE_FLAGS", PTMD_SOURCE_FLAGS);
+    rb_define_const(mFormat, "SOURCE_KINDS", NAMES(ptmd_source_kind_names));
 }

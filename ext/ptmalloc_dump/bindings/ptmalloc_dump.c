@@ -3,8 +3,10 @@
 #include "bindings/bindings.h"
 #include "capture/dump.h"
 #include "capture/locate.h"
+#include "capture/source.h"
 #include "format/format.h"
 
+#include <ruby/thread.h>
 #include <string.h>
 #include <sys/mman.h>
 
@@ -128,6 +130,90 @@ static VALUE rb_ptmd_dump(VALUE self, VALUE path, VALUE debug_dir, VALUE strings
 
 typedef struct {
     dump_call *c;
+    int pid;
+    const char *core;               /* a core file instead of a live process */
+} process_call;
+
+/* Another process's dump touches no Ruby object and this process's heap only through mmap: other
+ * Ruby threads run meanwhile. */
+static void *process_without_gvl(void *arg)
+{
+    process_call *pc = arg;
+    pc->c->rc = pc->core ? ptmd_dump_core(&pc->c->d, &pc->c->opts, pc->core, &pc->c->err)
+                         : ptmd_dump_process(&pc->c->d, &pc->c->opts, pc->pid, &pc->c->err);
+    return NULL;
+}
+
+static VALUE process_body(VALUE arg)
+{
+    process_call *pc = (process_call *)arg;
+    dump_call *c = pc->c;
+    ptmd_view v;
+    VALUE summary;
+    rb_thread_call_without_gvl(process_without_gvl, pc, NULL, NULL);
+    if (c->rc != 0) return Qnil;
+    ptmd_dump_view(&c->d, &v);
+    summary = ptmd_rb_summary(&v);
+    PTMD_SET(summary, "walk_ns", PTMD_U64(c->d.meta.walk_ns));
+    PTMD_SET(summary, "pause_ns", PTMD_U64(c->d.source.pause_ns));
+    PTMD_SET(summary, "copied_bytes", PTMD_U64(c->d.source.copied_bytes));
+    return summary;
+}
+
+/* _dump_process(pid, path, debug_dir, strings, symbols) -> summary Hash: another process, stopped only
+ * while its memory is copied. */
+static VALUE rb_ptmd_dump_process(VALUE self, VALUE pid, VALUE path, VALUE debug_dir, VALUE strings, VALUE symbols)
+{
+    process_call pc;
+    VALUE result;
+    const char *cdir;
+    int state = 0;
+    PTMD_UNUSED(self);
+    FilePathValue(path);
+    pc.pid = NUM2INT(pid);
+    pc.core = NULL;
+    pc.c = new_call(debug_dir, strings, &cdir);
+    pc.c->opts.path = StringValueCStr(path);
+    pc.c->opts.debug_dir = cdir;
+    pc.c->opts.strings = pc.c->strings;
+    pc.c->opts.symbols = NUM2INT(symbols);
+    result = rb_protect(process_body, (VALUE)&pc, &state);
+    end_call(pc.c, state);
+    RB_GC_GUARD(path);
+    RB_GC_GUARD(debug_dir);
+    RB_GC_GUARD(strings);
+    return result;
+}
+
+/* _dump_core(core, path, debug_dir, strings, symbols) -> summary Hash: the process a core file was
+ * written from. */
+static VALUE rb_ptmd_dump_core(VALUE self, VALUE core, VALUE path, VALUE debug_dir, VALUE strings, VALUE symbols)
+{
+    process_call pc;
+    VALUE result;
+    const char *cdir;
+    int state = 0;
+    PTMD_UNUSED(self);
+    FilePathValue(core);
+    FilePathValue(path);
+    pc.pid = 0;
+    pc.core = StringValueCStr(core);
+    pc.c = new_call(debug_dir, strings, &cdir);
+    pc.c->opts.path = StringValueCStr(path);
+    pc.c->opts.debug_dir = cdir;
+    pc.c->opts.strings = pc.c->strings;
+    pc.c->opts.symbols = NUM2INT(symbols);
+    result = rb_protect(process_body, (VALUE)&pc, &state);
+    end_call(pc.c, state);
+    RB_GC_GUARD(core);
+    RB_GC_GUARD(path);
+    RB_GC_GUARD(debug_dir);
+    RB_GC_GUARD(strings);
+    return result;
+}
+
+typedef struct {
+    dump_call *c;
     ptmd_dump_opts opts[8];
     size_t n;
     int pid, errfd;
@@ -239,6 +325,51 @@ static VALUE rb_ptmd_ruby_functions_missing(VALUE self)
     return missing;
 }
 
+/* _read_process(pid, address, length) -> [bytes or nil, thread ids stopped, pause in ns]: every
+ * thread of pid stopped, the bytes read, the threads let go again (on every path) */
+static VALUE rb_ptmd_read_process(VALUE self, VALUE pid, VALUE address, VALUE length)
+{
+    ptmd_source src;
+    ptmd_err err;
+    VALUE bytes, tids = rb_ary_new();
+    long len = NUM2LONG(length);
+    int i, ok;
+    PTMD_UNUSED(self);
+    if (len < 0 || len > (1L << 20)) rb_raise(rb_eArgError, "length out of range: %ld", len);
+    bytes = rb_str_buf_new(len);
+    memset(&err, 0, sizeof(err));
+    if (ptmd_source_attach(&src, NUM2INT(pid), &err) != 0) ptmd_rb_raise(&err);
+    ok = ptmd_source_read_live(&src, NUM2ULL(address), RSTRING_PTR(bytes), (size_t)len) == 0;
+    for (i = 0; i < src.n_tids; i++) rb_ary_push(tids, INT2NUM(src.tids[i]));
+    ptmd_source_release(&src);
+    if (ok) rb_str_set_len(bytes, len);
+    return rb_ary_new_from_args(3, ok ? bytes : Qnil, tids, ULL2NUM(src.pause_ns));
+}
+
+/* _process_maps(pid) -> [[start, end, "rwxp"], ...] as the capture parses /proc/PID/maps */
+static VALUE rb_ptmd_process_maps(VALUE self, VALUE pid)
+{
+    ptmd_maps m;
+    ptmd_err err;
+    VALUE out = rb_ary_new();
+    size_t i;
+    PTMD_UNUSED(self);
+    memset(&m, 0, sizeof(m));
+    memset(&err, 0, sizeof(err));
+    if (ptmd_maps_load_pid(&m, NUM2INT(pid), &err) != 0) {
+        ptmd_maps_release(&m);
+        ptmd_rb_raise(&err);
+    }
+    for (i = 0; i < m.count; i++) {
+        const ptmd_map *e = PTMD_BUF_AT(&m.maps, ptmd_map, i);
+        char prot[5] = { e->prot & PTMD_MAP_R ? 'r' : '-', e->prot & PTMD_MAP_W ? 'w' : '-',
+                         e->prot & PTMD_MAP_X ? 'x' : '-', e->prot & PTMD_MAP_PRIVATE ? 'p' : 's', 0 };
+        rb_ary_push(out, rb_ary_new_from_args(3, ULL2NUM(e->start), ULL2NUM(e->end), rb_str_new_cstr(prot)));
+    }
+    ptmd_maps_release(&m);
+    return out;
+}
+
 VALUE ptmd_mPtmallocDump;
 
 RUBY_FUNC_EXPORTED void Init_ptmalloc_dump(void)
@@ -260,4 +391,8 @@ RUBY_FUNC_EXPORTED void Init_ptmalloc_dump(void)
     rb_define_singleton_method(ptmd_mPtmallocDump, "_warm_up", rb_ptmd_warm_up, 1);
     rb_define_singleton_method(ptmd_mPtmallocDump, "_libc_info", rb_ptmd_libc_info, 2);
     rb_define_singleton_method(ptmd_mPtmallocDump, "_ruby_functions_missing", rb_ptmd_ruby_functions_missing, 0);
+    rb_define_singleton_method(ptmd_mPtmallocDump, "_read_process", rb_ptmd_read_process, 3);
+    rb_define_singleton_method(ptmd_mPtmallocDump, "_dump_process", rb_ptmd_dump_process, 5);
+    rb_define_singleton_method(ptmd_mPtmallocDump, "_dump_core", rb_ptmd_dump_core, 5);
+    rb_define_singleton_method(ptmd_mPtmallocDump, "_process_maps", rb_ptmd_process_maps, 1);
 }

@@ -17,6 +17,8 @@ void ptmd_arena_lock(ptmd_walk *w, int *futex)
 {
     int expected = 0;
     uint64_t t0;
+    /* a copy of a stopped process: its locks were found free when it was taken (dump.c) */
+    if (w->src.kind != PTMD_SOURCE_SELF) return;
     if (__atomic_compare_exchange_n(futex, &expected, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) return;
     t0 = ptmd_now_ns();
     /* __lll_lock_wait_private: announce a waiter by storing 2, sleep while the value stays 2 */
@@ -25,8 +27,9 @@ void ptmd_arena_lock(ptmd_walk *w, int *futex)
     w->lock_wait_ns += ptmd_now_ns() - t0;
 }
 
-void ptmd_arena_unlock(int *futex)
+void ptmd_arena_unlock(ptmd_walk *w, int *futex)
 {
+    if (w->src.kind != PTMD_SOURCE_SELF) return;
     if (__atomic_exchange_n(futex, 0, __ATOMIC_RELEASE) > 1)
         syscall(SYS_futex, futex, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
 }
@@ -57,10 +60,9 @@ int ptmd_in_arena(ptmd_walk *w, const ptmd_arena_ctx *a, uint64_t p, uint64_t le
     return 0;
 }
 
-uint64_t ptmd_arena_field(const ptmd_walk *w, uintptr_t av, size_t off)
+uint64_t ptmd_arena_field(ptmd_walk *w, uintptr_t av, size_t off)
 {
-    PTMD_UNUSED(w);
-    return off == PTMD_NONE ? 0 : ptmd_rd64(av + off);
+    return off == PTMD_NONE ? 0 : ptmd_rd64(w, av + off);
 }
 
 /* heap_info checks: aligned to heap_max, readable, ar_ptr == the arena, sane size. */
@@ -70,8 +72,8 @@ static int heap_info_ok(ptmd_walk *w, uintptr_t h, uintptr_t av)
     uint64_t size;
     if (!h || (h & (w->heap_max - 1))) return 0;
     if (!ptmd_maps_readable(&w->maps, h, L->hi_size_total)) return 0;
-    if (ptmd_rd64(h + L->hi_ar_ptr) != av) return 0;
-    size = ptmd_rd64(h + L->hi_size);
+    if (ptmd_rd64(w, h + L->hi_ar_ptr) != av) return 0;
+    size = ptmd_rd64(w, h + L->hi_size);
     if (size < L->hi_size_total || size > w->heap_max) return 0;
     return ptmd_maps_readable(&w->maps, h, size);
 }
@@ -82,7 +84,7 @@ static int heap_info_ok(ptmd_walk *w, uintptr_t h, uintptr_t av)
 int ptmd_arena_maps_reload(ptmd_walk *w, ptmd_arena_ctx *a)
 {
     ptmd_err ignored;
-    if (a->maps_reloaded) return 0;
+    if (a->maps_reloaded || w->src.kind != PTMD_SOURCE_SELF) return 0;
     a->maps_reloaded = 1;
     return ptmd_maps_load(&w->maps, &ignored) == 0;
 }
@@ -156,7 +158,7 @@ int ptmd_arena_collect_heaps(ptmd_walk *w, ptmd_arena_ctx *a, ptmd_err *err)
         uint64_t start = w->have_mp && w->sbrk_base ? w->sbrk_base : 0;
         const ptmd_map *m;
         if (a->top == ptmd_initial_top(a->av + L->ms_bins)) return 0;       /* initial_top: never used */
-        if ((uint32_t)ptmd_rd64(a->av + L->ms_flags) & PTMD_NONCONTIGUOUS_BIT) return noncontiguous_heaps(w, a, err);
+        if ((uint32_t)ptmd_rd64(w, a->av + L->ms_flags) & PTMD_NONCONTIGUOUS_BIT) return noncontiguous_heaps(w, a, err);
         if (!start) {
             m = ptmd_maps_find(&w->maps, a->top);
             start = m ? m->start : a->top;
@@ -184,13 +186,13 @@ int ptmd_arena_collect_heaps(ptmd_walk *w, ptmd_arena_ctx *a, ptmd_err *err)
                 a->heaps_broken = 1;
                 break;
             }
-            size = ptmd_rd64(h + L->hi_size);
-            prev = ptmd_rd64(h + L->hi_prev);
+            size = ptmd_rd64(w, h + L->hi_size);
+            prev = ptmd_rd64(w, h + L->hi_prev);
             hr = new_heap(w, a, PTMD_HEAP_MMAP_HEAP, h, h + size);
             if (!hr) return ptmd_fail_sys(err, errno, "heap table", "mmap");
             hr->reserved_end = h + w->heap_max;
             hr->prev = prev;
-            hr->mprotect_size = ptmd_rd64(h + L->hi_mprotect_size);
+            hr->mprotect_size = ptmd_rd64(w, h + L->hi_mprotect_size);
             n++;
             h = prev;
         }
@@ -224,7 +226,7 @@ int ptmd_arena_ok(ptmd_walk *w, uintptr_t av)
     if (!av || (av & 7) || n > sizeof(head)) return 0;
     h = av - L->hi_size_total;
     if ((h & (w->heap_max - 1)) != 0) return 0;
-    if (ptmd_safe_read(&w->mem, h, head, n) != 0) return 0;
+    if (ptmd_walk_read(w, h, head, n) != 0) return 0;
     memcpy(&ar, head + L->hi_ar_ptr, 8);
     return ar == av;
 }
@@ -246,7 +248,7 @@ int ptmd_arena_ring(ptmd_walk *w, int record)
     for (;;) {
         uint64_t next;
         if (ptmd_buf_append(&w->ring, &av, sizeof(av)) != 0) return -1;
-        next = ptmd_rd64(av + w->L->ms_next);
+        next = ptmd_rd64(w, av + w->L->ms_next);
         if (next == w->lc->main_arena) return 0;
         if (!ptmd_arena_ok(w, next)) {
             if (record) ptmd_walk_anomaly(w, PTMD_AN_BAD_POINTER, next, PTMD_BUF_COUNT(&w->ring, uint64_t), PTMD_NO_ARENA);
@@ -269,7 +271,7 @@ int ptmd_walk_validate(ptmd_walk *w, ptmd_err *err)
     const ptmd_libc *lc = w->lc;
     const char *what = validate_once(w);
     ptmd_err ignored;
-    if (what && ptmd_maps_load(&w->maps, &ignored) == 0) what = validate_once(w);
+    if (what && w->src.kind == PTMD_SOURCE_SELF && ptmd_maps_load(&w->maps, &ignored) == 0) what = validate_once(w);
     if (!what) return 0;
     if (lc->layout_assumed)
         return ptmd_fail(err, PTMD_E_LIBC,
@@ -297,14 +299,14 @@ static const char *validate_once(ptmd_walk *w)
         what = "main_arena is not inside libc's writable segment";
         goto fail;
     }
-    top = ptmd_rd64(av + L->ms_top);
-    system_mem = ptmd_rd64(av + L->ms_system_mem);
+    top = ptmd_rd64(w, av + L->ms_top);
+    system_mem = ptmd_rd64(w, av + L->ms_system_mem);
     if (top != ptmd_initial_top(av + L->ms_bins)) {     /* initial_top means the main arena was never used */
         if ((top & PTMD_MALLOC_ALIGN_MASK) || !ptmd_maps_readable(&w->maps, top, 16)) {
             what = "main_arena.top does not point at readable memory";
             goto fail;
         }
-        top_size = ptmd_chunksize(ptmd_mchunk_size(top));
+        top_size = ptmd_chunksize(ptmd_mchunk_size(w, top));
         if (top_size < PTMD_MINSIZE || !ptmd_maps_readable(&w->maps, top, top_size)) {
             what = "main_arena.top does not lie inside its heap";
             goto fail;
@@ -315,7 +317,7 @@ static const char *validate_once(ptmd_walk *w)
         }
         /* once non-contiguous, top may lie in a region mmapped below the break */
         if (w->have_mp && w->sbrk_base && w->sbrk_base > top &&
-            !((uint32_t)ptmd_rd64(av + L->ms_flags) & PTMD_NONCONTIGUOUS_BIT)) {
+            !((uint32_t)ptmd_rd64(w, av + L->ms_flags) & PTMD_NONCONTIGUOUS_BIT)) {
             what = "mp_.sbrk_base does not precede main_arena.top";
             goto fail;
         }
@@ -333,7 +335,7 @@ static int fastbin_sane(ptmd_walk *w, ptmd_arena_ctx *a, uint64_t first)
     uint64_t p = first, steps;
     for (steps = 0; p != 0; steps++) {
         if (steps > a->bound || !ptmd_in_arena(w, a, p, 32)) return 0;
-        p = w->L->safe_linking ? ptmd_reveal_ptr(p + PTMD_MCHUNK_FD, ptmd_chunk_fd(p)) : ptmd_chunk_fd(p);
+        p = w->L->safe_linking ? ptmd_reveal_ptr(p + PTMD_MCHUNK_FD, ptmd_chunk_fd(w, p)) : ptmd_chunk_fd(w, p);
     }
     return 1;
 }
@@ -343,13 +345,13 @@ static int fastbin_sane(ptmd_walk *w, ptmd_arena_ctx *a, uint64_t first)
  * same chunks in reverse, so one pass checks both directions (bk shares fd's cache line). */
 static int bin_sane(ptmd_walk *w, ptmd_arena_ctx *a, uint64_t head)
 {
-    uint64_t p = ptmd_chunk_fd(head), prev = head, steps;
+    uint64_t p = ptmd_chunk_fd(w, head), prev = head, steps;
     for (steps = 0; p != head; steps++) {
-        if (steps > a->bound || !ptmd_in_arena(w, a, p, 32) || ptmd_chunk_bk(p) != prev) return 0;
+        if (steps > a->bound || !ptmd_in_arena(w, a, p, 32) || ptmd_chunk_bk(w, p) != prev) return 0;
         prev = p;
-        p = ptmd_chunk_fd(p);
+        p = ptmd_chunk_fd(w, p);
     }
-    return ptmd_chunk_bk(head) == prev;
+    return ptmd_chunk_bk(w, head) == prev;
 }
 
 /* Before glibc's own malloc_info() and mallinfo2() are called (they follow every list without any
@@ -374,7 +376,7 @@ int ptmd_walk_precheck(ptmd_walk *w)
         ptmd_arena_lock(w, mutex);
         a.top = ptmd_arena_field(w, av, L->ms_top);
         if (!ptmd_maps_readable(&w->maps, a.top, 16)) ptmd_arena_maps_reload(w, &a);
-        a.top_size = ptmd_maps_readable(&w->maps, a.top, 16) ? ptmd_chunksize(ptmd_mchunk_size(a.top)) : 0;
+        a.top_size = ptmd_maps_readable(&w->maps, a.top, 16) ? ptmd_chunksize(ptmd_mchunk_size(w, a.top)) : 0;
         a.top_end = a.top + a.top_size;
         if (ptmd_arena_collect_heaps(w, &a, &ignored) != 0 || a.heaps_broken) sane = 0;
         for (k = 0; k < a.n_heaps; k++) bytes += PTMD_W_HEAP(w, a.first_heap + k)->end - PTMD_W_HEAP(w, a.first_heap + k)->start;
@@ -382,7 +384,7 @@ int ptmd_walk_precheck(ptmd_walk *w)
         for (i = 0; sane && i < L->nfastbins; i++)
             sane = fastbin_sane(w, &a, ptmd_arena_field(w, av, L->ms_fastbins + (size_t)i * 8));
         for (i = 1; sane && i < PTMD_NBINS; i++) sane = bin_sane(w, &a, ptmd_bin_at(av + L->ms_bins, i));
-        ptmd_arena_unlock(mutex);
+        ptmd_arena_unlock(w, mutex);
         w->heaps.len = heaps_mark;          /* the walk collects them again, under the same lock as its chunks */
     }
     w->anomalies.len = 0;                   /* what matters is recorded by the walk itself */

@@ -24,7 +24,7 @@ typedef struct {
 /* True when [p, p+len) lies inside one of the arena's heaps (and so was checked readable). */
 int ptmd_in_arena(ptmd_walk *w, const ptmd_arena_ctx *a, uint64_t p, uint64_t len);
 /* A field of the malloc_state at av (0 where this version has no such field). */
-uint64_t ptmd_arena_field(const ptmd_walk *w, uintptr_t av, size_t off);
+uint64_t ptmd_arena_field(ptmd_walk *w, uintptr_t av, size_t off);
 /* Reads the mappings again, at most once per arena; true when that happened. */
 int ptmd_arena_maps_reload(ptmd_walk *w, ptmd_arena_ctx *a);
 /* Collects the arena's heaps (oldest first) into w->heaps and sets a->first_heap, a->n_heaps. */

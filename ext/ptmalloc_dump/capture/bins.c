@@ -83,26 +83,26 @@ static ptmd_list_slot *lists_insert(ptmd_walk *w, uint64_t addr, uint32_t state,
 static void check_nextsize(ptmd_walk *w, ptmd_arena_ctx *a, uint64_t head, int bin)
 {
     uint64_t p, first = 0, last = 0, last_size = 0, steps = 0;
-    for (p = ptmd_chunk_fd(head); p != head && steps <= a->bound; p = ptmd_chunk_fd(p), steps++) {
+    for (p = ptmd_chunk_fd(w, head); p != head && steps <= a->bound; p = ptmd_chunk_fd(w, p), steps++) {
         uint64_t size, fdn;
         if (!ptmd_in_arena(w, a, p, PTMD_MCHUNK_BK_NEXTSIZE + 8)) {
             ptmd_walk_anomaly(w, PTMD_AN_BAD_POINTER, p, (uint64_t)bin, a->index);
             return;
         }
-        size = ptmd_chunksize(ptmd_mchunk_size(p));
-        fdn = ptmd_rd64(p + PTMD_MCHUNK_FD_NEXTSIZE);
+        size = ptmd_chunksize(ptmd_mchunk_size(w, p));
+        fdn = ptmd_rd64(w, p + PTMD_MCHUNK_FD_NEXTSIZE);
         if (last && size == last_size) {
             if (fdn) ptmd_walk_anomaly(w, PTMD_AN_NEXTSIZE, p, fdn, a->index);
             continue;
         }
         if (last && size > last_size) ptmd_walk_anomaly(w, PTMD_AN_NEXTSIZE, p, size, a->index);   /* out of order */
-        if (last && (ptmd_rd64(last + PTMD_MCHUNK_FD_NEXTSIZE) != p || ptmd_rd64(p + PTMD_MCHUNK_BK_NEXTSIZE) != last))
-            ptmd_walk_anomaly(w, PTMD_AN_NEXTSIZE, p, ptmd_rd64(p + PTMD_MCHUNK_BK_NEXTSIZE), a->index);
+        if (last && (ptmd_rd64(w, last + PTMD_MCHUNK_FD_NEXTSIZE) != p || ptmd_rd64(w, p + PTMD_MCHUNK_BK_NEXTSIZE) != last))
+            ptmd_walk_anomaly(w, PTMD_AN_NEXTSIZE, p, ptmd_rd64(w, p + PTMD_MCHUNK_BK_NEXTSIZE), a->index);
         if (!first) first = p;
         last = p;
         last_size = size;
     }
-    if (first && (ptmd_rd64(last + PTMD_MCHUNK_FD_NEXTSIZE) != first || ptmd_rd64(first + PTMD_MCHUNK_BK_NEXTSIZE) != last))
+    if (first && (ptmd_rd64(w, last + PTMD_MCHUNK_FD_NEXTSIZE) != first || ptmd_rd64(w, first + PTMD_MCHUNK_BK_NEXTSIZE) != last))
         ptmd_walk_anomaly(w, PTMD_AN_NEXTSIZE, first, (uint64_t)bin, a->index);
 }
 
@@ -120,32 +120,32 @@ int ptmd_collect_lists(ptmd_walk *w, ptmd_arena_ctx *a, ptmd_err *err)
             uint64_t size, fd;
             if (steps > a->bound) { ptmd_walk_anomaly(w, PTMD_AN_LIST_CYCLE, p, (uint64_t)i, a->index); break; }
             if (!ptmd_in_arena(w, a, p, 32)) { ptmd_walk_anomaly(w, PTMD_AN_BAD_POINTER, p, (uint64_t)i, a->index); break; }
-            size = ptmd_chunksize(ptmd_mchunk_size(p));
+            size = ptmd_chunksize(ptmd_mchunk_size(w, p));
             if (size < PTMD_MINSIZE || ptmd_fastbin_index(size) != i)
                 ptmd_walk_anomaly(w, PTMD_AN_WRONG_BIN, p, size, a->index);
             if (!lists_insert(w, p, PTMD_ST_FASTBIN, &dup)) return ptmd_fail_sys(err, errno, "list table", "mmap");
             if (dup) { ptmd_walk_anomaly(w, PTMD_AN_DUPLICATE, p, (uint64_t)i, a->index); break; }
             a->fast_entries++;
-            fd = ptmd_chunk_fd(p);
+            fd = ptmd_chunk_fd(w, p);
             p = L->safe_linking ? ptmd_reveal_ptr(p + PTMD_MCHUNK_FD, fd) : fd;
         }
     }
     for (i = 1; i < PTMD_NBINS; i++) {
         uint64_t head = ptmd_bin_at(a->av + L->ms_bins, i);
-        uint64_t p = ptmd_chunk_fd(head), prev = head;
+        uint64_t p = ptmd_chunk_fd(w, head), prev = head;
         uint32_t state = i == 1 ? PTMD_ST_UNSORTED : i < PTMD_NSMALLBINS ? PTMD_ST_SMALLBIN : PTMD_ST_LARGEBIN;
         for (steps = 0; p != head; steps++) {
             int dup;
             uint64_t size;
             if (steps > a->bound) { ptmd_walk_anomaly(w, PTMD_AN_LIST_CYCLE, p, (uint64_t)i, a->index); break; }
             if (!ptmd_in_arena(w, a, p, 32)) { ptmd_walk_anomaly(w, PTMD_AN_BAD_POINTER, p, (uint64_t)i, a->index); break; }
-            if (ptmd_chunk_bk(p) != prev) ptmd_walk_anomaly(w, PTMD_AN_LIST_LINK, p, prev, a->index);
-            size = ptmd_chunksize(ptmd_mchunk_size(p));
+            if (ptmd_chunk_bk(w, p) != prev) ptmd_walk_anomaly(w, PTMD_AN_LIST_LINK, p, prev, a->index);
+            size = ptmd_chunksize(ptmd_mchunk_size(w, p));
             if (i >= 2 && ptmd_bin_index(size) != i) ptmd_walk_anomaly(w, PTMD_AN_WRONG_BIN, p, size, a->index);
             if (!lists_insert(w, p, state, &dup)) return ptmd_fail_sys(err, errno, "list table", "mmap");
             if (dup) { ptmd_walk_anomaly(w, PTMD_AN_DUPLICATE, p, (uint64_t)i, a->index); break; }
             prev = p;
-            p = ptmd_chunk_fd(p);
+            p = ptmd_chunk_fd(w, p);
         }
         if (state == PTMD_ST_LARGEBIN && p == head) check_nextsize(w, a, head, i);
     }

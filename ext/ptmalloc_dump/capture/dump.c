@@ -3,6 +3,7 @@
  * nothing calls malloc, so the walk sees exactly the heap those counters describe. */
 #define _GNU_SOURCE
 #include "capture/dump.h"
+#include "capture/outside.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -234,13 +235,13 @@ static void fill_meta(ptmd_dump_state *d, const ptmd_libc *lc, const struct time
     m->sbrk_base = w->sbrk_base;
     m->heap_max_size = w->heap_max;
     if (w->have_mp) {
-        m->mmap_threshold = ptmd_rd64(lc->mp + L->mp_mmap_threshold);
-        m->trim_threshold = ptmd_rd64(lc->mp + L->mp_trim_threshold);
-        m->top_pad = ptmd_rd64(lc->mp + L->mp_top_pad);
-        m->arena_max = ptmd_rd64(lc->mp + L->mp_arena_max);
-        m->arena_test = ptmd_rd64(lc->mp + L->mp_arena_test);
-        m->max_mmapped_mem = ptmd_rd64(lc->mp + L->mp_max_mmapped_mem);
-        if (L->mp_tcache_max_bytes != PTMD_NONE) m->tcache_max_bytes = ptmd_rd64(lc->mp + L->mp_tcache_max_bytes);
+        m->mmap_threshold = ptmd_rd64(w, lc->mp + L->mp_mmap_threshold);
+        m->trim_threshold = ptmd_rd64(w, lc->mp + L->mp_trim_threshold);
+        m->top_pad = ptmd_rd64(w, lc->mp + L->mp_top_pad);
+        m->arena_max = ptmd_rd64(w, lc->mp + L->mp_arena_max);
+        m->arena_test = ptmd_rd64(w, lc->mp + L->mp_arena_test);
+        m->max_mmapped_mem = ptmd_rd64(w, lc->mp + L->mp_max_mmapped_mem);
+        if (L->mp_tcache_max_bytes != PTMD_NONE) m->tcache_max_bytes = ptmd_rd64(w, lc->mp + L->mp_tcache_max_bytes);
     }
     m->n_mmaps = w->n_mmaps;
     m->mmapped_mem = w->mmapped_mem;
@@ -312,6 +313,7 @@ static void write_sections(ptmd_dump_state *d)
         ptmd_writer_section(wr, PTMD_SEC_ROOT_REFS, PTMD_BUF_COUNT(&w->root_refs, ptmd_root_ref), w->root_refs.base,
                             w->root_refs.len);
     }
+    if (d->has_source) ptmd_writer_section(wr, PTMD_SEC_SOURCE, 1, &d->source, sizeof(d->source));
     if (d->trim.base)
         ptmd_writer_section(wr, PTMD_SEC_TRIM_CHECK, PTMD_BUF_COUNT(&d->trim, uint64_t), d->trim.base, d->trim.len);
     write_rss_sections(d);
@@ -342,7 +344,7 @@ void ptmd_dump_init(ptmd_dump_state *d)
 {
     memset(d, 0, sizeof(*d));
     d->writer.fd = -1;
-    d->w.mem.mem_fd = -1;
+    d->w.src.mem.mem_fd = -1;
     d->w.pagemap.fd = -1;
 }
 
@@ -401,7 +403,7 @@ int ptmd_dump_run(ptmd_dump_state *d, const ptmd_dump_opts *o, ptmd_err *err)
             }
         }
     }
-    if (ptmd_check_allocator(lc, &d->w.mem, err) != 0) goto out;
+    if (ptmd_check_allocator(lc, &d->w.src.mem, err) != 0) goto out;
     if (ptmd_walk_validate(&d->w, err) != 0) goto out;
     if (collect_strings(d, lc, o) != 0) { ptmd_fail_sys(err, errno, "strings", "mmap"); goto out; }
     if (ptmd_writer_open(&d->writer, o->path, err) != 0) goto out;
@@ -445,6 +447,158 @@ out:
     return rc;
 }
 
+/* The parent of another process, from /proc/PID/stat ("pid (comm) state ppid ..."; comm may hold
+ * anything but ends at the last ')'); 0 when unknown. */
+static uint64_t process_ppid(int pid)
+{
+    char path[64], buf[1024];
+    const char *p;
+    uint64_t v = 0;
+    ssize_t n;
+    int fd;
+    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) return 0;
+    n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    buf[n] = '\0';
+    if (!(p = strrchr(buf, ')')) || p[1] != ' ' || !p[2] || p[3] != ' ') return 0;
+    for (p += 4; *p >= '0' && *p <= '9'; p++) v = v * 10 + (uint64_t)(*p - '0');
+    return v;
+}
+
+/* The rest of a dump from outside (another process, a core), once its memory is in d->w.src and its
+ * mappings in d->w.maps, libc located and the writer open: the walk on that memory and the file. A
+ * live process's smaps (mappings_pid) are read after the walk, the process running again. */
+static int outside_walk_write(ptmd_dump_state *d, const ptmd_dump_opts *o, ptmd_libc *lc, uint64_t ppid,
+                              int mappings_pid, ptmd_err *err)
+{
+    struct timespec now;
+    struct sigaction ign, old_xfsz;
+    ptmd_err ignored;
+    uint64_t t0, t1;
+    int rc;
+    if (ptmd_walk_prepare(&d->w, lc, err) != 0) return -1;
+    if (!ptmd_outside_tls(&d->w, lc)) {
+        lc->tcache_tls = lc->thread_arena_tls = -1;
+        d->source.flags |= PTMD_SRCF_NO_TLS;
+    }
+    if (ptmd_walk_validate(&d->w, err) != 0) return -1;
+    if (collect_strings(d, lc, o) != 0) return ptmd_fail_sys(err, errno, "strings", "mmap");
+    clock_gettime(CLOCK_REALTIME, &now);
+    t0 = ptmd_now_ns();
+    if (ptmd_walk_run(&d->w, err) != 0) return -1;
+    t1 = ptmd_now_ns();
+    if (ptmd_walk_residency(&d->w, err) != 0) return -1;
+    fill_meta(d, lc, &now);
+    d->meta.pid = (uint64_t)d->w.src.pid;
+    d->meta.ppid = ppid;
+    d->meta.flags |= PTMD_MF_NO_ORACLES;
+    d->meta.walk_ns = t1 - t0;
+    d->meta.residency_ns = ptmd_now_ns() - t1;
+    if (mappings_pid && ptmd_mappings_read(&d->mappings, mappings_pid, &ignored) != 0) d->mappings.present = 0;
+    d->has_source = 1;
+    memset(&ign, 0, sizeof(ign));
+    ign.sa_handler = SIG_IGN;
+    sigaction(SIGXFSZ, &ign, &old_xfsz);
+    write_sections(d);
+    rc = ptmd_writer_finish(&d->writer, PTMD_BUF_COUNT(&d->w.chunks, ptmd_chunk_rec), err);
+    sigaction(SIGXFSZ, &old_xfsz, NULL);
+    return rc;
+}
+
+/* main_arena.top still 0, as libc's image holds it: glibc's malloc was never initialised (ptmalloc_init,
+ * on its first call, sets top to initial_top). */
+static int never_used(ptmd_walk *w, const ptmd_libc *lc)
+{
+    uint64_t top;
+    return ptmd_walk_read(w, lc->main_arena + lc->layout->ms_top, &top, sizeof(top)) == 0 && top == 0;
+}
+
+static ptmd_libc *outside_libc(ptmd_dump_state *d, ptmd_err *err)
+{
+    ptmd_libc *lc = mmap(NULL, sizeof(*lc), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (lc == MAP_FAILED) {
+        ptmd_fail_sys(err, errno, "libc of the target", "mmap");
+        return NULL;
+    }
+    d->target_lc = lc;
+    return lc;
+}
+
+int ptmd_dump_process(ptmd_dump_state *d, const ptmd_dump_opts *o, int pid, ptmd_err *err)
+{
+    ptmd_libc *lc;
+    int rc = -1, expected = 0;
+
+    if (pid <= 0) return ptmd_fail(err, PTMD_E_ARGUMENT, "not a process id: %d", pid);
+    if (pid == (int)getpid())
+        return ptmd_fail(err, PTMD_E_ARGUMENT, "process %d is this process: dump it with PtmallocDump.dump", pid);
+    if (!__atomic_compare_exchange_n(&dump_busy, &expected, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+        return ptmd_fail(err, PTMD_E_BUSY, "a dump is already running in this process");
+    if (!(lc = outside_libc(d, err))) goto out;
+    /* everything that can fail without stopping the target, first */
+    if (ptmd_maps_load_pid(&d->w.maps, pid, err) != 0) goto out;
+    if (!d->w.maps.count) {
+        ptmd_fail(err, PTMD_E_TARGET, "process %d has no memory to read: it has exited (a zombie its parent has not "
+                  "reaped yet) or is a kernel thread", pid);
+        goto out;
+    }
+    if (ptmd_locate_process(pid, &d->w.maps, o->debug_dir, o->symbols, lc, err) != 0) goto out;
+    d->source.kind = PTMD_SOURCE_KIND_PID;
+    d->source.flags = PTMD_SRCF_NO_RUBY | PTMD_SRCF_NO_REFERENCES | PTMD_SRCF_NO_ORACLES;
+    if (ptmd_writer_open(&d->writer, o->path, err) != 0) goto out;
+    if (ptmd_outside_copy(&d->w, lc, pid, &d->source, err) != 0) goto out;
+    /* the target runs again: the walk reads the copy */
+    if (never_used(&d->w, lc)) {
+        ptmd_fail(err, PTMD_E_ALLOCATOR, "glibc's malloc was never used in process %d (main_arena was never "
+                  "initialised): it allocates with another allocator (jemalloc, tcmalloc, ...) or not at all, "
+                  "and ptmalloc-dump reads glibc's malloc only", pid);
+        goto out;
+    }
+    rc = outside_walk_write(d, o, lc, process_ppid(pid), pid, err);
+out:
+    if (rc != 0) ptmd_writer_abort(&d->writer);
+    ptmd_source_detach(&d->w.src);
+    __atomic_store_n(&dump_busy, 0, __ATOMIC_RELEASE);
+    return rc;
+}
+
+int ptmd_dump_core(ptmd_dump_state *d, const ptmd_dump_opts *o, const char *core, ptmd_err *err)
+{
+    ptmd_libc *lc;
+    uint64_t held;
+    int rc = -1, expected = 0;
+
+    if (!__atomic_compare_exchange_n(&dump_busy, &expected, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+        return ptmd_fail(err, PTMD_E_BUSY, "a dump is already running in this process");
+    if (!(lc = outside_libc(d, err))) goto out;
+    if (ptmd_source_open_core(&d->w.src, core, &d->w.maps, err) != 0) goto out;
+    if (ptmd_locate_core(&d->w.src, &d->w.maps, core, o->debug_dir, o->symbols, lc, err) != 0) goto out;
+    if (never_used(&d->w, lc)) {
+        ptmd_fail(err, PTMD_E_ALLOCATOR, "glibc's malloc was never used in the process of core file %s (main_arena "
+                  "was never initialised): it allocated with another allocator or not at all", core);
+        goto out;
+    }
+    /* a core cannot be let go for a moment: a lock held in it is a heap caught mid-change */
+    if ((held = ptmd_outside_held_arena(&d->w.src, lc)) != 0) {
+        ptmd_fail(err, PTMD_E_LOCKED, "arena %#lx is locked in core file %s (a thread was inside malloc or free "
+                  "when it was written): its lists may be half changed, so it is not walked", (unsigned long)held, core);
+        goto out;
+    }
+    d->source.kind = PTMD_SOURCE_KIND_CORE;
+    d->source.flags = PTMD_SRCF_NO_RUBY | PTMD_SRCF_NO_REFERENCES | PTMD_SRCF_NO_ORACLES | PTMD_SRCF_NO_RESIDENCY;
+    d->source.pid = (uint64_t)d->w.src.pid;
+    d->source.copied_bytes = d->w.src.copied_bytes;
+    d->source.threads = (uint32_t)d->w.src.n_tids;
+    if (ptmd_writer_open(&d->writer, o->path, err) != 0) goto out;
+    rc = outside_walk_write(d, o, lc, (uint64_t)d->w.src.ppid, 0, err);
+out:
+    if (rc != 0) ptmd_writer_abort(&d->writer);
+    __atomic_store_n(&dump_busy, 0, __ATOMIC_RELEASE);
+    return rc;
+}
+
 /* What the child must not find for itself, listed just before the fork:
  *   - the parent's threads: in the child, glibc's fork has moved every other thread to the stack
  *     cache with its tid cleared (reclaim_stacks), so the child could find their tcaches only by
@@ -464,9 +618,8 @@ static int before_fork(ptmd_dump_state *d, const ptmd_dump_opts *opts, size_t n_
     if (ptmd_locate(o->debug_dir, o->symbols, &lc, err) != 0) return -1;
     d->w.lc = lc;
     if (!lc->layout) return 0;                  /* the child says that the layout is unknown */
-    d->w.mem.mem_fd = -1;
-    if (ptmd_memreader_open(&d->w.mem, err) != 0) return -1;
-    if (ptmd_check_allocator(lc, &d->w.mem, err) != 0) return -1;
+    if (ptmd_source_self(&d->w.src, err) != 0) return -1;
+    if (ptmd_check_allocator(lc, &d->w.src.mem, err) != 0) return -1;
     if ((ring = ptmd_walk_ring_before_fork(&d->w, lc)) < 0) return ptmd_fail_sys(err, errno, "arena ring", "mmap");
     if (ring > 0) {
         const ptmd_anomaly_rec *a = PTMD_BUF_AT(&d->w.anomalies, ptmd_anomaly_rec, 0);
@@ -646,6 +799,8 @@ void ptmd_dump_release(ptmd_dump_state *d)
     ptmd_buf_release(&d->ruby.code_names);
     ptmd_writer_abort(&d->writer);
     ptmd_walk_release(&d->w);
+    if (d->target_lc) munmap(d->target_lc, sizeof(*d->target_lc));
+    d->target_lc = NULL;
     ptmd_buf_release(&d->strings);
     d->malloc_info = NULL;
 }

@@ -52,6 +52,9 @@ typedef struct {
     ptmd_mappings mappings;         /* smaps and VmRSS at the capture (a snapshot's: its parent's) */
     const ptmd_mappings *parent_mappings;   /* a snapshot child's: read by the parent before the fork */
     ptmd_buf ruby_rss;              /* uint64 per Ruby page: resident bytes of its body */
+    ptmd_libc *target_lc;           /* another process's libc (mmapped), NULL for this process */
+    ptmd_source_rec source;         /* where another process's dump came from (the SOURCE section) */
+    int has_source;
 } ptmd_dump_state;
 
 /* Prepares a zeroed state (file descriptors closed). Call before ptmd_dump_run or ptmd_dump_fork. */
@@ -62,6 +65,13 @@ void ptmd_dump_init(ptmd_dump_state *d);
 void ptmd_dump_setup(void);
 /* Runs a whole dump into `path`. d must come from ptmd_dump_init; release it with ptmd_dump_release. */
 int ptmd_dump_run(ptmd_dump_state *d, const ptmd_dump_opts *opts, ptmd_err *err);
+/* A dump of another process (pid) into opts->path: libc located from its mappings, its memory copied
+ * while it is stopped (outside.c), then walked; no Ruby pass, no references, no glibc counters. d must
+ * come from ptmd_dump_init; release it with ptmd_dump_release. */
+int ptmd_dump_process(ptmd_dump_state *d, const ptmd_dump_opts *opts, int pid, ptmd_err *err);
+/* A dump of the process a core file was written from (gcore, or the kernel's): the same as of a live
+ * process, read from the core's segments; no residency either. */
+int ptmd_dump_core(ptmd_dump_state *d, const ptmd_dump_opts *opts, const char *core, ptmd_err *err);
 /* Fork snapshot: forks; the child runs ptmd_dump_run for each of opts[0..n_opts) on the same frozen
  * heap (sharing d's Ruby data) and _exits (status 0 on success; on failure it writes the error to the
  * pipe first). The parent gets the child's pid and the pipe's read end. */

@@ -111,6 +111,11 @@ static size_t notes_build_id(const unsigned char *p, size_t len, unsigned char *
     return 0;
 }
 
+size_t ptmd_elf_notes_build_id(const unsigned char *notes, size_t len, unsigned char *out, size_t max)
+{
+    return notes_build_id(notes, len, out, max);
+}
+
 size_t ptmd_elf_file_build_id(const ptmd_elf_file *f, unsigned char *out, size_t max)
 {
     size_t i, n;

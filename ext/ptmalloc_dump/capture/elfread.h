@@ -25,6 +25,8 @@ const Elf64_Shdr *ptmd_elf_section(const ptmd_elf_file *f, const char *name);
 /* Bytes of a section if it lies inside the file and is not compressed, else NULL. */
 const unsigned char *ptmd_elf_section_data(const ptmd_elf_file *f, const Elf64_Shdr *sh);
 
+/* The NT_GNU_BUILD_ID among a note area's notes (a PT_NOTE segment read from memory), length or 0. */
+size_t ptmd_elf_notes_build_id(const unsigned char *notes, size_t len, unsigned char *out, size_t max);
 /* The NT_GNU_BUILD_ID of the file (from its notes), length or 0. */
 size_t ptmd_elf_file_build_id(const ptmd_elf_file *f, unsigned char *out, size_t max);
 /* The .gnu_debuglink name and CRC; 0 when present. */

@@ -4,6 +4,7 @@
 #include "capture/locate.h"
 #include "format/crc32.h"
 #include "capture/elfread.h"
+#include "capture/source.h"
 #include "format/format.h"
 
 #include <dlfcn.h>
@@ -294,6 +295,218 @@ int ptmd_locate(const char *debug_dir, int symbols, const ptmd_libc **out, ptmd_
                              "its structure is not that of a used arena)", who);
     }
     return rc;
+}
+
+/* ---- libc in another process ------------------------------------------------------------- */
+
+/* The libc named by a /proc/PID/maps line's path: libc.so.6, or libc-2.NN.so before glibc 2.34. */
+static int is_libc_path(const char *path, size_t len)
+{
+    const char *base = path + len;
+    size_t n;
+    while (base > path && base[-1] != '/') base--;
+    n = (size_t)(path + len - base);
+    if (n == 9 && memcmp(base, "libc.so.6", 9) == 0) return 1;
+    return n > 8 && memcmp(base, "libc-", 5) == 0 && memcmp(base + n - 3, ".so", 3) == 0;
+}
+
+/* libc's lowest mapping in the target (offset 0: its load bias) and its path, from /proc/PID/maps. */
+static int find_process_libc(const ptmd_maps *maps, ptmd_libc *lc)
+{
+    const char *p = (const char *)maps->text.base, *end = p + maps->text.len;
+    int found = 0;
+    while (p < end) {
+        const char *eol = memchr(p, '\n', (size_t)(end - p)), *q;
+        uint64_t start, offset;
+        if (!eol) eol = end;
+        q = p;
+        start = ptmd_parse_hex(&q, eol);
+        /* start-end perms offset dev inode path: the offset after the second space, the path at '/' */
+        while (q < eol && *q != ' ') q++;
+        while (q < eol && *q == ' ') q++;
+        while (q < eol && *q != ' ') q++;
+        while (q < eol && *q == ' ') q++;
+        offset = ptmd_parse_hex(&q, eol);
+        q = memchr(q, '/', (size_t)(eol - q));
+        if (!q) q = eol;
+        if (q < eol && *q == '/' && offset == 0 && is_libc_path(q, (size_t)(eol - q)) &&
+            (size_t)(eol - q) < sizeof(lc->libc_path) && (!found || start < lc->libc_base)) {
+            memcpy(lc->libc_path, q, (size_t)(eol - q));
+            lc->libc_path[eol - q] = '\0';
+            lc->libc_base = start;
+            found = 1;
+        }
+        p = eol + 1;
+    }
+    return found;
+}
+
+/* The glibc version from the banner libc carries ("... release version 2.36."). */
+static int version_from_image(const ptmd_elf_file *f, ptmd_libc *lc)
+{
+    static const char key[] = "release version ";
+    const unsigned char *at = memmem(f->data, f->size, key, sizeof(key) - 1);
+    size_t i = 0;
+    char v[sizeof(lc->glibc_version)];
+    const char *p;
+    char *e;
+    if (!at) return -1;
+    p = (const char *)at + sizeof(key) - 1;
+    while (i + 1 < sizeof(v) && (size_t)(p + i - (const char *)f->data) < f->size &&
+           ((p[i] >= '0' && p[i] <= '9') || (p[i] == '.' && i + 1 < sizeof(v) &&
+                                              (size_t)(p + i + 1 - (const char *)f->data) < f->size &&
+                                              p[i + 1] >= '0' && p[i + 1] <= '9')))
+        i++;
+    memcpy(v, p, i);
+    v[i] = '\0';
+    lc->major = (int)strtol(v, &e, 10);
+    if (*e != '.') return -1;
+    lc->minor = (int)strtol(e + 1, NULL, 10);
+    ptmd_strlcpy(lc->glibc_version, v, sizeof(lc->glibc_version));
+    return 0;
+}
+
+/* The image's segments in the target (load bias lc->libc_base): extent, writable part, TLS size, and
+ * the build-id from the PT_NOTE segment as mapped in the target. */
+static int process_segments(ptmd_source *src, const ptmd_elf_file *f, ptmd_libc *lc)
+{
+    const Elf64_Ehdr *eh = (const Elf64_Ehdr *)(const void *)f->data;
+    size_t i;
+    if (eh->e_phentsize != sizeof(Elf64_Phdr) || eh->e_phoff > f->size ||
+        (f->size - eh->e_phoff) / sizeof(Elf64_Phdr) < eh->e_phnum)
+        return -1;
+    lc->rw_start = lc->image_start = UINTPTR_MAX;
+    lc->rw_end = lc->image_end = 0;
+    for (i = 0; i < eh->e_phnum; i++) {
+        Elf64_Phdr ph;
+        uintptr_t lo, hi;
+        memcpy(&ph, f->data + eh->e_phoff + i * sizeof(ph), sizeof(ph));
+        lo = lc->libc_base + ph.p_vaddr;
+        hi = lo + ph.p_memsz;
+        if (ph.p_type == PT_TLS) lc->tls_size = ph.p_memsz;
+        if (ph.p_type == PT_LOAD) {
+            if (lo < lc->image_start) lc->image_start = lo;
+            if (hi > lc->image_end) lc->image_end = hi;
+            if ((ph.p_flags & PF_W) && lo < lc->rw_start) lc->rw_start = lo;
+            if ((ph.p_flags & PF_W) && hi > lc->rw_end) lc->rw_end = hi;
+        }
+        if (ph.p_type == PT_NOTE && ph.p_filesz > 0 && ph.p_filesz <= 4096 && !lc->build_id_len) {
+            unsigned char notes[4096];
+            int got = src->kind == PTMD_SOURCE_PID ? ptmd_source_read_live(src, lo, notes, ph.p_filesz)
+                                                   : ptmd_source_read(src, lo, notes, ph.p_filesz);
+            if (got == 0)
+                lc->build_id_len = ptmd_elf_notes_build_id(notes, ph.p_filesz, lc->build_id, sizeof(lc->build_id));
+        }
+    }
+    return lc->image_end > lc->image_start && lc->rw_end > lc->rw_start ? 0 : -1;
+}
+
+static void outside_init(ptmd_libc *lc, const char *debug_dir, int symbols)
+{
+    const char *dir = debug_dir;
+    if (!dir || !*dir) dir = getenv("PTMALLOC_DUMP_DEBUG_DIR");
+    if (!dir || !*dir) dir = PTMD_DEFAULT_DEBUG_DIR;
+    memset(lc, 0, sizeof(*lc));
+    lc->symbols_mode = symbols;
+    lc->tcache_tls = lc->thread_arena_tls = -1;
+    ptmd_strlcpy(lc->debug_dir, dir, sizeof(lc->debug_dir));
+}
+
+/* With libc_path and libc_base known: its image, build-id, version, layout and symbols. `what` names
+ * the process or core in messages. */
+static int locate_outside(ptmd_libc *lc, ptmd_source *src, const ptmd_maps *maps, const char *what, int symbols,
+                          ptmd_err *err)
+{
+    ptmd_elf_file f;
+    unsigned char file_id[PTMD_BUILD_ID_MAX];
+    size_t file_id_len;
+    int same_file, rc;
+    if (ptmd_elf_open(&f, lc->libc_path, err) != 0) return -1;
+    file_id_len = ptmd_elf_file_build_id(&f, file_id, sizeof(file_id));
+    if (process_segments(src, &f, lc) != 0 || version_from_image(&f, lc) != 0) {
+        ptmd_elf_close(&f);
+        return ptmd_fail(err, PTMD_E_LIBC, "%s, the libc of %s, is not an image ptmalloc_dump understands",
+                         lc->libc_path, what);
+    }
+    ptmd_elf_close(&f);
+    if (!lc->build_id_len) {
+        memcpy(lc->build_id, file_id, file_id_len);
+        lc->build_id_len = file_id_len;
+    }
+    /* libc replaced on disk since the target started: only a symbol file named by build-id fits, and
+     * the version read from the file on disk may be another's */
+    same_file = file_id_len == lc->build_id_len && memcmp(file_id, lc->build_id, file_id_len) == 0;
+    if (!same_file)
+        return ptmd_fail(err, PTMD_E_LIBC, "%s is not the libc %s ran (build-ids differ): it was replaced on "
+                         "disk since; dump while that libc is installed", lc->libc_path, what);
+    /* static TLS: the offset below the thread pointer is found from a thread's dtv (outside.c) */
+    lc->tls_modid = lc->tls_size ? 1 : 0;
+    lc->layout = ptmd_layout_for(lc->major, lc->minor);
+    if (!lc->layout)
+        return ptmd_fail(err, PTMD_E_LIBC, "glibc %s (%s) is not supported: ptmalloc_dump knows the malloc "
+                         "layouts of glibc 2.27 to 2.%d", lc->glibc_version, what, ptmd_layout_newest_minor());
+    rc = symbols != PTMD_SYMBOLS_HEURISTIC &&
+         (locate_symtab(lc, err) || locate_build_id(lc, err) || locate_debuglink(lc, err));
+    /* by structure: main_arena through its relocation, mp_ by its consistency, tcaches by theirs */
+    if (!rc && symbols != PTMD_SYMBOLS_FILE) {
+        /* a running process: libc's writable data read once, since the search reads it word by word */
+        if (src->kind == PTMD_SOURCE_PID) ptmd_source_live_region(src, lc->rw_start & ~(uint64_t)4095, lc->rw_end);
+        rc = ptmd_locate_heuristic_in(lc, src, maps);
+    }
+    if (!rc) {
+        symbols_missing(lc, err);
+        return -1;
+    }
+    return 0;
+}
+
+int ptmd_locate_process(int pid, const ptmd_maps *maps, const char *debug_dir, int symbols, ptmd_libc *lc, ptmd_err *err)
+{
+    ptmd_source live;
+    char what[64];
+    int rc;
+    outside_init(lc, debug_dir, symbols);
+    if (!find_process_libc(maps, lc))
+        return ptmd_fail(err, PTMD_E_PLATFORM,
+                         "process %d has no glibc mapped (no libc.so.6 in /proc/%d/maps): a static binary or "
+                         "another C library; ptmalloc-dump reads glibc's malloc only", pid, pid);
+    {
+        /* the path as the process sees it: through its root, so that a process in another mount
+         * namespace (a container) is read from its own files */
+        char rooted[PATH_MAX];
+        int n = snprintf(rooted, sizeof(rooted), "/proc/%d/root%s", pid, lc->libc_path);
+        if (n > 0 && (size_t)n < sizeof(rooted) && access(rooted, R_OK) == 0)
+            ptmd_strlcpy(lc->libc_path, rooted, sizeof(lc->libc_path));
+    }
+    snprintf(what, sizeof(what), "process %d", pid);
+    ptmd_source_live(&live, pid);
+    rc = locate_outside(lc, &live, maps, what, symbols, err);
+    ptmd_source_release(&live);
+    return rc;
+}
+
+int ptmd_locate_core(ptmd_source *core, const ptmd_maps *maps, const char *core_path, const char *debug_dir, int symbols,
+                     ptmd_libc *lc, ptmd_err *err)
+{
+    uint64_t start, end, offset;
+    const char *path;
+    char what[PATH_MAX + 16];
+    size_t i;
+    int found = 0;
+    outside_init(lc, debug_dir, symbols);
+    for (i = 0; ptmd_source_core_file(core, i, &start, &end, &offset, &path) == 0; i++) {
+        size_t n = strlen(path);
+        if (offset || !is_libc_path(path, n) || n >= sizeof(lc->libc_path) || (found && start >= lc->libc_base)) continue;
+        memcpy(lc->libc_path, path, n + 1);
+        lc->libc_base = start;
+        found = 1;
+    }
+    if (!found)
+        return ptmd_fail(err, PTMD_E_PLATFORM,
+                         "the process of core file %s had no glibc mapped (no libc.so.6 in its NT_FILE note): a "
+                         "static binary or another C library; ptmalloc-dump reads glibc's malloc only", core_path);
+    snprintf(what, sizeof(what), "core file %s", core_path);
+    return locate_outside(lc, core, maps, what, symbols, err);
 }
 
 /* ---- is malloc glibc's? ------------------------------------------------------------------- */

@@ -60,8 +60,22 @@ enum {
  * debug_dir may be NULL for the default (PTMALLOC_DUMP_DEBUG_DIR, else /usr/lib/debug). */
 int ptmd_locate(const char *debug_dir, int symbols, const ptmd_libc **out, ptmd_err *err);
 
+/* libc of another process, from its mappings (/proc/PID/maps as read into maps, with their text):
+ * path, load bias, segments, build-id (from its image in the target), version (from the image's
+ * banner) and malloc's globals from a symbol file. The thread-local offsets need the target's threads
+ * (tls_offset is left 0). Into lc, which is the caller's. */
+int ptmd_locate_process(int pid, const ptmd_maps *maps, const char *debug_dir, int symbols, ptmd_libc *lc, ptmd_err *err);
+/* The same for the process a core file was written from (core opened by ptmd_source_open_core): libc
+ * from its NT_FILE note, the build-id from its image in the core. */
+struct ptmd_source;
+int ptmd_locate_core(struct ptmd_source *core, const ptmd_maps *maps, const char *core_path, const char *debug_dir,
+                     int symbols, ptmd_libc *lc, ptmd_err *err);
+
 /* The symbol-free strategy (locate_heuristic.c): 1 when found. */
 int ptmd_locate_heuristic(ptmd_libc *lc, ptmd_err *err);
+/* The same in another process's memory (a running one read in place, or a core) with its mappings:
+ * mp_ without glibc's counters to match (they cannot be taken there), by its own consistency. */
+int ptmd_locate_heuristic_in(ptmd_libc *lc, struct ptmd_source *mem, const ptmd_maps *maps);
 
 /* Fails with PTMD_E_ALLOCATOR when malloc in this process is not glibc's. May call malloc. */
 int ptmd_check_allocator(const ptmd_libc *lc, ptmd_memreader *mem, ptmd_err *err);

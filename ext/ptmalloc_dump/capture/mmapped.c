@@ -109,10 +109,10 @@ static int in_ruby_page(ptmd_walk *w, uint64_t addr)
     body = addr & ~(w->ruby_page_size - 1);
     /* the struct is calloc'd (16-byte aligned) apart from the body: a list head that points at
      * itself, as in TLS or any C data, is no page record */
-    if (ptmd_safe_read(&w->mem, body, &page, sizeof(page)) != 0 || !page || (page & 15) ||
+    if (ptmd_walk_read(w, body, &page, sizeof(page)) != 0 || !page || (page & 15) ||
         (page >= body && page - body < w->ruby_page_size))
         return 0;
-    if (ptmd_safe_read(&w->mem, page, words, sizeof(words)) != 0) return 0;
+    if (ptmd_walk_read(w, page, words, sizeof(words)) != 0) return 0;
     for (i = 0; i < PTMD_RUBY_PAGE_WORDS; i++)
         if (words[i] >= body && words[i] - body <= PTMD_RUBY_FIRST_SLOT_MAX) return 1;
     return 0;
@@ -170,7 +170,7 @@ static uint64_t own_header(ptmd_walk *w, uint64_t block, const uintptr_t *cand, 
     uint64_t hdrs[64][2], t;
     unsigned char ok[64];
     size_t i;
-    ptmd_safe_read_many(&w->mem, cand, k, 16, hdrs, ok);
+    ptmd_walk_read_many(w, cand, k, 16, hdrs, ok);
     for (i = 0; i < k; i++)
         if (ok[i] && base_offset(w, hdrs[i][0]) == cand[i] - block &&
             (t = valid_header(w, cand[i], hdrs[i], vs, ve)) != 0) {
@@ -207,7 +207,7 @@ static uint64_t aligned_header(ptmd_walk *w, uint64_t block, uint64_t *total, ui
      * lead after the mapping is made but alloc_perturb (the whole request, one byte repeated), so a
      * mapping whose first user bytes are not one byte repeated is block's own chunk: its pages are
      * not swept. */
-    if (ptmd_safe_read(&w->mem, block + PTMD_CHUNK_HDR_SZ, f, 16) != 0) return block;
+    if (ptmd_walk_read(w, block + PTMD_CHUNK_HDR_SZ, f, 16) != 0) return block;
     for (i = 1; i < 16; i++)
         if (f[i] != f[0]) return block;
     last = *total / w->page_size;
@@ -244,7 +244,7 @@ static int scan_mapping(ptmd_walk *w, uint64_t vs, uint64_t ve, const ptmd_buf *
             if ((flags[i] & (PTMD_PAGE_PRESENT | PTMD_PAGE_SWAPPED)) && !excluded(ex, p, p + w->page_size))
                 addrs[n++] = p;
         }
-        ptmd_safe_read_many(&w->mem, addrs, n, 16, hdrs, ok);
+        ptmd_walk_read_many(w, addrs, n, 16, hdrs, ok);
         for (i = 0; i < n && !jump; i++) {
             uint64_t total, q;
             if (!ok[i]) continue;
@@ -268,7 +268,7 @@ static int scan_mapping(ptmd_walk *w, uint64_t vs, uint64_t ve, const ptmd_buf *
                 uint64_t sh[N_ALIGNED][2];
                 unsigned char sok[N_ALIGNED];
                 for (k = 0; k < N_ALIGNED; k++) sub[k] = addrs[i] + aligned_offsets[k];
-                ptmd_safe_read_many(&w->mem, sub, N_ALIGNED, 16, sh, sok);
+                ptmd_walk_read_many(w, sub, N_ALIGNED, 16, sh, sok);
                 for (k = 0; k < N_ALIGNED; k++) {
                     if (sok[k] && base_offset(w, sh[k][0]) && (total = valid_header(w, sub[k], sh[k], vs, ve))) {
                         uint64_t block = sub[k] - base_offset(w, sh[k][0]);
@@ -320,7 +320,7 @@ int ptmd_walk_mmapped(ptmd_walk *w, ptmd_err *err)
     ptmd_buf ex = { 0 };
     uint64_t found = 0, bytes = 0, lo;
     /* the process dumped: a snapshot child describes its parent */
-    uint32_t pid = (uint32_t)(w->given_threads ? getppid() : getpid());
+    uint32_t pid = (uint32_t)(w->src.kind != PTMD_SOURCE_SELF ? w->src.pid : w->given_threads ? getppid() : getpid());
     size_t i, n;
     int rc = -1;
 
@@ -343,7 +343,8 @@ int ptmd_walk_mmapped(ptmd_walk *w, ptmd_err *err)
         uint64_t t = PTMD_BUF_AT(&w->threads, ptmd_thread_rec, i)->pthread;
         if (t && add_range(&ex, t, t + 1) != 0) goto oom;
     }
-    {
+    if (w->src.kind == PTMD_SOURCE_SELF) {
+        /* the dump's own buffers, in this process only: another's memory at those addresses is its own */
         const ptmd_buf *own[] = { PTMD_WALK_BUFFERS(w), &w->maps.text, &w->maps.maps, &ex };
         for (i = 0; i < sizeof(own) / sizeof(own[0]); i++)
             if (own[i]->base && add_range(&ex, (uint64_t)(uintptr_t)own[i]->base,
@@ -361,7 +362,7 @@ int ptmd_walk_mmapped(ptmd_walk *w, ptmd_err *err)
     }
     ranges_sort(&ex);
     /* mappings as they are now (the walk's own scratch has been mapped since prepare) */
-    if (ptmd_maps_load(&w->maps, err) != 0) goto out;
+    if (w->src.kind == PTMD_SOURCE_SELF && ptmd_maps_load(&w->maps, err) != 0) goto out;
     for (i = 0; i < w->maps.count; i++) {
         const ptmd_map *m = PTMD_BUF_AT(&w->maps.maps, ptmd_map, i);
         if (m->kind != PTMD_MAPKIND_ANON) continue;

@@ -1,10 +1,12 @@
 /* /proc/self readers built on open/read/pread and raw syscalls only: safe to run during the walk. */
 #define _GNU_SOURCE
 #include "capture/procfs.h"
+#include "capture/source.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -72,12 +74,12 @@ static void skip_spaces(const char **pp, const char *end)
     while (*pp < end && **pp == ' ') (*pp)++;
 }
 
-int ptmd_maps_load(ptmd_maps *m, ptmd_err *err)
+static int maps_load_path(ptmd_maps *m, const char *path, ptmd_err *err)
 {
     const char *p, *end;
     m->count = 0;
     m->maps.len = 0;
-    if (ptmd_read_file("/proc/self/maps", &m->text, 64 * 1024, err) != 0) return -1;
+    if (ptmd_read_file(path, &m->text, 64 * 1024, err) != 0) return -1;
     p = (const char *)m->text.base;
     end = p + m->text.len;
     while (p < end) {
@@ -86,7 +88,7 @@ int ptmd_maps_load(ptmd_maps *m, ptmd_err *err)
         const char *name;
         if (!eol) eol = end;
         e = ptmd_buf_push(&m->maps, sizeof(ptmd_map));
-        if (!e) return ptmd_fail_sys(err, errno, "/proc/self/maps", "mmap scratch for");
+        if (!e) return ptmd_fail_sys(err, errno, path, "mmap scratch for");
         e->start = ptmd_parse_hex(&p, eol);
         if (p < eol && *p == '-') p++;
         e->end = ptmd_parse_hex(&p, eol);
@@ -120,6 +122,23 @@ int ptmd_maps_load(ptmd_maps *m, ptmd_err *err)
         p = eol + 1;
     }
     m->count = PTMD_BUF_COUNT(&m->maps, ptmd_map);
+    return 0;
+}
+
+int ptmd_maps_load(ptmd_maps *m, ptmd_err *err)
+{
+    return maps_load_path(m, "/proc/self/maps", err);
+}
+
+int ptmd_maps_load_pid(ptmd_maps *m, int pid, ptmd_err *err)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/maps", pid);
+    if (maps_load_path(m, path, err) != 0) {
+        if (err->code == PTMD_E_SYSTEM && err->sys_errno == ENOENT)
+            return ptmd_fail(err, PTMD_E_TARGET, "no process %d", pid);
+        return -1;
+    }
     return 0;
 }
 
@@ -264,7 +283,7 @@ void ptmd_pagemap_close(ptmd_pagemap *pm)
     pm->entries = NULL;
 }
 
-static uint8_t pagemap_flags(uint64_t e)
+uint8_t ptmd_pagemap_flags(uint64_t e)
 {
     uint8_t f = 0;
     if (e & (1ull << 63)) f |= PTMD_PAGE_PRESENT;
@@ -277,6 +296,7 @@ static uint8_t pagemap_flags(uint64_t e)
 int ptmd_pagemap_read(ptmd_pagemap *pm, uintptr_t start, size_t npages, uint8_t *out)
 {
     size_t done = 0;
+    if (pm->snap) return ptmd_source_pages(pm->snap, start, npages, out);
     if (pm->fd < 0) {
         /* mincore: one byte per page, bit 0 = resident; cannot see swap or sharing. */
         size_t i;
@@ -301,7 +321,7 @@ int ptmd_pagemap_read(ptmd_pagemap *pm, uintptr_t start, size_t npages, uint8_t 
             return -1;
         }
         n = (size_t)got / 8;
-        for (i = 0; i < n; i++) out[done + i] = pagemap_flags(pm->entries[i]);
+        for (i = 0; i < n; i++) out[done + i] = ptmd_pagemap_flags(pm->entries[i]);
         done += n;
     }
     return 0;

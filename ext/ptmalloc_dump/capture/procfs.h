@@ -37,6 +37,8 @@ int ptmd_read_file(const char *path, ptmd_buf *out, size_t step, ptmd_err *err);
 uint64_t ptmd_parse_hex(const char **pp, const char *end);
 
 int ptmd_maps_load(ptmd_maps *m, ptmd_err *err);
+/* The mappings of another process (/proc/PID/maps); TargetGone when it does not exist. */
+int ptmd_maps_load_pid(ptmd_maps *m, int pid, ptmd_err *err);
 void ptmd_maps_release(ptmd_maps *m);
 const ptmd_map *ptmd_maps_find(const ptmd_maps *m, uintptr_t addr);
 /* True when [addr, addr+len) lies in readable mappings (adjacent ones may be chained). */
@@ -56,7 +58,10 @@ int ptmd_safe_read(ptmd_memreader *r, uintptr_t addr, void *dst, size_t len);
 void ptmd_safe_read_many(ptmd_memreader *r, const uintptr_t *addrs, size_t n, size_t each,
                          void *dst, unsigned char *ok);
 
+struct ptmd_source;
+
 typedef struct {
+    const struct ptmd_source *snap; /* a copy of another process: its residency, taken with the copy */
     int fd;                     /* /proc/self/pagemap, or -1 to use mincore */
     ptmd_residency_source source;
     size_t page_size;
@@ -66,6 +71,8 @@ typedef struct {
 
 int ptmd_pagemap_open(ptmd_pagemap *pm, ptmd_err *err);
 void ptmd_pagemap_close(ptmd_pagemap *pm);
+/* The PTMD_PAGE_* flags of one /proc/PID/pagemap entry. */
+uint8_t ptmd_pagemap_flags(uint64_t entry);
 /* Fills out[0..npages) with PTMD_PAGE_* flags for pages starting at the page-aligned `start`. */
 int ptmd_pagemap_read(ptmd_pagemap *pm, uintptr_t start, size_t npages, uint8_t *out);
 

@@ -154,11 +154,17 @@ static int scan_direct(ptmd_walk *w, uint64_t ci, const ptmd_heap_rec *hp)
     const ptmd_chunk_rec *c = PTMD_W_CHUNK(w, ci);
     uint64_t p = c->addr + PTMD_CHUNK_HDR_SZ, end = c->addr + ptmd_rec_size(c) + PTMD_SIZE_SZ, ps = w->page_size;
     if (end > hp->end) end = hp->end;
-    if (end - p < 2 * ps) return scan_words(w, ci, (const uint64_t *)(uintptr_t)p, (end - p) / 8);
+    const uint64_t *words;
+    if (end - p < 2 * ps) {
+        if (!(words = ptmd_walk_ptr(w, p, end - p))) return 0;
+        return scan_words(w, ci, words, (end - p) / 8);
+    }
     while (p + 8 <= end) {
         uint64_t next = (p & ~(ps - 1)) + ps;
         if (next > end) next = end;
-        if (!page_untouched(w, hp, p) && scan_words(w, ci, (const uint64_t *)(uintptr_t)p, (next - p) / 8) != 0) return -1;
+        if (!page_untouched(w, hp, p) && (words = ptmd_walk_ptr(w, p, next - p)) != NULL &&
+            scan_words(w, ci, words, (next - p) / 8) != 0)
+            return -1;
         p = next;
     }
     return 0;
@@ -174,7 +180,7 @@ static int scan_safe(ptmd_walk *w, uint64_t ci, const ptmd_heap_rec *hp)
         if (n > PTMD_REFS_BLOCK) n = PTMD_REFS_BLOCK;
         if (n * 8 > (p & ~(ps - 1)) + ps - p) n = ((p & ~(ps - 1)) + ps - p) / 8;   /* a page at a time */
         if (!page_untouched(w, hp, p)) {
-            if (ptmd_safe_read(&w->mem, p, buf, n * 8) != 0) return 0;   /* unmapped meanwhile */
+            if (ptmd_walk_read(w, p, buf, n * 8) != 0) return 0;   /* unmapped meanwhile */
             for (k = 0; k < n; k++)
                 if (add_ref(w, ci, buf[k]) != 0) return -1;
         }
@@ -224,10 +230,10 @@ int ptmd_walk_references(ptmd_walk *w, ptmd_err *err)
             for (ci = hp->first_chunk; ci < end; ci++)
                 if (ptmd_rec_state(PTMD_W_CHUNK(w, ci)) == PTMD_ST_IN_USE && scan_direct(w, ci, hp) != 0) goto oom;
         }
-        ptmd_arena_unlock(mutex);
+        ptmd_arena_unlock(w, mutex);
         continue;
     oom:
-        ptmd_arena_unlock(mutex);
+        ptmd_arena_unlock(w, mutex);
         return ptmd_fail_sys(err, errno, "reference table", "mmap");
     }
     for (h = 0; h < nh; h++) {

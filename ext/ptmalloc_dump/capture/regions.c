@@ -71,12 +71,11 @@ static int read_header(cursor *c, uint64_t p, uint64_t hdr[2])
 {
     uint64_t base = p & ~(uint64_t)(WINDOW - 1);
     if ((p >= c->known_start && p < c->known_end && c->known_end - p >= PTMD_CHUNK_HDR_SZ) || known_region(c, p)) {
-        memcpy(hdr, (const void *)(uintptr_t)p, 16);
-        return 0;
+        return ptmd_walk_get(c->w, p, hdr, 16);
     }
     if (base != c->base) {
         c->base = 1;
-        if (ptmd_safe_read(&c->w->mem, base, c->buf, WINDOW) != 0) return -1;
+        if (ptmd_walk_read(c->w, base, c->buf, WINDOW) != 0) return -1;
         c->base = base;
     }
     memcpy(hdr, c->buf + (p - base), 16);
@@ -134,6 +133,7 @@ static int own_memory(const ptmd_walk *w, uint64_t p)
 {
     const ptmd_buf *own[] = { PTMD_WALK_BUFFERS(w), &w->maps.text, &w->maps.maps };
     size_t i;
+    if (w->src.kind != PTMD_SOURCE_SELF) return 0;      /* another process's memory: none of it is ours */
     for (i = 0; i < sizeof(own) / sizeof(own[0]); i++) {
         uint64_t b = (uint64_t)(uintptr_t)own[i]->base;
         if (b && p >= b && p < b + own[i]->cap) return 1;
@@ -179,7 +179,7 @@ static int scan_extent(ptmd_walk *w, ptmd_arena_ctx *a, cursor *c, size_t mi, ui
                 !(p >= c->brk_start && p < c->brk_end) && past_known(p, page_mask) == p)
                 addrs[n++] = p;
         }
-        ptmd_safe_read_many(&w->mem, addrs, n, 16, hdrs, ok);
+        ptmd_walk_read_many(w, addrs, n, 16, hdrs, ok);
         for (i = 0; i < n; i++) {
             uint64_t end;
             if (!ok[i] || addrs[i] < pos || hdrs[i][0] != 0 || (hdrs[i][1] & PTMD_SIZE_BITS) != PTMD_PREV_INUSE ||
@@ -208,6 +208,8 @@ int ptmd_main_regions(ptmd_walk *w, ptmd_arena_ctx *a, ptmd_err *err)
     cursor c;
     uint64_t reached = 0;
     size_t i;
+    /* the regions found are this process's: another's search starts afresh and is not kept */
+    if (w->src.kind != PTMD_SOURCE_SELF) known.len = 0;
     c.w = w;
     c.base = 1;
     c.brk_start = c.brk_end = c.known_start = c.known_end = 0;
@@ -236,7 +238,7 @@ int ptmd_main_regions(ptmd_walk *w, ptmd_arena_ctx *a, ptmd_err *err)
     }
     ptmd_sort(PTMD_W_HEAP(w, a->first_heap), a->n_heaps, sizeof(ptmd_heap_rec), by_start, NULL);
     known.len = 0;
-    for (i = 0; i < a->n_heaps; i++) {
+    for (i = 0; w->src.kind == PTMD_SOURCE_SELF && i < a->n_heaps; i++) {
         const ptmd_heap_rec *h = PTMD_W_HEAP(w, a->first_heap + i);
         uint64_t r[2] = { h->start, h->end };
         if (ptmd_buf_append(&known, r, sizeof(r)) != 0) goto oom;

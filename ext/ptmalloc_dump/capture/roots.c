@@ -194,13 +194,13 @@ static int scan_root(ptmd_walk *w, uint32_t root)
         else
             for (k = 0; k < np; k++) any |= flags[k] & (PTMD_PAGE_PRESENT | PTMD_PAGE_SWAPPED);
         if (any) {
-            if (ptmd_safe_read(&w->mem, p, buf, n * 8) == 0) {
+            if (ptmd_walk_read(w, p, buf, n * 8) == 0) {
                 if (scan_words(w, root, p, buf, n) != 0) return -1;
             } else {
                 uint64_t q = p, end = p + n * 8;
                 while (q < end) {
                     uint64_t m = ((q & ~(ps - 1)) + ps < end ? (q & ~(ps - 1)) + ps : end) - q;
-                    if (ptmd_safe_read(&w->mem, q, buf, m) == 0 && scan_words(w, root, q, buf, m / 8) != 0) return -1;
+                    if (ptmd_walk_read(w, q, buf, m) == 0 && scan_words(w, root, q, buf, m / 8) != 0) return -1;
                     q += m;
                 }
             }

@@ -30,7 +30,7 @@ static int tcache_is_dummy(ptmd_walk *w, uint64_t v)
     if (v < lc->image_start || v >= lc->image_end || L->tcache_struct_size > lc->image_end - v ||
         L->tcache_struct_size > sizeof(raw))
         return 0;
-    if (ptmd_safe_read(&w->mem, v, raw, L->tcache_struct_size) != 0) return 0;
+    if (ptmd_walk_read(w, v, raw, L->tcache_struct_size) != 0) return 0;
     for (i = 0; i < L->tcache_struct_size; i++)
         if (raw[i]) return 0;
     return 1;
@@ -40,13 +40,13 @@ uint64_t ptmd_thread_tcache(ptmd_walk *w, uint64_t pthread, long tc_off)
 {
     uint64_t v = 0;
     if (!pthread || tc_off < 0) return 0;
-    if (ptmd_safe_read(&w->mem, pthread - w->lc->tls_offset + (uint64_t)tc_off, &v, sizeof(v)) != 0) return 0;
+    if (ptmd_walk_read(w, pthread - w->lc->tls_offset + (uint64_t)tc_off, &v, sizeof(v)) != 0) return 0;
     return tcache_is_dummy(w, v) ? 0 : v;
 }
 
 static int rd(ptmd_walk *w, uint64_t addr, uint64_t *out)
 {
-    return ptmd_safe_read(&w->mem, addr, out, sizeof(*out));
+    return ptmd_walk_read(w, addr, out, sizeof(*out));
 }
 
 static int is_thread(ptmd_walk *w, uint64_t base)
@@ -58,7 +58,7 @@ static int is_thread(ptmd_walk *w, uint64_t base)
 static int32_t tid_of(ptmd_walk *w, uint64_t base, size_t list_off)
 {
     int32_t tid;
-    if (ptmd_safe_read(&w->mem, base + list_off + 16, &tid, sizeof(tid)) != 0) return 0;
+    if (ptmd_walk_read(w, base + list_off + 16, &tid, sizeof(tid)) != 0) return 0;
     return tid;
 }
 
@@ -195,6 +195,23 @@ static int collect_given(ptmd_walk *w, uint64_t self)
     return 0;
 }
 
+/* Another process: its threads as they were stopped, each one's struct pthread at its thread pointer
+ * (fs_base: x86-64 keeps the TCB at the thread pointer, TLS_TCB_AT_TP), recognised by its self
+ * pointers like any other. */
+static int collect_target(ptmd_walk *w)
+{
+    const ptmd_source *s = &w->src;
+    int i, found = 0;
+    for (i = 0; i < s->n_tids; i++) {
+        if (!s->fs_base[i] || !is_thread(w, s->fs_base[i])) continue;
+        if (push_thread(w, s->fs_base[i], s->tids[i], 0) != 0) return -1;
+        found++;
+    }
+    w->thread_count = (uint32_t)s->n_tids;
+    w->threads_complete = found == s->n_tids;
+    return 0;
+}
+
 static int collect(ptmd_walk *w)
 {
     static int tids[PTMD_MAX_TIDS];
@@ -202,6 +219,8 @@ static int collect(ptmd_walk *w)
     size_t list_off;
     long ntids, i;
     int found = 0;
+
+    if (w->src.kind != PTMD_SOURCE_SELF) return collect_target(w);
 
     __asm__("mov %%fs:16, %0" : "=r"(self));
     if (w->given_threads) return collect_given(w, self);

@@ -48,6 +48,7 @@ static int walk_heap_chunks(ptmd_walk *w, ptmd_arena_ctx *a, uint32_t heap_index
     const int has_top = a->top >= start && a->top < end;
     const uint64_t tcache_csize = (L->tcache_struct_size + PTMD_SIZE_SZ + PTMD_MALLOC_ALIGN_MASK) & ~(uint64_t)PTMD_MALLOC_ALIGN_MASK;
     const uint64_t last_rem = ptmd_arena_field(w, a->av, L->ms_last_remainder);
+    const int self = w->src.kind == PTMD_SOURCE_SELF;
     uint64_t p = first;
 
     h->first_chunk = PTMD_BUF_COUNT(&w->chunks, ptmd_chunk_rec);
@@ -66,7 +67,7 @@ static int walk_heap_chunks(ptmd_walk *w, ptmd_arena_ctx *a, uint32_t heap_index
             ptmd_walk_anomaly(w, PTMD_AN_PAST_END, p, end - p, a->index);
             goto rest;
         }
-        size = ptmd_mchunk_size(p);
+        size = ptmd_rd64_as(w, self, p + PTMD_MCHUNK_SIZE);
         flags = (size & PTMD_SIZE_BITS) << PTMD_CF_RAW_SHIFT;
         size = ptmd_chunksize(size);
         /* Fenceposts (sysmalloc, when an arena moves to a new heap): a 16-byte chunk, then a 0-size
@@ -82,7 +83,7 @@ static int walk_heap_chunks(ptmd_walk *w, ptmd_arena_ctx *a, uint32_t heap_index
             goto rest;
         }
         next = p + size;
-        if (next + PTMD_CHUNK_HDR_SZ <= end && !(ptmd_mchunk_size(next) & PTMD_PREV_INUSE)) {
+        if (next + PTMD_CHUNK_HDR_SZ <= end && !(ptmd_rd64_as(w, self, next + PTMD_MCHUNK_SIZE) & PTMD_PREV_INUSE)) {
             ptmd_list_slot *s = ptmd_lists_find(w, p);
             flags |= PTMD_CF_FREE_BIT;
             if (s && s->state >= PTMD_ST_UNSORTED && s->state <= PTMD_ST_LARGEBIN) {
@@ -105,7 +106,7 @@ static int walk_heap_chunks(ptmd_walk *w, ptmd_arena_ctx *a, uint32_t heap_index
                     else { ptmd_walk_anomaly(w, PTMD_AN_LIST_IN_USE, p, s->state, a->index); flags |= PTMD_CF_ANOMALY; }
                 }
             } else if (size == PTMD_MINSIZE && !has_top && next + PTMD_CHUNK_HDR_SZ == end &&
-                       ptmd_chunksize(ptmd_mchunk_size(next)) == 0) {
+                       ptmd_chunksize(ptmd_mchunk_size(w, next)) == 0) {
                 state = PTMD_ST_META;       /* the old top too small to free, kept as a fencepost */
             } else if ((size == tcache_csize || size == L->tcache_struct_csize_int_malloc) && L->tcache_bins) {
                 uint64_t *c = ptmd_buf_push(&w->tcache_cands, sizeof(uint64_t));
@@ -117,7 +118,7 @@ static int walk_heap_chunks(ptmd_walk *w, ptmd_arena_ctx *a, uint32_t heap_index
          * it on every chunk it hands out from another arena; free chunks and top lose it) */
         if ((state == PTMD_ST_IN_USE || state == PTMD_ST_FASTBIN) &&
             (!(flags & ((uint64_t)PTMD_NON_MAIN_ARENA << PTMD_CF_RAW_SHIFT))) != a->main) {
-            ptmd_walk_anomaly(w, PTMD_AN_WRONG_ARENA, p, ptmd_mchunk_size(p), a->index);
+            ptmd_walk_anomaly(w, PTMD_AN_WRONG_ARENA, p, ptmd_mchunk_size(w, p), a->index);
             flags |= PTMD_CF_ANOMALY;
         }
         if (push_chunk(w, p, size, state, flags) != 0) goto oom;
@@ -125,7 +126,7 @@ static int walk_heap_chunks(ptmd_walk *w, ptmd_arena_ctx *a, uint32_t heap_index
     }
     goto done;
 bad:
-    ptmd_walk_anomaly(w, PTMD_AN_BAD_SIZE, p, ptmd_mchunk_size(p), a->index);
+    ptmd_walk_anomaly(w, PTMD_AN_BAD_SIZE, p, ptmd_mchunk_size(w, p), a->index);
 rest:
     /* account for the rest so the totals still cover the heap, and say the walk stopped here */
     if (push_chunk(w, p, end - p, PTMD_ST_META, PTMD_CF_ANOMALY) != 0) goto oom;
@@ -171,13 +172,13 @@ static int walk_arena(ptmd_walk *w, uintptr_t av, uint32_t index, ptmd_err *err)
     ar = PTMD_W_ARENA(w, index);
     ar->address = av;
     ar->flags = PTMD_AF_LOCKED | (a.main ? PTMD_AF_MAIN : 0);
-    ar->glibc_flags = (uint32_t)ptmd_rd64(av + L->ms_flags);
+    ar->glibc_flags = (uint32_t)ptmd_rd64(w, av + L->ms_flags);
     if (ar->glibc_flags & PTMD_NONCONTIGUOUS_BIT) ar->flags |= PTMD_AF_NONCONTIGUOUS;
-    if (L->ms_have_fastchunks != PTMD_NONE && (uint32_t)ptmd_rd64(av + L->ms_have_fastchunks))
+    if (L->ms_have_fastchunks != PTMD_NONE && (uint32_t)ptmd_rd64(w, av + L->ms_have_fastchunks))
         ar->flags |= PTMD_AF_HAVE_FASTCHUNKS;
     a.top = ptmd_arena_field(w, av, L->ms_top);
     if (!ptmd_maps_readable(&w->maps, a.top, 16)) ptmd_arena_maps_reload(w, &a);
-    a.top_size = ptmd_maps_readable(&w->maps, a.top, 16) ? ptmd_chunksize(ptmd_mchunk_size(a.top)) : 0;
+    a.top_size = ptmd_maps_readable(&w->maps, a.top, 16) ? ptmd_chunksize(ptmd_mchunk_size(w, a.top)) : 0;
     a.top_end = a.top + a.top_size;
     ar->top = a.top;
     ar->top_size = a.top_size;
@@ -207,7 +208,7 @@ static int walk_arena(ptmd_walk *w, uintptr_t av, uint32_t index, ptmd_err *err)
     if (a.n_heaps && heap_bytes != PTMD_W_ARENA(w, index)->system_mem)
         ptmd_walk_anomaly(w, PTMD_AN_SYSTEM_MEM, av, heap_bytes, index);
 out:
-    ptmd_arena_unlock(mutex);
+    ptmd_arena_unlock(w, mutex);
     ar = PTMD_W_ARENA(w, index);
     ar->first_heap = a.first_heap;
     ar->n_heaps = a.n_heaps;
@@ -262,7 +263,7 @@ int ptmd_walk_ring_before_fork(ptmd_walk *w, const ptmd_libc *lc)
     uint64_t hp = 0;
     w->lc = lc;
     w->L = L;
-    if (lc->mp && L->mp_hp_pagesize != PTMD_NONE) ptmd_safe_read(&w->mem, lc->mp + L->mp_hp_pagesize, &hp, 8);
+    if (lc->mp && L->mp_hp_pagesize != PTMD_NONE) ptmd_walk_read(w, lc->mp + L->mp_hp_pagesize, &hp, 8);
     w->heap_max = heap_max_size(L, hp);
     return ptmd_arena_ring(w, 1);
 }
@@ -274,25 +275,32 @@ int ptmd_walk_prepare(ptmd_walk *w, const ptmd_libc *lc, ptmd_err *err)
     w->lc = lc;
     w->L = L;
     w->page_size = ps > 0 ? (size_t)ps : 4096;
-    w->pagemap.fd = -1;
-    w->mem.mem_fd = -1;
-    if (ptmd_maps_load(&w->maps, err) != 0) return -1;
-    if (ptmd_memreader_open(&w->mem, err) != 0) return -1;
-    if (ptmd_pagemap_open(&w->pagemap, err) != 0) return -1;
+    if (w->src.kind == PTMD_SOURCE_SELF) {
+        w->pagemap.fd = -1;
+        if (ptmd_maps_load(&w->maps, err) != 0) return -1;
+        if (ptmd_source_self(&w->src, err) != 0) return -1;
+        if (ptmd_pagemap_open(&w->pagemap, err) != 0) return -1;
+    } else {
+        /* a copy: its mappings were read while the target was stopped, its residency with it */
+        w->pagemap.fd = -1;
+        w->pagemap.snap = &w->src;
+        w->pagemap.page_size = w->page_size;
+        w->pagemap.source = PTMD_RESIDENCY_PAGEMAP;
+    }
     w->heap_max = PTMD_DEFAULT_HEAP_MAX_SIZE;
     if (lc->mp && ptmd_maps_readable(&w->maps, lc->mp, L->mp_size)) {
         uint32_t n;
         w->have_mp = 1;
-        w->sbrk_base = ptmd_rd64(lc->mp + L->mp_sbrk_base);
-        memcpy(&n, (const void *)(lc->mp + L->mp_n_mmaps), 4);
+        w->sbrk_base = ptmd_rd64(w, lc->mp + L->mp_sbrk_base);
+        n = (uint32_t)ptmd_rd64(w, lc->mp + L->mp_n_mmaps);
         w->n_mmaps = n;
-        w->mmapped_mem = ptmd_rd64(lc->mp + L->mp_mmapped_mem);
-        if (L->mp_tcache_count != PTMD_NONE) w->tcache_count_max = ptmd_rd64(lc->mp + L->mp_tcache_count);
-        if (L->mp_tcache_bins != PTMD_NONE) w->tcache_bins = ptmd_rd64(lc->mp + L->mp_tcache_bins);
-        if (L->mp_hp_pagesize != PTMD_NONE) w->heap_max = heap_max_size(L, ptmd_rd64(lc->mp + L->mp_hp_pagesize));
+        w->mmapped_mem = ptmd_rd64(w, lc->mp + L->mp_mmapped_mem);
+        if (L->mp_tcache_count != PTMD_NONE) w->tcache_count_max = ptmd_rd64(w, lc->mp + L->mp_tcache_count);
+        if (L->mp_tcache_bins != PTMD_NONE) w->tcache_bins = ptmd_rd64(w, lc->mp + L->mp_tcache_bins);
+        if (L->mp_hp_pagesize != PTMD_NONE) w->heap_max = heap_max_size(L, ptmd_rd64(w, lc->mp + L->mp_hp_pagesize));
     }
     if (lc->tcache_key && ptmd_maps_readable(&w->maps, lc->tcache_key, 8)) {
-        w->tcache_key = ptmd_rd64(lc->tcache_key);
+        w->tcache_key = ptmd_rd64(w, lc->tcache_key);
         w->have_tcache_key = 1;
     }
     /* the walk's buffers are mapped now, so the mmapped-chunk scan sees them and their growth is rare */
@@ -310,7 +318,7 @@ void ptmd_walk_release(ptmd_walk *w)
     size_t i;
     for (i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) ptmd_buf_release(bufs[i]);
     ptmd_maps_release(&w->maps);
-    ptmd_memreader_close(&w->mem);
+    ptmd_source_release(&w->src);
     ptmd_pagemap_close(&w->pagemap);
 }
 

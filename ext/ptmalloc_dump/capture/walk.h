@@ -7,12 +7,13 @@
 #include "capture/locate.h"
 #include "capture/procfs.h"
 #include "capture/scratch.h"
+#include "capture/source.h"
 
 typedef struct {
     const ptmd_libc *lc;
     const ptmd_layout *L;
     ptmd_maps maps;
-    ptmd_memreader mem;
+    ptmd_source src;                /* where every read of the target's memory goes (source.h) */
     ptmd_pagemap pagemap;
     size_t page_size;
     uint64_t heap_max;              /* heap_max_size() of this process */
@@ -71,7 +72,7 @@ typedef struct {
 int ptmd_walk_prepare(ptmd_walk *w, const ptmd_libc *lc, ptmd_err *err);
 /* In the parent of a snapshot, before fork (whose handler in glibc locks every arena along the ring,
  * for ever if it does not lead back): the ring into w->ring, a break recorded as an anomaly. Needs
- * only w->mem open. 0 when the ring is whole, 1 when broken, -1 when out of memory. */
+ * only w->src open. 0 when the ring is whole, 1 when broken, -1 when out of memory. */
 int ptmd_walk_ring_before_fork(ptmd_walk *w, const ptmd_libc *lc);
 void ptmd_walk_release(ptmd_walk *w);
 
@@ -111,7 +112,7 @@ int ptmd_walk_objects(ptmd_walk *w);
 uint64_t ptmd_thread_tcache(ptmd_walk *w, uint64_t pthread, long tc_off);
 /* glibc's arena mutex protocol (lll_lock / lll_unlock, private futex) */
 void ptmd_arena_lock(ptmd_walk *w, int *futex);
-void ptmd_arena_unlock(int *futex);
+void ptmd_arena_unlock(ptmd_walk *w, int *futex);
 int ptmd_walk_anomaly(ptmd_walk *w, uint32_t kind, uint64_t address, uint64_t detail, uint32_t arena);
 /* Index of the chunk record starting at addr, or -1 (binary search over heaps, then chunks). */
 long ptmd_walk_find_chunk(ptmd_walk *w, uint64_t addr);
@@ -128,16 +129,63 @@ int ptmd_walk_sort_heaps(ptmd_walk *w);
 #define PTMD_W_HEAP(w, i) PTMD_BUF_AT(&(w)->heaps, ptmd_heap_rec, i)
 #define PTMD_W_CHUNK(w, i) PTMD_BUF_AT(&(w)->chunks, ptmd_chunk_rec, i)
 
-static inline uint64_t ptmd_rd64(uintptr_t addr)
+/* The target's memory. This process is read in place behind one predictable branch (the hot chunk
+ * loop's reads stay inlined loads); a copy of another process through its regions. */
+static inline uint64_t ptmd_rd64(ptmd_walk *w, uint64_t addr)
 {
     uint64_t v;
-    __builtin_memcpy(&v, (const void *)addr, sizeof(v));
-    return v;
+    if (__builtin_expect(w->src.kind == PTMD_SOURCE_SELF, 1)) {
+        __builtin_memcpy(&v, (const void *)(uintptr_t)addr, sizeof(v));
+        return v;
+    }
+    return ptmd_source_rd64_slow(&w->src, addr);
+}
+
+/* The same with the source's kind tested once by the caller (self: the source is this process), for
+ * the chunk loop: the flag stays in a register where w->src.kind would be loaded again after every
+ * store of a record (Ruby's -fno-strict-aliasing lets any store alias it). */
+static inline uint64_t ptmd_rd64_as(ptmd_walk *w, int self, uint64_t addr)
+{
+    uint64_t v;
+    if (__builtin_expect(self, 1)) {
+        __builtin_memcpy(&v, (const void *)(uintptr_t)addr, sizeof(v));
+        return v;
+    }
+    return ptmd_source_rd64_slow(&w->src, addr);
+}
+
+/* A local pointer to [addr, addr + len) of the target (checked readable by the caller), NULL when a
+ * copy does not hold it whole. */
+static inline const void *ptmd_walk_ptr(ptmd_walk *w, uint64_t addr, size_t len)
+{
+    if (__builtin_expect(w->src.kind == PTMD_SOURCE_SELF, 1)) return (const void *)(uintptr_t)addr;
+    return ptmd_source_at(&w->src, addr, len);
+}
+
+/* Fault-free reads of memory that may vanish (or lie outside a copy): 0 when all len bytes were read. */
+static inline int ptmd_walk_read(ptmd_walk *w, uint64_t addr, void *dst, size_t len)
+{
+    return ptmd_source_read(&w->src, addr, dst, len);
+}
+
+static inline void ptmd_walk_read_many(ptmd_walk *w, const uintptr_t *addrs, size_t n, size_t each, void *dst,
+                                       unsigned char *ok)
+{
+    ptmd_source_read_many(&w->src, addrs, n, each, dst, ok);
+}
+
+/* [addr, addr + len), checked readable by the caller: in place for this process, from a copy else. */
+static inline int ptmd_walk_get(ptmd_walk *w, uint64_t addr, void *dst, size_t len)
+{
+    const void *p = ptmd_walk_ptr(w, addr, len);
+    if (!p) return -1;
+    __builtin_memcpy(dst, p, len);
+    return 0;
 }
 
 /* A live chunk's fields, by malloc.c's names (only on memory checked to be mapped) */
-static inline uint64_t ptmd_mchunk_size(uint64_t p) { return ptmd_rd64(p + PTMD_MCHUNK_SIZE); }
-static inline uint64_t ptmd_chunk_fd(uint64_t p) { return ptmd_rd64(p + PTMD_MCHUNK_FD); }
-static inline uint64_t ptmd_chunk_bk(uint64_t p) { return ptmd_rd64(p + PTMD_MCHUNK_BK); }
+static inline uint64_t ptmd_mchunk_size(ptmd_walk *w, uint64_t p) { return ptmd_rd64(w, p + PTMD_MCHUNK_SIZE); }
+static inline uint64_t ptmd_chunk_fd(ptmd_walk *w, uint64_t p) { return ptmd_rd64(w, p + PTMD_MCHUNK_FD); }
+static inline uint64_t ptmd_chunk_bk(ptmd_walk *w, uint64_t p) { return ptmd_rd64(w, p + PTMD_MCHUNK_BK); }
 
 #endif

@@ -56,6 +56,7 @@ enum {
     PTMD_SEC_RUBY_CODE = 22,    /* ptmd_ruby_code[count], by address: code objects and the module defining them */
     PTMD_SEC_RUBY_CODE_NAMES = 29, /* entries as in RUBY_NAMES: the code records' modules, methods and paths */
     PTMD_SEC_TCACHE_ENTRIES = 36, /* ptmd_tcache_entry[count]: which thread's tcache holds each tcache chunk */
+    PTMD_SEC_SOURCE = 40,       /* ptmd_source_rec, count 1: the dump was taken from outside the process */
     PTMD_SEC_END = 0xffff
 };
 
@@ -337,6 +338,36 @@ typedef struct {
     X(PTMD_OF_GARBAGE, 1u << 1, "garbage")    /* dead, on a page the pending lazy sweep has not reached */
 enum { PTMD_OBJECT_FLAGS(PTMD_ENUM_CONSTANT) };
 
+/* ---- where the memory came from (SOURCE section) ---- */
+
+/* ptmd_source_rec.kind (a file without the section: this process, PTMD_SOURCE_KIND_SELF) */
+#define PTMD_SOURCE_KINDS(X)                                                                       \
+    X(PTMD_SOURCE_KIND_SELF, 1, "self")       /* the process dumped itself (PtmallocDump.dump) */  \
+    X(PTMD_SOURCE_KIND_PID, 2, "pid")         /* another process, stopped with ptrace and copied */ \
+    X(PTMD_SOURCE_KIND_CORE, 3, "core")       /* a core file */
+enum { PTMD_SOURCE_KINDS(PTMD_ENUM_CONSTANT) PTMD_SOURCE_KIND_COUNT = 4 };
+extern const char *const ptmd_source_kind_names[PTMD_SOURCE_KIND_COUNT];
+
+/* ptmd_source_rec.flags: what the source could not give */
+#define PTMD_SOURCE_FLAGS(X)                                                                       \
+    X(PTMD_SRCF_NO_RUBY, 1u << 0, "no_ruby")             /* Ruby's objects: they need the in-process dump */ \
+    X(PTMD_SRCF_NO_REFERENCES, 1u << 1, "no_references") /* the pointer graph and its roots */     \
+    X(PTMD_SRCF_NO_ORACLES, 1u << 2, "no_oracles")       /* mallinfo2()/malloc_info(): not callable there */ \
+    X(PTMD_SRCF_NO_RESIDENCY, 1u << 3, "no_residency")   /* page residency (a core file) */        \
+    X(PTMD_SRCF_NO_TLS, 1u << 4, "no_tls")               /* the threads' tcache pointers from TLS: by structure only */
+enum { PTMD_SOURCE_FLAGS(PTMD_ENUM_CONSTANT) };
+
+typedef struct {
+    uint32_t kind;                      /* PTMD_SOURCE_KIND_* */
+    uint32_t flags;                     /* PTMD_SRCF_* */
+    uint64_t pid;                       /* the process read (a core's: the one it was written from) */
+    uint64_t pause_ns;                  /* how long the process was stopped: its last stop, seize to detach */
+    uint64_t copied_bytes;              /* bytes of its memory copied while it was stopped */
+    uint32_t threads;                   /* threads stopped */
+    uint32_t attempts;                  /* stops it took to find every arena lock free (1: the first) */
+    uint64_t reserved;                  /* 0 */
+} ptmd_source_rec;
+
 /* ---- the GC's counts (GC section) ---- */
 
 /* ptmd_gc_rec.flags: bit values */
@@ -473,6 +504,7 @@ _Static_assert(sizeof(ptmd_ruby_page) == 40, "ruby page layout");
 _Static_assert(sizeof(ptmd_ruby_object) == 24, "ruby object layout");
 _Static_assert(sizeof(ptmd_ref) == 8, "ref layout");
 _Static_assert(sizeof(ptmd_gc_rec) == 96, "gc record layout");
+_Static_assert(sizeof(ptmd_source_rec) == 48, "source record layout");
 _Static_assert(sizeof(ptmd_mappings_head) == 56, "mappings head layout");
 _Static_assert(sizeof(ptmd_mapping_rec) == 88, "mapping record layout");
 _Static_assert(sizeof(ptmd_ruby_code) == 32, "ruby code layout");

@@ -24,7 +24,12 @@ typedef enum {
     PTMD_E_BUSY,            /* a dump is already running in this process */
     PTMD_E_HEAP,            /* the heap is damaged in a way that rules out what was asked */
     PTMD_E_NOMEM,           /* mmap for scratch memory failed */
-    PTMD_E_INTERNAL         /* a library we rely on failed (libpng) */
+    PTMD_E_INTERNAL,        /* a library we rely on failed (libpng) */
+    PTMD_E_PTRACE,          /* another process may not be traced (Yama, another user, no CAP_SYS_PTRACE) */
+    PTMD_E_TARGET,          /* the target process does not exist or exited while it was read */
+    PTMD_E_LOCKED,          /* an arena of another process stayed locked each time it was stopped */
+    PTMD_E_CORE,            /* a core file is not a whole x86-64 ELF core */
+    PTMD_E_STOP             /* a thread of another process did not stop in time */
 } ptmd_errcode;
 
 typedef struct {

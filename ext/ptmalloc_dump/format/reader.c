@@ -42,6 +42,7 @@ static const section_rule rules[] = {
     { PTMD_SEC_RUBY_CODE, sizeof(ptmd_ruby_code), 0, 1 },
     { PTMD_SEC_RUBY_CODE_NAMES, 0, 0, 1 },
     { PTMD_SEC_TCACHE_ENTRIES, sizeof(ptmd_tcache_entry), 0, 1 },
+    { PTMD_SEC_SOURCE, sizeof(ptmd_source_rec), 0, 1 },
 };
 #define N_RULES (sizeof(rules) / sizeof(rules[0]))
 
@@ -49,6 +50,7 @@ static const char *section_name(uint32_t type)
 {
     if (type == PTMD_SEC_MAPPINGS) return "mappings";
     if (type == PTMD_SEC_GC) return "gc";
+    if (type == PTMD_SEC_SOURCE) return "source";
     if (type == PTMD_SEC_RUBY_PAGE_RSS) return "ruby_page_rss";
     if (type == PTMD_SEC_RUBY_CODE) return "ruby_code";
     if (type == PTMD_SEC_RUBY_CODE_NAMES) return "ruby_code_names";
@@ -354,6 +356,13 @@ int ptmd_read_view(const unsigned char *data, size_t len, const char *name, ptmd
                 if (read_mappings(payload, sh->count, sh->length, v, name, err) != 0) return -1;
                 break;
             case PTMD_SEC_GC: v->gc = (const void *)payload; if (sh->count != 1) FAIL("%s: bad gc section", name); break;
+            case PTMD_SEC_SOURCE:
+                v->source = (const void *)payload;
+                if (sh->count != 1) FAIL("%s: bad source section", name);
+                if (v->source->kind < PTMD_SOURCE_KIND_SELF || v->source->kind >= PTMD_SOURCE_KIND_COUNT)
+                    FAIL("%s: source section: unknown kind %u", name, v->source->kind);
+                if (v->source->reserved) FAIL("%s: source section: reserved field not zero", name);
+                break;
             case PTMD_SEC_RUBY_PAGE_RSS: v->ruby_page_rss = (const void *)payload; v->n_ruby_page_rss = sh->count; break;
             case PTMD_SEC_ROOTS: v->roots = (const void *)payload; v->n_roots = sh->count; break;
             case PTMD_SEC_ROOT_REFS: v->root_refs = (const void *)payload; v->n_root_refs = sh->count; break;

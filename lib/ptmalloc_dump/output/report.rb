@@ -174,8 +174,12 @@ module PtmallocDump
       notes << "The walk recorded #{@dump.anomalies.size} anomaly(ies): the heap is damaged, some figures stop where it is." unless @dump.anomalies.empty?
       notes << "Not every thread was found: tcache memory of the others counts as in use." unless hd[:threads_complete]
       notes << "glibc #{hd[:glibc_version]} has only mallinfo(), whose counters keep 32 bits: the check against it is partial." if hd[:mallinfo_32bit]
-      notes << "glibc's counters were not captured (the lists are damaged): nothing here is checked against them." unless hd[:oracles_captured]
-      notes << "No Ruby owners: #{hd[:ruby_layer] == :skipped ? "the Ruby pass was skipped (#{hd[:ruby_layer_reason]})" : 'the dump was taken with ruby: false'}." unless @dump.ruby
+      if hd[:source] != :self
+        notes << "Taken from outside the process (#{hd[:source]}): glibc's own counters cannot be taken there, so nothing here is checked against them."
+      elsif !hd[:oracles_captured]
+        notes << "glibc's counters were not captured (the lists are damaged): nothing here is checked against them."
+      end
+      notes << "No Ruby owners: #{@dump.no_ruby_reason}." unless @dump.ruby
       return "" if notes.empty?
 
       %(<div class="banner">#{notes.map { |n| h(n) }.join('<br />')}</div>)
@@ -311,7 +315,7 @@ module PtmallocDump
 
     # Says why a dump holds no Ruby objects, so nobody reads its in-use memory as native.
     def no_ruby_section
-      why = header[:ruby_layer] == :skipped ? "the Ruby pass was skipped: #{header[:ruby_layer_reason]}" : "it was taken with ruby: false"
+      why = @dump.no_ruby_reason
       <<~HTML
         <h2 id="owners">Where the heap goes</h2>
         <p class="warn">No Ruby owners: this dump holds no Ruby objects (#{h(why)}), so its in-use memory is not divided between Ruby objects and native code.</p>

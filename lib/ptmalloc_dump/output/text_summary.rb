@@ -51,9 +51,7 @@ module PtmallocDump
     def ruby_text
       r = @s[:ruby]
       return "#{human_bytes(r[:owned_bytes])} owned by #{r[:objects]} Ruby objects, #{human_bytes(r[:unattributed_bytes])} native" if r
-      return "none: the dump was taken with ruby: false" unless @h[:ruby_layer] == :skipped
-
-      "none: the Ruby pass was skipped: #{@h[:ruby_layer_reason]}"
+      "none: #{@dump.no_ruby_reason}"
     end
 
     def findings_lines

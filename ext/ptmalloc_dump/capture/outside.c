@@ -1,0 +1,110 @@
+/* Another process as the walk's source. Its threads are seized and interrupted (source.c), its
+ * mappings read, and what the walk reads copied: the pause it sees is the copy, not the walk. An arena
+ * whose mutex is held while it is stopped may have half-changed lists (a thread inside malloc): then
+ * nothing is copied, the process is let go for a moment and stopped again, a bounded number of times,
+ * and the arena is never walked while it is held. Nothing here calls malloc. */
+#define _GNU_SOURCE
+#include "capture/outside.h"
+
+#include <string.h>
+#include <time.h>
+
+#define PTMD_LOCK_ATTEMPTS 50
+#define PTMD_LOCK_RETRY_NS (20ull * 1000 * 1000)
+#define PTMD_RING_MAX 65536
+#define PTMD_DTV_MAX 4096
+#define PTMD_STATIC_TLS_MAX (1ull << 20)
+
+/* Read from the stopped process in place (before anything is copied: its threads are stopped, so
+ * nothing changes until they are let go), or from a copy. */
+static int read_target(ptmd_source *s, uint64_t addr, void *dst, size_t len)
+{
+    return s->kind == PTMD_SOURCE_PID ? ptmd_source_read_live(s, addr, dst, len) : ptmd_source_read(s, addr, dst, len);
+}
+
+uint64_t ptmd_outside_held_arena(ptmd_source *s, const ptmd_libc *lc)
+{
+    const ptmd_layout *L = lc->layout;
+    uint64_t av = lc->main_arena;
+    size_t n = 0;
+    do {
+        int32_t mutex;
+        if (read_target(s, av + L->ms_mutex, &mutex, sizeof(mutex)) != 0) return 0;
+        if (mutex) return av;
+        if (read_target(s, av + L->ms_next, &av, sizeof(av)) != 0) return 0;
+    } while (av != lc->main_arena && ++n < PTMD_RING_MAX);
+    return 0;
+}
+
+int ptmd_outside_copy(ptmd_walk *w, const ptmd_libc *lc, int pid, ptmd_source_rec *rec, ptmd_err *err)
+{
+    uint32_t attempt;
+    uint64_t held = 0, first = ptmd_now_ns();
+    for (attempt = 1; attempt <= PTMD_LOCK_ATTEMPTS; attempt++) {
+        struct timespec nap = { 0, (long)PTMD_LOCK_RETRY_NS };
+        if (ptmd_source_attach(&w->src, pid, err) != 0) return -1;
+        if (!(held = ptmd_outside_held_arena(&w->src, lc))) {
+            if (ptmd_maps_load_pid(&w->maps, pid, err) != 0 ||
+                ptmd_source_copy(&w->src, &w->maps, lc->image_start, lc->image_end, err) != 0) {
+                ptmd_source_release(&w->src);
+                return -1;
+            }
+            ptmd_source_detach(&w->src);
+            rec->pid = (uint64_t)pid;
+            rec->pause_ns = w->src.pause_ns;
+            rec->copied_bytes = w->src.copied_bytes;
+            rec->threads = (uint32_t)w->src.n_tids;
+            rec->attempts = attempt;
+            return 0;
+        }
+        ptmd_source_release(&w->src);
+        if (attempt < PTMD_LOCK_ATTEMPTS) nanosleep(&nap, NULL);
+    }
+    return ptmd_fail(err, PTMD_E_LOCKED,
+                     "arena %#lx of process %d was locked each of the %d times the process was stopped "
+                     "(over %lu ms): a thread holds its mutex, inside malloc or free or stuck there. It was "
+                     "not walked, since its lists may be half changed; try again",
+                     (unsigned long)held, pid, PTMD_LOCK_ATTEMPTS,
+                     (unsigned long)((ptmd_now_ns() - first) / 1000000));
+}
+
+static int on_ring(ptmd_walk *w, const ptmd_libc *lc, uint64_t a)
+{
+    uint64_t av = lc->main_arena;
+    size_t n = 0;
+    do {
+        if (av == a) return 1;
+        av = ptmd_rd64(w, av + lc->layout->ms_next);
+    } while (av && av != lc->main_arena && ++n < PTMD_RING_MAX);
+    return 0;
+}
+
+/* The TCB's dtv (tcbhead_t.dtv, 8 bytes on): dtv[-1].counter is its length, dtv[m].pointer.val the
+ * TLS block of module m (16-byte entries; TLS_DTV_UNALLOCATED is -1). libc's block is a static one, just
+ * below the thread pointer. glibc: sysdeps/x86_64/nptl/tls.h, elf/dl-tls.c (allocate_dtv). */
+int ptmd_outside_tls(ptmd_walk *w, ptmd_libc *lc)
+{
+    const ptmd_source *s = &w->src;
+    int pass, i;
+    if (lc->thread_arena_tls < 0 || !lc->tls_size) return 0;
+    /* the main thread first: its thread_arena is main_arena once it has allocated */
+    for (pass = 0; pass < 2; pass++)
+        for (i = 0; i < s->n_tids; i++) {
+            uint64_t tp = s->fs_base[i], dtv, n, m;
+            if (!tp || (pass == 0) != (s->tids[i] == s->pid)) continue;
+            dtv = ptmd_rd64(w, tp + 8);
+            if (!dtv || (dtv & 7)) continue;
+            n = ptmd_rd64(w, dtv - 16);
+            if (n > PTMD_DTV_MAX) continue;
+            for (m = 1; m <= n; m++) {
+                uint64_t val = ptmd_rd64(w, dtv + 16 * m), ar;
+                if (!val || val == UINT64_MAX || val >= tp || tp - val > PTMD_STATIC_TLS_MAX) continue;
+                ar = ptmd_rd64(w, val + (uint64_t)lc->thread_arena_tls);
+                if (ar && on_ring(w, lc, ar)) {
+                    lc->tls_offset = tp - val;
+                    return 1;
+                }
+            }
+        }
+    return 0;
+}

@@ -1,0 +1,510 @@
+# frozen_string_literal: true
+
+require "json"
+require_relative "spec_helper"
+
+# The ptrace memory source: every thread of another process stopped, its memory read, and the
+# process let go on every path. Oracles: the bytes the target wrote and printed the address of,
+# its /proc/PID/task list, the counters its spinning threads advance, /proc/PID/status.
+RSpec.describe "reading another process" do
+  include SpecHelpers
+
+  THREADS_IN_TARGET = 4
+
+  def build_target
+    src = File.join(SpecHelpers::ROOT, "spec", "fixtures", "outside", "stop_target.c")
+    out = File.join(tmpdir, "stop_target")
+    _o, e, s = Open3.capture3("cc", "-O1", "-Wall", "-Wextra", "-pthread", "-o", out, src)
+    raise "building stop_target failed (install gcc): #{e}" unless s.success?
+
+    out
+  end
+
+  def start_target(*args)
+    stdin, stdout, thread = Open3.popen2(build_target, *args)
+    stdin.close
+    line = stdout.gets
+    raise "the target printed nothing" unless line
+
+    @target = thread
+    fields = line.scan(/(\w+)=(\w+)/).to_h
+    [thread.pid, Integer(fields["buffer"]), Integer(fields["spins"])]
+  end
+
+  def state_of(pid)
+    File.read("/proc/#{pid}/status")[/^State:\s+(\S)/, 1]
+  end
+
+  def task_states(pid)
+    Dir["/proc/#{pid}/task/*"].filter_map do |t|
+      [File.basename(t).to_i, File.read("#{t}/stat")[/\) (\S)/, 1]]
+    rescue Errno::ENOENT, Errno::ESRCH
+      nil # a thread that ended while it was listed
+    end.to_h
+  end
+
+  after do
+    if @target
+      Process.kill(:KILL, @target.pid)
+      @target.value
+    end
+  end
+
+  it "stops every thread, reads the bytes the target wrote and lets every thread run again" do
+    pid, buffer, spins = start_target
+    expected = (0...4096).map { |i| (i * 7 + 3) & 0xff }.pack("C*")
+    bytes, tids, pause_ns = PtmallocDump._read_process(pid, buffer, 4096)
+    expect(bytes).to eq(expected)
+    expect(tids.sort).to eq(Dir["/proc/#{pid}/task/*"].map { |t| File.basename(t).to_i }.sort)
+    expect(tids.size).to eq(THREADS_IN_TARGET + 1)
+    expect(pause_ns).to be > 0
+    puts "  target stopped for #{(pause_ns / 1e6).round(3)} ms (#{tids.size} threads, 4 KiB read)"
+    task_states(pid).each { |tid, st| expect(st).not_to eq("t"), "thread #{tid} left stopped" }
+    # the spinning threads advance again: nobody stayed stopped
+    before, = PtmallocDump._read_process(pid, spins, 8 * THREADS_IN_TARGET)
+    sleep 0.05
+    after, = PtmallocDump._read_process(pid, spins, 8 * THREADS_IN_TARGET)
+    before.unpack("Q*").zip(after.unpack("Q*")).each { |b, a| expect(a).to be > b }
+  end
+
+  it "answers an unreadable address with nil and still lets the target go" do
+    pid, = start_target
+    bytes, tids, = PtmallocDump._read_process(pid, 8, 16)
+    expect(bytes).to be_nil
+    expect(tids.size).to eq(THREADS_IN_TARGET + 1)
+    expect(state_of(pid)).not_to eq("t")
+  end
+
+  it "says that the target belongs to another user, and leaves it running" do
+    pid, = start_target
+    reader, writer = IO.pipe
+    child = fork do
+      reader.close
+      Process::Sys.setgid(65_534)
+      Process::Sys.setuid(65_534)
+      begin
+        PtmallocDump._read_process(pid, 0x1000, 8)
+        writer.write("no error")
+      rescue PtmallocDump::Error => e
+        writer.write("#{e.class}: #{e.message}")
+      end
+      exit!(0)
+    end
+    writer.close
+    Process.wait(child)
+    message = reader.read
+    expect(message).to match(/\APtmallocDump::PtracePermissionError: process #{pid} belongs to uid 0/)
+    expect(message).to match(/run ptmalloc-dump as that user or as root/)
+    expect(state_of(pid)).not_to eq("t")
+  end
+
+  it "reads the target's mappings as /proc/PID/maps lists them, its buffer in a readable one" do
+    pid, buffer, = start_target
+    oracle = File.readlines("/proc/#{pid}/maps").map do |line|
+      range, perms = line.split
+      lo, hi = range.split("-").map { |x| Integer(x, 16) }
+      [lo, hi, perms]
+    end
+    maps = PtmallocDump._process_maps(pid)
+    expect(maps).to eq(oracle)
+    holder = maps.find { |lo, hi, _| buffer >= lo && buffer < hi }
+    expect(holder[2]).to start_with("rw")
+    expect(state_of(pid)).not_to eq("t")
+  end
+
+  it "says that a process does not exist" do
+    pid = Process.spawn("true")
+    Process.wait(pid)
+    expect { PtmallocDump._read_process(pid, 0x1000, 8) }
+      .to raise_error(PtmallocDump::TargetGoneError, /no process #{pid}/)
+    expect { PtmallocDump._process_maps(pid) }.to raise_error(PtmallocDump::TargetGoneError, /no process #{pid}/)
+  end
+
+  it "refuses to stop itself" do
+    expect { PtmallocDump._read_process(Process.pid, 0x1000, 8) }.to raise_error(ArgumentError, /this process/)
+  end
+end
+
+# ptmalloc-dump --pid, run as a user runs it. Oracles: the target's own mallinfo2() and the pointers
+# malloc returned to it, with what it did with each; /proc/PID/stat for its state afterwards.
+RSpec.describe "ptmalloc-dump --pid" do
+  include SpecHelpers
+
+  COUNTERS = %i[arena ordblks hblks hblkhd uordblks fordblks keepcost].freeze
+
+  def compile(name, *flags)
+    src = File.join(SpecHelpers::ROOT, "spec", "fixtures", "outside", "#{name}.c")
+    out = File.join(tmpdir, "#{name}#{flags.join}")
+    _o, e, s = Open3.capture3("cc", "-O1", "-Wall", "-Wextra", "-pthread", *flags, "-o", out, src)
+    raise "building #{name} failed (install gcc and libc6-dev): #{e}" unless s.success?
+
+    out
+  end
+
+  # Starts the heap target and reads what it printed up to "ready".
+  def start_heap_target
+    stdin, stdout, thread = Open3.popen2(compile("heap_target"))
+    stdin.close
+    @target = thread
+    report = { pointers: [] }
+    while (line = stdout.gets)
+      case line
+      when /\Amallinfo2 / then report[:mallinfo2] = line.scan(/(\w+)=(\d+)/).to_h { |k, v| [k.to_sym, Integer(v)] }
+      when /\AP (\S+) (\w+)(?: (\d+))?/ then report[:pointers] << [Integer(Regexp.last_match(1)), Regexp.last_match(2).to_sym, Regexp.last_match(3)&.to_i]
+      when /\Aready threads=(\d+)/ then report[:threads] = Integer(Regexp.last_match(1))
+                                        break
+      end
+    end
+    raise "the heap target ended before it was ready" unless report[:threads]
+
+    [thread.pid, report]
+  end
+
+  def ptmalloc_dump(*args)
+    Open3.capture3("bundle", "exec", "exe/ptmalloc-dump", *args, chdir: SpecHelpers::ROOT)
+  end
+
+  def stopped_threads(pid)
+    Dir["/proc/#{pid}/task/*/stat"].filter_map do |stat|
+      File.read(stat)[/\) (\S)/, 1]
+    rescue Errno::ENOENT, Errno::ESRCH
+      nil
+    end.select { |state| %w[t T].include?(state) }
+  end
+
+  after do
+    if @target
+      Process.kill(:KILL, @target.pid)
+      @target.value
+    end
+  end
+
+  it "reproduces the target's mallinfo2 and finds every pointer it holds in its state, and leaves it running" do
+    pid, report = start_heap_target
+    out = File.join(tmpdir, "target.dump")
+    stdout, stderr, status = ptmalloc_dump("--pid", pid.to_s, out)
+    expect(status).to be_success, stderr
+    expect(stdout).to match(/process #{pid} stopped for [\d.]+ ms/)
+    puts "  #{stdout.strip}"
+    expect(stopped_threads(pid)).to eq([])
+
+    dump = PtmallocDump.load(out)
+    summary = dump.summary
+    COUNTERS.each { |f| expect([f, summary[f]]).to eq([f, report[:mallinfo2].fetch(f)]) }
+    expect(dump.arenas.size).to eq(report[:threads] + 1)
+    expect(dump.header[:pid]).to eq(pid)
+    expect(dump.header[:source]).to eq(:pid)
+    info = dump.header[:source_info]
+    expect(info[:unavailable]).to include(:ruby, :references, :oracles)
+    expect(info[:unavailable]).not_to include(:tls)
+    expect(info[:threads]).to eq(report[:threads] + 1)
+    expect(dump.anomalies).to eq([])
+    expect(dump.verify).to be_ok
+
+    states = Hash.new(0)
+    report[:pointers].each do |ptr, kind, csize|
+      chunk = dump.chunk_at(ptr - 16)
+      expect(chunk).not_to be_nil, "no chunk at 0x#{(ptr - 16).to_s(16)} (#{kind})"
+      case kind
+      when :live then expect(chunk.state).to eq(:in_use)
+      when :mmapped then expect(chunk.state).to eq(:mmapped)
+      else
+        expect(chunk.size).to eq(csize)
+        # sizes above tcache's and fastbins' go to the unsorted bin, and no malloc sorted them since
+        allowed = csize > 1040 ? %i[unsorted] : csize > 128 ? %i[tcache unsorted] : %i[tcache fastbin]
+        expect(allowed).to include(chunk.state), "0x#{ptr.to_s(16)} (#{csize} bytes) is #{chunk.state}"
+      end
+      states[chunk.state] += 1
+    end
+    puts "  #{report[:pointers].size} pointers: #{states.sort.map { |s, n| "#{n} #{s}" }.join(', ')}"
+    expect(states.keys).to include(:tcache, :fastbin, :unsorted, :mmapped, :in_use)
+    # each thread's tcache was found through its TLS, not by structure
+    tls_threads = dump.threads.count { |t| t.tcache && t.found_by == :tls }
+    expect(tls_threads).to eq(report[:threads] + 1)
+
+    # the target runs on: its threads are not stopped, and it still answers signals
+    expect(File.read("/proc/#{pid}/stat")[/\) (\S)/, 1]).not_to match(/[tTZX]/)
+    expect(Process.kill(0, pid)).to eq(1)
+  end
+
+  it "finds malloc's globals by structure without a symbol file: the same dump as with it" do
+    pid, report = start_heap_target
+    with = File.join(tmpdir, "symbols.dump")
+    without = File.join(tmpdir, "structure.dump")
+    PtmallocDump.dump_process(pid, with)
+    _o, err, status = ptmalloc_dump("--debug-dir", tmpdir, "--pid", pid.to_s, without)
+    expect(status).to be_success, err
+    a = PtmallocDump.load(with)
+    b = PtmallocDump.load(without)
+    expect(a.header[:symbol_source]).to eq(:build_id)
+    expect(b.header[:symbol_source]).to eq(:heuristic)
+    expect(b.header.values_at(:main_arena, :mp)).to eq(a.header.values_at(:main_arena, :mp))
+    expect(b.header[:source_info][:unavailable]).to include(:tls)
+    expect(b.first_difference(a)).to be_nil
+    expect(b.each_chunk.map { |c| [c.address, c.size, c.state] }).to eq(a.each_chunk.map { |c| [c.address, c.size, c.state] })
+    COUNTERS.each { |f| expect([f, b.summary[f]]).to eq([f, report[:mallinfo2].fetch(f)]) }
+    # every thread's tcache was found by its structure
+    expect(b.threads.count { |t| t.tcache && t.found_by == :scan }).to eq(report[:threads] + 1)
+    expect(b.anomalies).to eq([])
+    expect { PtmallocDump.dump_process(pid, without, debug_dir: tmpdir, symbols: :file) }
+      .to raise_error(PtmallocDump::SymbolsNotFoundError, /no symbol file for glibc/)
+  end
+
+  it "reads a gcore of the same target: the same chunks in the same states as the live dump" do
+    pid, report = start_heap_target
+    live = File.join(tmpdir, "live.dump")
+    _o, err, status = ptmalloc_dump("--pid", pid.to_s, live)
+    expect(status).to be_success, err
+    prefix = File.join(tmpdir, "core")
+    _o, err, status = Open3.capture3("gcore", "-o", prefix, pid.to_s)
+    raise "gcore failed (install gdb): #{err}" unless status.success?
+
+    from_core = File.join(tmpdir, "core.dump")
+    stdout, err, status = ptmalloc_dump("#{prefix}.#{pid}", from_core)
+    expect(status).to be_success, err
+    expect(stdout).to match(/core file #{Regexp.escape(prefix)}\.#{pid} \([\d.]+ MiB read\)/)
+    a = PtmallocDump.load(live)
+    b = PtmallocDump.load(from_core)
+    expect(b.header[:source]).to eq(:core)
+    expect(b.header[:source_info]).to include(pid: pid, threads: report[:threads] + 1)
+    expect(b.header[:source_info][:unavailable]).to include(:ruby, :references, :oracles, :residency)
+    expect(b.header[:source_info][:unavailable]).not_to include(:tls)
+    expect(b.arenas.map(&:address)).to eq(a.arenas.map(&:address))
+    expect(b.chunk_count).to eq(a.chunk_count)
+    expect(b.first_difference(a)).to be_nil
+    chunks = ->(d) { d.each_chunk.map { |c| [c.address, c.size, c.state] } }
+    expect(chunks.(b)).to eq(chunks.(a))
+    COUNTERS.each { |f| expect([f, b.summary[f]]).to eq([f, report[:mallinfo2].fetch(f)]) }
+    expect(b.threads.map { |t| [t.tid, t.tcache, t.tcache_count] }.sort_by(&:first))
+      .to eq(a.threads.map { |t| [t.tid, t.tcache, t.tcache_count] }.sort_by(&:first))
+    expect(b.anomalies).to eq([])
+    puts "  #{stdout.strip}"
+    # without a symbol file, by structure: the same again
+    by_structure = File.join(tmpdir, "core-structure.dump")
+    PtmallocDump.dump_core("#{prefix}.#{pid}", by_structure, debug_dir: tmpdir)
+    c = PtmallocDump.load(by_structure)
+    expect(c.header[:symbol_source]).to eq(:heuristic)
+    expect(chunks.(c)).to eq(chunks.(a))
+  end
+
+  it "refuses a truncated core and a core of another architecture" do
+    pid, = start_heap_target
+    prefix = File.join(tmpdir, "core")
+    _o, err, status = Open3.capture3("gcore", "-o", prefix, pid.to_s)
+    raise "gcore failed (install gdb): #{err}" unless status.success?
+
+    core = "#{prefix}.#{pid}"
+    truncated = File.join(tmpdir, "truncated.core")
+    IO.copy_stream(core, truncated, File.size(core) / 2)
+    out = File.join(tmpdir, "x.dump")
+    expect { PtmallocDump.dump_core(truncated, out) }
+      .to raise_error(PtmallocDump::CoreFileError, /core file #{Regexp.escape(truncated)} is truncated/)
+    arm = File.join(tmpdir, "arm.core")
+    head = File.binread(core, 4096)
+    head[18, 2] = [183].pack("S<") # e_machine: EM_AARCH64
+    File.binwrite(arm, head)
+    expect { PtmallocDump.dump_core(arm, out) }
+      .to raise_error(PtmallocDump::CoreFileError, /core of another architecture \(ELF machine 183/)
+    _o, stderr, status = ptmalloc_dump(arm, out)
+    expect(status.exitstatus).to eq(1)
+    expect(stderr).to match(/another architecture/)
+    expect { PtmallocDump.dump_core(__FILE__, out) }.to raise_error(PtmallocDump::CoreFileError, /is no core file/)
+    expect(File).not_to exist(out)
+  end
+
+  it "walks a damaged heap from outside: the damage is recorded, nothing is followed out of the copy" do
+    stdin, stdout, thread = Open3.popen2(compile("damaged_target"))
+    stdin.close
+    @target = thread
+    unsorted, tcache, oversized = stdout.gets.scan(/0x\h+/).map { |x| Integer(x) }
+    path = File.join(tmpdir, "damaged.dump")
+    PtmallocDump.dump_process(thread.pid, path)
+    dump = PtmallocDump.load(path)
+    kinds = dump.anomalies.map(&:kind)
+    puts "  anomalies: #{kinds.tally.sort.map { |k, n| "#{n} #{k}" }.join(', ')}"
+    # the unsorted bin's first chunk leads nowhere: the chunks behind it are free but unreached
+    expect(kinds).to include(:bad_pointer, :list_not_chunk, :free_not_in_bin)
+    # the walk stopped at the oversized chunk and accounted the rest of its heap as one damaged piece
+    expect(dump.anomalies.map(&:address)).to include(oversized - 16)
+    expect(dump.heaps.first.truncated).to be(true)
+    expect(dump.chunk_at(unsorted - 16)).not_to be_nil
+    expect(dump.chunk_at(tcache - 16).state).to eq(:tcache)
+    expect(stopped_threads(thread.pid)).to eq([])
+  end
+
+  it "says that a process is already traced by a debugger, and leaves it to it" do
+    pid, = start_heap_target
+    gdb_in, gdb_out, gdb = Open3.popen2e("gdb", "-q", "-nx", "-batch", "-p", pid.to_s, "-ex", "shell sleep 3")
+    gdb_in.close
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 30
+    sleep 0.05 until File.read("/proc/#{pid}/status")[/^TracerPid:\s+(\d+)/, 1].to_i.positive? ||
+                     Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+    tracer = File.read("/proc/#{pid}/status")[/^TracerPid:\s+(\d+)/, 1].to_i
+    raise "gdb did not attach (install gdb): #{gdb_out.read_nonblock(4096, exception: false)}" unless tracer.positive?
+
+    expect { PtmallocDump.dump_process(pid, File.join(tmpdir, "traced.dump")) }
+      .to raise_error(PtmallocDump::PtracePermissionError, /process #{pid} is already traced by process #{tracer}/)
+    gdb_out.read
+    expect(gdb.value).to be_success
+    expect(stopped_threads(pid)).to eq([])
+    expect(PtmallocDump.dump_process(pid, File.join(tmpdir, "after.dump"))[:arena]).to be > 0
+  end
+
+  it "says that a process does not exist" do
+    gone = Process.spawn("true")
+    Process.wait(gone)
+    _o, stderr, status = ptmalloc_dump("--pid", gone.to_s, File.join(tmpdir, "gone.dump"))
+    expect(status.exitstatus).to eq(1)
+    expect(stderr).to match(/ptmalloc-dump: no process #{gone}/)
+    expect { PtmallocDump.dump_process(gone, File.join(tmpdir, "gone.dump")) }
+      .to raise_error(PtmallocDump::TargetGoneError, /no process #{gone}/)
+    expect(File).not_to exist(File.join(tmpdir, "gone.dump"))
+  end
+
+  it "says that a process has exited when it is a zombie not yet reaped" do
+    zombie = Process.spawn("true")
+    sleep 0.01 until File.read("/proc/#{zombie}/stat")[/\) (\S)/, 1] == "Z"
+    expect { PtmallocDump.dump_process(zombie, File.join(tmpdir, "zombie.dump")) }
+      .to raise_error(PtmallocDump::TargetGoneError, /process #{zombie} has no memory to read: it has exited/)
+  ensure
+    Process.wait(zombie) if zombie
+  end
+
+  it "refuses a static binary, which has no glibc to read, and leaves it running" do
+    stdin, stdout, thread = Open3.popen2(compile("stop_target", "-static"))
+    stdin.close
+    @target = thread
+    expect(stdout.gets).to match(/buffer=/)
+    path = File.join(tmpdir, "static.dump")
+    expect { PtmallocDump.dump_process(thread.pid, path) }
+      .to raise_error(PtmallocDump::UnsupportedPlatformError, /process #{thread.pid} has no glibc mapped .*static binary/)
+    _o, stderr, status = ptmalloc_dump("--pid", thread.pid.to_s, path)
+    expect(status.exitstatus).to eq(1)
+    expect(stderr).to match(/has no glibc mapped/)
+    expect(File).not_to exist(path)
+    expect(stopped_threads(thread.pid)).to eq([])
+    expect(File.read("/proc/#{thread.pid}/stat")[/\) (\S)/, 1]).not_to eq("t")
+  end
+
+  it "refuses a process whose malloc is jemalloc, and leaves it running" do
+    jemalloc = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
+    raise "#{jemalloc} is missing (apt-get install libjemalloc2)" unless File.exist?(jemalloc)
+
+    stdin, stdout, thread = Open3.popen2({ "LD_PRELOAD" => jemalloc }, compile("stop_target"))
+    stdin.close
+    @target = thread
+    expect(stdout.gets).to match(/buffer=/)
+    expect(File.read("/proc/#{thread.pid}/maps")).to include("libjemalloc")
+    path = File.join(tmpdir, "jemalloc.dump")
+    expect { PtmallocDump.dump_process(thread.pid, path) }
+      .to raise_error(PtmallocDump::UnsupportedAllocatorError, /glibc's malloc was never used in process #{thread.pid}/)
+    expect(File).not_to exist(path)
+    expect(stopped_threads(thread.pid)).to eq([])
+  end
+
+  it "asks for the process and the file" do
+    _o, stderr, status = ptmalloc_dump(File.join(tmpdir, "x.dump"))
+    expect(status.exitstatus).to eq(2)
+    expect(stderr).to match(/missing argument: --pid or CORE/)
+    expect(stderr).to match(/Usage: ptmalloc-dump/)
+  end
+end
+
+# An arena whose lock a thread of the target holds is never walked. Oracle: the target's main thread
+# blocked in malloc_stats(), which holds main_arena's mutex while it writes to a full stderr pipe
+# (/proc/PID/wchan says where it sleeps).
+RSpec.describe "ptmalloc-dump --pid and a held arena lock" do
+  include SpecHelpers
+
+  def start_lock_target
+    src = File.join(SpecHelpers::ROOT, "spec", "fixtures", "outside", "lock_target.c")
+    exe = File.join(tmpdir, "lock_target")
+    _o, e, s = Open3.capture3("cc", "-O1", "-Wall", "-Wextra", "-o", exe, src)
+    raise "building lock_target failed (install gcc): #{e}" unless s.success?
+
+    stdin, stdout, stderr, thread = Open3.popen3(exe)
+    stdin.close
+    @target = thread
+    expect(stdout.gets).to eq("locking main_arena\n")
+    # the main thread sleeps in the pipe's write, inside malloc_stats
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 10
+    sleep 0.01 until File.read("/proc/#{thread.pid}/wchan").include?("pipe_write") ||
+                     Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+    expect(File.read("/proc/#{thread.pid}/wchan")).to include("pipe_write")
+    [thread.pid, stdout, stderr]
+  end
+
+  after do
+    if @target
+      Process.kill(:KILL, @target.pid)
+      @target.value
+    end
+  end
+
+  it "reports the locked arena after retrying, and walks it once the lock is let go" do
+    pid, stdout, stderr = start_lock_target
+    path = File.join(tmpdir, "locked.dump")
+    t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    expect { PtmallocDump.dump_process(pid, path) }
+      .to raise_error(PtmallocDump::ArenaLockedError, /arena (0x\h+) of process #{pid} was locked each of the 50 times/)
+    waited = Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0
+    puts "  gave up after #{waited.round(2)} s"
+    expect(File).not_to exist(path)
+    expect(File.read("/proc/#{pid}/stat")[/\) (\S)/, 1]).not_to match(/[tTZX]/)
+
+    # the lock is let go while the tool retries: it walks the arena then, and says how many stops it took
+    drain = Thread.new do
+      sleep 0.3
+      stderr.read
+    end
+    summary = PtmallocDump.dump_process(pid, path)
+    expect(stdout.gets).to eq("released\n")
+    dump = PtmallocDump.load(path)
+    expect(dump.header[:source_info][:attempts]).to be > 1
+    expect(summary[:arena]).to eq(dump.arenas.first.system_mem)
+    expect(dump.anomalies).to eq([])
+    puts "  walked after #{dump.header[:source_info][:attempts]} stops"
+    drain.kill
+  end
+end
+
+# A Ruby process that never required the gem. Oracle: glibc's malloc_stats() it printed itself (each
+# arena's system and in-use bytes, and the total in use with mmapped chunks).
+RSpec.describe "ptmalloc-dump --pid of a Ruby process without the gem" do
+  include SpecHelpers
+
+  after do
+    if @target
+      Process.kill(:KILL, @target.pid)
+      @target.value
+    end
+  end
+
+  it "reproduces every arena's figures and the mmapped bytes malloc_stats printed" do
+    script = File.join(SpecHelpers::ROOT, "spec", "fixtures", "outside", "ruby_target.rb")
+    stdin, _stdout, stderr, thread = Open3.popen3({ "RUBYOPT" => nil }, RbConfig.ruby, script)
+    stdin.close
+    @target = thread
+    text = +""
+    text << stderr.readpartial(65_536) until text.scan("max mmap bytes").size == 2
+    last = text.split("Arena 0:").last
+    arenas = last.scan(/system bytes\s+=\s+(\d+)\nin use bytes\s+=\s+(\d+)/).map { |pair| pair.map(&:to_i) }
+    total_in_use = arenas.pop[1]
+    expect(File.read("/proc/#{thread.pid}/maps")).not_to include("ptmalloc_dump")
+
+    out = File.join(tmpdir, "ruby.dump")
+    json, err, status = Open3.capture3("bundle", "exec", "exe/ptmalloc-dump", "--json", "--pid", thread.pid.to_s, out,
+                                       chdir: SpecHelpers::ROOT)
+    expect(status).to be_success, err
+    dump = PtmallocDump.load(out)
+    summary = dump.summary
+    printed = JSON.parse(json)
+    expect(printed.dig("summary", "arena")).to eq(summary[:arena])
+    expect(printed.dig("header", "source")).to eq("pid")
+    expect(summary[:arenas].map { |a| a.values_at(:arena, :uordblks) }).to eq(arenas)
+    expect(summary[:hblkhd]).to eq(total_in_use - arenas.sum(&:last))
+    expect(dump.header[:strings]["program"]).to eq(RbConfig.ruby)
+    expect(dump.anomalies).to eq([])
+    expect(File.read("/proc/#{thread.pid}/stat")[/\) (\S)/, 1]).not_to match(/[tTZX]/)
+  end
+end
