@@ -3,25 +3,38 @@
 require "json"
 require_relative "spec_helper"
 
+# Each example's target (@target, the thread Open3 waits for it with) is killed and reaped after it;
+# fixtures in spec/fixtures/outside are built into the example's temporary directory.
+RSpec.shared_context "with targets of spec/fixtures/outside" do
+  include SpecHelpers
+
+  after do
+    if @target
+      Process.kill(:KILL, @target.pid)
+      @target.value
+    end
+  end
+
+  def compile(name, *flags)
+    src = File.join(SpecHelpers::ROOT, "spec", "fixtures", "outside", "#{name}.c")
+    out = File.join(tmpdir, "#{name}#{flags.join}")
+    _o, e, s = Open3.capture3("cc", "-O1", "-Wall", "-Wextra", "-pthread", *flags, "-o", out, src)
+    raise "building #{name} failed (install gcc and libc6-dev): #{e}" unless s.success?
+
+    out
+  end
+end
+
 # The ptrace memory source: every thread of another process stopped, its memory read, and the
 # process let go on every path. Oracles: the bytes the target wrote and printed the address of,
 # its /proc/PID/task list, the counters its spinning threads advance, /proc/PID/status.
 RSpec.describe "reading another process" do
-  include SpecHelpers
+  include_context "with targets of spec/fixtures/outside"
 
   THREADS_IN_TARGET = 4
 
-  def build_target
-    src = File.join(SpecHelpers::ROOT, "spec", "fixtures", "outside", "stop_target.c")
-    out = File.join(tmpdir, "stop_target")
-    _o, e, s = Open3.capture3("cc", "-O1", "-Wall", "-Wextra", "-pthread", "-o", out, src)
-    raise "building stop_target failed (install gcc): #{e}" unless s.success?
-
-    out
-  end
-
   def start_target(*args)
-    stdin, stdout, thread = Open3.popen2(build_target, *args)
+    stdin, stdout, thread = Open3.popen2(compile("stop_target"), *args)
     stdin.close
     line = stdout.gets
     raise "the target printed nothing" unless line
@@ -41,13 +54,6 @@ RSpec.describe "reading another process" do
     rescue Errno::ENOENT, Errno::ESRCH
       nil # a thread that ended while it was listed
     end.to_h
-  end
-
-  after do
-    if @target
-      Process.kill(:KILL, @target.pid)
-      @target.value
-    end
   end
 
   it "stops every thread, reads the bytes the target wrote and lets every thread run again" do
@@ -128,18 +134,10 @@ end
 # ptmalloc-dump --pid, run as a user runs it. Oracles: the target's own mallinfo2() and the pointers
 # malloc returned to it, with what it did with each; /proc/PID/stat for its state afterwards.
 RSpec.describe "ptmalloc-dump --pid" do
-  include SpecHelpers
+  include_context "with targets of spec/fixtures/outside"
 
   COUNTERS = %i[arena ordblks hblks hblkhd uordblks fordblks keepcost].freeze
 
-  def compile(name, *flags)
-    src = File.join(SpecHelpers::ROOT, "spec", "fixtures", "outside", "#{name}.c")
-    out = File.join(tmpdir, "#{name}#{flags.join}")
-    _o, e, s = Open3.capture3("cc", "-O1", "-Wall", "-Wextra", "-pthread", *flags, "-o", out, src)
-    raise "building #{name} failed (install gcc and libc6-dev): #{e}" unless s.success?
-
-    out
-  end
 
   # Starts the heap target and reads what it printed up to "ready".
   def start_heap_target
@@ -170,13 +168,6 @@ RSpec.describe "ptmalloc-dump --pid" do
     rescue Errno::ENOENT, Errno::ESRCH
       nil
     end.select { |state| %w[t T].include?(state) }
-  end
-
-  after do
-    if @target
-      Process.kill(:KILL, @target.pid)
-      @target.value
-    end
   end
 
   it "reproduces the target's mallinfo2 and finds every pointer it holds in its state, and leaves it running" do
@@ -414,15 +405,10 @@ end
 # blocked in malloc_stats(), which holds main_arena's mutex while it writes to a full stderr pipe
 # (/proc/PID/wchan says where it sleeps).
 RSpec.describe "ptmalloc-dump --pid and a held arena lock" do
-  include SpecHelpers
+  include_context "with targets of spec/fixtures/outside"
 
   def start_lock_target
-    src = File.join(SpecHelpers::ROOT, "spec", "fixtures", "outside", "lock_target.c")
-    exe = File.join(tmpdir, "lock_target")
-    _o, e, s = Open3.capture3("cc", "-O1", "-Wall", "-Wextra", "-o", exe, src)
-    raise "building lock_target failed (install gcc): #{e}" unless s.success?
-
-    stdin, stdout, stderr, thread = Open3.popen3(exe)
+    stdin, stdout, stderr, thread = Open3.popen3(compile("lock_target"))
     stdin.close
     @target = thread
     expect(stdout.gets).to eq("locking main_arena\n")
@@ -432,13 +418,6 @@ RSpec.describe "ptmalloc-dump --pid and a held arena lock" do
                      Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
     expect(File.read("/proc/#{thread.pid}/wchan")).to include("pipe_write")
     [thread.pid, stdout, stderr]
-  end
-
-  after do
-    if @target
-      Process.kill(:KILL, @target.pid)
-      @target.value
-    end
   end
 
   it "reports the locked arena after retrying, and walks it once the lock is let go" do
@@ -471,14 +450,7 @@ end
 # A Ruby process that never required the gem. Oracle: glibc's malloc_stats() it printed itself (each
 # arena's system and in-use bytes, and the total in use with mmapped chunks).
 RSpec.describe "ptmalloc-dump --pid of a Ruby process without the gem" do
-  include SpecHelpers
-
-  after do
-    if @target
-      Process.kill(:KILL, @target.pid)
-      @target.value
-    end
-  end
+  include_context "with targets of spec/fixtures/outside"
 
   it "reproduces every arena's figures and the mmapped bytes malloc_stats printed" do
     script = File.join(SpecHelpers::ROOT, "spec", "fixtures", "outside", "ruby_target.rb")

@@ -160,18 +160,16 @@ static VALUE process_body(VALUE arg)
     return summary;
 }
 
-/* _dump_process(pid, path, debug_dir, strings, symbols) -> summary Hash: another process, stopped only
- * while its memory is copied. */
-static VALUE rb_ptmd_dump_process(VALUE self, VALUE pid, VALUE path, VALUE debug_dir, VALUE strings, VALUE symbols)
+/* Another process (pid) or the process a core file was written from (core): the dump into path. */
+static VALUE dump_outside(int pid, const char *core, VALUE path, VALUE debug_dir, VALUE strings, VALUE symbols)
 {
     process_call pc;
     VALUE result;
     const char *cdir;
     int state = 0;
-    PTMD_UNUSED(self);
     FilePathValue(path);
-    pc.pid = NUM2INT(pid);
-    pc.core = NULL;
+    pc.pid = pid;
+    pc.core = core;
     pc.c = new_call(debug_dir, strings, &cdir);
     pc.c->opts.path = StringValueCStr(path);
     pc.c->opts.debug_dir = cdir;
@@ -185,30 +183,23 @@ static VALUE rb_ptmd_dump_process(VALUE self, VALUE pid, VALUE path, VALUE debug
     return result;
 }
 
+/* _dump_process(pid, path, debug_dir, strings, symbols) -> summary Hash: another process, stopped only
+ * while its memory is copied. */
+static VALUE rb_ptmd_dump_process(VALUE self, VALUE pid, VALUE path, VALUE debug_dir, VALUE strings, VALUE symbols)
+{
+    PTMD_UNUSED(self);
+    return dump_outside(NUM2INT(pid), NULL, path, debug_dir, strings, symbols);
+}
+
 /* _dump_core(core, path, debug_dir, strings, symbols) -> summary Hash: the process a core file was
  * written from. */
 static VALUE rb_ptmd_dump_core(VALUE self, VALUE core, VALUE path, VALUE debug_dir, VALUE strings, VALUE symbols)
 {
-    process_call pc;
     VALUE result;
-    const char *cdir;
-    int state = 0;
     PTMD_UNUSED(self);
     FilePathValue(core);
-    FilePathValue(path);
-    pc.pid = 0;
-    pc.core = StringValueCStr(core);
-    pc.c = new_call(debug_dir, strings, &cdir);
-    pc.c->opts.path = StringValueCStr(path);
-    pc.c->opts.debug_dir = cdir;
-    pc.c->opts.strings = pc.c->strings;
-    pc.c->opts.symbols = NUM2INT(symbols);
-    result = rb_protect(process_body, (VALUE)&pc, &state);
-    end_call(pc.c, state);
+    result = dump_outside(0, StringValueCStr(core), path, debug_dir, strings, symbols);
     RB_GC_GUARD(core);
-    RB_GC_GUARD(path);
-    RB_GC_GUARD(debug_dir);
-    RB_GC_GUARD(strings);
     return result;
 }
 

@@ -340,6 +340,21 @@ static __attribute__((noinline)) void note_caller(ptmd_walk *w)
     w->caller_frame = (uint64_t)(uintptr_t)__builtin_frame_address(0);
 }
 
+/* The sections, then the file's end and its rename; a file size limit must fail the write with
+ * EFBIG, not kill the process. */
+static int write_file(ptmd_dump_state *d, ptmd_err *err)
+{
+    struct sigaction ign, old_xfsz;
+    int rc;
+    memset(&ign, 0, sizeof(ign));
+    ign.sa_handler = SIG_IGN;
+    sigaction(SIGXFSZ, &ign, &old_xfsz);
+    write_sections(d);
+    rc = ptmd_writer_finish(&d->writer, PTMD_BUF_COUNT(&d->w.chunks, ptmd_chunk_rec), err);
+    sigaction(SIGXFSZ, &old_xfsz, NULL);
+    return rc;
+}
+
 void ptmd_dump_init(ptmd_dump_state *d)
 {
     memset(d, 0, sizeof(*d));
@@ -352,7 +367,6 @@ int ptmd_dump_run(ptmd_dump_state *d, const ptmd_dump_opts *o, ptmd_err *err)
 {
     const ptmd_libc *lc;
     struct timespec now;
-    struct sigaction ign, old_xfsz;
     uint64_t t0, t1;
     int rc = -1, expected = 0, oracles = 1;
 
@@ -434,13 +448,7 @@ int ptmd_dump_run(ptmd_dump_state *d, const ptmd_dump_opts *o, ptmd_err *err)
         if (o->references) d->ruby.meta.flags |= PTMD_RF_REFERENCES;
     }
 
-    /* a file size limit must fail the write with EFBIG, not kill the process */
-    memset(&ign, 0, sizeof(ign));
-    ign.sa_handler = SIG_IGN;
-    sigaction(SIGXFSZ, &ign, &old_xfsz);
-    write_sections(d);
-    rc = ptmd_writer_finish(&d->writer, PTMD_BUF_COUNT(&d->w.chunks, ptmd_chunk_rec), err);
-    sigaction(SIGXFSZ, &old_xfsz, NULL);
+    rc = write_file(d, err);
 out:
     if (rc != 0) ptmd_writer_abort(&d->writer);
     __atomic_store_n(&dump_busy, 0, __ATOMIC_RELEASE);
@@ -474,10 +482,8 @@ static int outside_walk_write(ptmd_dump_state *d, const ptmd_dump_opts *o, ptmd_
                               int mappings_pid, ptmd_err *err)
 {
     struct timespec now;
-    struct sigaction ign, old_xfsz;
     ptmd_err ignored;
     uint64_t t0, t1;
-    int rc;
     if (ptmd_walk_prepare(&d->w, lc, err) != 0) return -1;
     if (!ptmd_outside_tls(&d->w, lc)) {
         lc->tcache_tls = lc->thread_arena_tls = -1;
@@ -498,13 +504,7 @@ static int outside_walk_write(ptmd_dump_state *d, const ptmd_dump_opts *o, ptmd_
     d->meta.residency_ns = ptmd_now_ns() - t1;
     if (mappings_pid && ptmd_mappings_read(&d->mappings, mappings_pid, &ignored) != 0) d->mappings.present = 0;
     d->has_source = 1;
-    memset(&ign, 0, sizeof(ign));
-    ign.sa_handler = SIG_IGN;
-    sigaction(SIGXFSZ, &ign, &old_xfsz);
-    write_sections(d);
-    rc = ptmd_writer_finish(&d->writer, PTMD_BUF_COUNT(&d->w.chunks, ptmd_chunk_rec), err);
-    sigaction(SIGXFSZ, &old_xfsz, NULL);
-    return rc;
+    return write_file(d, err);
 }
 
 /* main_arena.top still 0, as libc's image holds it: glibc's malloc was never initialised (ptmalloc_init,

@@ -337,11 +337,13 @@ struct ptmd_dirent64 {
     char d_name[];
 };
 
-long ptmd_list_tids(int *tids, size_t max)
+long ptmd_list_tids(int pid, int *tids, size_t max)
 {
-    char buf[4096] __attribute__((aligned(8)));
+    char path[64], buf[4096] __attribute__((aligned(8)));
     long count = 0;
-    int fd = open("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int fd, n = pid > 0 ? snprintf(path, sizeof(path), "/proc/%d/task", pid) : snprintf(path, sizeof(path), "/proc/self/task");
+    if (n <= 0 || (size_t)n >= sizeof(path)) return -1;
+    fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) return -1;
     for (;;) {
         long n = syscall(SYS_getdents64, fd, buf, sizeof(buf)), off = 0;

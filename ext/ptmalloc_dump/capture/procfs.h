@@ -76,7 +76,8 @@ uint8_t ptmd_pagemap_flags(uint64_t entry);
 /* Fills out[0..npages) with PTMD_PAGE_* flags for pages starting at the page-aligned `start`. */
 int ptmd_pagemap_read(ptmd_pagemap *pm, uintptr_t start, size_t npages, uint8_t *out);
 
-/* Thread ids of this process from /proc/self/task, without allocating; returns the count (may exceed max). */
-long ptmd_list_tids(int *tids, size_t max);
+/* Thread ids of process pid (0: this one) from /proc/PID/task, without allocating; returns the count (may
+ * exceed max), -1 when the process is gone. */
+long ptmd_list_tids(int pid, int *tids, size_t max);
 
 #endif

@@ -28,14 +28,6 @@
 #define PTMD_ATTACH_ROUNDS 64
 #define PTMD_STOP_WAIT_NS (2ull * 1000 * 1000 * 1000)
 
-struct ptmd_dirent64 {
-    uint64_t d_ino;
-    int64_t d_off;
-    unsigned short d_reclen;
-    unsigned char d_type;
-    char d_name[];
-};
-
 static void source_init(ptmd_source *s, ptmd_source_kind kind, int pid)
 {
     long ps = sysconf(_SC_PAGESIZE);
@@ -56,35 +48,6 @@ static void *map_zeroed(size_t len)
 {
     void *p = mmap(NULL, len ? len : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     return p == MAP_FAILED ? NULL : p;
-}
-
-/* The thread ids of pid from /proc/PID/task into tids[0..max); the count, -1 when pid is gone. */
-static long list_tasks(int pid, int *tids, size_t max)
-{
-    char path[64], buf[4096] __attribute__((aligned(8)));
-    long count = 0;
-    int fd, n;
-    n = snprintf(path, sizeof(path), "/proc/%d/task", pid);
-    if (n <= 0 || (size_t)n >= sizeof(path)) return -1;
-    fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return -1;
-    for (;;) {
-        long got = syscall(SYS_getdents64, fd, buf, sizeof(buf)), off = 0;
-        if (got <= 0) break;
-        while (off < got) {
-            struct ptmd_dirent64 *d = (struct ptmd_dirent64 *)(void *)(buf + off);
-            if (d->d_name[0] >= '0' && d->d_name[0] <= '9') {
-                long v = 0;
-                const char *q = d->d_name;
-                while (*q >= '0' && *q <= '9') v = v * 10 + (*q++ - '0');
-                if ((size_t)count < max) tids[count] = (int)v;
-                count++;
-            }
-            off += d->d_reclen;
-        }
-    }
-    close(fd);
-    return count;
 }
 
 static int read_small(const char *path, char *buf, size_t cap)
@@ -194,7 +157,7 @@ int ptmd_source_attach(ptmd_source *s, int pid, ptmd_err *err)
     /* threads may be created while the others are being stopped: list again until a round finds
      * no new one (all already seized threads are stopped, so only the unstopped can add more) */
     for (round = 0; round < PTMD_ATTACH_ROUNDS; round++) {
-        long i, kept, first, n = list_tasks(pid, tids, PTMD_SOURCE_MAX_TASKS);
+        long i, kept, first, n = ptmd_list_tids(pid, tids, PTMD_SOURCE_MAX_TASKS);
         int added = 0;
         if (n < 0) {
             if (s->n_tids) ptmd_fail(err, PTMD_E_TARGET, "process %d exited while it was being stopped", pid);

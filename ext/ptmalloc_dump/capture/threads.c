@@ -224,7 +224,7 @@ static int collect(ptmd_walk *w)
 
     __asm__("mov %%fs:16, %0" : "=r"(self));
     if (w->given_threads) return collect_given(w, self);
-    ntids = ptmd_list_tids(tids, PTMD_MAX_TIDS);
+    ntids = ptmd_list_tids(0, tids, PTMD_MAX_TIDS);
     w->thread_count = ntids > 0 ? (uint32_t)ntids : 0;
     w->threads_complete = 0;
 
