@@ -13,6 +13,11 @@ RSpec.shared_context "with targets of spec/fixtures/outside" do
       Process.kill(:KILL, @target.pid)
       @target.value
     end
+    begin
+      Process.kill(:KILL, @orphan) if @orphan
+    rescue Errno::ESRCH
+      nil # it was killed by the example, and reaped by init
+    end
   end
 
   def compile(name, *flags)
@@ -131,35 +136,41 @@ RSpec.describe "reading another process" do
   end
 end
 
-# ptmalloc-dump --pid, run as a user runs it. Oracles: the target's own mallinfo2() and the pointers
-# malloc returned to it, with what it did with each; /proc/PID/stat for its state afterwards.
+# ptmalloc-dump --pid, run as a user runs it. Oracles: the target's own mallinfo2() and malloc_info()
+# and the pointers malloc returned to it, with what it did with each; /proc/PID/stat for its state
+# afterwards.
 RSpec.describe "ptmalloc-dump --pid" do
   include_context "with targets of spec/fixtures/outside"
 
-  COUNTERS = %i[arena ordblks hblks hblkhd uordblks fordblks keepcost].freeze
+  COUNTERS = %i[arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost].freeze
 
-
-  # Starts the heap target and reads what it printed up to "ready".
-  def start_heap_target
-    stdin, stdout, thread = Open3.popen2(compile("heap_target"))
+  # Starts the heap target and reads what it printed up to "ready": its mallinfo2, its malloc_info
+  # XML, its pointers. detached: started from a shell that exits at once, so that this process is not
+  # its parent (init reaps it; the after hook kills it).
+  def start_heap_target(detached: false)
+    command = detached ? ["sh", "-c", "#{compile('heap_target')} &"] : [compile("heap_target")]
+    stdin, stdout, thread = Open3.popen2(*command)
     stdin.close
-    @target = thread
-    report = { pointers: [] }
+    detached ? thread.value : @target = thread
+    report = { pointers: [], malloc_info: +"" }
     while (line = stdout.gets)
       case line
       when /\Amallinfo2 / then report[:mallinfo2] = line.scan(/(\w+)=(\d+)/).to_h { |k, v| [k.to_sym, Integer(v)] }
+      when /\A\s*</ then report[:malloc_info] << line # malloc_info XML, a tag a line
       when /\AP (\S+) (\w+)(?: (\d+))?/ then report[:pointers] << [Integer(Regexp.last_match(1)), Regexp.last_match(2).to_sym, Regexp.last_match(3)&.to_i]
-      when /\Aready threads=(\d+)/ then report[:threads] = Integer(Regexp.last_match(1))
-                                        break
+      when /\Aready threads=(\d+) pid=(\d+)/ then report[:threads] = Integer(Regexp.last_match(1))
+                                                 report[:pid] = Integer(Regexp.last_match(2))
+                                                 break
       end
     end
     raise "the heap target ended before it was ready" unless report[:threads]
 
-    [thread.pid, report]
+    @orphan = report[:pid] if detached
+    [report[:pid], report]
   end
 
-  def ptmalloc_dump(*args)
-    Open3.capture3("bundle", "exec", "exe/ptmalloc-dump", *args, chdir: SpecHelpers::ROOT)
+  def ptmalloc_dump(*args, env: {})
+    Open3.capture3(env, "bundle", "exec", "exe/ptmalloc-dump", *args, chdir: SpecHelpers::ROOT)
   end
 
   def stopped_threads(pid)
@@ -170,7 +181,25 @@ RSpec.describe "ptmalloc-dump --pid" do
     end.select { |state| %w[t T].include?(state) }
   end
 
-  it "reproduces the target's mallinfo2 and finds every pointer it holds in its state, and leaves it running" do
+  # glibc's malloc_info XML as plain data (malloc/malloc.c, __malloc_info): per <heap nr=N> its
+  # <size> lines in order, its <unsorted>, its fast and rest totals and current system bytes; and the
+  # totals after the last heap.
+  def parse_malloc_info(xml)
+    figures = ->(text) { text.scan(/(\w+)="(\d+)"/).to_h { |k, v| [k.to_sym, Integer(v)] } }
+    heaps = xml.scan(%r{<heap nr="(\d+)">(.*?)</heap>}m).map do |nr, body|
+      { nr: Integer(nr),
+        sizes: body.scan(%r{<size ([^>]*)/>}).map { |(attrs)| figures.(attrs) },
+        unsorted: body[%r{<unsorted ([^>]*)/>}, 1]&.then(&figures),
+        fast: figures.(body[%r{<total type="fast" ([^>]*)/>}, 1]),
+        rest: figures.(body[%r{<total type="rest" ([^>]*)/>}, 1]),
+        system: figures.(body[%r{<system type="current" ([^>]*)/>}, 1])[:size] }
+    end
+    tail = xml[xml.rindex("</heap>")..]
+    { heaps: heaps, mmap: figures.(tail[%r{<total type="mmap" ([^>]*)/>}, 1]),
+      system: figures.(tail[%r{<system type="current" ([^>]*)/>}, 1])[:size] }
+  end
+
+  it "reproduces the target's mallinfo2 and malloc_info and finds every pointer it holds in its state, and leaves it running" do
     pid, report = start_heap_target
     out = File.join(tmpdir, "target.dump")
     stdout, stderr, status = ptmalloc_dump("--pid", pid.to_s, out)
@@ -182,6 +211,37 @@ RSpec.describe "ptmalloc-dump --pid" do
     dump = PtmallocDump.load(out)
     summary = dump.summary
     COUNTERS.each { |f| expect([f, summary[f]]).to eq([f, report[:mallinfo2].fetch(f)]) }
+
+    # the target's malloc_info, heap by heap in ring order (main_arena first) against the arenas
+    info = parse_malloc_info(report[:malloc_info])
+    arenas = summary[:arenas]
+    expect(info[:heaps].map { |h| h[:nr] }).to eq((0..report[:threads]).to_a)
+    expect(arenas.size).to eq(info[:heaps].size)
+    info[:heaps].zip(arenas) do |heap, arena|
+      scope = "heap #{heap[:nr]}"
+      expect(heap[:sizes]).not_to be_empty, "#{scope} printed no free sizes: the target's heap is not fragmented"
+      expect([scope, :fast, heap[:fast]]).to eq([scope, :fast, { count: arena[:fastbin_count], size: arena[:fastbin_bytes] }])
+      expect([scope, :rest, heap[:rest]]).to eq([scope, :rest, { count: arena[:ordblks], size: arena[:malloc_info_rest_size] }])
+      expect([scope, :system, heap[:system]]).to eq([scope, :system, arena[:system_mem]])
+      # glibc prints a fastbin's sizes as from = size - 15 (MALLOC_ALIGNMENT - 1), to = size
+      walked = arena[:fastbins].map { |b| { from: b[:to] - 15, to: b[:to], total: b[:total], count: b[:count] } } +
+               arena[:bins].map { |b| b.slice(:from, :to, :total, :count) }
+      expect([scope, :sizes, heap[:sizes]]).to eq([scope, :sizes, walked])
+      expect([scope, :unsorted, heap[:unsorted]]).to eq([scope, :unsorted, arena[:unsorted].first&.slice(:from, :to, :total, :count)])
+    end
+    expect(info[:mmap]).to eq(count: summary[:hblks], size: summary[:hblkhd])
+    expect(info[:system]).to eq(arenas.sum { |a| a[:system_mem] })
+    puts "  malloc_info: #{info[:heaps].sum { |h| h[:sizes].size }} size lines in #{info[:heaps].size} heaps agree"
+    # and the same comparison Dump#verify makes in process, with the target's own counters
+    v = dump.verify(mallinfo2: report[:mallinfo2], malloc_info: report[:malloc_info])
+    expect(v.compared).to eq(%w[mallinfo2 malloc_info])
+    expect(v.differences.map(&:to_s)).to eq([])
+    expect(v.consistent_arenas).to eq(arenas.map { |a| a[:index] })
+    expect(v.to_s).to start_with("verified: the walk reproduces mallinfo2 and malloc_info exactly")
+    # one count changed in the XML is one difference
+    first = info[:heaps][0][:sizes][0]
+    changed = report[:malloc_info].sub(/count="#{first[:count]}"/, %(count="#{first[:count] + 1}"))
+    expect(dump.verify(malloc_info: changed).differences.map(&:scope)).to eq(["arena 0 (0x#{arenas[0][:address].to_s(16)})"])
     expect(dump.arenas.size).to eq(report[:threads] + 1)
     expect(dump.header[:pid]).to eq(pid)
     expect(dump.header[:source]).to eq(:pid)
@@ -201,14 +261,15 @@ RSpec.describe "ptmalloc-dump --pid" do
       when :mmapped then expect(chunk.state).to eq(:mmapped)
       else
         expect(chunk.size).to eq(csize)
-        # sizes above tcache's and fastbins' go to the unsorted bin, and no malloc sorted them since
-        allowed = csize > 1040 ? %i[unsorted] : csize > 128 ? %i[tcache unsorted] : %i[tcache fastbin]
+        # sizes above tcache's and fastbins' go to the unsorted bin; in the threads' arenas a malloc
+        # larger than all of them sorted them into their bins since
+        allowed = csize > 1040 ? %i[unsorted largebin] : csize > 128 ? %i[tcache unsorted smallbin largebin] : %i[tcache fastbin]
         expect(allowed).to include(chunk.state), "0x#{ptr.to_s(16)} (#{csize} bytes) is #{chunk.state}"
       end
       states[chunk.state] += 1
     end
     puts "  #{report[:pointers].size} pointers: #{states.sort.map { |s, n| "#{n} #{s}" }.join(', ')}"
-    expect(states.keys).to include(:tcache, :fastbin, :unsorted, :mmapped, :in_use)
+    expect(states.keys).to include(:tcache, :fastbin, :unsorted, :largebin, :mmapped, :in_use)
     # each thread's tcache was found through its TLS, not by structure
     tls_threads = dump.threads.count { |t| t.tcache && t.found_by == :tls }
     expect(tls_threads).to eq(report[:threads] + 1)

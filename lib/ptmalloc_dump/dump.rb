@@ -312,11 +312,22 @@ module PtmallocDump
       @malloc_info_figures = header[:oracles_captured] ? MallocInfo.new(header[:malloc_info]) : nil
     end
 
-    # Compares {#summary} with glibc's own counters captured just before the walk.
+    # Compares {#summary} with glibc's own counters captured just before the walk. A dump from outside
+    # (another process, a core) holds none: glibc's mallinfo2() and malloc_info() can only be called
+    # in the process itself. A program that prints them itself, at a moment when none of its threads
+    # allocates until the dump (its last malloc and free done, its output going to a buffer it had
+    # before), gives them here, and the walk is compared with them figure for figure: mallinfo2's
+    # fields, and malloc_info's per heap (fastbins, bins, unsorted, fast and rest totals, system
+    # bytes) and in total (mmapped chunks, system bytes).
     #
+    # @param mallinfo2 [Hash{Symbol=>Integer}, nil] mallinfo2's fields as the process printed them
+    #   (:arena, :ordblks, ...); the fields given are compared
+    # @param malloc_info [String, nil] malloc_info(0, fp)'s XML as the process printed it
     # @return [Verification]
-    def verify
-      Verification.new(self)
+    # @raise [ArgumentError] when mallinfo2 names a field mallinfo2 does not have
+    # @raise [FormatError] when malloc_info is not malloc_info() output
+    def verify(mallinfo2: nil, malloc_info: nil)
+      Verification.new(self, mallinfo2: mallinfo2, malloc_info: malloc_info)
     end
 
     def inspect

@@ -2,8 +2,8 @@
 
 module PtmallocDump
   # The result of {Dump#verify}: every place where the figures computed from the chunk records differ
-  # from what glibc itself reported (mallinfo2 and malloc_info, captured just before the walk), plus
-  # the anomalies the walk recorded.
+  # from what glibc itself reported (mallinfo2 and malloc_info, captured just before the walk, or
+  # given by the caller for a dump from outside), plus the anomalies the walk recorded.
   class Verification
     MALLINFO_FIELDS = %i[arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost].freeze
 
@@ -23,20 +23,32 @@ module PtmallocDump
     # @return [Array<String>] figures that differ for a reason glibc itself explains (not counted
     #   as differences)
     attr_reader :notes
+    # @return [Array<String>] the glibc reports the walk was compared with ("mallinfo2" (or
+    #   "mallinfo"), "malloc_info"); empty when there was none (a dump from outside, no oracles given)
+    attr_reader :compared
 
     # Anomaly kinds that come from reading another thread's tcache while it runs, not from the
     # arenas (which are walked under their locks).
     TCACHE_KINDS = %i[tcache_count tcache_key list_not_chunk duplicate].freeze
 
-    def initialize(dump)
+    # @param dump [Dump]
+    # @param mallinfo2 [Hash{Symbol=>Integer}, nil] glibc's counters taken by the process itself (see
+    #   {Dump#verify}), keyed by mallinfo2's field names; the fields given are compared
+    # @param malloc_info [String, nil] malloc_info()'s XML taken by the process itself
+    # @raise [ArgumentError] when mallinfo2 names a field mallinfo2 does not have
+    # @raise [FormatError] when malloc_info is not malloc_info() output
+    def initialize(dump, mallinfo2: nil, malloc_info: nil)
       @dump = dump
       @differences = []
       @anomalies = dump.anomalies
       @consistent_arenas = []
       @notes = []
-      if dump.header[:oracles_captured]
-        check_mallinfo
-        check_malloc_info
+      @compared = []
+      if mallinfo2 || malloc_info
+        given(mallinfo2, malloc_info)
+      elsif dump.header[:oracles_captured]
+        check_mallinfo(dump.header[:mallinfo2], dump.header[:mallinfo_32bit] ? 0xffff_ffff : -1, MALLINFO_FIELDS)
+        check_malloc_info(dump.malloc_info_figures)
       elsif dump.header[:source] != :self
         @notes << "glibc's mallinfo2 and malloc_info cannot be called in another process: nothing to compare the walk with"
       else
@@ -74,7 +86,7 @@ module PtmallocDump
     end
 
     def to_s
-      return (["verified: the walk reproduces #{mallinfo_name} and malloc_info exactly"] + notes).join("\n") if ok?
+      return (["verified: the walk reproduces #{@compared.join(' and ')} exactly"] + notes).join("\n") if ok? && @compared.any?
 
       (differences.map(&:to_s) + anomalies.map { |a| "anomaly: #{a}" } + notes).join("\n")
     end
@@ -90,33 +102,45 @@ module PtmallocDump
       @differences << Difference.new(scope, field, glibc, walk) unless glibc == walk
     end
 
-    def check_mallinfo
-      mi = @dump.header[:mallinfo2]
-      s = @dump.summary
-      # glibc before 2.33 has only mallinfo(), whose int fields keep the low 32 bits
-      mask = @dump.header[:mallinfo_32bit] ? 0xffff_ffff : -1
-      MALLINFO_FIELDS.each do |f|
-        next if f == :hblkhd && mremap_overcount?(mi, s)
+    # Counters the process printed itself (a dump from outside has none of glibc's own).
+    def given(mallinfo2, malloc_info)
+      if mallinfo2
+        unknown = mallinfo2.keys - MALLINFO_FIELDS
+        raise ArgumentError, "mallinfo2 has no field #{unknown.join(', ')}" unless unknown.empty?
 
-        differ(mallinfo_name, f, mi[f], s[f] & mask)
+        check_mallinfo(mallinfo2, -1, MALLINFO_FIELDS & mallinfo2.keys, name: "mallinfo2")
+      end
+      check_malloc_info(MallocInfo.new(malloc_info)) if malloc_info
+    end
+
+    # glibc before 2.33 has only mallinfo(), whose int fields keep the low 32 bits (mask)
+    def check_mallinfo(mi, mask, fields, name: mallinfo_name)
+      s = @dump.summary
+      @compared << name
+      fields.each do |f|
+        next if f == :hblkhd && mremap_overcount?(name, :hblkhd, mi[:hblkhd], mi[:hblks], s)
+
+        differ(name, f, mi[f], s[f] & mask)
       end
     end
 
     # glibc 2.43's mremap_chunk adds new_size - size - offset to mp_.mmapped_mem, 16 bytes
-    # (CHUNK_HDR_SZ) more than the mapping grew, and nothing takes them back: hblkhd then exceeds the
-    # mappings by 16 per remap. Explained when the mappings are all there (hblks agrees).
-    def mremap_overcount?(mi, s)
-      extra = mi[:hblkhd] - s[:hblkhd]
-      return false unless @dump.header[:mremap_overcounts] && extra.positive? && (extra % 16).zero? && mi[:hblks] == s[:hblks]
+    # (CHUNK_HDR_SZ) more than the mapping grew, and nothing takes them back: hblkhd (and malloc_info's
+    # mmap total) then exceeds the mappings by 16 per remap. Explained when the mappings are all there
+    # (their count agrees).
+    def mremap_overcount?(scope, field, mmapped_mem, n_mmaps, s)
+      extra = mmapped_mem - s[:hblkhd]
+      return false unless @dump.header[:mremap_overcounts] && extra.positive? && (extra % 16).zero? && n_mmaps == s[:hblks]
 
-      @notes << "#{mallinfo_name} hblkhd: glibc says #{mi[:hblkhd]}, the mappings hold #{s[:hblkhd]}: " \
+      @notes << "#{scope} #{field}: glibc says #{mmapped_mem}, the mappings hold #{s[:hblkhd]}: " \
                 "glibc's mremap_chunk counted #{extra / 16} remap(s) 16 bytes too large"
       true
     end
 
-    def check_malloc_info
-      info = @dump.malloc_info_figures
+    def check_malloc_info(info)
+      @compared << "malloc_info"
       arenas = @dump.summary[:arenas]
+      check_malloc_info_totals(info.totals, arenas)
       differ("malloc_info", :heap_count, info.heaps.size, arenas.size)
       info.heaps.zip(arenas).each do |heap, arena|
         next unless heap && arena
@@ -133,6 +157,16 @@ module PtmallocDump
         differ(scope, :unsorted, heap.unsorted && histogram([heap.unsorted]), arena[:unsorted].empty? ? nil : histogram(arena[:unsorted]))
         @consistent_arenas << arena[:index] if @differences.size == before
       end
+    end
+
+    # The totals after the last heap: the mmapped chunks (mp_.n_mmaps, mp_.mmapped_mem) and every
+    # arena's system_mem. Each is compared when the XML has it.
+    def check_malloc_info_totals(totals, arenas)
+      s = @dump.summary
+      count, size, system = totals.values_at(:total_mmap_count, :total_mmap_size, :system_current_size)
+      differ("malloc_info", :mmap_count, count, s[:hblks]) if count
+      differ("malloc_info", :mmap_size, size, s[:hblkhd]) if size && !mremap_overcount?("malloc_info", :mmap_size, size, count, s)
+      differ("malloc_info", :system_current, system, arenas.sum { |a| a[:arena] }) if system
     end
 
     # malloc_info reports a fastbin as from = size - 15, to = size, total = count * size.
