@@ -3,21 +3,18 @@
 require "json"
 require_relative "spec_helper"
 
-# Each example's target (@target, the thread Open3 waits for it with) is killed and reaped after it;
-# fixtures in spec/fixtures/outside are built into the example's temporary directory.
+# Each example's target (@target, the thread Open3 waits for it with, or @orphan, a pid init reaps) is
+# killed after it; fixtures in spec/fixtures/outside are built into the example's temporary directory.
 RSpec.shared_context "with targets of spec/fixtures/outside" do
   include SpecHelpers
 
   after do
-    if @target
-      Process.kill(:KILL, @target.pid)
-      @target.value
-    end
-    begin
-      Process.kill(:KILL, @orphan) if @orphan
+    [@target&.pid, @orphan].compact.each do |pid|
+      Process.kill(:KILL, pid)
     rescue Errno::ESRCH
-      nil # it was killed by the example, and reaped by init
+      nil # the example killed it, and it was reaped
     end
+    @target&.value
   end
 
   def compile(name, *flags)
@@ -411,6 +408,57 @@ RSpec.describe "ptmalloc-dump --pid" do
     expect { PtmallocDump.dump_process(gone, File.join(tmpdir, "gone.dump")) }
       .to raise_error(PtmallocDump::TargetGoneError, /no process #{gone}/)
     expect(File).not_to exist(File.join(tmpdir, "gone.dump"))
+  end
+
+  # PTMALLOC_DUMP_TEST_KILL_TARGET=STEP: the dump sends the target SIGKILL at that step and waits until
+  # its memory is gone, so that the steps after it meet a process that has exited, every time.
+  it "says that the target exited when it dies while it is stopped or copied, and leaves no file" do
+    %w[seized maps copy].each do |step|
+      pid, = start_heap_target
+      dir = File.join(tmpdir, step)
+      Dir.mkdir(dir)
+      _o, stderr, status = ptmalloc_dump("--pid", pid.to_s, File.join(dir, "gone.dump"),
+                                         env: { "PTMALLOC_DUMP_TEST_KILL_TARGET" => step })
+      expect([step, status.exitstatus]).to eq([step, 1])
+      expect(stderr).to match(/^ptmalloc-dump: process #{pid} exited while it was being read$/)
+      expect([step, Dir.children(dir)]).to eq([step, []]) # neither the dump nor its temporary file
+      # it was killed, and its parent (this process) is told so
+      expect([step, @target.value.termsig]).to eq([step, Signal.list.fetch("KILL")])
+      @target = nil
+    end
+  end
+
+  it "raises TargetGoneError for a target that dies while it is copied, reaps what it traced, and dumps again" do
+    pid, = start_heap_target(detached: true)
+    dir = File.join(tmpdir, "out")
+    Dir.mkdir(dir)
+    path = File.join(dir, "gone.dump")
+    begin
+      ENV["PTMALLOC_DUMP_TEST_KILL_TARGET"] = "copy"
+      expect { PtmallocDump.dump_process(pid, path) }
+        .to raise_error(PtmallocDump::TargetGoneError, "process #{pid} exited while it was being read")
+    ensure
+      ENV.delete("PTMALLOC_DUMP_TEST_KILL_TARGET")
+    end
+    expect(Dir.children(dir)).to eq([])
+    # its threads were this process's tracees: reaped, and the leader handed to its parent (init). A
+    # thread left a zombie of this process would stay listed, traced by it, and hold the leader back.
+    released = lambda do
+      status = File.read("/proc/#{pid}/status")
+      Dir.children("/proc/#{pid}/task") == [pid.to_s] && status[/^State:\s+(\S)/, 1] == "Z" &&
+        status[/^TracerPid:\s+(\d+)/, 1] == "0"
+    rescue Errno::ENOENT, Errno::ESRCH
+      true # reaped by init
+    end
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 10
+    sleep 0.01 until released.call || Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+    expect(released.call).to be(true), "process #{pid}: #{Dir["/proc/#{pid}/task/*"].size} threads left"
+    @orphan = nil
+    # and this process dumps the next one as before
+    pid2, report = start_heap_target
+    summary = PtmallocDump.dump_process(pid2, File.join(tmpdir, "next.dump"))
+    COUNTERS.each { |f| expect([f, summary[f]]).to eq([f, report[:mallinfo2].fetch(f)]) }
+    expect(stopped_threads(pid2)).to eq([])
   end
 
   it "says that a process has exited when it is a zombie not yet reaped" do

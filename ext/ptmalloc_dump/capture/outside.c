@@ -43,9 +43,20 @@ int ptmd_outside_copy(ptmd_walk *w, const ptmd_libc *lc, int pid, ptmd_source_re
     for (attempt = 1; attempt <= PTMD_LOCK_ATTEMPTS; attempt++) {
         struct timespec nap = { 0, (long)PTMD_LOCK_RETRY_NS };
         if (ptmd_source_attach(&w->src, pid, err) != 0) return -1;
-        if (!(held = ptmd_outside_held_arena(&w->src, lc))) {
-            if (ptmd_maps_load_pid(&w->maps, pid, err) != 0 ||
-                ptmd_source_copy(&w->src, &w->maps, lc->image_start, lc->image_end, err) != 0) {
+        ptmd_source_test_kill(&w->src, "seized");
+        held = ptmd_outside_held_arena(&w->src, lc);
+        if (!held || ptmd_source_gone(&w->src)) {
+            int rc = ptmd_maps_load_pid(&w->maps, pid, err);
+            if (rc == 0) {
+                ptmd_source_test_kill(&w->src, "maps");
+                rc = ptmd_source_copy(&w->src, &w->maps, lc->image_start, lc->image_end, err);
+            }
+            /* a process that exits while it is stopped (SIGKILL ends a stopped thread too) leaves
+             * its reads failing or empty (no maps, no pagemap, ESRCH) from whichever step it died
+             * at; one that dies after the last read leaves a whole copy */
+            if (rc != 0 || !w->maps.count) {
+                if (ptmd_source_gone(&w->src))
+                    ptmd_fail(err, PTMD_E_TARGET, "process %d exited while it was being read", pid);
                 ptmd_source_release(&w->src);
                 return -1;
             }

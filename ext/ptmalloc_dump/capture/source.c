@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <elf.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -225,13 +226,72 @@ fail:
     return -1;
 }
 
+/* The parent of process pid (/proc/PID/stat's ppid, after the command's last ')'), 0 when unknown. */
+static int parent_of(int pid)
+{
+    char path[64], buf[512];
+    const char *p;
+    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+    if (read_small(path, buf, sizeof(buf)) != 0 || !(p = strrchr(buf, ')')) || p[1] != ' ' || !p[2] || p[3] != ' ')
+        return 0;
+    return (int)strtol(p + 4, NULL, 10);
+}
+
+int ptmd_source_gone(const ptmd_source *s)
+{
+    char path[64], status[4096];
+    snprintf(path, sizeof(path), "/proc/%d/status", s->pid);
+    if (read_small(path, status, sizeof(status)) != 0) return 1;
+    /* a process whose memory is gone (exit_mm done) has no Vm lines, though it may not be a zombie yet */
+    return strstr(status, "\nState:\tZ") || strstr(status, "\nState:\tX") || !strstr(status, "\nVmSize:");
+}
+
+/* Threads of a target that exited while they were seized cannot be detached (ptrace(2): a tracee that
+ * is not stopped): each stays a zombie of this process, its tracer, until reaped here, and the thread
+ * group's leader cannot be reaped by its parent before them (kernel/exit.c, delay_group_leader). The
+ * leader is reaped here too unless this process is its parent: then the parent's own wait takes it
+ * (as the tracer's would: wait_task_zombie), and its status is left to that wait. Bounded. */
+static void reap_exited(ptmd_source *s, const unsigned char *dead)
+{
+    uint64_t deadline = ptmd_now_ns() + PTMD_STOP_WAIT_NS;
+    struct timespec nap = { 0, 1000 * 1000 };
+    int i, pass, own_child = parent_of(s->pid) == (int)getpid();
+    for (pass = 0; pass < 2; pass++)
+        for (i = 0; i < s->n_seized; i++) {
+            int tid = s->tids[i], st;
+            if (!dead[i] || (pass == 0) != (tid != s->pid) || (tid == s->pid && own_child)) continue;
+            for (;;) {
+                pid_t r = waitpid(tid, &st, __WALL | WNOHANG);
+                if (r == tid && (WIFEXITED(st) || WIFSIGNALED(st))) break;
+                if (r < 0 && errno != EINTR) break;     /* ECHILD: reaped already, by another waiter */
+                if (ptmd_now_ns() >= deadline) return;
+                if (r == 0) nanosleep(&nap, NULL);
+            }
+        }
+}
+
 void ptmd_source_detach(ptmd_source *s)
 {
-    int i;
+    static unsigned char dead[PTMD_SOURCE_MAX_TASKS];     /* one detach at a time (dump_busy) */
+    int i, any = 0;
     if (s->kind != PTMD_SOURCE_PID || !s->n_seized) return;
-    for (i = 0; i < s->n_seized; i++) ptrace(PTRACE_DETACH, s->tids[i], NULL, NULL);
+    for (i = 0; i < s->n_seized; i++) {
+        dead[i] = ptrace(PTRACE_DETACH, s->tids[i], NULL, NULL) != 0 && errno == ESRCH;
+        any |= dead[i];
+    }
     if (s->stopped_ns) s->pause_ns = ptmd_now_ns() - s->stopped_ns;
+    if (any && ptmd_source_gone(s)) reap_exited(s, dead);
     s->n_seized = 0;
+}
+
+void ptmd_source_test_kill(const ptmd_source *s, const char *step)
+{
+    const char *want = getenv("PTMALLOC_DUMP_TEST_KILL_TARGET");
+    uint64_t deadline = ptmd_now_ns() + PTMD_STOP_WAIT_NS;
+    struct timespec nap = { 0, 1000 * 1000 };
+    if (s->kind != PTMD_SOURCE_PID || !want || strcmp(want, step) != 0) return;
+    kill(s->pid, SIGKILL);
+    while (!ptmd_source_gone(s) && ptmd_now_ns() < deadline) nanosleep(&nap, NULL);
 }
 
 int ptmd_source_read_live(const ptmd_source *s, uint64_t addr, void *dst, size_t len)
@@ -363,6 +423,7 @@ int ptmd_source_copy(ptmd_source *s, ptmd_maps *maps, uint64_t lib_lo, uint64_t 
             done += n;
         }
     }
+    ptmd_source_test_kill(s, "copy");
     /* the bytes, mapping by mapping: anonymous memory only where a page is resident or swapped */
     for (i = 0, k = 0; i < maps->count && k < s->n_regions; i++) {
         const ptmd_map *m = PTMD_BUF_AT(&maps->maps, ptmd_map, i);

@@ -59,8 +59,17 @@ int ptmd_source_self(ptmd_source *s, ptmd_err *err);
  * waiting until each has stopped, and reads each one's fs_base. On failure every thread seized is
  * detached again. */
 int ptmd_source_attach(ptmd_source *s, int pid, ptmd_err *err);
-/* Detaches every seized thread (the target runs again) and records the pause; safe to call twice. */
+/* Detaches every seized thread (the target runs again) and records the pause; safe to call twice.
+ * Threads of a target that exited meanwhile are reaped (but the leader when this process is its
+ * parent, whose own wait is left its status). */
 void ptmd_source_detach(ptmd_source *s);
+/* Whether the target has exited: no such process, a zombie, or its memory already gone. */
+int ptmd_source_gone(const ptmd_source *s);
+/* Test hook: with PTMALLOC_DUMP_TEST_KILL_TARGET=step in the environment, at that step of a dump of
+ * another process ("seized": every thread stopped, before the lock check; "maps": its mappings read,
+ * before pagemap; "copy": pagemap read, before the bytes) the target is sent SIGKILL, and this waits
+ * (bounded) until its memory is gone, so that every step after meets a process that has exited. */
+void ptmd_source_test_kill(const ptmd_source *s, const char *step);
 /* While the target is stopped: copies the mappings of maps that the walk reads (private readable
  * and writable ones, and libc's image [lo, hi)) into local mmapped regions, with their residency
  * from /proc/PID/pagemap. Anonymous pages neither resident nor swapped are not read (they read as
