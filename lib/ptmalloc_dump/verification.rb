@@ -105,6 +105,7 @@ module PtmallocDump
     # Counters the process printed itself (a dump from outside has none of glibc's own).
     def given(mallinfo2, malloc_info)
       if mallinfo2
+        mallinfo2 = mallinfo2.transform_keys(&:to_sym)
         unknown = mallinfo2.keys - MALLINFO_FIELDS
         raise ArgumentError, "mallinfo2 has no field #{unknown.join(', ')}" unless unknown.empty?
 
