@@ -370,6 +370,15 @@ void ptmd_ruby_heap_init(void)
                   rb_const_get(rb_mGC, rb_intern("INTERNAL_CONSTANTS")) : Qnil;
         VALUE v = RB_TYPE_P(k, T_HASH) ? rb_hash_lookup(k, ID2SYM(rb_intern("HEAP_PAGE_SIZE"))) : Qnil;
         uint64_t ps = RB_INTEGER_TYPE_P(v) ? NUM2ULL(v) : 0;
+        if (!ps && RB_TYPE_P(k, T_HASH)) {
+            /* Ruby 2.7 does not say it: its bodies are HEAP_PAGE_ALIGN (16 KiB) aligned, a power of two
+             * above the slots they hold (gc.c: HEAP_PAGE_SIZE = HEAP_PAGE_ALIGN - 40) */
+            VALUE lim = rb_hash_lookup(k, ID2SYM(rb_intern("HEAP_PAGE_OBJ_LIMIT")));
+            VALUE rv = rb_hash_lookup(k, ID2SYM(rb_intern("RVALUE_SIZE")));
+            uint64_t need = RB_INTEGER_TYPE_P(lim) && RB_INTEGER_TYPE_P(rv) ? NUM2ULL(lim) * NUM2ULL(rv) : 0;
+            for (ps = 4096; need && ps < need && ps < (1u << 24); ps <<= 1) {}
+            if (!need) ps = 0;
+        }
         heap_page_size = ps >= 4096 && !(ps & (ps - 1)) ? ps : 0;
         page_shape.page_size = heap_page_size;
         /* the slot size: one for every page where the GC has one pool (Ruby 3.1's SIZE_POOL_COUNT 1),

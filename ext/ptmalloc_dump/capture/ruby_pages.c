@@ -18,11 +18,7 @@
 #define PTMD_RUBY_MAX_STRIDE 4096
 #define PTMD_RUBY_BATCH 512             /* page starts read per process_vm_readv */
 #define PTMD_RUBY_VEC 65536             /* pages whose residency one mincore() call asks */
-
-static uint64_t slots_end(uint64_t start, uint64_t body, uint64_t page_size, uint64_t stride)
-{
-    return start + (body + page_size - start) / stride * stride;
-}
+#define PTMD_RUBY_NO_FIELD 0xffffffffu
 
 static uint64_t stride_at(const ptmd_ruby_shape *s, uint64_t start)
 {
@@ -59,7 +55,7 @@ void ptmd_ruby_pages_learn(ptmd_ruby_shape *s, uint64_t start, uint64_t end, uin
     /* a page the GC lists is mapped, and so is its struct (what its words point at may not be) */
     memcpy(&record, (const void *)(uintptr_t)body, sizeof(record));
     if (!ptmd_ruby_page_record_ok(record, body, s->page_size) || start - body > PTMD_RUBY_FIRST_SLOT_MAX ||
-        stride_at(s, start) != stride || slots_end(start, body, s->page_size, stride) != end) {
+        stride_at(s, start) != stride || end <= start || end > body + s->page_size || (end - start) % stride) {
         s->bad = 1;
         return;
     }
@@ -80,19 +76,27 @@ void ptmd_ruby_pages_learn(ptmd_ruby_shape *s, uint64_t start, uint64_t end, uin
 void ptmd_ruby_pages_learned(ptmd_ruby_shape *s)
 {
     if (s->pages_seen) ptmd_memreader_close(&s->mem);
-    s->usable = s->pages_seen && !s->bad && s->start_mask && s->stride_mask && s->count_mask && s->node_mask;
+    /* a record need not hold its slot size where every page has the same (Ruby 3.1 has it, 2.7 not) */
+    s->usable = s->pages_seen && !s->bad && s->start_mask && (s->stride_mask || s->const_stride) && s->count_mask &&
+                s->node_mask;
     if (!s->usable) return;
     s->start_word = (uint32_t)__builtin_ctz(s->start_mask);
-    s->stride_at = 2 * (uint32_t)__builtin_ctz(s->stride_mask);
+    s->stride_at = s->stride_mask ? 2 * (uint32_t)__builtin_ctz(s->stride_mask) : PTMD_RUBY_NO_FIELD;
     s->count_at = 2 * (uint32_t)__builtin_ctz(s->count_mask);
     s->node_word = (uint32_t)__builtin_ctz(s->node_mask);
 }
 
-static int record_fits(const ptmd_ruby_shape *s, const uint64_t *words, uint64_t start, uint64_t end, uint64_t stride)
+/* The page's past-the-last slot from the slot count its record holds, 0 when the record does not fit
+ * the layout (its slot size, where it holds one, or a count the body cannot hold). */
+static uint64_t record_end(const ptmd_ruby_shape *s, const uint64_t *words, uint64_t body, uint64_t start,
+                           uint64_t stride)
 {
     uint16_t f[8];
+    uint64_t end;
     memcpy(f, words, sizeof(f));
-    return f[s->stride_at / 2] == stride && f[s->count_at / 2] == (end - start) / stride;
+    if (s->stride_at != PTMD_RUBY_NO_FIELD && f[s->stride_at / 2] != stride) return 0;
+    end = start + (uint64_t)f[s->count_at / 2] * stride;
+    return f[s->count_at / 2] && end <= body + s->page_size ? end : 0;
 }
 
 typedef struct {
@@ -128,8 +132,7 @@ static int flush(finder *f, ptmd_err *err)
             continue;
         stride = stride_at(s, start);
         if (stride < PTMD_RUBY_MIN_STRIDE || stride > PTMD_RUBY_MAX_STRIDE || (stride & 7)) continue;
-        end = slots_end(start, body, s->page_size, stride);
-        if (!record_fits(s, f->words[i], start, end, stride)) continue;
+        if (!(end = record_end(s, f->words[i], body, start, stride))) continue;
         f->found[m].start = start;
         f->found[m].end = end;
         f->found[m].stride = (uint32_t)stride;
