@@ -44,7 +44,19 @@ void ptmd_ruby_pages_learn(ptmd_ruby_shape *s, uint64_t start, uint64_t end, uin
         ptmd_err err;
         s->start_mask = s->node_mask = (1u << PTMD_RUBY_RECORD_WORDS) - 1;
         s->stride_mask = s->count_mask = 0xff;
+        ptmd_maps maps;
+        size_t k;
         if (ptmd_memreader_open(&s->mem, &err) != 0) s->bad = 1;
+        memset(&maps, 0, sizeof(maps));
+        if (ptmd_maps_load(&maps, &err) != 0) s->bad = 1;
+        for (k = 0; k < maps.count; k++) {
+            const ptmd_map *m = PTMD_BUF_AT(&maps.maps, ptmd_map, k);
+            if (m->kind == PTMD_MAPKIND_BRK) {
+                s->brk_lo = m->start;
+                s->brk_hi = m->end;
+            }
+        }
+        ptmd_maps_release(&maps);
     }
     s->pages_seen++;
     if (s->bad || !s->page_size || !stride) {
@@ -52,6 +64,7 @@ void ptmd_ruby_pages_learn(ptmd_ruby_shape *s, uint64_t start, uint64_t end, uin
         return;
     }
     body = start & ~(s->page_size - 1);
+    if (body >= s->brk_lo && body < s->brk_hi) s->in_brk = 1;
     /* a page the GC lists is mapped, and so is its struct (what its words point at may not be) */
     memcpy(&record, (const void *)(uintptr_t)body, sizeof(record));
     if (!ptmd_ruby_page_record_ok(record, body, s->page_size) || start - body > PTMD_RUBY_FIRST_SLOT_MAX ||
@@ -169,9 +182,10 @@ int ptmd_ruby_pages_find(const ptmd_ruby_shape *s, ptmd_buf *pages, ptmd_err *er
     for (i = 0; i < maps.count && rc == 0; i++) {
         const ptmd_map *m = PTMD_BUF_AT(&maps.maps, ptmd_map, i);
         uint64_t a = (m->start + s->page_size - 1) & ~(s->page_size - 1);
-        /* the GC maps its pages (3.1 on) or gets them from posix_memalign: private, anonymous, rw */
+        /* the GC maps its pages (3.1 on) or gets them from posix_memalign: private, anonymous, rw; the
+         * break's mapping, often most of the heap, only where a page was seen there when learning */
         if ((m->prot & (PTMD_MAP_R | PTMD_MAP_W | PTMD_MAP_PRIVATE)) != (PTMD_MAP_R | PTMD_MAP_W | PTMD_MAP_PRIVATE) ||
-            (m->kind != PTMD_MAPKIND_ANON && m->kind != PTMD_MAPKIND_BRK))
+            (m->kind != PTMD_MAPKIND_ANON && (m->kind != PTMD_MAPKIND_BRK || !s->in_brk)))
             continue;
         /* A body's first page holds the GC's header, so it is resident unless swapped out (and then
          * the count check below sends the pass to each_objects). A page never touched is not read:
