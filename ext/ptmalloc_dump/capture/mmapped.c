@@ -10,6 +10,7 @@
  * the whole mapping. So a header found at a page start is only the chunk when none of the places
  * an aligned header can be holds one that describes the same mapping. */
 #define _GNU_SOURCE
+#include "capture/ruby_pages.h"
 #include "capture/walk.h"
 #include "format/index.h"
 
@@ -98,22 +99,16 @@ static uint64_t valid_header(const ptmd_walk *w, uint64_t q, const uint64_t hdr[
  * (measured: Ruby 3.1's word 4, start; Ruby 3.4's words 4 and 5, body and start). A chunk's own
  * header there cannot pass: prev_size is 0 or an offset below a page, and no Ruby page overlaps a
  * chunk. */
-#define PTMD_RUBY_PAGE_WORDS 16
-#define PTMD_RUBY_FIRST_SLOT_MAX 1024
-
 static int in_ruby_page(ptmd_walk *w, uint64_t addr)
 {
-    uint64_t body, page, words[PTMD_RUBY_PAGE_WORDS];
+    uint64_t body, page, words[PTMD_RUBY_RECORD_WORDS];
     size_t i;
     if (!w->ruby_page_size) return 0;
     body = addr & ~(w->ruby_page_size - 1);
-    /* the struct is calloc'd (16-byte aligned) apart from the body: a list head that points at
-     * itself, as in TLS or any C data, is no page record */
-    if (ptmd_walk_read(w, body, &page, sizeof(page)) != 0 || !page || (page & 15) ||
-        (page >= body && page - body < w->ruby_page_size))
+    if (ptmd_walk_read(w, body, &page, sizeof(page)) != 0 || !ptmd_ruby_page_record_ok(page, body, w->ruby_page_size))
         return 0;
     if (ptmd_walk_read(w, page, words, sizeof(words)) != 0) return 0;
-    for (i = 0; i < PTMD_RUBY_PAGE_WORDS; i++)
+    for (i = 0; i < PTMD_RUBY_RECORD_WORDS; i++)
         if (words[i] >= body && words[i] - body <= PTMD_RUBY_FIRST_SLOT_MAX) return 1;
     return 0;
 }

@@ -12,8 +12,6 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#define PTMD_RUBY_RECORD_WORDS 16
-#define PTMD_RUBY_FIRST_SLOT_MAX 1024   /* the first slot lies past the header, within a slot or two */
 #define PTMD_RUBY_MIN_STRIDE 16
 #define PTMD_RUBY_MAX_STRIDE 4096
 #define PTMD_RUBY_BATCH 512             /* page starts read per process_vm_readv */

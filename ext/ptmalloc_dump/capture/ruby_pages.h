@@ -30,8 +30,11 @@ typedef struct {
     int usable;
 } ptmd_ruby_shape;
 
+#define PTMD_RUBY_RECORD_WORDS 16       /* the words of struct heap_page read to know a page */
+#define PTMD_RUBY_FIRST_SLOT_MAX 1024   /* the first slot lies past the header, within a slot or two */
+
 /* The pointer a page body begins with could be its struct heap_page: 16-byte aligned (calloc'd)
- * and outside the body. */
+ * and outside the body (a list head that points at itself, as in TLS or any C data, is none). */
 static inline int ptmd_ruby_page_record_ok(uint64_t record, uint64_t body, uint64_t page_size)
 {
     return record && !(record & 15) && !(record >= body && record - body < page_size);
