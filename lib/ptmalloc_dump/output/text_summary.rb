@@ -50,7 +50,11 @@ module PtmallocDump
 
     def ruby_text
       r = @s[:ruby]
-      return "#{human_bytes(r[:owned_bytes])} owned by #{r[:objects]} Ruby objects, #{human_bytes(r[:unattributed_bytes])} native" if r
+      if r
+        garbage = r[:garbage_bytes].to_i.positive? ? " (#{human_bytes(r[:garbage_bytes])} of it by garbage awaiting the lazy sweep)" : ""
+        return "#{human_bytes(r[:owned_bytes])} owned by #{r[:objects]} Ruby objects#{garbage}, #{human_bytes(r[:unattributed_bytes])} native"
+      end
+
       "none: #{@dump.no_ruby_reason}"
     end
 
