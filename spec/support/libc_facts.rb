@@ -11,6 +11,8 @@ module LibcFacts
 
   LIB = Fiddle.dlopen(build_fixture("libc_facts"))
   UNSORTED_BIN = Fiddle::Function.new(LIB["libc_facts_unsorted_bin"], [], Fiddle::TYPE_UINTPTR_T)
+  TLS_OFFSETS = Fiddle::Function.new(LIB["libc_facts_tls_offsets"], [Fiddle::TYPE_UINTPTR_T, Fiddle::TYPE_VOIDP],
+                                     Fiddle::TYPE_INT)
   MALLOPT = Fiddle::Function.new(Fiddle::Handle::DEFAULT["mallopt"], [Fiddle::TYPE_INT, Fiddle::TYPE_INT], Fiddle::TYPE_INT)
   # mallopt parameters and the values the mp_ probe sets (malloc.h); the first three fields of
   # struct malloc_par, in this order, in every glibc since 2.26
@@ -73,6 +75,18 @@ module LibcFacts
 
       bins = glibc_version >= Gem::Version.new("2.43") ? 24 : 112 # offsetof(struct malloc_state, bins)
       link - bins + 16
+    end
+  end
+
+  # {thread_arena:, tcache:} offsets in libc's TLS block, from the values glibc keeps there for the
+  # main thread (see libc_facts_tls_offsets); asked on the main thread.
+  def tls_offsets
+    @tls_offsets ||= begin
+      out = Fiddle::Pointer.malloc(24, Fiddle::RUBY_FREE)
+      raise "libc's thread_arena and tcache were not found in its TLS block" unless TLS_OFFSETS.call(main_arena, out).zero?
+
+      arena, tcache, = out[0, 24].unpack("Q<3")
+      { thread_arena: arena, tcache: tcache }
     end
   end
 
@@ -152,9 +166,20 @@ module LibcFacts
       .map { |name, address, size| [name, address.to_i(16), size.to_i(16)] }
   end
 
+  # libc's TLS sections (.tdata, .tbss) as [name, address, size], and the address its TLS template
+  # (PT_TLS) starts at: link-time addresses.
+  def tls_sections
+    sections = IO.popen(["readelf", "--wide", "--section-headers", libc_path], &:read).b
+                 .scan(/\]\s+(\.tdata|\.tbss)\s+\w+\s+(\h+)\s+\h+\s+(\h+)/)
+                 .map { |name, address, size| [name, address.to_i(16), size.to_i(16)] }
+    start = IO.popen(["readelf", "--wide", "--program-headers", libc_path], &:read).b[/^\s+TLS\s+0x\h+\s+0x(\h+)/, 1]
+    [sections, Integer(start, 16)]
+  end
+
   # libc's own sections with their contents dropped (objcopy --only-keep-debug: what a distribution's
   # debug file is built from, build-id note included) plus main_arena and mp_ as object symbols of
-  # the section that holds them, so that debuggers place them as they place real symbols.
+  # the section that holds them, so that debuggers place them as they place real symbols, and the
+  # TLS symbols thread_arena and tcache, whose values are offsets in the TLS block as in libc6-dbg's.
   def made_symbol_file(dir)
     base = libc_base
     out = File.join(dir, "symbols.debug")
@@ -165,11 +190,42 @@ module LibcFacts
 
       ["--add-symbol", format("%<n>s=%<s>s:0x%<o>x,global,object", n: name, s: section, o: at - start)]
     end
+    sections, tls_start = tls_sections
+    symbols += tls_offsets.map do |name, offset|
+      section, start, = sections.find { |_, from, size| tls_start + offset >= from && tls_start + offset < from + size }
+      raise "#{name} lies outside libc's .tdata and .tbss" unless section
+
+      ["--add-symbol", format("%<n>s=%<s>s:0x%<o>x,local,object", n: name, s: section, o: tls_start + offset - start)]
+    end
     [["objcopy", "--only-keep-debug", libc_path, skeleton], ["objcopy", *symbols.flatten, skeleton, out]].each do |cmd|
       _o, e, s = Open3.capture3(*cmd)
       raise "making a symbol file failed: #{cmd.join(' ')}: #{e}" unless s.success?
     end
-    forge_crc(File.binread(out), debuglink[1])
+    forge_crc(tls_values_as_offsets(File.binread(out), tls_offsets), debuglink[1])
+  end
+
+  # objcopy gives a symbol in .tbss the address it would have; a TLS symbol's value is its offset in the
+  # TLS template (ELF TLS ABI). Rewrites st_value (and st_size: 8) of the named symbols in .symtab.
+  def tls_values_as_offsets(elf, offsets)
+    elf = elf.dup
+    shoff, = elf.unpack("@40Q<")
+    shentsize, shnum = elf.unpack("@58S<2")
+    headers = Array.new(shnum) { |i| elf.unpack("@#{shoff + i * shentsize}L<2Q<4L<2") }
+    symtab = headers.find { |h| h[1] == 2 } or raise "the made symbol file has no .symtab"
+    strtab = headers.fetch(symtab[6])
+    found = 0
+    (symtab[5] / 24).times do |i|
+      at = symtab[4] + i * 24
+      name_at = strtab[4] + elf.unpack1("@#{at}L<")
+      name = elf[name_at, 32][/\A[^\0]*/]
+      next unless offsets.key?(name.to_sym) && elf.unpack1("@#{at + 4}C") & 0xf == 6 # STT_TLS
+
+      elf[at + 8, 16] = [offsets[name.to_sym], 8].pack("Q<2")
+      found += 1
+    end
+    raise "the made symbol file lacks #{offsets.keys.join(' or ')}" unless found == offsets.size
+
+    elf
   end
 
   # data plus four bytes chosen so that the whole has CRC-32 `crc` (CRC-32 is linear: the last four

@@ -509,10 +509,14 @@ static int outside_walk_write(ptmd_dump_state *d, const ptmd_dump_opts *o, ptmd_
 
 /* main_arena.top still 0, as libc's image holds it: glibc's malloc was never initialised (ptmalloc_init,
  * on its first call, sets top to initial_top). */
+/* main_arena holds no heap: its top is 0 while malloc_init_state has not run, initial_top (its own
+ * unsorted bin) once it has and nothing was allocated. glibc 2.36 runs it on the first malloc, 2.43 at
+ * start-up, whatever the process's malloc is. */
 static int never_used(ptmd_walk *w, const ptmd_libc *lc)
 {
     uint64_t top;
-    return ptmd_walk_read(w, lc->main_arena + lc->layout->ms_top, &top, sizeof(top)) == 0 && top == 0;
+    if (ptmd_walk_read(w, lc->main_arena + lc->layout->ms_top, &top, sizeof(top)) != 0) return 0;
+    return top == 0 || top == ptmd_initial_top(lc->main_arena + lc->layout->ms_bins);
 }
 
 static ptmd_libc *outside_libc(ptmd_dump_state *d, ptmd_err *err)
@@ -551,8 +555,8 @@ int ptmd_dump_process(ptmd_dump_state *d, const ptmd_dump_opts *o, int pid, ptmd
     if (ptmd_outside_copy(&d->w, lc, pid, &d->source, err) != 0) goto out;
     /* the target runs again: the walk reads the copy */
     if (never_used(&d->w, lc)) {
-        ptmd_fail(err, PTMD_E_ALLOCATOR, "glibc's malloc was never used in process %d (main_arena was never "
-                  "initialised): it allocates with another allocator (jemalloc, tcmalloc, ...) or not at all, "
+        ptmd_fail(err, PTMD_E_ALLOCATOR, "glibc's malloc was never used in process %d (main_arena holds no "
+                  "heap): it allocates with another allocator (jemalloc, tcmalloc, ...) or not at all, "
                   "and ptmalloc-dump reads glibc's malloc only", pid);
         goto out;
     }
@@ -577,7 +581,7 @@ int ptmd_dump_core(ptmd_dump_state *d, const ptmd_dump_opts *o, const char *core
     if (ptmd_locate_core(&d->w.src, &d->w.maps, core, o->debug_dir, o->symbols, lc, err) != 0) goto out;
     if (never_used(&d->w, lc)) {
         ptmd_fail(err, PTMD_E_ALLOCATOR, "glibc's malloc was never used in the process of core file %s (main_arena "
-                  "was never initialised): it allocated with another allocator or not at all", core);
+                  "holds no heap): it allocated with another allocator or not at all", core);
         goto out;
     }
     /* a core cannot be let go for a moment: a lock held in it is a heap caught mid-change */
