@@ -30,6 +30,33 @@ RSpec.describe "owners: Ruby-owned, anchored or leaked" do
     address - 16
   end
 
+  # The Ruby-owned chunk that holds a copy of a held block's address, which makes the block :ruby: one
+  # of the dump's referrers whose memory in this process holds the address (read through
+  # /proc/self/mem, which answers an unmapped address with an error, not a fault). GC is off from
+  # before the dump, so that Ruby frees nothing in between.
+  def ruby_copy_of(dump, address)
+    File.open("/proc/self/mem", "rb") do |mem|
+      dump.referrers(chunk_of(address))[:chunks].find do |from|
+        next false unless dump.owner_kind_of(from) == :ruby
+
+        mem.pread(dump.chunk_at(from).size - 16, from + 16).unpack("Q*").include?(address)
+      rescue Errno::EIO, Errno::EFAULT
+        false
+      end
+    end
+  end
+
+  # Every held block not anchored by `anchor` is :ruby, and a Ruby-owned chunk holds a copy of its
+  # address: the scan is conservative, and Ruby's reach comes first.
+  def expect_held_anchored(dump, held, anchor)
+    held.each do |a|
+      next if dump.owner_kind_of(chunk_of(a)) == :anchored && dump.anchor_of(chunk_of(a)) == anchor
+
+      expect(dump.owner_kind_of(chunk_of(a))).to eq(:ruby), "0x#{a.to_s(16)} is #{dump.owner_kind_of(chunk_of(a)).inspect}"
+      expect(ruby_copy_of(dump, a)).not_to be_nil, "0x#{a.to_s(16)} is :ruby, and no Ruby-owned chunk holds its address"
+    end
+  end
+
   def fixture_path
     File.join(SpecHelpers::ROOT, "spec", "fixtures", "ext", "build", "owners_fixture.so")
   end
@@ -77,6 +104,7 @@ RSpec.describe "owners: Ruby-owned, anchored or leaked" do
   it "tells blocks in a C global array anchored by the fixture's .so, and a block behind another native block too" do
     global = fn("ow_anchor_global", [size_t, size_t, int], size_t)
     chain = fn("ow_anchor_chain", [size_t, int], int)
+    GC.disable
     Dir.mktmpdir do |dir|
       _, held_file = with_addresses(dir) { |fd| global.call(100, 1024, fd) }
       _, chain_file = with_addresses(dir) { |fd| chain.call(512, fd) }
@@ -87,16 +115,15 @@ RSpec.describe "owners: Ruby-owned, anchored or leaked" do
       inner, outer = addresses(chain_file)
 
       expect(held.size).to eq(100)
-      # The scan is conservative: a Ruby-owned table can still hold a stale copy of a block's address
-      # (a free chunk's fd/bk left in memory malloc handed out again), and Ruby's reach comes first;
-      # so can another object's data that this long-lived process used before (a root like the
-      # fixture's). Such a block is :ruby or anchored elsewhere, never :leaked; the rest are anchored
-      # by the fixture's data.
-      kinds = held.map { |a| dump.owner_kind_of(chunk_of(a)) }
-      expect(kinds - %i[anchored ruby]).to eq([])
+      # The scan is conservative: a Ruby-owned table can hold a stale copy of a block's address (data
+      # left in memory malloc handed out again), and Ruby's reach comes first. Such a block is :ruby,
+      # never :leaked, and the copy is there to be read; the rest are anchored by the fixture's data.
+      expect_held_anchored(dump, held, fixture_path)
       anchored = held.select { |a| dump.owner_kind_of(chunk_of(a)) == :anchored }
       by_fixture = anchored.select { |a| dump.anchor_of(chunk_of(a)) == fixture_path }
-      expect(by_fixture.size).to be >= 97
+      puts "    #{by_fixture.size} of 100 anchored by the fixture, #{100 - by_fixture.size} :ruby by a stale copy"
+      expect(by_fixture.size).to be >= 90
+      expect(dump.referrers(chunk_of(by_fixture.first))[:roots].map { |r| r[:name] }).to include(fixture_path)
       expect(anchored.map { |a| dump.anchor_details(chunk_of(a))[:kind] }.uniq).to eq([:data])
       expect(dump.anchor_details(chunk_of(by_fixture.first))).to eq(name: fixture_path, kind: :data, direct: true)
 
@@ -108,12 +135,17 @@ RSpec.describe "owners: Ruby-owned, anchored or leaked" do
       owners = dump.summary[:owners]
       expect(owners[:anchored_by][fixture_path]).to be >= by_fixture.size * 1040 + 528
       expect(dump.roots.select { |r| r[:name] == fixture_path }.map { |r| r[:kind] }.uniq).to eq([:data])
+      # the inner block is held by a word of the outer one, which the scan recorded
+      expect(dump.referrers(chunk_of(inner))[:chunks]).to include(chunk_of(outer))
     end
+  ensure
+    GC.enable
   end
 
   it "tells blocks held only on another thread's stack anchored by that thread's stack, in process and in a fork snapshot" do
     start = fn("ow_stack_start", [size_t, size_t, int], int)
     stop = fn("ow_stack_stop", [], Fiddle::TYPE_VOID)
+    GC.disable
     Dir.mktmpdir do |dir|
       tid, file = with_addresses(dir) { |fd| start.call(20, 1024, fd) }
       expect(tid).to be > 0
@@ -127,8 +159,7 @@ RSpec.describe "owners: Ruby-owned, anchored or leaked" do
         expect(held.size).to eq(20)
         # as with the global array: a stale copy of an address in a Ruby-owned table makes a block
         # :ruby (never :leaked); the others are anchored by the thread's stack alone
-        kinds = held.map { |a| dump.owner_kind_of(chunk_of(a)) }
-        expect(kinds - %i[anchored ruby]).to eq([])
+        expect_held_anchored(dump, held, "stack of thread #{tid}")
         anchored = held.select { |a| dump.owner_kind_of(chunk_of(a)) == :anchored }
         expect(anchored.size).to be >= 18
         expect(anchored.map { |a| dump.anchor_of(chunk_of(a)) }.uniq).to eq(["stack of thread #{tid}"])
@@ -139,6 +170,8 @@ RSpec.describe "owners: Ruby-owned, anchored or leaked" do
     ensure
       stop.call if tid&.positive?
     end
+  ensure
+    GC.enable
   end
 
   it "does not call a Fiddle.malloc'd block that a Ruby Integer holds leaked" do

@@ -278,6 +278,19 @@ module PtmallocDump
       kind == :anchored ? { name: name, kind: root_kind, direct: direct } : nil
     end
 
+    # What holds a chunk's user address, as the reference scan found it: the answer to "why is this
+    # block Ruby's, or anchored, and not leaked". The scan is conservative: a word that equals the
+    # address counts, stale data included.
+    #
+    # @param chunk [Chunk, Integer] a chunk or a chunk address
+    # @return [Hash, nil] { chunks: addresses of the chunks with a word equal to it, integers:
+    #   addresses of the chunks holding it as a Ruby Integer, roots: [{ name:, where: }, ...] the
+    #   roots' words equal to it }; nil for an address where no chunk starts, or a dump without roots
+    def referrers(chunk)
+      chunks, integers, roots = _referrers(chunk_address(chunk))
+      chunks && { chunks: chunks, integers: integers, roots: roots.map { |name, where| { name: name, where: where } } }
+    end
+
     # The roots the dump scanned.
     #
     # @return [Array<Hash>] { start:, end:, kind:, tid:, name: } each; empty without roots

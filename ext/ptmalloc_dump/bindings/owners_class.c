@@ -143,6 +143,33 @@ static VALUE dump_owner_of(VALUE self, VALUE address)
                                 PTMD_SYM(PTMD_NAME_OF(ptmd_root_kind_names, v->roots[r].kind)), PTMD_BOOL(o->direct[ci]));
 }
 
+static VALUE sources_of(const ptmd_view *v, const ptmd_ref *refs, size_t n, uint32_t to)
+{
+    VALUE out = rb_ary_new();
+    size_t i;
+    for (i = 0; i < n; i++)
+        if (refs[i].to == to) rb_ary_push(out, PTMD_U64(v->chunks[refs[i].from].addr));
+    return out;
+}
+
+/* Dump#_referrers(chunk address) -> [chunk addresses whose words hold its user address, chunk
+ * addresses holding it as a Ruby Integer, [[root name, address of the word], ...]] or nil: a linear
+ * pass over the recorded references, for one chunk at a time */
+static VALUE dump_referrers(VALUE self, VALUE address)
+{
+    const ptmd_view *v = ptmd_rb_dump_view(self);
+    VALUE roots;
+    long ci;
+    size_t i;
+    if (!v->roots || (ci = ptmd_view_find_chunk(v, NUM2ULL(address), 0)) < 0) return Qnil;
+    roots = rb_ary_new();
+    for (i = 0; i < v->n_root_refs; i++)
+        if (v->root_refs[i].chunk == (uint32_t)ci)
+            rb_ary_push(roots, rb_ary_new_from_args(2, root_name(v, v->root_refs[i].root), PTMD_U64(v->root_refs[i].where)));
+    return rb_ary_new_from_args(3, sources_of(v, v->refs, v->n_refs, (uint32_t)ci),
+                                sources_of(v, v->int_refs, v->n_int_refs, (uint32_t)ci), roots);
+}
+
 /* Dump#_roots -> [[start, end, kind, tid, name], ...] */
 static VALUE dump_roots(VALUE self)
 {
@@ -163,4 +190,5 @@ void ptmd_owners_class_init(VALUE cDump)
     rb_define_private_method(cDump, "_owners", dump_owners, 0);
     rb_define_private_method(cDump, "_owner_of", dump_owner_of, 1);
     rb_define_private_method(cDump, "_roots", dump_roots, 0);
+    rb_define_private_method(cDump, "_referrers", dump_referrers, 1);
 }
