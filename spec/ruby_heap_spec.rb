@@ -257,6 +257,23 @@ RSpec.describe "correlating the malloc heap with Ruby's ObjectSpace" do
     expect(owned.sum(&:size)).to be >= dead.size * 1_500
     expect(dump.summary[:ruby][:garbage_bytes]).to be >= owned.sum(&:size)
     expect(dump.summary[:ruby][:garbage_objects]).to eq(garbage.size)
+    # by class: the String entry's garbage bytes are its dead strings', summed over the chunks they own
+    by_dead_class = Hash.new(0)
+    dump.each_chunk do |c|
+      o = dump.ruby.owner_of(c)
+      by_dead_class[o.class_name] += c.size if o&.garbage?
+    end
+    strings = dump.summary[:ruby][:by_class].fetch("String")
+    expect(strings[:garbage_bytes]).to eq(by_dead_class["String"])
+    expect(strings[:garbage_bytes]).to be >= owned.sum(&:size)
+    # and the report's findings say so: the dead strings' bytes do not rank String, and are said apart
+    findings = PtmallocDump::Findings.new(dump).all
+    expect(findings.find { |f| f.topic == :garbage }.bytes).to eq(dump.summary[:ruby][:garbage_bytes])
+    top_class = findings.find { |f| f.topic == :class }
+    name, entry = dump.summary[:ruby][:by_class].max_by { |_, e| e[:bytes] - e[:garbage_bytes] }
+    expect(top_class.bytes).to eq(entry[:bytes] - entry[:garbage_bytes])
+    expect(top_class.text).to include(" #{name} objects")
+    expect(top_class.text.include?("awaiting the lazy sweep")).to eq(entry[:garbage_bytes].positive?)
   end
 
   it "asks the GC for its pages where it cannot tell garbage from live, ending the pending sweep first" do

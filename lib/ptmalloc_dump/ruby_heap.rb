@@ -165,8 +165,9 @@ module PtmallocDump
       _owner(chunk.is_a?(Integer) ? chunk : chunk.address)&.at(1) || :none
     end
 
-    # Malloc bytes owned by Ruby objects: by builtin type, class (top 50) and typed-data name, Ruby's
-    # page bytes, and in-use bytes no object owns (native). Entries of one class name add up (every
+    # Malloc bytes owned by Ruby objects: by builtin type, class (top 50; each entry's :garbage_bytes
+    # are those of its objects marked garbage) and typed-data name, Ruby's page bytes, and in-use
+    # bytes no object owns (native). Entries of one class name add up (every
     # class object's class is a metaclass whose name is "Class"); an anonymous class is named as
     # Ruby inspects it, "#<Class:0x...>". :old_bytes, :young_bytes and :garbage_bytes split the owned
     # bytes by the owner's GC age (:old_objects, :young_objects, :garbage_objects count the objects):
@@ -184,7 +185,7 @@ module PtmallocDump
         top = ->(h, n) { h.sort_by { |_, (bytes, _)| -bytes }.first(n).to_h { |k, (bytes, chunks)| [k, { bytes: bytes, chunks: chunks }] } }
         {
           by_type: top.call(s[:by_type], 64),
-          by_class: top.call(s[:by_class], 50),
+          by_class: top.call(s[:by_class], 50).to_h { |k, e| [k, e.merge(garbage_bytes: s[:by_class][k][2])] },
           by_data_type: top.call(s[:by_data_type], 50),
           by_module: code_owners ? code_owners[:by_module].first(TOP_MODULES).to_h : {},
           methods: code_owners ? code_owners[:methods].first(TOP_METHODS) : [],

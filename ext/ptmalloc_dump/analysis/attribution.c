@@ -140,6 +140,7 @@ void ptmd_owner_summary(const ptmd_view *v, const ptmd_attribution *a, ptmd_owne
     memset(out->type_chunks, 0, sizeof(out->type_chunks));
     memset(out->class_bytes, 0, nn * sizeof(uint64_t));
     memset(out->class_chunks, 0, nn * sizeof(uint64_t));
+    memset(out->class_garbage_bytes, 0, nn * sizeof(uint64_t));
     memset(out->data_type_bytes, 0, nn * sizeof(uint64_t));
     memset(out->data_type_chunks, 0, nn * sizeof(uint64_t));
     out->ruby_page_bytes = 0;
@@ -155,6 +156,7 @@ void ptmd_owner_summary(const ptmd_view *v, const ptmd_attribution *a, ptmd_owne
             if (obj->klass < nn) {
                 out->class_bytes[obj->klass] += size;
                 out->class_chunks[obj->klass]++;
+                if (obj->flags & PTMD_OF_GARBAGE) out->class_garbage_bytes[obj->klass] += size;
             }
             if (obj->data_type < nn) {
                 out->data_type_bytes[obj->data_type] += size;

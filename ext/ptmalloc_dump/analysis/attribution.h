@@ -45,10 +45,11 @@ typedef struct {
     uint64_t category_bytes[PTMD_OWN_COUNT], category_chunks[PTMD_OWN_COUNT];
     uint64_t type_bytes[PTMD_RUBY_TYPES], type_chunks[PTMD_RUBY_TYPES];
     uint64_t *class_bytes, *class_chunks;        /* v->n_ruby_names entries each */
+    uint64_t *class_garbage_bytes;               /* of class_bytes, owned by objects marked garbage */
     uint64_t *data_type_bytes, *data_type_chunks;
     uint64_t ruby_page_bytes;                    /* all of Ruby's object pages, in malloc or not */
 } ptmd_owner_totals;
-/* The four arrays must hold v->n_ruby_names entries each (zeroed here). */
+/* The five arrays must hold v->n_ruby_names entries each (zeroed here). */
 void ptmd_owner_summary(const ptmd_view *v, const ptmd_attribution *a, ptmd_owner_totals *out);
 
 #endif

@@ -183,17 +183,18 @@ static VALUE pair(uint64_t bytes, uint64_t chunks)
     return rb_ary_new_from_args(2, PTMD_U64(bytes), PTMD_U64(chunks));
 }
 
-/* Adds bytes and chunks to the entry of `name`: the names are per class (or data type) identity, and
+/* Adds the n figures to the entry of `name`: the names are per class (or data type) identity, and
  * many share one name (every class object's class is its own metaclass, whose real class is Class). */
-static void add_pair(VALUE h, VALUE name, uint64_t bytes, uint64_t chunks)
+static void add_figures(VALUE h, VALUE name, const uint64_t *figures, int n)
 {
     VALUE prev = rb_hash_lookup2(h, name, Qnil);
+    int k;
     if (NIL_P(prev)) {
-        rb_hash_aset(h, name, pair(bytes, chunks));
-        return;
+        prev = rb_ary_new_capa(n);
+        for (k = 0; k < n; k++) rb_ary_push(prev, PTMD_U64(0));
+        rb_hash_aset(h, name, prev);
     }
-    rb_ary_store(prev, 0, rb_funcall(RARRAY_AREF(prev, 0), '+', 1, PTMD_U64(bytes)));
-    rb_ary_store(prev, 1, rb_funcall(RARRAY_AREF(prev, 1), '+', 1, PTMD_U64(chunks)));
+    for (k = 0; k < n; k++) rb_ary_store(prev, k, rb_funcall(RARRAY_AREF(prev, k), '+', 1, PTMD_U64(figures[k])));
 }
 
 /* Owned bytes by the owner's GC age (analysis/age.c). */
@@ -221,20 +222,23 @@ static VALUE heap_summary(VALUE self)
     VALUE names = names_array(v), h = rb_hash_new(), by_type = rb_hash_new(), by_class = rb_hash_new(),
           by_dtype = rb_hash_new(), by_cat = rb_hash_new();
     size_t i, nn = v->n_ruby_names ? v->n_ruby_names : 1;
-    uint64_t *arrays = ALLOC_N(uint64_t, 4 * nn);
+    uint64_t *arrays = ALLOC_N(uint64_t, 5 * nn);
     const uint64_t *cb;
     ptmd_owner_totals t;
     t.class_bytes = arrays;
     t.class_chunks = arrays + nn;
     t.data_type_bytes = arrays + 2 * nn;
     t.data_type_chunks = arrays + 3 * nn;
+    t.class_garbage_bytes = arrays + 4 * nn;
     ptmd_owner_summary(v, a, &t);
     for (i = 0; i < PTMD_RUBY_TYPES; i++)
         if (t.type_chunks[i]) rb_hash_aset(by_type, PTMD_SYM(type_name((int)i)), pair(t.type_bytes[i], t.type_chunks[i]));
     for (i = 0; i < v->n_ruby_names; i++) {
         VALUE name = rb_ary_entry(names, (long)i);
-        if (t.class_chunks[i]) add_pair(by_class, name, t.class_bytes[i], t.class_chunks[i]);
-        if (t.data_type_chunks[i]) add_pair(by_dtype, name, t.data_type_bytes[i], t.data_type_chunks[i]);
+        uint64_t cls[3] = { t.class_bytes[i], t.class_chunks[i], t.class_garbage_bytes[i] };
+        uint64_t dt[2] = { t.data_type_bytes[i], t.data_type_chunks[i] };
+        if (t.class_chunks[i]) add_figures(by_class, name, cls, 3);
+        if (t.data_type_chunks[i]) add_figures(by_dtype, name, dt, 2);
     }
     xfree(arrays);
     for (i = 1; i < PTMD_OWN_COUNT; i++)

@@ -27,7 +27,7 @@ module PtmallocDump
 
     # @return [Array<Finding>] every finding that applies, in no particular order
     def all
-      [free_resident, leaked, by_module, native, top_class, mmapped, ruby_pages].compact.reject { |f| f.bytes.zero? }
+      [free_resident, leaked, by_module, native, top_class, garbage, mmapped, ruby_pages].compact.reject { |f| f.bytes.zero? }
     end
 
     private
@@ -77,11 +77,29 @@ module PtmallocDump
                   "(#{percent(r[:unattributed_bytes], @s[:in_use_bytes] + @s[:mmapped_bytes])} of the memory in use).", "owners")
     end
 
+    # The class whose live objects own the most: the bytes of garbage awaiting the lazy sweep are
+    # said apart, and do not rank it (a class whose memory is mostly garbage is no leak).
     def top_class
-      name, e = @s.dig(:ruby, :by_class)&.first
+      name, e = @s.dig(:ruby, :by_class)&.max_by { |_, v| v[:bytes] - v[:garbage_bytes].to_i }
       return nil unless name
 
-      Finding.new(:class, e[:bytes], "#{human_bytes(e[:bytes])} in #{e[:chunks]} chunk(s) is owned by #{name} objects, the largest class.", "owners")
+      garbage = e[:garbage_bytes].to_i
+      live = e[:bytes] - garbage
+      text = if garbage.zero?
+               "#{human_bytes(live)} in #{e[:chunks]} chunk(s) is owned by #{name} objects, the largest class."
+             else
+               "#{human_bytes(live)} is owned by live #{name} objects, the largest class; its dead objects awaiting the " \
+                 "lazy sweep hold #{human_bytes(garbage)} more."
+             end
+      Finding.new(:class, live, text, "owners")
+    end
+
+    def garbage
+      r = @s[:ruby]
+      return nil unless r && r[:garbage_bytes].to_i.positive?
+
+      Finding.new(:garbage, r[:garbage_bytes], "#{human_bytes(r[:garbage_bytes])} in use belongs to #{r[:garbage_objects]} dead Ruby " \
+                                               "object(s) the pending lazy sweep has not freed yet: no leak, freed as Ruby goes on allocating.", "owners")
     end
 
     def mmapped
