@@ -599,6 +599,10 @@ RSpec.describe "ptmalloc-dump --pid of a Ruby process without the gem" do
     expect(summary[:hblkhd]).to eq(total_in_use - arenas.sum(&:last))
     expect(dump.header[:strings]["program"]).to eq(RbConfig.ruby)
     expect(dump.anomalies).to eq([])
+    # its Ruby pages are not known from outside: the summary says so instead of a 0 B part
+    text = PtmallocDump::TextSummary.new(dump).to_s
+    expect(text).to match(/^  Ruby pages\s+not recorded \(no Ruby objects\): counted in other anonymous$/)
+    expect(text).to match(/^ruby owners\s+none: the dump was taken from outside the process \(pid\)/)
     expect(File.read("/proc/#{thread.pid}/stat")[/\) (\S)/, 1]).not_to match(/[tTZX]/)
   end
 end

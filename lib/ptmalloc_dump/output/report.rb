@@ -206,9 +206,11 @@ module PtmallocDump
       end
       parts = RSS_PARTS.map { |k, (label, color)| [label, rss[k].to_i, color] }
       vm = rss[:vm_rss] ? " (the kernel's VmRSS at the dump: #{human_bytes(rss[:vm_rss])})" : ""
+      unknown = @dump.ruby ? "" : %(<p class="sub">Ruby's object pages are not recorded in a dump without Ruby objects: they count as other anonymous memory.</p>)
       <<~HTML
         <p class="lead" id="rss">RSS <b>#{h(human_bytes(rss[:total]))}</b>#{h(vm)}:</p>
         #{bar(parts)}
+        #{unknown}
       HTML
     end
 

@@ -76,9 +76,15 @@ module PtmallocDump
       vm = rss[:vm_rss] ? ", VmRSS #{human_bytes(rss[:vm_rss])} (#{rss[:vm_rss]} B)" : ""
       lines = [row("rss", "#{human_bytes(rss[:total])} (#{rss[:total]} B)#{vm}")]
       RSS_LABELS.each do |k, label|
+        if k == :ruby_pages && !@dump.ruby
+          lines << format("  %-16s %s", label, "not recorded (no Ruby objects): counted in other anonymous")
+          next
+        end
         lines << format("  %-16s %10s %6s", label, human_bytes(rss[k].to_i), percent(rss[k].to_i, rss[:total]))
+        next unless k == :file_backed
+
+        Array(rss[:files]).first(3).each { |f| lines << format("    %-24s %10s", File.basename(f[:path].to_s), human_bytes(f[:bytes])) }
       end
-      Array(rss[:files]).first(3).each { |f| lines << format("    %-14s %10s", File.basename(f[:path].to_s), human_bytes(f[:bytes])) }
       lines << ""
     end
 
