@@ -30,19 +30,22 @@ RSpec.describe "owners: Ruby-owned, anchored or leaked" do
     address - 16
   end
 
-  # The Ruby-owned chunk that holds a copy of a held block's address, which makes the block :ruby: one
-  # of the dump's referrers whose memory in this process holds the address (read through
-  # /proc/self/mem, which answers an unmapped address with an error, not a fault). GC is off from
-  # before the dump, so that Ruby frees nothing in between.
+  # What holds a copy of a held block's address, which makes the block :ruby: one of the dump's
+  # referrers, a Ruby object's slot or a Ruby-owned chunk, whose memory in this process holds the
+  # address or its Integer (read through /proc/self/mem, which answers an unmapped address with an
+  # error, not a fault). GC is off from before the dump, so that Ruby frees nothing in between; a
+  # fork snapshot's referrers are read in this process, whose memory the child's copied.
   def ruby_copy_of(dump, address)
+    refs = dump.referrers(chunk_of(address))
     File.open("/proc/self/mem", "rb") do |mem|
-      dump.referrers(chunk_of(address))[:chunks].find do |from|
-        next false unless dump.owner_kind_of(from) == :ruby
-
-        mem.pread(dump.chunk_at(from).size - 16, from + 16).unpack("Q*").include?(address)
+      holds = lambda do |at, size|
+        mem.pread(size, at).unpack("Q*").any? { |w| w == address || w == (address << 1) | 1 }
       rescue Errno::EIO, Errno::EFAULT
         false
       end
+      slot_size = ->(o) { dump.ruby.pages.find { |pg| o >= pg.start && o < pg.end }.stride }
+      refs[:objects].find { |o| holds.call(o, slot_size.call(o)) } ||
+        (refs[:chunks] + refs[:integers]).find { |from| dump.owner_kind_of(from) == :ruby && holds.call(from + 16, dump.chunk_at(from).size - 16) }
     end
   end
 
@@ -185,6 +188,9 @@ RSpec.describe "owners: Ruby-owned, anchored or leaked" do
       dump = PtmallocDump.load(path)
       expect(dump.owner_kind_of(chunk_of(in_struct.pointer))).to eq(:ruby)
       expect(dump.owner_kind_of(chunk_of(in_ivar.instance_variable_get(:@pointer)))).to eq(:ruby)
+      # and the dump says which slots hold them
+      expect(dump.referrers(chunk_of(in_ivar.instance_variable_get(:@pointer)))[:objects]).to eq([Fiddle.dlwrap(in_ivar)])
+      expect(dump.referrers(chunk_of(in_struct.pointer))[:objects]).to eq([Fiddle.dlwrap(in_struct)])
       kinds = many.map { |a| dump.owner_kind_of(chunk_of(a)) }.tally
       expect(kinds).to eq(ruby: 1000)
     ensure

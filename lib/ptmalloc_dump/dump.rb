@@ -285,10 +285,12 @@ module PtmallocDump
     # @param chunk [Chunk, Integer] a chunk or a chunk address
     # @return [Hash, nil] { chunks: addresses of the chunks with a word equal to it, integers:
     #   addresses of the chunks holding it as a Ruby Integer, roots: [{ name:, where: }, ...] the
-    #   roots' words equal to it }; nil for an address where no chunk starts, or a dump without roots
+    #   roots' words equal to it, objects: addresses of the Ruby objects whose slots hold it (as an
+    #   address or an Integer) }; nil for an address where no chunk starts, or a dump without roots
     def referrers(chunk)
-      chunks, integers, roots = _referrers(chunk_address(chunk))
-      chunks && { chunks: chunks, integers: integers, roots: roots.map { |name, where| { name: name, where: where } } }
+      chunks, integers, roots, objects = _referrers(chunk_address(chunk))
+      chunks && { chunks: chunks, integers: integers, roots: roots.map { |name, where| { name: name, where: where } },
+                  objects: objects }
     end
 
     # The roots the dump scanned.

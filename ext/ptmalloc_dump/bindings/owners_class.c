@@ -152,9 +152,26 @@ static VALUE sources_of(const ptmd_view *v, const ptmd_ref *refs, size_t n, uint
     return out;
 }
 
+/* The addresses of the Ruby objects whose recorded slot words hold `user` or the Integer of it. */
+static VALUE objects_holding(const ptmd_view *v, uint64_t user)
+{
+    VALUE out = rb_ary_new();
+    size_t i, w = 0;
+    uint32_t k;
+    for (i = 0; i < v->n_ruby_objects; i++) {
+        const ptmd_ruby_object *o = &v->ruby_objects[i];
+        int held = 0;
+        for (k = 0; k < o->n_words && w < v->n_ruby_words; k++, w++)
+            held |= v->ruby_words[w] == user || v->ruby_words[w] == ((user << 1) | 1);
+        if (held) rb_ary_push(out, PTMD_U64(o->address));
+    }
+    return out;
+}
+
 /* Dump#_referrers(chunk address) -> [chunk addresses whose words hold its user address, chunk
- * addresses holding it as a Ruby Integer, [[root name, address of the word], ...]] or nil: a linear
- * pass over the recorded references, for one chunk at a time */
+ * addresses holding it as a Ruby Integer, [[root name, address of the word], ...], addresses of Ruby
+ * objects whose slots hold it] or nil: a linear pass over the recorded references and slot words,
+ * for one chunk at a time */
 static VALUE dump_referrers(VALUE self, VALUE address)
 {
     const ptmd_view *v = ptmd_rb_dump_view(self);
@@ -166,8 +183,9 @@ static VALUE dump_referrers(VALUE self, VALUE address)
     for (i = 0; i < v->n_root_refs; i++)
         if (v->root_refs[i].chunk == (uint32_t)ci)
             rb_ary_push(roots, rb_ary_new_from_args(2, root_name(v, v->root_refs[i].root), PTMD_U64(v->root_refs[i].where)));
-    return rb_ary_new_from_args(3, sources_of(v, v->refs, v->n_refs, (uint32_t)ci),
-                                sources_of(v, v->int_refs, v->n_int_refs, (uint32_t)ci), roots);
+    return rb_ary_new_from_args(4, sources_of(v, v->refs, v->n_refs, (uint32_t)ci),
+                                sources_of(v, v->int_refs, v->n_int_refs, (uint32_t)ci), roots,
+                                objects_holding(v, v->chunks[ci].addr + 16));
 }
 
 /* Dump#_roots -> [[start, end, kind, tid, name], ...] */
