@@ -34,9 +34,9 @@ module PtmallocDump
   class << self
     # Dumps this process's malloc heap to +path+ (atomically, mode 0600). The walk runs with the GVL
     # held and each arena's own lock taken in turn; it calls no malloc, so the figures reconcile with
-    # +mallinfo2()+ and +malloc_info()+ captured just before it. Nothing from entering this method to
-    # that capture calls malloc or free either (what a first call would set up is done when the gem
-    # loads), except Ruby's own rb_objspace_each_objects when +ruby+ is true: its list of pages, and
+    # +mallinfo2()+ and +malloc_info()+ captured right after it. Nothing from entering this method to
+    # the file's rename calls malloc or free either (what a first call would set up is done when the
+    # gem loads), except Ruby's own rb_objspace_each_objects when +ruby+ is true: its list of pages, and
     # the end of a lazy sweep the GC had left pending. No Ruby object is made before the heap is
     # written, so the GC cannot run in between.
     #

@@ -85,9 +85,22 @@ RSpec.describe "heap shapes against gdb's walk of a core" do
       # chunk at another address, or the stale lead before an aligned one)
       next if c && c.heap.kind == :mmapped_chunk && (c.state == :meta || c.address != r.ptr - 16)
 
-      problems << "freed 0x#{r.ptr.to_s(16)} (#{r.size} B by thread #{r.thread}): #{c.inspect}"
+      problems << "freed 0x#{r.ptr.to_s(16)} (#{r.size} B by thread #{r.thread}, seq #{r.seq}): #{c.inspect}; " \
+                  "records in that chunk: #{records_within(c, held, freed, dtvs)}"
     end
     problems
+  end
+
+  # What the shape recorded at addresses within chunk c, oldest first: to tell whose block it is.
+  def self.records_within(chunk, held, freed, dtvs)
+    return "none (no chunk)" unless chunk
+
+    range = chunk.address...chunk.end_address
+    found = [[held, "held"], [freed, "freed"], [dtvs, "dtv"]].flat_map do |list, what|
+      list.select { |x| range.cover?(x.ptr) }.map { |x| [x.seq, "#{what} 0x#{x.ptr.to_s(16)} #{x.size} B kind #{x.kind} " \
+                                                                    "thread #{x.thread} flags #{x.flags} seq #{x.seq}"] }
+    end
+    found.empty? ? "none" : found.sort.map(&:last).join(", ")
   end
 
   before(:all) do

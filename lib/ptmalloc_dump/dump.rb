@@ -70,6 +70,7 @@ module PtmallocDump
           threads_complete: flag?(m, :threads_complete),
           fork_snapshot: flag?(m, :fork_child),
           oracles_captured: !flag?(m, :no_oracles),
+          oracles_outgrown: flag?(m, :oracles_outgrown),
           mallinfo_32bit: flag?(m, :mallinfo32),
           mremap_overcounts: flag?(m, :mremap_overcount),
           mallinfo2: _mallinfo2,
@@ -318,7 +319,7 @@ module PtmallocDump
       @analysis ||= _analysis.freeze
     end
 
-    # glibc's malloc_info() output captured before the walk, parsed.
+    # glibc's malloc_info() output captured right after the walk, parsed.
     #
     # @return [MallocInfo, nil] nil when the dump holds no glibc counters
     def malloc_info_figures
@@ -327,7 +328,7 @@ module PtmallocDump
       @malloc_info_figures = header[:oracles_captured] ? MallocInfo.new(header[:malloc_info]) : nil
     end
 
-    # Compares {#summary} with glibc's own counters captured just before the walk. A dump from outside
+    # Compares {#summary} with glibc's own counters captured right after the walk. A dump from outside
     # (another process, a core) holds none: glibc's mallinfo2() and malloc_info() can only be called
     # in the process itself. A program that prints them itself, at a moment when none of its threads
     # allocates until the dump (its last malloc and free done, its output going to a buffer it had

@@ -2,7 +2,7 @@
 
 module PtmallocDump
   # The result of {Dump#verify}: every place where the figures computed from the chunk records differ
-  # from what glibc itself reported (mallinfo2 and malloc_info, captured just before the walk, or
+  # from what glibc itself reported (mallinfo2 and malloc_info, captured right after the walk, or
   # given by the caller for a dump from outside), plus the anomalies the walk recorded.
   class Verification
     MALLINFO_FIELDS = %i[arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost].freeze
@@ -51,6 +51,9 @@ module PtmallocDump
         check_malloc_info(dump.malloc_info_figures)
       elsif dump.header[:source] != :self
         @notes << "glibc's mallinfo2 and malloc_info cannot be called in another process: nothing to compare the walk with"
+      elsif dump.header[:oracles_outgrown]
+        @differences << Difference.new("glibc", :counters, "not kept: malloc_info()'s output outgrew the room " \
+                                                           "reserved for it (the next dump reserves more)", nil)
       else
         @differences << Difference.new("glibc", :counters, "not captured: a list of the heap is corrupt and glibc would crash reading it", nil)
       end

@@ -1,6 +1,8 @@
 /* The arena's lists before its chunks are walked: every fastbin and bin entry into a membership table
  * (open addressing keyed by chunk address), each list checked as it is followed (bounded, in the
- * arena's heaps, linked both ways), and the large bins' nextsize rings. Nothing here calls malloc. */
+ * arena's heaps, linked both ways), and the large bins' nextsize rings. A list found broken marks the
+ * walk's lists_unsafe: glibc's malloc_info() and mallinfo2() would follow it blindly. Nothing here
+ * calls malloc. */
 #define _GNU_SOURCE
 #include "capture/arena.h"
 
@@ -106,6 +108,12 @@ static void check_nextsize(ptmd_walk *w, ptmd_arena_ctx *a, uint64_t head, int b
         ptmd_walk_anomaly(w, PTMD_AN_NEXTSIZE, first, (uint64_t)bin, a->index);
 }
 
+static void list_broken(ptmd_walk *w, const ptmd_arena_ctx *a, uint32_t kind, uint64_t where, uint64_t what)
+{
+    ptmd_walk_anomaly(w, kind, where, what, a->index);
+    w->lists_unsafe = 1;
+}
+
 int ptmd_collect_lists(ptmd_walk *w, ptmd_arena_ctx *a, ptmd_err *err)
 {
     const ptmd_layout *L = w->L;
@@ -118,13 +126,13 @@ int ptmd_collect_lists(ptmd_walk *w, ptmd_arena_ctx *a, ptmd_err *err)
         for (steps = 0; p; steps++) {
             int dup;
             uint64_t size, fd;
-            if (steps > a->bound) { ptmd_walk_anomaly(w, PTMD_AN_LIST_CYCLE, p, (uint64_t)i, a->index); break; }
-            if (!ptmd_in_arena(w, a, p, 32)) { ptmd_walk_anomaly(w, PTMD_AN_BAD_POINTER, p, (uint64_t)i, a->index); break; }
+            if (steps > a->bound) { list_broken(w, a, PTMD_AN_LIST_CYCLE, p, (uint64_t)i); break; }
+            if (!ptmd_in_arena(w, a, p, 32)) { list_broken(w, a, PTMD_AN_BAD_POINTER, p, (uint64_t)i); break; }
             size = ptmd_chunksize(ptmd_mchunk_size(w, p));
             if (size < PTMD_MINSIZE || ptmd_fastbin_index(size) != i)
                 ptmd_walk_anomaly(w, PTMD_AN_WRONG_BIN, p, size, a->index);
             if (!lists_insert(w, p, PTMD_ST_FASTBIN, &dup)) return ptmd_fail_sys(err, errno, "list table", "mmap");
-            if (dup) { ptmd_walk_anomaly(w, PTMD_AN_DUPLICATE, p, (uint64_t)i, a->index); break; }
+            if (dup) { list_broken(w, a, PTMD_AN_DUPLICATE, p, (uint64_t)i); break; }
             a->fast_entries++;
             fd = ptmd_chunk_fd(w, p);
             p = L->safe_linking ? ptmd_reveal_ptr(p + PTMD_MCHUNK_FD, fd) : fd;
@@ -137,17 +145,21 @@ int ptmd_collect_lists(ptmd_walk *w, ptmd_arena_ctx *a, ptmd_err *err)
         for (steps = 0; p != head; steps++) {
             int dup;
             uint64_t size;
-            if (steps > a->bound) { ptmd_walk_anomaly(w, PTMD_AN_LIST_CYCLE, p, (uint64_t)i, a->index); break; }
-            if (!ptmd_in_arena(w, a, p, 32)) { ptmd_walk_anomaly(w, PTMD_AN_BAD_POINTER, p, (uint64_t)i, a->index); break; }
-            if (ptmd_chunk_bk(w, p) != prev) ptmd_walk_anomaly(w, PTMD_AN_LIST_LINK, p, prev, a->index);
+            if (steps > a->bound) { list_broken(w, a, PTMD_AN_LIST_CYCLE, p, (uint64_t)i); break; }
+            if (!ptmd_in_arena(w, a, p, 32)) { list_broken(w, a, PTMD_AN_BAD_POINTER, p, (uint64_t)i); break; }
+            if (ptmd_chunk_bk(w, p) != prev) list_broken(w, a, PTMD_AN_LIST_LINK, p, prev);
             size = ptmd_chunksize(ptmd_mchunk_size(w, p));
             if (i >= 2 && ptmd_bin_index(size) != i) ptmd_walk_anomaly(w, PTMD_AN_WRONG_BIN, p, size, a->index);
             if (!lists_insert(w, p, state, &dup)) return ptmd_fail_sys(err, errno, "list table", "mmap");
-            if (dup) { ptmd_walk_anomaly(w, PTMD_AN_DUPLICATE, p, (uint64_t)i, a->index); break; }
+            if (dup) { list_broken(w, a, PTMD_AN_DUPLICATE, p, (uint64_t)i); break; }
             prev = p;
             p = ptmd_chunk_fd(w, p);
         }
-        if (state == PTMD_ST_LARGEBIN && p == head) check_nextsize(w, a, head, i);
+        if (p != head) continue;
+        /* every bk was the chunk before along fd: with the head's own bk the last one, the bk list
+         * (mallinfo2's way) is the same chunks in reverse */
+        if (ptmd_chunk_bk(w, head) != prev) list_broken(w, a, PTMD_AN_LIST_LINK, head, prev);
+        if (state == PTMD_ST_LARGEBIN) check_nextsize(w, a, head, i);
     }
     return 0;
 }

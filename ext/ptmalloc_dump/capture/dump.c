@@ -1,8 +1,10 @@
-/* The dump sequence. Everything that may allocate (locating libc, opening files, reading mappings)
- * happens before malloc_info() and mallinfo2() are captured; from there to the rename of the file
- * nothing calls malloc, so the walk sees exactly the heap those counters describe. */
+/* The dump sequence. Everything that may allocate (locating libc, opening files, reading mappings,
+ * the stream malloc_info() writes to) happens before the walk; from there to the rename of the file
+ * nothing calls malloc, so malloc_info() and mallinfo2(), called right after the walk, describe
+ * exactly the heap it saw. */
 #define _GNU_SOURCE
 #include "capture/dump.h"
+#include "capture/arena.h"
 #include "capture/outside.h"
 
 #include <errno.h>
@@ -17,6 +19,7 @@
 
 #define PTMD_MALLOC_INFO_MAX (256u << 20)
 #define PTMD_MALLOC_INFO_RESERVE (16u << 20)   /* about 2,000 arenas of malloc_info() output */
+#define PTMD_MALLOC_INFO_PER_ARENA (16u << 10)  /* twice an arena's output with every bin in use */
 
 static int dump_busy;
 
@@ -25,10 +28,11 @@ static int dump_busy;
 /* One unbuffered FILE over an mmapped buffer, kept for the life of the process: creating it
  * mallocs, so it is made once (when the extension loads, ptmd_dump_setup) and merely rewound
  * afterwards. The buffer is reserved large (MAP_NORESERVE: untouched pages cost nothing) so that no
- * dump has to make a bigger one; only output past it (thousands of arenas) does. */
+ * dump has to make a bigger one; only a ring of thousands of arenas does, before its walk. */
 static FILE *mi_fp;
 static char *mi_buf;
 static size_t mi_cap;
+static int mi_outgrown;     /* a dump's output did not fit: the next one gets a larger stream */
 
 static int mi_stream(size_t cap, ptmd_err *err)
 {
@@ -49,25 +53,34 @@ static int mi_stream(size_t cap, ptmd_err *err)
     return 0;
 }
 
-/* malloc_info() then mallinfo2(), back to back; the walk follows with no allocation in between. */
-static int capture_oracles(ptmd_dump_state *d, ptmd_err *err)
+/* Before the walk (making the stream mallocs): a stream of room for this many arenas' output, with
+ * four times the room once a dump's output has outgrown it. */
+static int oracles_prepare(size_t arenas, ptmd_err *err)
 {
     size_t cap = mi_cap ? mi_cap : PTMD_MALLOC_INFO_RESERVE;
-    for (;;) {
-        long n;
-        if (mi_stream(cap, err) != 0) return -1;
-        malloc_info(0, mi_fp);
-        d->mallinfo_exact = ptmd_mallinfo(&d->mallinfo2);
-        n = ftell(mi_fp);
-        if (n >= 0 && (size_t)n < mi_cap - 1) {
-            d->malloc_info = mi_buf;
-            d->malloc_info_len = (size_t)n;
-            return 0;
-        }
-        if (mi_cap >= PTMD_MALLOC_INFO_MAX)
-            return ptmd_fail(err, PTMD_E_LIBC, "malloc_info() output exceeds %u bytes", PTMD_MALLOC_INFO_MAX);
-        cap = mi_cap * 4;
+    while (cap < PTMD_MALLOC_INFO_MAX && (cap < arenas * PTMD_MALLOC_INFO_PER_ARENA || mi_outgrown)) {
+        cap *= 4;
+        mi_outgrown = 0;
     }
+    return mi_stream(cap, err);
+}
+
+/* malloc_info() then mallinfo2(), back to back, right after the walk and with no allocation since it
+ * began. Returns 0, or -1 when the output outgrew the stream (the next dump's is larger). */
+static int capture_oracles(ptmd_dump_state *d)
+{
+    long n;
+    if (!mi_fp) return -1;
+    malloc_info(0, mi_fp);
+    d->mallinfo_exact = ptmd_mallinfo(&d->mallinfo2);
+    n = ftell(mi_fp);
+    if (n < 0 || (size_t)n >= mi_cap - 1) {
+        mi_outgrown = 1;
+        return -1;
+    }
+    d->malloc_info = mi_buf;
+    d->malloc_info_len = (size_t)n;
+    return 0;
 }
 
 void ptmd_dump_setup(void)
@@ -367,8 +380,8 @@ int ptmd_dump_run(ptmd_dump_state *d, const ptmd_dump_opts *o, ptmd_err *err)
 {
     const ptmd_libc *lc;
     struct timespec now;
-    uint64_t t0, t1;
-    int rc = -1, expected = 0, oracles = 1;
+    uint64_t t0, t1, t2;
+    int rc = -1, expected = 0, oracles = 1, outgrown = 0;
 
     if (!__atomic_compare_exchange_n(&dump_busy, &expected, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
         return ptmd_fail(err, PTMD_E_BUSY, "a dump is already running in this process");
@@ -421,23 +434,27 @@ int ptmd_dump_run(ptmd_dump_state *d, const ptmd_dump_opts *o, ptmd_err *err)
     if (ptmd_walk_validate(&d->w, err) != 0) goto out;
     if (collect_strings(d, lc, o) != 0) { ptmd_fail_sys(err, errno, "strings", "mmap"); goto out; }
     if (ptmd_writer_open(&d->writer, o->path, err) != 0) goto out;
+    if (ptmd_arena_ring(&d->w, 0) < 0) { ptmd_fail_sys(err, errno, "arena ring", "mmap"); goto out; }
+    if (oracles_prepare(PTMD_BUF_COUNT(&d->w.ring, uint64_t), err) != 0) goto out;
 
-    /* glibc's own counters, unless a corrupt list would make glibc crash the process reading it */
-    oracles = ptmd_walk_precheck(&d->w);
-    if (oracles && capture_oracles(d, err) != 0) goto out;
     /* from here until the rename: no malloc */
     clock_gettime(CLOCK_REALTIME, &now);
     t0 = ptmd_now_ns();
     if (ptmd_walk_run(&d->w, err) != 0) goto out;
     t1 = ptmd_now_ns();
+    /* glibc's own counters right after, over the heap just walked, unless the walk found a list
+     * broken that glibc would follow blindly (and crash the process on) */
+    oracles = !d->w.lists_unsafe;
+    outgrown = oracles && capture_oracles(d) != 0;
+    t2 = ptmd_now_ns();
     if (ptmd_walk_residency(&d->w, err) != 0) goto out;
     d->snapshot = o->fork_child;
     fill_meta(d, lc, &now);
     if (o->fork_child) d->meta.flags |= PTMD_MF_FORK_CHILD;
-    if (!oracles) d->meta.flags |= PTMD_MF_NO_ORACLES;
+    if (!oracles || outgrown) d->meta.flags |= PTMD_MF_NO_ORACLES | (outgrown ? PTMD_MF_ORACLES_OUTGROWN : 0);
     else if (!d->mallinfo_exact) d->meta.flags |= PTMD_MF_MALLINFO32;
     d->meta.walk_ns = t1 - t0;
-    d->meta.residency_ns = ptmd_now_ns() - t1;
+    d->meta.residency_ns = ptmd_now_ns() - t2;
     if (ruby_page_rss(d, err) != 0) goto out;
     capture_mappings(d);
     if (ptmd_walk_references(&d->w, err) != 0) goto out;
@@ -507,8 +524,6 @@ static int outside_walk_write(ptmd_dump_state *d, const ptmd_dump_opts *o, ptmd_
     return write_file(d, err);
 }
 
-/* main_arena.top still 0, as libc's image holds it: glibc's malloc was never initialised (ptmalloc_init,
- * on its first call, sets top to initial_top). */
 /* main_arena holds no heap: its top is 0 while malloc_init_state has not run, initial_top (its own
  * unsorted bin) once it has and nothing was allocated. glibc 2.36 runs it on the first malloc, 2.43 at
  * start-up, whatever the process's malloc is. */

@@ -252,7 +252,7 @@ static int locate_fresh(ptmd_libc *lc, const char *debug_dir, int symbols, ptmd_
     lc->layout = ptmd_layout_for(lc->major, lc->minor);
     if (!lc->layout && lc->major == 2 && lc->minor > ptmd_layout_newest_minor()) {
         /* A newer glibc is walked only if its structures pass every check with the newest layout
-         * (ptmd_walk_validate, then the list pre-checks); otherwise the dump is refused. */
+         * (ptmd_walk_validate); otherwise the dump is refused. The walk checks every list as it follows it. */
         lc->layout = ptmd_layout_for(2, ptmd_layout_newest_minor());
         lc->layout_assumed = 1;
     }

@@ -190,6 +190,7 @@ static int walk_arena(ptmd_walk *w, uintptr_t av, uint32_t index, ptmd_err *err)
     ar->attached_threads = ptmd_arena_field(w, av, L->ms_attached_threads);
 
     if ((rc = ptmd_arena_collect_heaps(w, &a, err)) != 0) goto out;
+    if (a.heaps_broken) w->lists_unsafe = 1;   /* the lists' bounds come from the heaps */
     for (i = 0; i < a.n_heaps; i++) {
         const ptmd_heap_rec *h = PTMD_W_HEAP(w, a.first_heap + i);
         heap_bytes += h->end - h->start;
@@ -216,12 +217,14 @@ out:
 }
 
 
-/* The ring as it is now (a thread may have made an arena since the pre-check): each arena on it
+/* The ring as it is now (a thread may have made an arena since it was validated): each arena on it
  * once, up to where it breaks. */
 int ptmd_walk_arenas(ptmd_walk *w, ptmd_err *err)
 {
     size_t i;
-    if (ptmd_arena_ring(w, 1) < 0) return ptmd_fail_sys(err, errno, "arena ring", "mmap");
+    int ring = ptmd_arena_ring(w, 1);
+    if (ring < 0) return ptmd_fail_sys(err, errno, "arena ring", "mmap");
+    if (ring > 0) w->lists_unsafe = 1;
     for (i = 0; i < PTMD_BUF_COUNT(&w->ring, uint64_t); i++)
         if (walk_arena(w, PTMD_BUF_AT(&w->ring, uint64_t, i)[0], (uint32_t)i, err) != 0) return -1;
     return 0;

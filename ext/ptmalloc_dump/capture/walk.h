@@ -52,6 +52,10 @@ typedef struct {
     uint64_t caller_regs[8];        /* that thread's callee-saved registers at the dump's entry */
 
     uint64_t lock_wait_ns;
+    /* a list or the arena ring that glibc's own malloc_info() and mallinfo2() follow without any check
+     * (fd or bk, aborting on a misaligned fastbin chunk) was found broken or too long by the walk:
+     * they must not be called */
+    int lists_unsafe;
     uint32_t thread_count;
     int threads_complete;
 
@@ -68,7 +72,7 @@ typedef struct {
 } ptmd_walk;
 
 /* Opens what the walk needs (maps, memory reader, pagemap) and reads mp_. May allocate: call it
- * before the oracles are captured. */
+ * before the walk. */
 int ptmd_walk_prepare(ptmd_walk *w, const ptmd_libc *lc, ptmd_err *err);
 /* In the parent of a snapshot, before fork (whose handler in glibc locks every arena along the ring,
  * for ever if it does not lead back): the ring into w->ring, a break recorded as an anomaly. Needs
@@ -78,10 +82,6 @@ void ptmd_walk_release(ptmd_walk *w);
 
 /* Checks main_arena and the arena ring before anything is walked (UnsupportedLibcError on failure). */
 int ptmd_walk_validate(ptmd_walk *w, ptmd_err *err);
-
-/* 1 when every arena's fastbin and bin lists can be followed safely (glibc's own malloc_info() and
- * mallinfo2() follow them blindly); 0 when the heap is corrupt and they must not be called. */
-int ptmd_walk_precheck(ptmd_walk *w);
 
 /* The whole walk: arenas (each under its own lock), tcaches, mmapped chunks, residency. */
 int ptmd_walk_run(ptmd_walk *w, ptmd_err *err);
