@@ -53,6 +53,10 @@ module PtmallocDump
     #   data, threads' stacks and TLS, the dumping thread's registers) with the chunks they point at,
     #   so that native chunks are told anchored from leaked (see {Dump#owner_kind_of}). false skips
     #   both: a shorter pause, Ruby owners by slot pointers only, no anchored or leaked
+    # @param oracles [Boolean] call glibc's own malloc_info() and mallinfo2() right after the walk
+    #   and keep their output for {Dump#verify} (default). They follow every free list again, so on a
+    #   heap of many free chunks they cost about as much as the walk itself: false leaves them out,
+    #   for a shorter pause, and {Dump#verify} then has nothing of glibc's to compare with
     # @param fork [Boolean] snapshot mode: Ruby's heap is recorded here, then the process forks and
     #   the child (a consistent copy of the heap: glibc holds every arena lock across fork) walks,
     #   writes and exits; this process pauses only for the Ruby pass and the fork
@@ -73,17 +77,17 @@ module PtmallocDump
     # @raise [HeapDamagedError] with `fork: true`, when the arena ring does not lead back to
     #   main_arena (glibc's fork would never return); an in-process dump records that damage
     # @raise [SystemCallError] when the file cannot be written (the target is left untouched)
-    def dump(path, debug_dir: nil, symbols: :auto, ruby: true, references: true, fork: false, wait: false,
-             trim_check: false, gc: false)
+    def dump(path, debug_dir: nil, symbols: :auto, ruby: true, references: true, oracles: true, fork: false,
+             wait: false, trim_check: false, gc: false)
       path = path.to_s
       # an absolute path is used as given: no new string is allocated before glibc's counters are taken
       path = File.expand_path(path) unless path.start_with?("/")
       mode = symbols_mode(symbols)
       raise ArgumentError, "trim_check: and fork: cannot be combined" if fork && trim_check
-      return snapshot(path, debug_dir, mode, ruby, references, wait, gc) if fork
+      return snapshot(path, debug_dir, mode, ruby, references, oracles, wait, gc) if fork
 
-      summary = _dump(path, debug_dir&.to_s, dump_strings(ruby), ruby && ruby_layer.available?, references, mode,
-                      trim_check, gc)
+      summary = _dump(path, debug_dir&.to_s, dump_strings(ruby), ruby && ruby_layer.available?, references, oracles,
+                      mode, trim_check, gc)
       summary[:path] = path
       summary
     end
@@ -215,8 +219,8 @@ module PtmallocDump
       SYMBOLS_MODES.fetch(symbols) { raise ArgumentError, "symbols: must be one of #{SYMBOLS_MODES.keys.join(', ')}" }
     end
 
-    def snapshot(path, debug_dir, mode, ruby, references, wait, gc)
-      pid, errors = fork_dumps([[path, mode]], debug_dir, ruby, references, report: !wait, gc: gc)
+    def snapshot(path, debug_dir, mode, ruby, references, oracles, wait, gc)
+      pid, errors = fork_dumps([[path, mode]], debug_dir, ruby, references, oracles: oracles, report: !wait, gc: gc)
       unless wait
         errors.close # the child says on stderr why it failed, if it does
         return pid
@@ -225,9 +229,9 @@ module PtmallocDump
       load(path).summary.merge(path: path, pid: pid)
     end
 
-    def fork_dumps(targets, debug_dir, ruby, references, report: false, gc: false)
+    def fork_dumps(targets, debug_dir, ruby, references, oracles: true, report: false, gc: false)
       pid, fd = _dump_fork(targets, debug_dir&.to_s, dump_strings(ruby), ruby && ruby_layer.available?, references,
-                           report, gc)
+                           oracles, report, gc)
       [pid, IO.new(fd, autoclose: true)]
     end
 

@@ -20,6 +20,19 @@ RSpec.describe PtmallocDump do
     expect(File.exist?(File.join(tmpdir, "rel.dump"))).to be(true)
   end
 
+  it "leaves glibc's malloc_info() and mallinfo2() out with oracles: false, and verify says so" do
+    path = File.join(tmpdir, "no-oracles.dump")
+    described_class.dump(path, oracles: false)
+    dump = described_class.load(path)
+    expect(dump.header).to include(oracles_captured: false, oracles_off: true, oracles_outgrown: false, malloc_info: "")
+    expect(dump.header[:mallinfo2].values).to all(eq(0))
+    v = dump.verify
+    expect(v.differences).to eq([])
+    expect(v.notes).to eq(["glibc's mallinfo2 and malloc_info were not called (oracles: false): nothing to compare the walk with"])
+    described_class.dump(path)
+    expect(described_class.load(path).header).to include(oracles_captured: true, oracles_off: false)
+  end
+
   describe PtmallocDump::Dump do
     subject(:dump) { dump_and_load }
 

@@ -71,6 +71,7 @@ module PtmallocDump
           fork_snapshot: flag?(m, :fork_child),
           oracles_captured: !flag?(m, :no_oracles),
           oracles_outgrown: flag?(m, :oracles_outgrown),
+          oracles_off: flag?(m, :oracles_off),
           mallinfo_32bit: flag?(m, :mallinfo32),
           mremap_overcounts: flag?(m, :mremap_overcount),
           mallinfo2: _mallinfo2,

@@ -51,6 +51,8 @@ module PtmallocDump
         check_malloc_info(dump.malloc_info_figures)
       elsif dump.header[:source] != :self
         @notes << "glibc's mallinfo2 and malloc_info cannot be called in another process: nothing to compare the walk with"
+      elsif dump.header[:oracles_off]
+        @notes << "glibc's mallinfo2 and malloc_info were not called (oracles: false): nothing to compare the walk with"
       elsif dump.header[:oracles_outgrown]
         @differences << Difference.new("glibc", :counters, "not kept: malloc_info()'s output outgrew the room " \
                                                            "reserved for it (the next dump reserves more)", nil)

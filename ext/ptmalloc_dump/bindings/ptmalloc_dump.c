@@ -96,12 +96,12 @@ static VALUE rb_ptmd_warm_up(VALUE self, VALUE flag)
     return Qnil;
 }
 
-/* _dump(path, debug_dir, strings, ruby, references, symbols, trim_check, gc) -> summary Hash. strings:
- * flat Array of key, value Strings; ruby: record Ruby's heap; references: scan chunks for pointers to
- * chunks; symbols: a PTMD_SYMBOLS_* mode; trim_check: measure what malloc_trim(0) releases; gc: run a
+/* _dump(path, debug_dir, strings, ruby, references, oracles, symbols, trim_check, gc) -> summary Hash.
+ * strings: flat Array of key, value Strings; ruby: record Ruby's heap; references: scan chunks for
+ * pointers to chunks; oracles: call malloc_info() and mallinfo2() after the walk; symbols: a PTMD_SYMBOLS_* mode; trim_check: measure what malloc_trim(0) releases; gc: run a
  * full GC first. */
 static VALUE rb_ptmd_dump(VALUE self, VALUE path, VALUE debug_dir, VALUE strings, VALUE ruby, VALUE references,
-                          VALUE symbols, VALUE trim, VALUE gc)
+                          VALUE oracles, VALUE symbols, VALUE trim, VALUE gc)
 {
     dump_call *c;
     VALUE result;
@@ -116,6 +116,7 @@ static VALUE rb_ptmd_dump(VALUE self, VALUE path, VALUE debug_dir, VALUE strings
     c->opts.debug_dir = cdir;
     c->opts.strings = c->strings;
     c->opts.references = RTEST(references);
+    c->opts.skip_oracles = !RTEST(oracles);
     c->opts.symbols = NUM2INT(symbols);
     c->opts.trim_check = RTEST(trim);
     c->ruby = RTEST(ruby);
@@ -219,12 +220,12 @@ static VALUE fork_body(VALUE arg)
     return Qnil;
 }
 
-/* _dump_fork(targets, debug_dir, strings, ruby, references, report, gc) -> [pid, error pipe fd].
+/* _dump_fork(targets, debug_dir, strings, ruby, references, oracles, report, gc) -> [pid, error pipe fd].
  * targets: Array of [path, symbols mode] (up to 8), dumped by one child from the same frozen heap. The
  * Ruby pass (after a full GC with gc) runs here, in the parent. report: the child also says on stderr
  * why it failed. */
 static VALUE rb_ptmd_dump_fork(VALUE self, VALUE targets, VALUE debug_dir, VALUE strings, VALUE ruby, VALUE references,
-                               VALUE report, VALUE gc)
+                               VALUE oracles, VALUE report, VALUE gc)
 {
     dump_call *c;
     fork_call f;
@@ -258,6 +259,7 @@ static VALUE rb_ptmd_dump_fork(VALUE self, VALUE targets, VALUE debug_dir, VALUE
         f.opts[i].symbols = modes[i];
         f.opts[i].strings = c->strings;
         f.opts[i].references = RTEST(references);
+        f.opts[i].skip_oracles = !RTEST(oracles);
         f.opts[i].report_stderr = RTEST(report);
     }
     rb_protect(fork_body, (VALUE)&f, &state);
@@ -376,8 +378,8 @@ RUBY_FUNC_EXPORTED void Init_ptmalloc_dump(void)
     ptmd_signal_arrival_init();
     ptmd_ruby_heap_init();
     ptmd_dump_setup();
-    rb_define_singleton_method(ptmd_mPtmallocDump, "_dump", rb_ptmd_dump, 8);
-    rb_define_singleton_method(ptmd_mPtmallocDump, "_dump_fork", rb_ptmd_dump_fork, 7);
+    rb_define_singleton_method(ptmd_mPtmallocDump, "_dump", rb_ptmd_dump, 9);
+    rb_define_singleton_method(ptmd_mPtmallocDump, "_dump_fork", rb_ptmd_dump_fork, 8);
     rb_define_singleton_method(ptmd_mPtmallocDump, "_raise_child_error", rb_ptmd_raise_child_error, 1);
     rb_define_singleton_method(ptmd_mPtmallocDump, "_warm_up", rb_ptmd_warm_up, 1);
     rb_define_singleton_method(ptmd_mPtmallocDump, "_libc_info", rb_ptmd_libc_info, 2);

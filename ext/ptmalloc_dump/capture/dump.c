@@ -444,14 +444,16 @@ int ptmd_dump_run(ptmd_dump_state *d, const ptmd_dump_opts *o, ptmd_err *err)
     t1 = ptmd_now_ns();
     /* glibc's own counters right after, over the heap just walked, unless the walk found a list
      * broken that glibc would follow blindly (and crash the process on) */
-    oracles = !d->w.lists_unsafe;
+    oracles = !d->w.lists_unsafe && !o->skip_oracles;
     outgrown = oracles && capture_oracles(d) != 0;
     t2 = ptmd_now_ns();
     if (ptmd_walk_residency(&d->w, err) != 0) goto out;
     d->snapshot = o->fork_child;
     fill_meta(d, lc, &now);
     if (o->fork_child) d->meta.flags |= PTMD_MF_FORK_CHILD;
-    if (!oracles || outgrown) d->meta.flags |= PTMD_MF_NO_ORACLES | (outgrown ? PTMD_MF_ORACLES_OUTGROWN : 0);
+    if (!oracles || outgrown)
+        d->meta.flags |= PTMD_MF_NO_ORACLES | (outgrown ? PTMD_MF_ORACLES_OUTGROWN : 0) |
+                         (o->skip_oracles ? PTMD_MF_ORACLES_OFF : 0);
     else if (!d->mallinfo_exact) d->meta.flags |= PTMD_MF_MALLINFO32;
     d->meta.walk_ns = t1 - t0;
     d->meta.residency_ns = ptmd_now_ns() - t2;

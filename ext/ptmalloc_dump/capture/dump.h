@@ -31,6 +31,7 @@ typedef struct {
     int symbols;                    /* PTMD_SYMBOLS_* */
     const char *const *strings;     /* extra key, value, key, value, ..., NULL for the strings section */
     int references;                 /* scan in-use chunks for pointers to other chunks */
+    int skip_oracles;               /* do not call malloc_info() and mallinfo2() after the walk */
     int fork_child;                 /* this is the child of a fork snapshot */
     int report_stderr;              /* fork: nobody waits for the child, which says on stderr why it failed */
     int trim_check;                 /* after the walk: malloc_trim(0), and measure what it released */

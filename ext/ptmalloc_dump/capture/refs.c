@@ -22,6 +22,16 @@ typedef struct {
     uint64_t word0;                   /* its first 64-bit word in the map */
 } cmap_heap;
 
+/* Bits set in x. Inline: the baseline x86-64 has no popcnt instruction, and __builtin_popcountll
+ * there is a call into libgcc. */
+static inline uint64_t bits_set(uint64_t x)
+{
+    x -= (x >> 1) & 0x5555555555555555ull;
+    x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
+    x = (x + (x >> 4)) & 0x0f0f0f0f0f0f0f0full;
+    return (x * 0x0101010101010101ull) >> 56;
+}
+
 /* The map: heaps (cmap_heap[n]), then bits (uint64[words]), then ranks (uint32[words]). */
 static cmap_heap *cm_heaps(const ptmd_walk *w) { return (cmap_heap *)(void *)w->cmap.base; }
 static uint64_t *cm_bits(const ptmd_walk *w) { return (uint64_t *)(void *)(w->cmap.base + w->cmap_n * sizeof(cmap_heap)); }
@@ -64,7 +74,7 @@ static int build_cmap(ptmd_walk *w)
         /* ranks: chunks of the heap that start before each word */
         for (k = 0; k < nw; k++) {
             ranks[words + k] = (uint32_t)rank;
-            rank += (uint64_t)__builtin_popcountll(bits[words + k]);
+            rank += bits_set(bits[words + k]);
         }
         words += nw;
     }
@@ -96,7 +106,7 @@ long ptmd_refs_chunk_of_mem(const ptmd_walk *w, uint64_t mem)
     word = cm_bits(w)[h->word0 + bit / 64];
     if (!(word & (1ull << (bit % 64)))) return -1;
     below = word & ((1ull << (bit % 64)) - 1);
-    ci = (long)(h->first_chunk + cm_ranks(w)[h->word0 + bit / 64] + (uint64_t)__builtin_popcountll(below));
+    ci = (long)(h->first_chunk + cm_ranks(w)[h->word0 + bit / 64] + bits_set(below));
     return ptmd_rec_is_allocated(PTMD_W_CHUNK(w, ci)) ? ci : -1;
 }
 
