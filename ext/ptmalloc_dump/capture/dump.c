@@ -23,7 +23,7 @@
 
 static int dump_busy;
 
-/* ---- glibc's own view, captured right before the walk ------------------------------------- */
+/* ---- glibc's own view, captured right after the walk -------------------------------------- */
 
 /* One unbuffered FILE over an mmapped buffer, kept for the life of the process: creating it
  * mallocs, so it is made once (when the extension loads, ptmd_dump_setup) and merely rewound
