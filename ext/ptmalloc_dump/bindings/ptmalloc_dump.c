@@ -98,8 +98,8 @@ static VALUE rb_ptmd_warm_up(VALUE self, VALUE flag)
 
 /* _dump(path, debug_dir, strings, ruby, references, oracles, symbols, trim_check, gc) -> summary Hash.
  * strings: flat Array of key, value Strings; ruby: record Ruby's heap; references: scan chunks for
- * pointers to chunks; oracles: call malloc_info() and mallinfo2() after the walk; symbols: a PTMD_SYMBOLS_* mode; trim_check: measure what malloc_trim(0) releases; gc: run a
- * full GC first. */
+ * pointers to chunks; oracles: call malloc_info() and mallinfo2() after the walk; symbols: a
+ * PTMD_SYMBOLS_* mode; trim_check: measure what malloc_trim(0) releases; gc: run a full GC first. */
 static VALUE rb_ptmd_dump(VALUE self, VALUE path, VALUE debug_dir, VALUE strings, VALUE ruby, VALUE references,
                           VALUE oracles, VALUE symbols, VALUE trim, VALUE gc)
 {
