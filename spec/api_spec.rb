@@ -29,6 +29,9 @@ RSpec.describe PtmallocDump do
     v = dump.verify
     expect(v.differences).to eq([])
     expect(v.notes).to eq(["glibc's mallinfo2 and malloc_info were not called (oracles: false): nothing to compare the walk with"])
+    expect(PtmallocDump::TextSummary.new(dump).to_s).to include("verify: glibc's mallinfo2 and malloc_info were not called (oracles: false)")
+    report = File.read(PtmallocDump::Report.new(dump, tmpdir).write)
+    expect(report).to include("Dumped with oracles: false: glibc&#39;s counters were not called")
     described_class.dump(path)
     expect(described_class.load(path).header).to include(oracles_captured: true, oracles_off: false)
   end

@@ -176,6 +176,10 @@ module PtmallocDump
       notes << "glibc #{hd[:glibc_version]} has only mallinfo(), whose counters keep 32 bits: the check against it is partial." if hd[:mallinfo_32bit]
       if hd[:source] != :self
         notes << "Taken from outside the process (#{hd[:source]}): glibc's own counters cannot be taken there, so nothing here is checked against them."
+      elsif hd[:oracles_off]
+        notes << "Dumped with oracles: false: glibc's counters were not called, so nothing here is checked against them."
+      elsif hd[:oracles_outgrown]
+        notes << "glibc's malloc_info() output outgrew the room reserved for it: nothing here is checked against glibc's counters."
       elsif !hd[:oracles_captured]
         notes << "glibc's counters were not captured (the lists are damaged): nothing here is checked against them."
       end
