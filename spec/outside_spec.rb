@@ -349,6 +349,33 @@ RSpec.describe "ptmalloc-dump --pid" do
     expect(chunks.(c)).to eq(chunks.(a))
   end
 
+  it "finds the tcache of a thread a fork left behind whose struct took a chunk 16 bytes larger than it asked for" do
+    # the struct's chunk as tcache_init makes it, and the fill count, from this process's own heap
+    probe = dump_and_load("probe.dump", ruby: false)
+    csize = probe.threads.filter_map { |t| t.tcache && probe.chunk_at(t.tcache - 16)&.size }.min
+    stdin, stdout, @target = Open3.popen2(compile("orphan_tcache_target"), csize.to_s, probe.header[:tcache_count].to_s)
+    stdin.close
+    line = stdout.gets
+    raise "the target printed nothing" unless line
+
+    fields = line.scan(/(\w+)=(\S+)/).to_h
+    @orphan = Integer(fields.fetch("pid"))
+    struct = Integer(fields.fetch("struct"))
+    blocks = fields.fetch("blocks").split(",").map { |b| Integer(b) }
+    out = File.join(tmpdir, "child.dump")
+    PtmallocDump.dump_process(@orphan, out)
+    dump = PtmallocDump.load(out)
+
+    chunk = dump.chunk_at(struct - 16)
+    expect(chunk.size).to eq(csize + 16), "the thread's tcache did not take the chunk made for it: #{chunk.inspect}"
+    expect(chunk).to be_tcache_struct
+    left = dump.threads.find { |t| t.tcache == struct }
+    expect(left).not_to be_nil, "no thread record holds the tcache at 0x#{struct.to_s(16)}: #{dump.threads.inspect}"
+    expect(left).to have_attributes(tid: nil, found_by: :scan, tcache_count: blocks.size)
+    blocks.each { |b| expect([b, dump.chunk_at(b - 16)&.state]).to eq([b, :tcache]) }
+    expect(dump.anomalies).to eq([])
+  end
+
   it "refuses a truncated core and a core of another architecture" do
     pid, = start_heap_target
     prefix = File.join(tmpdir, "core")

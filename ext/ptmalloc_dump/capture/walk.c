@@ -39,6 +39,15 @@ static inline int push_chunk(ptmd_walk *w, uint64_t addr, uint64_t size, int sta
     return 0;
 }
 
+/* A chunk that may hold a tcache_perthread_struct: tcache_init's request as malloc sizes it, or 16
+ * bytes more, where _int_malloc handed out a whole free chunk rather than leave less than MINSIZE of
+ * it (malloc.c, "Exhaust"). tcache.c checks each candidate's structure. */
+static inline int tcache_struct_sized(const ptmd_layout *L, uint64_t size, uint64_t csize)
+{
+    const uint64_t alt = L->tcache_struct_csize_int_malloc;
+    return size == csize || size == csize + PTMD_MALLOC_ALIGNMENT ||
+           (alt && (size == alt || size == alt + PTMD_MALLOC_ALIGNMENT));
+}
 
 static int walk_heap_chunks(ptmd_walk *w, ptmd_arena_ctx *a, uint32_t heap_index, uint64_t first, ptmd_err *err)
 {
@@ -108,7 +117,7 @@ static int walk_heap_chunks(ptmd_walk *w, ptmd_arena_ctx *a, uint32_t heap_index
             } else if (size == PTMD_MINSIZE && !has_top && next + PTMD_CHUNK_HDR_SZ == end &&
                        ptmd_chunksize(ptmd_mchunk_size(w, next)) == 0) {
                 state = PTMD_ST_META;       /* the old top too small to free, kept as a fencepost */
-            } else if ((size == tcache_csize || size == L->tcache_struct_csize_int_malloc) && L->tcache_bins) {
+            } else if (L->tcache_bins && tcache_struct_sized(L, size, tcache_csize)) {
                 uint64_t *c = ptmd_buf_push(&w->tcache_cands, sizeof(uint64_t));
                 if (!c) goto oom;
                 *c = p;
