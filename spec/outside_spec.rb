@@ -350,10 +350,14 @@ RSpec.describe "ptmalloc-dump --pid" do
   end
 
   it "finds the tcache of a thread a fork left behind whose struct took a chunk 16 bytes larger than it asked for" do
-    # the struct's chunk as tcache_init makes it, and the fill count, from this process's own heap
-    probe = dump_and_load("probe.dump", ruby: false)
-    csize = probe.threads.filter_map { |t| t.tcache && probe.chunk_at(t.tcache - 16)&.size }.min
-    stdin, stdout, @target = Open3.popen2(compile("orphan_tcache_target"), csize.to_s, probe.header[:tcache_count].to_s)
+    # sizeof (tcache_perthread_struct): a count (char before glibc 2.30, uint16 since) and a pointer
+    # for each of 64 bins (76 since 2.42); its chunk as tcache_init asks for it (request2size)
+    version = LibcFacts.glibc_version
+    bins = version >= Gem::Version.new("2.42") ? 76 : 64
+    count_width = version >= Gem::Version.new("2.30") ? 2 : 1
+    csize = (bins * (count_width + 8) + 8 + 15) & ~15
+    fill = dump_and_load("probe.dump", ruby: false).header[:tcache_count]
+    stdin, stdout, @target = Open3.popen2(compile("orphan_tcache_target"), csize.to_s, fill.to_s)
     stdin.close
     line = stdout.gets
     raise "the target printed nothing" unless line
