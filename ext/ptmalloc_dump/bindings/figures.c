@@ -441,7 +441,6 @@ VALUE ptmd_rb_mappings_head(const ptmd_view *v)
     return h;
 }
 
-/* header[:gc]: GC.stat's counts at the Ruby pass, or nil. */
 /* header[:source_info]: where a dump taken from outside came from and what it could not give; nil for
  * a process that dumped itself. */
 VALUE ptmd_rb_source(const ptmd_view *v)
@@ -469,6 +468,7 @@ VALUE ptmd_rb_source(const ptmd_view *v)
     return h;
 }
 
+/* header[:gc]: GC.stat's counts at the Ruby pass, or nil. */
 VALUE ptmd_rb_gc(const ptmd_view *v)
 {
     const ptmd_gc_rec *g = v->gc;
