@@ -162,7 +162,9 @@ RSpec.describe "the dump file" do
     expect(Dir.children(tmpdir).grep(/\.tmp-/)).to eq([])
   end
 
-  it "writes a target whose name is as long as a file name can be (255 bytes)" do
+  # checks the dump against glibc's counters: no native thread of a finished Ruby thread may exit (and
+  # empty its tcache) while it is taken
+  it "writes a target whose name is as long as a file name can be (255 bytes)", :quiescent do
     long = File.join(tmpdir, "#{'d' * 250}.dump")
     expect(File.basename(long).bytesize).to eq(255)
     PtmallocDump.dump(long, ruby: false)
