@@ -378,6 +378,10 @@ RSpec.describe "ptmalloc-dump --pid" do
     expect(left).to have_attributes(tid: nil, found_by: :scan, tcache_count: blocks.size)
     blocks.each { |b| expect([b, dump.chunk_at(b - 16)&.state]).to eq([b, :tcache]) }
     expect(dump.anomalies).to eq([])
+    # and the report says whose it is
+    report = File.read(PtmallocDump::Report.new(dump, FileUtils.mkdir_p(File.join(tmpdir, "report")).first).write)
+    expect(report).to include("1 tcache(s) holding #{PtmallocDump::FormatHelpers.human_bytes(left.tcache_bytes)} in " \
+                              "#{blocks.size} chunk(s) belong to no thread of this process")
   end
 
   it "refuses a truncated core and a core of another architecture" do

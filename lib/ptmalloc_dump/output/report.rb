@@ -553,16 +553,32 @@ module PtmallocDump
       HTML
     end
 
+    FOUND_BY = { tls: "its thread's TLS", scan: "its structure" }.freeze
+
     def threads_section
       rows = @dump.threads.map do |t|
-        "<tr><td class=\"l\">#{h(t.tid || '?')}#{t.current ? ' (dumping)' : ''}#{t.exiting ? ' (exiting)' : ''}</td><td class=\"l\"><code>#{h(hex(t.arena))}</code></td>" \
-          "<td>#{t.tcache_count}</td><td>#{h(human_bytes(t.tcache_bytes))}</td><td class=\"l\">#{h(t.found_by)}</td></tr>"
+        "<tr><td class=\"l\">#{h(t.tid || 'none')}#{t.current ? ' (dumping)' : ''}#{t.exiting ? ' (exiting)' : ''}</td><td class=\"l\"><code>#{h(hex(t.arena))}</code></td>" \
+          "<td>#{t.tcache_count}</td><td>#{h(human_bytes(t.tcache_bytes))}</td><td class=\"l\">#{h(FOUND_BY.fetch(t.found_by, '-'))}</td></tr>"
       end
       <<~HTML
         <h2 id="threads">Threads and their tcaches</h2>
-        <table><tr><th class="l">thread</th><th class="l">arena</th><th>tcache chunks</th><th>tcache bytes</th><th class="l">found by</th></tr>
+        <table><tr><th class="l">thread</th><th class="l">arena</th><th>tcache chunks</th><th>tcache bytes</th><th class="l">tcache found through</th></tr>
         #{rows.join("\n")}</table>
+        #{ownerless_tcaches_note}
       HTML
+    end
+
+    # A tcache no thread of the process points at: a thread's that is gone. In a fork child, the
+    # parent's other threads' (a fork copies only the thread that called it): their cached chunks are
+    # handed out to no one again.
+    def ownerless_tcaches_note
+      gone = @dump.threads.reject(&:tid).select(&:tcache)
+      return "" if gone.empty?
+
+      "<p>#{gone.size} tcache(s) holding #{h(human_bytes(gone.sum(&:tcache_bytes)))} in #{gone.sum(&:tcache_count)} " \
+        "chunk(s) belong to no thread of this process (thread \"none\"): threads that are gone. In a fork child, such " \
+        "as a preforking server's worker, they are the tcaches of the parent's other threads, which the fork did not " \
+        "copy; no thread will take their chunks again. A thread exiting while the dump ran leaves one for a moment too.</p>"
     end
 
     def process_section
