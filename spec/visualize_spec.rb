@@ -165,6 +165,10 @@ RSpec.describe "ptmalloc-visualize" do
       r = dump.summary[:ruby]
       name, e = r[:by_class].first
       expect(out).to include("ruby owners:", "what stands out:", "advice")
+      # the owners' line out of what is in use: the arenas' in-use chunks and the mmapped ones
+      s = dump.summary
+      in_use = PtmallocDump::FormatHelpers.human_bytes(s[:in_use_bytes] + s[:hblkhd])
+      expect(out[/^ruby owners +(.*)$/, 1]).to start_with("#{PtmallocDump::FormatHelpers.human_bytes(r[:owned_bytes])} of the #{in_use} in use")
       expect(out[/^  by class +(.*)$/, 1]).to start_with("#{name} #{PtmallocDump::FormatHelpers.human_bytes(e[:bytes])}")
       type, te = r[:by_type].first
       expect(out[/^  by type +(.*)$/, 1]).to start_with("#{type} #{PtmallocDump::FormatHelpers.human_bytes(te[:bytes])}")

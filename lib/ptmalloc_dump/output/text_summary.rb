@@ -52,7 +52,10 @@ module PtmallocDump
       r = @s[:ruby]
       if r
         garbage = r[:garbage_bytes].to_i.positive? ? " (#{human_bytes(r[:garbage_bytes])} of it by garbage awaiting the lazy sweep)" : ""
-        return "#{human_bytes(r[:owned_bytes])} owned by #{r[:objects]} Ruby objects#{garbage}, #{human_bytes(r[:unattributed_bytes])} native"
+        # owned and native add up to what is in use in the arenas and in mmapped chunks
+        in_use = r[:owned_bytes] + r[:unattributed_bytes]
+        return "#{human_bytes(r[:owned_bytes])} of the #{human_bytes(in_use)} in use (heap and mmapped chunks) owned by " \
+               "#{r[:objects]} Ruby objects#{garbage}, #{human_bytes(r[:unattributed_bytes])} native"
       end
 
       "none: #{@dump.no_ruby_reason}"
