@@ -215,6 +215,54 @@ RSpec.describe "owners: Ruby-owned, anchored or leaked" do
     GC.enable
   end
 
+  # glibc keeps a thread's DTV through the word after tcb at its thread pointer, one dtv_t into the
+  # block; an ended thread's descriptor stays with its cached stack, and fork leaves the parent's other
+  # threads' descriptors in the child's cache.
+  it "anchors each thread's DTV through its descriptor: a running thread's, ended threads' and, in a fork child, the parent's other threads'" do
+    start = fn("ow_stack_start", [size_t, size_t, int], int)
+    stop = fn("ow_stack_stop", [], Fiddle::TYPE_VOID)
+    holder_dtv = fn("ow_holder_dtv_to", [int], int)
+    finished = fn("ow_finished_threads", [size_t, int], int)
+    not_running = "TLS of threads not running (glibc's stack cache)"
+    GC.disable
+    Dir.mktmpdir do |dir|
+      result, ended_file = with_addresses(dir) { |fd| finished.call(4, fd) }
+      expect(result).to eq(0)
+      tid, = with_addresses(dir) { |fd| start.call(1, 64, fd) }
+      expect(tid).to be > 0
+      _, holder_file = with_addresses(dir) { |fd| holder_dtv.call(fd) }
+      inproc = File.join(dir, "in.dump")
+      child = File.join(dir, "child.dump")
+      PtmallocDump.dump(inproc)
+      pid = fork do
+        PtmallocDump.dump(child)
+        exit!(0)
+      end
+      Process.wait(pid)
+      expect($?.success?).to be(true)
+      with_memory_copy do |copy|
+        ended = addresses(ended_file)
+        holder = addresses(holder_file)
+        expect(ended.size).to eq(4)
+        dump = PtmallocDump.load(inproc)
+        expect_held_anchored(dump, holder, "TLS of thread #{tid}", copy)
+        expect_held_anchored(dump, ended, not_running, copy)
+        expect(ended.count { |a| dump.anchor_of(chunk_of(a)) == not_running }).to be >= 3
+        where = dump.referrers(chunk_of(ended.first))[:roots].find { |r| r[:name] == not_running }
+        expect(where).not_to be_nil
+        # in the child the holder is gone too: its descriptor is in the child's cache
+        dump = PtmallocDump.load(child)
+        expect_held_anchored(dump, holder + ended, not_running, copy)
+        expect((holder + ended).count { |a| dump.anchor_of(chunk_of(a)) == not_running }).to be >= 4
+        expect(dump.summary[:owners][:leaked_by_size].map { |g| g[:samples] }.flatten & (holder + ended).map { |a| chunk_of(a) }).to eq([])
+      end
+    ensure
+      stop.call if tid&.positive?
+    end
+  ensure
+    GC.enable
+  end
+
   it "does not call a Fiddle.malloc'd block that a Ruby Integer holds leaked" do
     holder = Struct.new(:pointer)
     Dir.mktmpdir do |dir|

@@ -400,19 +400,21 @@ int ptmd_dump_run(ptmd_dump_state *d, const ptmd_dump_opts *o, ptmd_err *err)
     d->w.references = o->references;
     note_caller(&d->w);
     if (d->parent) {
-        const ptmd_buf *t = &d->parent->threads, *ob = &d->parent->objects;
-        uint64_t r[4] = { (uint64_t)(uintptr_t)t->base, (uint64_t)(uintptr_t)t->base + t->cap,
-                          (uint64_t)(uintptr_t)ob->base, (uint64_t)(uintptr_t)ob->base + ob->cap };
-        d->w.given_threads = t;
+        const ptmd_buf *given[3] = { &d->parent->threads, &d->parent->objects, &d->parent->gone };
+        size_t k;
+        d->w.given_threads = given[0];
         d->w.given_thread_count = d->parent->thread_count;
         d->w.given_threads_complete = d->parent->threads_complete;
-        d->w.given_objects = ob;
+        d->w.given_objects = given[1];
         d->w.given_tls_below = d->parent->tls_below;
+        d->w.given_gone = given[2];
         /* the parent's lists are no mmapped chunks either */
-        if ((t->base && ptmd_buf_append(&d->w.exclude, r, 2 * sizeof(r[0])) != 0) ||
-            (ob->base && ptmd_buf_append(&d->w.exclude, r + 2, 2 * sizeof(r[0])) != 0)) {
-            ptmd_fail_sys(err, errno, "exclusions", "mmap");
-            goto out;
+        for (k = 0; k < 3; k++) {
+            uint64_t r[2] = { (uint64_t)(uintptr_t)given[k]->base, (uint64_t)(uintptr_t)given[k]->base + given[k]->cap };
+            if (given[k]->base && ptmd_buf_append(&d->w.exclude, r, sizeof(r)) != 0) {
+                ptmd_fail_sys(err, errno, "exclusions", "mmap");
+                goto out;
+            }
         }
     }
     {

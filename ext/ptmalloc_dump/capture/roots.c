@@ -8,7 +8,9 @@
  *     TLS); the main thread's is the [stack] mapping. The dumping thread's stack is scanned from the
  *     dump's outermost frame up, so that nothing the dump itself left on the stack counts, and its
  *     callee-saved registers as they were at the dump's entry;
- *   - every thread's static TLS and struct pthread (a window around its thread pointer).
+ *   - every thread's static TLS and struct pthread (a window around its thread pointer), and those of
+ *     threads on glibc's lists that are not running: finished ones whose stacks glibc caches for
+ *     reuse, with their DTVs, and in a fork child the parent's other threads (not their stacks).
  * Ruby's object pages are not roots (they are anonymous mappings of no object), nor are the dump's
  * own scratch buffers. Free chunks are never targets, so libc's arena bins, top and tcache lists
  * (which point at free chunks only) anchor nothing. Every read is fault-free; untouched pages
@@ -120,6 +122,49 @@ static const ptmd_map *stack_mapping(const ptmd_walk *w)
     return NULL;
 }
 
+/* The window around a thread pointer that holds its static TLS and struct pthread, inside its
+ * stack block `m`. */
+static void tls_window(const ptmd_map *m, uint64_t pthread, uint64_t tls_below, uint64_t *lo, uint64_t *hi)
+{
+    *lo = pthread - m->start > tls_below ? pthread - tls_below : m->start;
+    *hi = m->end - pthread > PTMD_TLS_ABOVE ? pthread + PTMD_TLS_ABOVE : m->end;
+}
+
+/* A thread's DTV (tcbhead_t.dtv, the word after tcb at its thread pointer) points one dtv_t (16 bytes)
+ * into the block glibc calloc'd for it (elf/dl-tls.c, allocate_dtv and _dl_resize_dtv): that word
+ * holds the block, as the TLS window `root` holds the word. */
+static int dtv_ref(ptmd_walk *w, uint32_t root, uint64_t pthread)
+{
+    uint64_t dtv;
+    long ci;
+    ptmd_root_ref *rr;
+    if (ptmd_walk_read(w, pthread + 8, &dtv, sizeof(dtv)) != 0 || dtv < 16 ||
+        (ci = ptmd_refs_chunk_of_mem(w, dtv - 16)) < 0)
+        return 0;
+    if (!(rr = ptmd_buf_push(&w->root_refs, sizeof(*rr)))) return -1;
+    rr->where = pthread + 8;
+    rr->root = root;
+    rr->chunk = (uint32_t)ci;
+    return 0;
+}
+
+/* The static TLS and struct pthread of each thread glibc keeps that is not running. */
+static int gone_thread_roots(ptmd_walk *w, uint64_t tls_below)
+{
+    size_t i, n = PTMD_BUF_COUNT(&w->gone, uint64_t);
+    for (i = 0; i < n; i++) {
+        uint64_t pthread = *PTMD_BUF_AT(&w->gone, uint64_t, i), lo, hi;
+        const ptmd_map *m = ptmd_maps_find(&w->maps, pthread);
+        ptmd_root_rec *r;
+        if (!m || m->kind == PTMD_MAPKIND_BRK) continue;
+        tls_window(m, pthread, tls_below, &lo, &hi);
+        if (!(r = add_root(w, lo, hi, PTMD_ROOT_TLS, 0))) return -1;
+        set_name(r, "TLS of threads not running (glibc's stack cache)");
+        if (dtv_ref(w, (uint32_t)PTMD_BUF_COUNT(&w->roots, ptmd_root_rec) - 1, pthread) != 0) return -1;
+    }
+    return 0;
+}
+
 static int thread_roots(ptmd_walk *w, uint64_t tls_below)
 {
     size_t i, n = PTMD_BUF_COUNT(&w->threads, ptmd_thread_rec);
@@ -134,10 +179,10 @@ static int thread_roots(ptmd_walk *w, uint64_t tls_below)
         ptmd_root_rec *r;
         /* a thread pointer in malloc's own [heap] would make chunks roots */
         if (!m || m->kind == PTMD_MAPKIND_BRK) continue;
-        tls_lo = t.pthread - m->start > tls_below ? t.pthread - tls_below : m->start;
-        hi = m->end - t.pthread > PTMD_TLS_ABOVE ? t.pthread + PTMD_TLS_ABOVE : m->end;
+        tls_window(m, t.pthread, tls_below, &tls_lo, &hi);
         if (!(r = add_root(w, tls_lo, hi, PTMD_ROOT_TLS, t.tid))) return -1;
         set_thread_name(r, "TLS", t.tid);
+        if (dtv_ref(w, (uint32_t)PTMD_BUF_COUNT(&w->roots, ptmd_root_rec) - 1, t.pthread) != 0) return -1;
         if (t.tid == pid) {
             /* the main thread's stack is [stack]; its TLS was allocated by ld.so elsewhere */
             if (!main_stack) continue;
@@ -157,7 +202,7 @@ static int thread_roots(ptmd_walk *w, uint64_t tls_below)
             set_thread_name(r, "registers", t.tid);
         }
     }
-    return 0;
+    return gone_thread_roots(w, tls_below);
 }
 
 static int scan_words(ptmd_walk *w, uint32_t root, uint64_t at, const uint64_t *buf, uint64_t n)

@@ -106,19 +106,25 @@ static int push_thread(ptmd_walk *w, uint64_t base, int32_t tid, uint32_t flags)
     return 0;
 }
 
-/* Walks the circular list through `start` (a node), appending live threads; returns the head node
- * (the one member that is no struct pthread), or 0 when the list is not well formed. */
+/* Walks the circular list through `start` (a node), appending live threads, and the descriptors of
+ * those that are not running (tid 0: finished, or left behind by fork) to w->gone; returns the head
+ * node (the one member that is no struct pthread), or 0 when the list is not well formed. */
 static uint64_t walk_list(ptmd_walk *w, uint64_t start, size_t list_off, uint64_t self)
 {
     uint64_t node = start, head = 0;
-    size_t steps = 0, mark = w->threads.len;
+    size_t steps = 0, mark = w->threads.len, gone_mark = w->gone.len;
     do {
-        uint64_t base = node - list_off, next, back;
+        uint64_t base = node - list_off, next, back, *g;
         if (++steps > PTMD_MAX_THREADS || rd(w, node, &next) || rd(w, next + 8, &back) || back != node)
             goto bad;
         if (is_thread(w, base)) {
             int32_t tid = tid_of(w, base, list_off);
-            if (tid > 0 && push_thread(w, base, tid, base == self ? PTMD_TF_CURRENT : 0) != 0) goto bad;
+            if (tid > 0) {
+                if (push_thread(w, base, tid, base == self ? PTMD_TF_CURRENT : 0) != 0) goto bad;
+            } else {
+                if (!(g = ptmd_buf_push(&w->gone, sizeof(*g)))) goto bad;
+                *g = base;
+            }
         } else {
             if (head) goto bad;     /* two non-thread nodes: a list being changed under us */
             head = node;
@@ -128,6 +134,7 @@ static uint64_t walk_list(ptmd_walk *w, uint64_t start, size_t list_off, uint64_
     if (head) return head;
 bad:
     w->threads.len = mark;
+    w->gone.len = gone_mark;
     return 0;
 }
 
@@ -190,6 +197,8 @@ static int collect_given(ptmd_walk *w, uint64_t self)
         if (t->pthread && push_thread(w, t->pthread, (int32_t)t->tid, t->pthread == self ? PTMD_TF_CURRENT : 0) != 0)
             return -1;
     }
+    if (w->given_gone && w->given_gone->len && ptmd_buf_append(&w->gone, w->given_gone->base, w->given_gone->len) != 0)
+        return -1;
     w->thread_count = w->given_thread_count;
     w->threads_complete = w->given_threads_complete;
     return 0;
@@ -240,13 +249,16 @@ static int collect(ptmd_walk *w)
          * The main thread is always on _dl_stack_user; otherwise a valid list 32 bytes on means we
          * stand on _dl_stack_used (its +32 is the cache; _dl_stack_user's +32 holds counters). */
         int on_user = (pid_t)syscall(SYS_gettid) == getpid() || !is_list_head(w, head + 32, list_off);
+        uint64_t lists[2], first;
         other = on_user ? head - 16 : head + 16;
-        if (is_list_head(w, other, list_off)) {
-            uint64_t first;
-            if (rd(w, other, &first) == 0 && first != other) walk_list(w, first, list_off, self);
-        }
+        lists[0] = other;
+        lists[1] = (on_user ? other : head) + 32;   /* the cache: finished threads' stacks */
+        for (i = 0; i < 2; i++)
+            if (is_list_head(w, lists[i], list_off) && rd(w, lists[i], &first) == 0 && first != lists[i])
+                walk_list(w, first, list_off, self);
     } else {
-        /* before 2.34 the other list is in libpthread's data */
+        /* before 2.34 the other lists (the other of stack_used and __stack_user, and stack_cache)
+         * are in libpthread's data */
         walk_libpthread_lists(w, head, list_off, self);
     }
     /* threads still not found (a list changing under us) are covered by the structural tcache scan */

@@ -24,6 +24,9 @@ typedef struct {
 
     /* results (records of format.h) */
     ptmd_buf arenas, heaps, chunks, anomalies, threads, pages;
+    ptmd_buf gone;                  /* uint64 struct pthread of each thread on glibc's lists that is not
+                                     * running: finished, its stack cached for reuse (in a fork child
+                                     * also the parent's other threads), whose TLS glibc keeps */
     ptmd_buf tcache_entries;        /* ptmd_tcache_entry: each tcache chunk and the thread holding it */
     int tcache_entries_failed;      /* a tcache entry could not be recorded (mmap failed) */
 
@@ -69,6 +72,7 @@ typedef struct {
      * held at the fork, and then the child would wait for ever */
     const ptmd_buf *given_objects;
     uint64_t given_tls_below;
+    const ptmd_buf *given_gone;     /* and the descriptors of its threads that were not running */
 } ptmd_walk;
 
 /* Opens what the walk needs (maps, memory reader, pagemap) and reads mp_. May allocate: call it
@@ -123,7 +127,8 @@ int ptmd_walk_sort_heaps(ptmd_walk *w);
 #define PTMD_WALK_BUFFERS(w)                                                                       \
     &(w)->arenas, &(w)->heaps, &(w)->chunks, &(w)->anomalies, &(w)->threads, &(w)->pages,           \
         &(w)->lists, &(w)->tcache_cands, &(w)->heap_order, &(w)->ring, &(w)->exclude, &(w)->refs,   \
-        &(w)->int_refs, &(w)->cmap, &(w)->roots, &(w)->root_refs, &(w)->objects, &(w)->tcache_entries
+        &(w)->int_refs, &(w)->cmap, &(w)->roots, &(w)->root_refs, &(w)->objects, &(w)->tcache_entries, \
+        &(w)->gone
 
 #define PTMD_W_ARENA(w, i) PTMD_BUF_AT(&(w)->arenas, ptmd_arena_rec, i)
 #define PTMD_W_HEAP(w, i) PTMD_BUF_AT(&(w)->heaps, ptmd_heap_rec, i)

@@ -474,7 +474,8 @@ typedef struct {
 typedef struct {
     uint64_t where;                 /* address of the word in the root */
     uint32_t root;                  /* index into ROOTS */
-    uint32_t chunk;                 /* index into the chunk table: the word equals its user address */
+    uint32_t chunk;                 /* index into the chunk table: the word equals its user address
+                                     * (a thread's DTV pointer: 16 bytes past it, as glibc keeps it) */
 } ptmd_root_ref;
 
 typedef struct {
