@@ -310,7 +310,7 @@ static void owners(const ptmd_view *v)
     size_t nc = v->n_chunks ? v->n_chunks : 1, nn = v->n_ruby_names ? v->n_ruby_names : 1;
     ptmd_attribution a;
     ptmd_owner_totals t;
-    uint64_t *arrays = calloc(4 * nn, sizeof(uint64_t));
+    uint64_t *arrays = calloc(5 * nn, sizeof(uint64_t));
     uint32_t *order = calloc(v->n_ruby_objects ? v->n_ruby_objects : 1, sizeof(uint32_t));
     a.owner = malloc(nc * sizeof(uint32_t));
     a.category = malloc(nc);
@@ -320,6 +320,7 @@ static void owners(const ptmd_view *v)
         t.class_chunks = arrays + nn;
         t.data_type_bytes = arrays + 2 * nn;
         t.data_type_chunks = arrays + 3 * nn;
+        t.class_garbage_bytes = arrays + 4 * nn;
         ptmd_owner_summary(v, &a, &t);
         ptmd_object_order(v, order);
         {
