@@ -33,6 +33,7 @@ module Compat
 
   def run(dir)
     check_host!
+    tree_version # the tree as copied into the chroots, not as it is when a run ends
     chroots = releases.map { |name| Chroot.new(dir, name) }
     chroots += rubies.map { |ruby| Chroot.new(dir, EXTRA_RUBY_RELEASE, ruby: ruby) }
     report(chroots.flat_map { |chroot| run_release(chroot) })
