@@ -319,7 +319,7 @@ int ptmd_walk_prepare(ptmd_walk *w, const ptmd_libc *lc, ptmd_err *err)
     if (ptmd_buf_reserve(&w->chunks, 1u << 20) != 0 || ptmd_buf_reserve(&w->heaps, 1u << 16) != 0 ||
         ptmd_buf_reserve(&w->arenas, 1u << 16) != 0 || ptmd_buf_reserve(&w->anomalies, 1u << 16) != 0 ||
         ptmd_buf_reserve(&w->threads, 1u << 16) != 0 || ptmd_buf_reserve(&w->tcache_cands, 1u << 16) != 0 ||
-        ptmd_buf_reserve(&w->lists, 1u << 16) != 0)
+        ptmd_buf_reserve(&w->lists, 1u << 16) != 0 || ptmd_buf_reserve(&w->gone, 1u << 12) != 0)
         return ptmd_fail_sys(err, errno, "walk buffers", "mmap");
     return 0;
 }
