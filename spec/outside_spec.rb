@@ -305,8 +305,12 @@ RSpec.describe "ptmalloc-dump --pid" do
     expect(b.first_difference(a)).to be_nil
     expect(b.each_chunk.map { |c| [c.address, c.size, c.state] }).to eq(a.each_chunk.map { |c| [c.address, c.size, c.state] })
     COUNTERS.each { |f| expect([f, b.summary[f]]).to eq([f, report[:mallinfo2].fetch(f)]) }
-    # every thread's tcache was found by its structure
+    # every thread's tcache was found by its structure, which of them is whose unknown: the report
+    # says so, and does not call them gone threads'
     expect(b.threads.count { |t| t.tcache && t.found_by == :scan }).to eq(report[:threads] + 1)
+    page = File.read(PtmallocDump::Report.new(b, FileUtils.mkdir_p(File.join(tmpdir, "report")).first).write)
+    expect(page).to include("#{report[:threads] + 1} tcache(s) holding", "were found by their structure")
+    expect(page).not_to include("threads that are gone")
     expect(b.anomalies).to eq([])
     expect { PtmallocDump.dump_process(pid, without, debug_dir: tmpdir, symbols: :file) }
       .to raise_error(PtmallocDump::SymbolsNotFoundError, /no symbol file for glibc/)

@@ -570,13 +570,19 @@ module PtmallocDump
 
     # A tcache no thread of the process points at: a thread's that is gone. In a fork child, the
     # parent's other threads' (a fork copies only the thread that called it): their cached chunks are
-    # handed out to no one again.
+    # handed out to no one again. From outside without a symbol file, the threads' `tcache` pointers
+    # cannot be read at all: there it says only that.
     def ownerless_tcaches_note
       gone = @dump.threads.reject(&:tid).select(&:tcache)
       return "" if gone.empty?
 
-      "<p>#{gone.size} tcache(s) holding #{h(human_bytes(gone.sum(&:tcache_bytes)))} in #{gone.sum(&:tcache_count)} " \
-        "chunk(s) belong to no thread of this process (thread \"none\"): threads that are gone. In a fork child, such " \
+      found = "#{gone.size} tcache(s) holding #{h(human_bytes(gone.sum(&:tcache_bytes)))} in #{gone.sum(&:tcache_count)} chunk(s)"
+      if Array(header.dig(:source_info, :unavailable)).include?(:tls)
+        return "<p>#{found} were found by their structure (thread \"none\"): without a symbol file the offset of " \
+               "glibc's <code>tcache</code> in each thread's TLS is unknown here, so which thread holds each is not known.</p>"
+      end
+
+      "<p>#{found} belong to no thread of this process (thread \"none\"): threads that are gone. In a fork child, such " \
         "as a preforking server's worker, they are the tcaches of the parent's other threads, which the fork did not " \
         "copy; no thread will take their chunks again. A thread exiting while the dump ran leaves one for a moment too.</p>"
     end
