@@ -40,13 +40,31 @@ int ptmd_arena_ring(ptmd_walk *w, int record);
  * w->heaps in address order (a->n_heaps counts them). */
 int ptmd_main_regions(ptmd_walk *w, ptmd_arena_ctx *a, ptmd_err *err);
 
-/* bins.c: the membership table of the arena's list entries, filled by ptmd_collect_lists */
+/* bins.c: the membership table of the arena's fastbin entries (and of bin entries that are no
+ * noted chunk), filled by ptmd_collect_fastbins before the walk and consulted by it */
 typedef struct {
     uint64_t addr;
     uint32_t state;
     uint32_t seen;
 } ptmd_list_slot;
-int ptmd_collect_lists(ptmd_walk *w, ptmd_arena_ctx *a, ptmd_err *err);
+int ptmd_collect_fastbins(ptmd_walk *w, ptmd_arena_ctx *a, ptmd_err *err);
 ptmd_list_slot *ptmd_lists_find(ptmd_walk *w, uint64_t addr);
+
+/* A chunk free by its bits, as the walk found it (w->notes, one arena at a time). */
+typedef struct {
+    uint64_t addr, fd, bk, size;
+    uint64_t rec;                   /* its chunk record */
+} ptmd_free_note;
+/* And what following the bins needs of it, small enough to stay in cache (w->note_links). */
+typedef struct {
+    uint32_t next;                  /* the note fd points at, or UINT32_MAX */
+    uint8_t link_ok;                /* and that note's bk points back here */
+    uint8_t want;                   /* the bin its size belongs in */
+    uint8_t in_fast;                /* a fastbin lists it too */
+    uint8_t bin;                    /* the bin whose list holds it; 0 while none */
+} ptmd_note_link;
+/* After the arena's heaps are walked: its bins followed through the notes, each noted chunk given its
+ * bin's state, and every chunk or list entry the lists and the bits disagree on recorded. */
+int ptmd_settle_lists(ptmd_walk *w, ptmd_arena_ctx *a, ptmd_err *err);
 
 #endif

@@ -217,6 +217,7 @@ int ptmd_walk_references(ptmd_walk *w, ptmd_err *err)
 {
     size_t a, na = PTMD_BUF_COUNT(&w->arenas, ptmd_arena_rec), nh = PTMD_BUF_COUNT(&w->heaps, ptmd_heap_rec), h;
     uint64_t t0 = ptmd_now_ns();
+    const int self = w->src.kind == PTMD_SOURCE_SELF;
     if (!w->references) return 0;
     if (ptmd_walk_build_chunk_map(w) != 0) return ptmd_fail_sys(err, errno, "chunk map", "mmap");
     for (a = 0; a < na; a++) {
@@ -226,7 +227,7 @@ int ptmd_walk_references(ptmd_walk *w, ptmd_err *err)
         ptmd_arena_lock(w, mutex);
         for (k = 0; k < ar->n_heaps; k++) {
             const ptmd_heap_rec *hp = PTMD_W_HEAP(w, ar->first_heap + k);
-            uint64_t ci, end = hp->first_chunk + hp->n_chunks;
+            uint64_t ci, end = hp->first_chunk + hp->n_chunks, ahead;
             /* only what is still there: the heap may have shrunk since the walk */
             if (!ptmd_maps_readable(&w->maps, hp->start, hp->end - hp->start)) {
                 for (ci = hp->first_chunk; ci < end; ci++) {
@@ -237,8 +238,12 @@ int ptmd_walk_references(ptmd_walk *w, ptmd_err *err)
                 }
                 continue;
             }
-            for (ci = hp->first_chunk; ci < end; ci++)
-                if (ptmd_rec_state(PTMD_W_CHUNK(w, ci)) == PTMD_ST_IN_USE && scan_direct(w, ci, hp) != 0) goto oom;
+            for (ci = hp->first_chunk, ahead = hp->start; ci < end; ci++) {
+                const ptmd_chunk_rec *c = PTMD_W_CHUNK(w, ci);
+                if (ptmd_rec_state(c) != PTMD_ST_IN_USE) continue;
+                if (self) ptmd_prefetch_ahead(&ahead, c->addr, hp->end);
+                if (scan_direct(w, ci, hp) != 0) goto oom;
+            }
         }
         ptmd_arena_unlock(w, mutex);
         continue;

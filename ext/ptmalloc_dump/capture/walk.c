@@ -39,6 +39,22 @@ static inline int push_chunk(ptmd_walk *w, uint64_t addr, uint64_t size, int sta
     return 0;
 }
 
+/* Notes a chunk free by its bits, whose record is the next one pushed. */
+static inline int push_note(ptmd_walk *w, uint64_t addr, uint64_t size, uint64_t fd, uint64_t bk)
+{
+    ptmd_free_note *e;
+    if (PTMD_UNLIKELY(w->notes.len + sizeof(*e) > w->notes.cap) && ptmd_buf_reserve(&w->notes, 1u << 20) != 0)
+        return -1;
+    e = (ptmd_free_note *)(void *)(w->notes.base + w->notes.len);
+    e->addr = addr;
+    e->fd = fd;
+    e->bk = bk;
+    e->size = size;
+    e->rec = PTMD_BUF_COUNT(&w->chunks, ptmd_chunk_rec);
+    w->notes.len += sizeof(*e);
+    return 0;
+}
+
 /* A chunk that may hold a tcache_perthread_struct: tcache_init's request as malloc sizes it, or 16
  * bytes more, where _int_malloc handed out a whole free chunk rather than leave less than MINSIZE of
  * it (malloc.c, "Exhaust"). tcache.c checks each candidate's structure. */
@@ -58,7 +74,7 @@ static int walk_heap_chunks(ptmd_walk *w, ptmd_arena_ctx *a, uint32_t heap_index
     const uint64_t tcache_csize = (L->tcache_struct_size + PTMD_SIZE_SZ + PTMD_MALLOC_ALIGN_MASK) & ~(uint64_t)PTMD_MALLOC_ALIGN_MASK;
     const uint64_t last_rem = ptmd_arena_field(w, a->av, L->ms_last_remainder);
     const int self = w->src.kind == PTMD_SOURCE_SELF;
-    uint64_t p = first;
+    uint64_t p = first, ahead = first;
 
     h->first_chunk = PTMD_BUF_COUNT(&w->chunks, ptmd_chunk_rec);
     if (first > start && push_chunk(w, start, first - start, PTMD_ST_META, 0) != 0) goto oom;
@@ -76,6 +92,7 @@ static int walk_heap_chunks(ptmd_walk *w, ptmd_arena_ctx *a, uint32_t heap_index
             ptmd_walk_anomaly(w, PTMD_AN_PAST_END, p, end - p, a->index);
             goto rest;
         }
+        if (self) ptmd_prefetch_ahead(&ahead, p, end);
         size = ptmd_rd64_as(w, self, p + PTMD_MCHUNK_SIZE);
         flags = (size & PTMD_SIZE_BITS) << PTMD_CF_RAW_SHIFT;
         size = ptmd_chunksize(size);
@@ -93,26 +110,19 @@ static int walk_heap_chunks(ptmd_walk *w, ptmd_arena_ctx *a, uint32_t heap_index
         }
         next = p + size;
         if (next + PTMD_CHUNK_HDR_SZ <= end && !(ptmd_rd64_as(w, self, next + PTMD_MCHUNK_SIZE) & PTMD_PREV_INUSE)) {
-            ptmd_list_slot *s = ptmd_lists_find(w, p);
+            /* a bin's, to be settled by ptmd_settle_lists: the size's bin until then */
             flags |= PTMD_CF_FREE_BIT;
-            if (s && s->state >= PTMD_ST_UNSORTED && s->state <= PTMD_ST_LARGEBIN) {
-                state = (int)s->state;
-                s->seen = 1;
-            } else {
-                ptmd_walk_anomaly(w, s ? PTMD_AN_FASTBIN_FREE : PTMD_AN_FREE_NOT_IN_BIN, p, size, a->index);
-                if (s) s->seen = 1;
-                state = s ? (int)s->state : size < PTMD_MIN_LARGE_SIZE ? PTMD_ST_SMALLBIN : PTMD_ST_LARGEBIN;
-                flags |= PTMD_CF_ANOMALY;
-            }
+            state = size < PTMD_MIN_LARGE_SIZE ? PTMD_ST_SMALLBIN : PTMD_ST_LARGEBIN;
             if (p == last_rem) flags |= PTMD_CF_LAST_REMAINDER;
+            if (push_note(w, p, size, ptmd_rd64_as(w, self, p + PTMD_MCHUNK_FD), ptmd_rd64_as(w, self, p + PTMD_MCHUNK_BK)) != 0)
+                goto oom;
         } else {
             state = PTMD_ST_IN_USE;
             if (a->fast_entries && size <= PTMD_MAX_FAST_CHUNK) {
-                ptmd_list_slot *s = ptmd_lists_find(w, p);
+                ptmd_list_slot *s = ptmd_lists_find(w, p);   /* the fastbins' entries alone, so far */
                 if (s) {
                     s->seen = 1;
-                    if (s->state == PTMD_ST_FASTBIN) state = PTMD_ST_FASTBIN;
-                    else { ptmd_walk_anomaly(w, PTMD_AN_LIST_IN_USE, p, s->state, a->index); flags |= PTMD_CF_ANOMALY; }
+                    state = PTMD_ST_FASTBIN;
                 }
             } else if (size == PTMD_MINSIZE && !has_top && next + PTMD_CHUNK_HDR_SZ == end &&
                        ptmd_chunksize(ptmd_mchunk_size(w, next)) == 0) {
@@ -167,7 +177,7 @@ static int walk_arena(ptmd_walk *w, uintptr_t av, uint32_t index, ptmd_err *err)
     ptmd_arena_rec *ar = ptmd_buf_push(&w->arenas, sizeof(*ar));
     ptmd_arena_ctx a;
     int *mutex = (int *)(void *)(av + L->ms_mutex);
-    uint64_t heap_bytes = 0, k;
+    uint64_t heap_bytes = 0;
     uint32_t i;
     int rc = 0;
 
@@ -205,16 +215,12 @@ static int walk_arena(ptmd_walk *w, uintptr_t av, uint32_t index, ptmd_err *err)
         heap_bytes += h->end - h->start;
     }
     a.bound = heap_bytes / PTMD_MINSIZE + 1;
-    if ((rc = ptmd_collect_lists(w, &a, err)) != 0) goto out;
+    if ((rc = ptmd_collect_fastbins(w, &a, err)) != 0) goto out;
     for (i = 0; i < a.n_heaps; i++) {
         uint32_t hi = a.first_heap + i;
         if ((rc = walk_heap_chunks(w, &a, hi, first_chunk_of(w, &a, PTMD_W_HEAP(w, hi)), err)) != 0) goto out;
     }
-    /* list entries that no chunk of the walk matched */
-    for (k = 0; k < w->lists_cap; k++) {
-        const ptmd_list_slot *s = &((const ptmd_list_slot *)(const void *)w->lists.base)[k];
-        if (s->addr && !s->seen) ptmd_walk_anomaly(w, PTMD_AN_LIST_NOT_CHUNK, s->addr, s->state, index);
-    }
+    if ((rc = ptmd_settle_lists(w, &a, err)) != 0) goto out;
     if (a.n_heaps && heap_bytes != PTMD_W_ARENA(w, index)->system_mem)
         ptmd_walk_anomaly(w, PTMD_AN_SYSTEM_MEM, av, heap_bytes, index);
 out:
@@ -319,7 +325,9 @@ int ptmd_walk_prepare(ptmd_walk *w, const ptmd_libc *lc, ptmd_err *err)
     if (ptmd_buf_reserve(&w->chunks, 1u << 20) != 0 || ptmd_buf_reserve(&w->heaps, 1u << 16) != 0 ||
         ptmd_buf_reserve(&w->arenas, 1u << 16) != 0 || ptmd_buf_reserve(&w->anomalies, 1u << 16) != 0 ||
         ptmd_buf_reserve(&w->threads, 1u << 16) != 0 || ptmd_buf_reserve(&w->tcache_cands, 1u << 16) != 0 ||
-        ptmd_buf_reserve(&w->lists, 1u << 16) != 0 || ptmd_buf_reserve(&w->gone, 1u << 12) != 0)
+        ptmd_buf_reserve(&w->lists, 1u << 16) != 0 || ptmd_buf_reserve(&w->gone, 1u << 12) != 0 ||
+        ptmd_buf_reserve(&w->notes, 1u << 20) != 0 || ptmd_buf_reserve(&w->note_index, 1u << 16) != 0 ||
+        ptmd_buf_reserve(&w->note_links, 1u << 16) != 0)
         return ptmd_fail_sys(err, errno, "walk buffers", "mmap");
     return 0;
 }

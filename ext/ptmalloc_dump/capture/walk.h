@@ -33,6 +33,10 @@ typedef struct {
     /* scratch */
     ptmd_buf lists;                 /* open-addressing table of list entries for one arena */
     size_t lists_cap, lists_used;
+    ptmd_buf notes;                 /* ptmd_free_note: the arena's chunks free by their bits (bins.c) */
+    ptmd_buf note_index;            /* uint32 open-addressing index over them */
+    ptmd_buf note_links;            /* ptmd_note_link, one per note */
+    size_t note_mask;
     ptmd_buf tcache_cands;          /* uint64 chunk addresses of possible tcache structs */
     ptmd_buf heap_order;            /* uint32 heap indices sorted by start */
     ptmd_buf ring;                  /* uint64 arena addresses from main_arena along next (ptmd_arena_ring) */
@@ -109,6 +113,23 @@ int ptmd_walk_roots(ptmd_walk *w, ptmd_err *err);
  * from dl_iterate_phdr (so never in a fork snapshot's child). 0, or -1 when out of memory. */
 int ptmd_walk_objects(ptmd_walk *w);
 
+/* How far ahead of the chunk being read a pass over a heap asks for the heap's cache lines. Each
+ * header is found from the one before, so the loads form one dependent chain that the hardware
+ * prefetchers do not run ahead of: every line of the next PTMD_PREFETCH_AHEAD bytes is requested in
+ * turn, and most headers are then already in cache when the chain reaches them. A chunk larger than
+ * that costs one wait at its end. Prefetches never fault, so this is only ever done on this process's
+ * own memory (a copy is read through its regions). */
+#define PTMD_PREFETCH_AHEAD 2048
+#define PTMD_CACHE_LINE 64
+
+/* Requests the lines of [*ahead, min(p + PTMD_PREFETCH_AHEAD, end)) and moves *ahead past them. */
+static inline void ptmd_prefetch_ahead(uint64_t *ahead, uint64_t p, uint64_t end)
+{
+    uint64_t lim = end - p > PTMD_PREFETCH_AHEAD ? p + PTMD_PREFETCH_AHEAD : end, q = *ahead < p ? p : *ahead;
+    for (; q < lim; q += PTMD_CACHE_LINE) __builtin_prefetch((const void *)(uintptr_t)q);
+    *ahead = q;
+}
+
 /* helpers shared between the walk files */
 #define PTMD_TCACHE_STRUCT_MAX (PTMD_TCACHE_MAX_BINS_MAX * 10)   /* bound on sizeof (tcache_perthread_struct) */
 /* The `tcache` pointer of the thread whose struct pthread is at `pthread`, read fault-free from its
@@ -128,7 +149,7 @@ int ptmd_walk_sort_heaps(ptmd_walk *w);
     &(w)->arenas, &(w)->heaps, &(w)->chunks, &(w)->anomalies, &(w)->threads, &(w)->pages,           \
         &(w)->lists, &(w)->tcache_cands, &(w)->heap_order, &(w)->ring, &(w)->exclude, &(w)->refs,   \
         &(w)->int_refs, &(w)->cmap, &(w)->roots, &(w)->root_refs, &(w)->objects, &(w)->tcache_entries, \
-        &(w)->gone
+        &(w)->gone, &(w)->notes, &(w)->note_index, &(w)->note_links
 
 #define PTMD_W_ARENA(w, i) PTMD_BUF_AT(&(w)->arenas, ptmd_arena_rec, i)
 #define PTMD_W_HEAP(w, i) PTMD_BUF_AT(&(w)->heaps, ptmd_heap_rec, i)
