@@ -53,6 +53,7 @@ ptmd_list_slot *ptmd_lists_find(ptmd_walk *w, uint64_t addr);
 /* A chunk free by its bits, as the walk found it (w->notes, one arena at a time). */
 typedef struct {
     uint64_t addr, fd, bk, size;
+    uint64_t fd_nextsize, bk_nextsize;  /* a large chunk's (0 for a small one) */
     uint64_t rec;                   /* its chunk record */
 } ptmd_free_note;
 /* And what following the bins needs of it, small enough to stay in cache (w->note_links). */

@@ -81,37 +81,6 @@ static ptmd_list_slot *lists_insert(ptmd_walk *w, uint64_t addr, uint32_t state,
 }
 
 
-/* A large bin's second list, over its fd list (walked and found whole just before): the first chunk
- * of each size ("leader", sizes decreasing along fd) links to the next and previous leaders through
- * fd_nextsize and bk_nextsize, in a ring; every other chunk has fd_nextsize NULL (_int_free and the
- * remainder code clear it, and unlink_chunk takes a non-NULL one for a leader). glibc's own malloc
- * follows these when it searches the bin; malloc_info() and mallinfo2() do not. */
-static void check_nextsize(ptmd_walk *w, ptmd_arena_ctx *a, uint64_t head, int bin)
-{
-    uint64_t p, first = 0, last = 0, last_size = 0, steps = 0;
-    for (p = ptmd_chunk_fd(w, head); p != head && steps <= a->bound; p = ptmd_chunk_fd(w, p), steps++) {
-        uint64_t size, fdn;
-        if (!ptmd_in_arena(w, a, p, PTMD_MCHUNK_BK_NEXTSIZE + 8)) {
-            ptmd_walk_anomaly(w, PTMD_AN_BAD_POINTER, p, (uint64_t)bin, a->index);
-            return;
-        }
-        size = ptmd_chunksize(ptmd_mchunk_size(w, p));
-        fdn = ptmd_rd64(w, p + PTMD_MCHUNK_FD_NEXTSIZE);
-        if (last && size == last_size) {
-            if (fdn) ptmd_walk_anomaly(w, PTMD_AN_NEXTSIZE, p, fdn, a->index);
-            continue;
-        }
-        if (last && size > last_size) ptmd_walk_anomaly(w, PTMD_AN_NEXTSIZE, p, size, a->index);   /* out of order */
-        if (last && (ptmd_rd64(w, last + PTMD_MCHUNK_FD_NEXTSIZE) != p || ptmd_rd64(w, p + PTMD_MCHUNK_BK_NEXTSIZE) != last))
-            ptmd_walk_anomaly(w, PTMD_AN_NEXTSIZE, p, ptmd_rd64(w, p + PTMD_MCHUNK_BK_NEXTSIZE), a->index);
-        if (!first) first = p;
-        last = p;
-        last_size = size;
-    }
-    if (first && (ptmd_rd64(w, last + PTMD_MCHUNK_FD_NEXTSIZE) != first || ptmd_rd64(w, first + PTMD_MCHUNK_BK_NEXTSIZE) != last))
-        ptmd_walk_anomaly(w, PTMD_AN_NEXTSIZE, first, (uint64_t)bin, a->index);
-}
-
 static void list_broken(ptmd_walk *w, const ptmd_arena_ctx *a, uint32_t kind, uint64_t where, uint64_t what)
 {
     ptmd_walk_anomaly(w, kind, where, what, a->index);
@@ -181,6 +150,58 @@ static uint32_t note_at(const ptmd_walk *w, uint64_t addr)
     for (k = slot_hash(addr, w->note_mask); slot[k]; k = (k + 1) & w->note_mask)
         if (notes(w)[slot[k] - 1].addr == addr) return slot[k] - 1;
     return NOTE_NONE;
+}
+
+/* A large bin's second list, over its fd list (walked and found whole just before): the first chunk
+ * of each size ("leader", sizes decreasing along fd) links to the next and previous leaders through
+ * fd_nextsize and bk_nextsize, in a ring; every other chunk has fd_nextsize NULL (_int_free and the
+ * remainder code clear it, and unlink_chunk takes a non-NULL one for a leader). glibc's own malloc
+ * follows these when it searches the bin; malloc_info() and mallinfo2() do not. A noted chunk's
+ * fields come from its note (the walk took the nextsize pair of every large one), any other entry's
+ * from the heap. */
+static int large_entry(ptmd_walk *w, const ptmd_arena_ctx *a, uint64_t p, uint64_t f[4])
+{
+    uint32_t k = note_at(w, p);
+    if (k != NOTE_NONE && notes(w)[k].size >= PTMD_MIN_LARGE_SIZE) {
+        const ptmd_free_note *e = &notes(w)[k];
+        f[0] = e->size;
+        f[1] = e->fd;
+        f[2] = e->fd_nextsize;
+        f[3] = e->bk_nextsize;
+        return 1;
+    }
+    if (!ptmd_in_arena(w, a, p, PTMD_MCHUNK_BK_NEXTSIZE + 8)) return 0;
+    f[0] = ptmd_chunksize(ptmd_mchunk_size(w, p));
+    f[1] = ptmd_chunk_fd(w, p);
+    f[2] = ptmd_rd64(w, p + PTMD_MCHUNK_FD_NEXTSIZE);
+    f[3] = ptmd_rd64(w, p + PTMD_MCHUNK_BK_NEXTSIZE);
+    return 1;
+}
+
+static void check_nextsize(ptmd_walk *w, ptmd_arena_ctx *a, uint64_t head, int bin)
+{
+    uint64_t p, first = 0, first_bkn = 0, last = 0, last_size = 0, last_fdn = 0, steps = 0;
+    uint64_t f[4];                  /* size, fd, fd_nextsize, bk_nextsize */
+    for (p = ptmd_chunk_fd(w, head); p != head && steps <= a->bound; p = f[1], steps++) {
+        if (!large_entry(w, a, p, f)) {
+            ptmd_walk_anomaly(w, PTMD_AN_BAD_POINTER, p, (uint64_t)bin, a->index);
+            return;
+        }
+        if (last && f[0] == last_size) {
+            if (f[2]) ptmd_walk_anomaly(w, PTMD_AN_NEXTSIZE, p, f[2], a->index);
+            continue;
+        }
+        if (last && f[0] > last_size) ptmd_walk_anomaly(w, PTMD_AN_NEXTSIZE, p, f[0], a->index);   /* out of order */
+        if (last && (last_fdn != p || f[3] != last)) ptmd_walk_anomaly(w, PTMD_AN_NEXTSIZE, p, f[3], a->index);
+        if (!first) {
+            first = p;
+            first_bkn = f[3];
+        }
+        last = p;
+        last_size = f[0];
+        last_fdn = f[2];
+    }
+    if (first && (last_fdn != first || first_bkn != last)) ptmd_walk_anomaly(w, PTMD_AN_NEXTSIZE, first, (uint64_t)bin, a->index);
 }
 
 /* Each note's successor along fd as a note position, and whether that successor's bk leads back;

@@ -137,11 +137,14 @@ static inline int add_ref(ptmd_walk *w, uint64_t from, uint64_t word)
 
 static int scan_words(ptmd_walk *w, uint64_t ci, const uint64_t *p, uint64_t n)
 {
+    /* in locals: a store of a reference may alias w (-fno-strict-aliasing), which would reload them
+     * after every word */
+    const uint64_t lo = w->cmap_lo, span = w->cmap_span;
     uint64_t k;
     for (k = 0; k < n; k++) {
         uint64_t v;
         __builtin_memcpy(&v, p + k, 8);
-        if (v - w->cmap_lo < w->cmap_span || ((v & 1) && (v >> 1) - w->cmap_lo < w->cmap_span))
+        if (PTMD_UNLIKELY(v - lo < span || ((v & 1) && (v >> 1) - lo < span)))
             if (add_ref(w, ci, v) != 0) return -1;
     }
     return 0;

@@ -39,17 +39,20 @@ static inline int push_chunk(ptmd_walk *w, uint64_t addr, uint64_t size, int sta
     return 0;
 }
 
-/* Notes a chunk free by its bits, whose record is the next one pushed. */
-static inline int push_note(ptmd_walk *w, uint64_t addr, uint64_t size, uint64_t fd, uint64_t bk)
+/* Notes a chunk free by its bits, whose record is the next one pushed: its links (in the lines just
+ * read for its header), and a large one's nextsize pair. */
+static inline int push_note(ptmd_walk *w, int self, uint64_t addr, uint64_t size)
 {
     ptmd_free_note *e;
     if (PTMD_UNLIKELY(w->notes.len + sizeof(*e) > w->notes.cap) && ptmd_buf_reserve(&w->notes, 1u << 20) != 0)
         return -1;
     e = (ptmd_free_note *)(void *)(w->notes.base + w->notes.len);
     e->addr = addr;
-    e->fd = fd;
-    e->bk = bk;
     e->size = size;
+    e->fd = ptmd_rd64_as(w, self, addr + PTMD_MCHUNK_FD);
+    e->bk = ptmd_rd64_as(w, self, addr + PTMD_MCHUNK_BK);
+    e->fd_nextsize = size >= PTMD_MIN_LARGE_SIZE ? ptmd_rd64_as(w, self, addr + PTMD_MCHUNK_FD_NEXTSIZE) : 0;
+    e->bk_nextsize = size >= PTMD_MIN_LARGE_SIZE ? ptmd_rd64_as(w, self, addr + PTMD_MCHUNK_BK_NEXTSIZE) : 0;
     e->rec = PTMD_BUF_COUNT(&w->chunks, ptmd_chunk_rec);
     w->notes.len += sizeof(*e);
     return 0;
@@ -114,8 +117,7 @@ static int walk_heap_chunks(ptmd_walk *w, ptmd_arena_ctx *a, uint32_t heap_index
             flags |= PTMD_CF_FREE_BIT;
             state = size < PTMD_MIN_LARGE_SIZE ? PTMD_ST_SMALLBIN : PTMD_ST_LARGEBIN;
             if (p == last_rem) flags |= PTMD_CF_LAST_REMAINDER;
-            if (push_note(w, p, size, ptmd_rd64_as(w, self, p + PTMD_MCHUNK_FD), ptmd_rd64_as(w, self, p + PTMD_MCHUNK_BK)) != 0)
-                goto oom;
+            if (push_note(w, self, p, size) != 0) goto oom;
         } else {
             state = PTMD_ST_IN_USE;
             if (a->fast_entries && size <= PTMD_MAX_FAST_CHUNK) {
