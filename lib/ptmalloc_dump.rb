@@ -53,10 +53,12 @@ module PtmallocDump
     #   data, threads' stacks and TLS, the dumping thread's registers) with the chunks they point at,
     #   so that native chunks are told anchored from leaked (see {Dump#owner_kind_of}). false skips
     #   both: a shorter pause, Ruby owners by slot pointers only, no anchored or leaked
-    # @param oracles [Boolean] call glibc's own malloc_info() and mallinfo2() right after the walk
-    #   and keep their output for {Dump#verify} (default). They follow every free list again, so on a
-    #   heap of many free chunks they cost about as much as the walk itself: false leaves them out,
-    #   for a shorter pause, and {Dump#verify} then has nothing of glibc's to compare with
+    # @param oracles [Boolean, :auto] call glibc's own malloc_info() and mallinfo2() right after the
+    #   walk and keep their output for {Dump#verify}. Each follows every chunk on the arenas' free
+    #   lists again, one wait on memory a step: :auto (default) calls them when those lists hold at
+    #   most {ORACLES_AUTO_MAX_ENTRIES} chunks (about 30 ms of both calls at most) and in a fork
+    #   snapshot's child (no pause of this process), and leaves them out otherwise, which the dump's
+    #   header (:oracles_skipped) and {Dump#verify} say; true calls them always, false never
     # @param fork [Boolean] snapshot mode: Ruby's heap is recorded here, then the process forks and
     #   the child (a consistent copy of the heap: glibc holds every arena lock across fork) walks,
     #   writes and exits; this process pauses only for the Ruby pass and the fork
@@ -77,8 +79,9 @@ module PtmallocDump
     # @raise [HeapDamagedError] with `fork: true`, when the arena ring does not lead back to
     #   main_arena (glibc's fork would never return); an in-process dump records that damage
     # @raise [SystemCallError] when the file cannot be written (the target is left untouched)
-    def dump(path, debug_dir: nil, symbols: :auto, ruby: true, references: true, oracles: true, fork: false,
+    def dump(path, debug_dir: nil, symbols: :auto, ruby: true, references: true, oracles: :auto, fork: false,
              wait: false, trim_check: false, gc: false)
+      oracles = oracles_mode(oracles)
       path = path.to_s
       # an absolute path is used as given: no new string is allocated before glibc's counters are taken
       path = File.expand_path(path) unless path.start_with?("/")
@@ -200,6 +203,7 @@ module PtmallocDump
     private
 
     SYMBOLS_MODES = { auto: 0, file: 1, heuristic: 2 }.freeze
+    ORACLES_MODES = { false => 0, auto: 1, true => 2 }.freeze
 
     def chunk_tuple(dump, index)
       dump.chunk_by_index(index)&.then { |c| [c.address, c.size, c.state] }
@@ -219,6 +223,10 @@ module PtmallocDump
       SYMBOLS_MODES.fetch(symbols) { raise ArgumentError, "symbols: must be one of #{SYMBOLS_MODES.keys.join(', ')}" }
     end
 
+    def oracles_mode(oracles)
+      ORACLES_MODES.fetch(oracles) { raise ArgumentError, "oracles: must be true, false or :auto, not #{oracles.inspect}" }
+    end
+
     def snapshot(path, debug_dir, mode, ruby, references, oracles, wait, gc)
       pid, errors = fork_dumps([[path, mode]], debug_dir, ruby, references, oracles: oracles, report: !wait, gc: gc)
       unless wait
@@ -229,7 +237,7 @@ module PtmallocDump
       load(path).summary.merge(path: path, pid: pid)
     end
 
-    def fork_dumps(targets, debug_dir, ruby, references, oracles: true, report: false, gc: false)
+    def fork_dumps(targets, debug_dir, ruby, references, oracles: ORACLES_MODES[:auto], report: false, gc: false)
       pid, fd = _dump_fork(targets, debug_dir&.to_s, dump_strings(ruby), ruby && ruby_layer.available?, references,
                            oracles, report, gc)
       [pid, IO.new(fd, autoclose: true)]

@@ -33,7 +33,58 @@ RSpec.describe PtmallocDump do
     report = File.read(PtmallocDump::Report.new(dump, tmpdir).write)
     expect(report).to include("Dumped with oracles: false: glibc&#39;s counters were not called")
     described_class.dump(path)
-    expect(described_class.load(path).header).to include(oracles_captured: true, oracles_off: false)
+    expect(described_class.load(path).header).to include(oracles_captured: true, oracles_off: false, oracles_skipped: false)
+  end
+
+  it "leaves glibc's counters out by default when the free lists hold more chunks than oracles: :auto follows, and says so" do
+    out, err, status = run_ruby(<<~RUBY)
+      require "fiddle"
+      require "json"
+      # every other block freed: its neighbours in use, so each stays a chunk of its own on a bin
+      blocks = Array.new(2 * (PtmallocDump::ORACLES_AUTO_MAX_ENTRIES + 20_000)) { Fiddle.malloc(200) }
+      blocks.each_with_index { |b, i| Fiddle.free(b) if i.even? }
+      dir = #{tmpdir.dump}
+      PtmallocDump.dump(File.join(dir, "auto.dump"))
+      PtmallocDump.dump(File.join(dir, "always.dump"), oracles: true)
+      PtmallocDump.dump(File.join(dir, "fork.dump"), fork: true, wait: true)
+      auto, always, forked = %w[auto always fork].map { |n| PtmallocDump.load(File.join(dir, n + ".dump")) }
+      mi = always.header[:mallinfo2]
+      puts JSON.dump(auto: auto.header.slice(:oracles_captured, :oracles_skipped, :oracles_off, :malloc_info),
+                     auto_entries: PtmallocDump::Verification.list_entries(auto), auto_notes: auto.verify.notes,
+                     auto_compared: auto.verify.compared, report: File.read(PtmallocDump::Report.new(auto, dir).write),
+                     always: always.header.slice(:oracles_captured, :oracles_skipped), always_ok: always.verify.ok?,
+                     always_compared: always.verify.compared,
+                     glibc_entries: mi[:ordblks] - always.arenas.size + mi[:smblks],
+                     always_entries: PtmallocDump::Verification.list_entries(always),
+                     forked: forked.header.slice(:oracles_captured, :oracles_skipped), forked_compared: forked.verify.compared)
+    RUBY
+    expect(status).to be_success, err
+    r = JSON.parse(out.lines.last, symbolize_names: true)
+    limit = PtmallocDump::ORACLES_AUTO_MAX_ENTRIES
+    # glibc's own count of its list entries (ordblks less one top per arena, plus smblks) says the
+    # lists were long: the walk's count matches it, and the default dump left the counters out
+    expect(r[:glibc_entries]).to be > limit + 10_000
+    expect(r[:always_entries]).to eq(r[:glibc_entries])
+    expect(r[:auto_entries]).to be_within(1000).of(r[:glibc_entries])
+    expect(r[:auto]).to eq(oracles_captured: false, oracles_skipped: true, oracles_off: false, malloc_info: "")
+    expect(r[:auto_compared]).to eq([])
+    expect(r[:auto_notes]).to eq(["glibc's mallinfo2 and malloc_info were not called: the free lists held #{r[:auto_entries]} chunks, " \
+                                  "more than the #{limit} oracles: :auto has glibc follow again (oracles: true calls them " \
+                                  "always): nothing to compare the walk with"])
+    expect(r[:report]).to include("glibc&#39;s counters were not called: the free lists held #{r[:auto_entries]} chunks")
+    # oracles: true calls them on the same heap, and the walk reproduces them
+    expect(r[:always]).to eq(oracles_captured: true, oracles_skipped: false)
+    expect(r[:always_ok]).to be(true)
+    expect(r[:always_compared]).to eq(%w[mallinfo2 malloc_info])
+    # a fork snapshot's child calls them: its time is no pause of the process
+    expect(r[:forked]).to eq(oracles_captured: true, oracles_skipped: false)
+    expect(r[:forked_compared]).to eq(%w[mallinfo2 malloc_info])
+  end
+
+  it "refuses an oracles: value other than true, false or :auto" do
+    expect { described_class.dump(File.join(tmpdir, "x.dump"), oracles: :always) }
+      .to raise_error(ArgumentError, "oracles: must be true, false or :auto, not :always")
+    expect(File.exist?(File.join(tmpdir, "x.dump"))).to be(false)
   end
 
   # its examples check the dump against glibc's counters: taken with no native thread of a finished

@@ -72,6 +72,7 @@ module PtmallocDump
           oracles_captured: !flag?(m, :no_oracles),
           oracles_outgrown: flag?(m, :oracles_outgrown),
           oracles_off: flag?(m, :oracles_off),
+          oracles_skipped: flag?(m, :oracles_skipped),
           mallinfo_32bit: flag?(m, :mallinfo32),
           mremap_overcounts: flag?(m, :mremap_overcount),
           mallinfo2: _mallinfo2,

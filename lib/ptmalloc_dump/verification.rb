@@ -53,6 +53,10 @@ module PtmallocDump
         @notes << "glibc's mallinfo2 and malloc_info cannot be called in another process: nothing to compare the walk with"
       elsif dump.header[:oracles_off]
         @notes << "glibc's mallinfo2 and malloc_info were not called (oracles: false): nothing to compare the walk with"
+      elsif dump.header[:oracles_skipped]
+        @notes << "glibc's mallinfo2 and malloc_info were not called: the free lists held #{self.class.list_entries(dump)} " \
+                  "chunks, more than the #{ORACLES_AUTO_MAX_ENTRIES} oracles: :auto has glibc follow again " \
+                  "(oracles: true calls them always): nothing to compare the walk with"
       elsif dump.header[:oracles_outgrown]
         @differences << Difference.new("glibc", :counters, "not kept: malloc_info()'s output outgrew the room " \
                                                            "reserved for it (the next dump reserves more)", nil)
@@ -94,6 +98,12 @@ module PtmallocDump
       return (["verified: the walk reproduces #{@compared.join(' and ')} exactly"] + notes).join("\n") if ok? && @compared.any?
 
       (differences.map(&:to_s) + anomalies.map { |a| "anomaly: #{a}" } + notes).join("\n")
+    end
+
+    # @param dump [Dump]
+    # @return [Integer] the chunks on the arenas' fastbins and bins, which glibc's counters follow
+    def self.list_entries(dump)
+      dump.summary[:states].values_at(:fastbin, :unsorted, :smallbin, :largebin).sum { |s| s[:count] }
     end
 
     # @return [String] the glibc counter the dump captured: "mallinfo2", or "mallinfo" before glibc 2.33

@@ -98,7 +98,7 @@ static VALUE rb_ptmd_warm_up(VALUE self, VALUE flag)
 
 /* _dump(path, debug_dir, strings, ruby, references, oracles, symbols, trim_check, gc) -> summary Hash.
  * strings: flat Array of key, value Strings; ruby: record Ruby's heap; references: scan chunks for
- * pointers to chunks; oracles: call malloc_info() and mallinfo2() after the walk; symbols: a
+ * pointers to chunks; oracles: PTMD_ORACLES_* (0 never, 1 auto, 2 always) for malloc_info() and mallinfo2() after the walk; symbols: a
  * PTMD_SYMBOLS_* mode; trim_check: measure what malloc_trim(0) releases; gc: run a full GC first. */
 static VALUE rb_ptmd_dump(VALUE self, VALUE path, VALUE debug_dir, VALUE strings, VALUE ruby, VALUE references,
                           VALUE oracles, VALUE symbols, VALUE trim, VALUE gc)
@@ -116,7 +116,7 @@ static VALUE rb_ptmd_dump(VALUE self, VALUE path, VALUE debug_dir, VALUE strings
     c->opts.debug_dir = cdir;
     c->opts.strings = c->strings;
     c->opts.references = RTEST(references);
-    c->opts.skip_oracles = !RTEST(oracles);
+    c->opts.oracles = NUM2INT(oracles);
     c->opts.symbols = NUM2INT(symbols);
     c->opts.trim_check = RTEST(trim);
     c->ruby = RTEST(ruby);
@@ -259,7 +259,7 @@ static VALUE rb_ptmd_dump_fork(VALUE self, VALUE targets, VALUE debug_dir, VALUE
         f.opts[i].symbols = modes[i];
         f.opts[i].strings = c->strings;
         f.opts[i].references = RTEST(references);
-        f.opts[i].skip_oracles = !RTEST(oracles);
+        f.opts[i].oracles = NUM2INT(oracles);
         f.opts[i].report_stderr = RTEST(report);
     }
     rb_protect(fork_body, (VALUE)&f, &state);
@@ -379,6 +379,8 @@ RUBY_FUNC_EXPORTED void Init_ptmalloc_dump(void)
     ptmd_ruby_heap_init();
     ptmd_dump_setup();
     rb_define_singleton_method(ptmd_mPtmallocDump, "_dump", rb_ptmd_dump, 9);
+    /* oracles: :auto calls glibc's counters when the bins and fastbins hold at most this many chunks */
+    rb_define_const(ptmd_mPtmallocDump, "ORACLES_AUTO_MAX_ENTRIES", INT2NUM(PTMD_ORACLES_AUTO_MAX_ENTRIES));
     rb_define_singleton_method(ptmd_mPtmallocDump, "_dump_fork", rb_ptmd_dump_fork, 8);
     rb_define_singleton_method(ptmd_mPtmallocDump, "_raise_child_error", rb_ptmd_raise_child_error, 1);
     rb_define_singleton_method(ptmd_mPtmallocDump, "_warm_up", rb_ptmd_warm_up, 1);

@@ -112,6 +112,7 @@ int ptmd_collect_fastbins(ptmd_walk *w, ptmd_arena_ctx *a, ptmd_err *err)
             p = L->safe_linking ? ptmd_reveal_ptr(p + PTMD_MCHUNK_FD, fd) : fd;
         }
     }
+    w->list_entries += a->fast_entries;
     return 0;
 }
 
@@ -304,6 +305,7 @@ static int follow_bin(ptmd_walk *w, ptmd_arena_ctx *a, int i, ptmd_err *err)
     }
     /* every bk was the entry before along fd: with the head's own bk the last one, the bk list
      * (mallinfo2's way) is the same chunks in reverse */
+    w->list_entries += steps;
     if (prev_note != NOTE_NONE) prev = e[prev_note].addr;
     if (ptmd_chunk_bk(w, head) != prev) list_broken(w, a, PTMD_AN_LIST_LINK, head, prev);
     if (state == PTMD_ST_LARGEBIN) check_nextsize(w, a, head, i);

@@ -381,7 +381,7 @@ int ptmd_dump_run(ptmd_dump_state *d, const ptmd_dump_opts *o, ptmd_err *err)
     const ptmd_libc *lc;
     struct timespec now;
     uint64_t t0, t1, t2;
-    int rc = -1, expected = 0, oracles = 1, outgrown = 0;
+    int rc = -1, expected = 0, oracles = 1, outgrown = 0, skipped = 0;
 
     if (!__atomic_compare_exchange_n(&dump_busy, &expected, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
         return ptmd_fail(err, PTMD_E_BUSY, "a dump is already running in this process");
@@ -446,7 +446,10 @@ int ptmd_dump_run(ptmd_dump_state *d, const ptmd_dump_opts *o, ptmd_err *err)
     t1 = ptmd_now_ns();
     /* glibc's own counters right after, over the heap just walked, unless the walk found a list
      * broken that glibc would follow blindly (and crash the process on) */
-    oracles = !d->w.lists_unsafe && !o->skip_oracles;
+    oracles = !d->w.lists_unsafe && o->oracles != PTMD_ORACLES_OFF;
+    skipped = oracles && o->oracles == PTMD_ORACLES_AUTO && !o->fork_child &&
+              d->w.list_entries > PTMD_ORACLES_AUTO_MAX_ENTRIES;
+    oracles = oracles && !skipped;
     outgrown = oracles && capture_oracles(d) != 0;
     t2 = ptmd_now_ns();
     if (ptmd_walk_residency(&d->w, err) != 0) goto out;
@@ -455,7 +458,8 @@ int ptmd_dump_run(ptmd_dump_state *d, const ptmd_dump_opts *o, ptmd_err *err)
     if (o->fork_child) d->meta.flags |= PTMD_MF_FORK_CHILD;
     if (!oracles || outgrown)
         d->meta.flags |= PTMD_MF_NO_ORACLES | (outgrown ? PTMD_MF_ORACLES_OUTGROWN : 0) |
-                         (o->skip_oracles ? PTMD_MF_ORACLES_OFF : 0);
+                         (o->oracles == PTMD_ORACLES_OFF ? PTMD_MF_ORACLES_OFF : 0) |
+                         (skipped ? PTMD_MF_ORACLES_SKIPPED : 0);
     else if (!d->mallinfo_exact) d->meta.flags |= PTMD_MF_MALLINFO32;
     d->meta.walk_ns = t1 - t0;
     d->meta.residency_ns = ptmd_now_ns() - t2;

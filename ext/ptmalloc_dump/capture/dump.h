@@ -25,13 +25,21 @@ typedef struct {
     uint64_t page_size;             /* ptmd_ruby_heap_page_size (): pages recognised by their structure */
 } ptmd_ruby_data;
 
+/* glibc's malloc_info() and mallinfo2() after the walk: never, always, or (auto) when the arenas'
+ * bins and fastbins hold at most PTMD_ORACLES_AUTO_MAX_ENTRIES chunks, and always in a fork
+ * snapshot's child, whose time is no pause of the process dumped. Each call follows every one of those
+ * chunks again, one wait on memory a step (about 0.15 us each on this machine): the limit keeps the two
+ * calls near 30 ms. */
+enum { PTMD_ORACLES_OFF = 0, PTMD_ORACLES_AUTO = 1, PTMD_ORACLES_ON = 2 };
+#define PTMD_ORACLES_AUTO_MAX_ENTRIES 100000
+
 typedef struct {
     const char *path;
     const char *debug_dir;          /* NULL: PTMALLOC_DUMP_DEBUG_DIR or /usr/lib/debug */
     int symbols;                    /* PTMD_SYMBOLS_* */
     const char *const *strings;     /* extra key, value, key, value, ..., NULL for the strings section */
     int references;                 /* scan in-use chunks for pointers to other chunks */
-    int skip_oracles;               /* do not call malloc_info() and mallinfo2() after the walk */
+    int oracles;                    /* PTMD_ORACLES_*: whether malloc_info() and mallinfo2() follow the walk */
     int fork_child;                 /* this is the child of a fork snapshot */
     int report_stderr;              /* fork: nobody waits for the child, which says on stderr why it failed */
     int trim_check;                 /* after the walk: malloc_trim(0), and measure what it released */

@@ -63,6 +63,7 @@ typedef struct {
      * (fd or bk, aborting on a misaligned fastbin chunk) was found broken or too long by the walk:
      * they must not be called */
     int lists_unsafe;
+    uint64_t list_entries;          /* fastbin and bin entries followed, over every arena */
     uint32_t thread_count;
     int threads_complete;
 

@@ -136,11 +136,12 @@ extern const char *const ptmd_symbol_source_names[PTMD_SYMSRC_COUNT];
     X(PTMD_MF_MP, 1u << 3, "mp")                             /* mp_ was read */                    \
     X(PTMD_MF_FORK_CHILD, 1u << 4, "fork_child")             /* written by a forked snapshot child */ \
     X(PTMD_MF_THREADS_COMPLETE, 1u << 5, "threads_complete") /* every thread in /proc/self/task was found */ \
-    X(PTMD_MF_NO_ORACLES, 1u << 6, "no_oracles")   /* malloc_info/mallinfo2 not captured: a list is corrupt, or bit 9 or 10 */ \
+    X(PTMD_MF_NO_ORACLES, 1u << 6, "no_oracles")   /* malloc_info/mallinfo2 not captured: a list is corrupt, or bit 9, 10 or 11 */ \
     X(PTMD_MF_MALLINFO32, 1u << 7, "mallinfo32")   /* glibc < 2.33: MALLINFO2 holds mallinfo()'s low 32 bits */ \
     X(PTMD_MF_MREMAP_OVERCOUNT, 1u << 8, "mremap_overcount") /* 2.43: mmapped_mem 16 bytes too many per mremap_chunk */ \
     X(PTMD_MF_ORACLES_OUTGROWN, 1u << 9, "oracles_outgrown") /* malloc_info's output outgrew its stream: not kept */ \
-    X(PTMD_MF_ORACLES_OFF, 1u << 10, "oracles_off")       /* dumped with oracles: false */
+    X(PTMD_MF_ORACLES_OFF, 1u << 10, "oracles_off")       /* dumped with oracles: false */ \
+    X(PTMD_MF_ORACLES_SKIPPED, 1u << 11, "oracles_skipped") /* oracles: :auto, and the lists held more than it follows */
 enum { PTMD_META_FLAGS(PTMD_ENUM_CONSTANT) };
 
 typedef struct {

@@ -178,6 +178,10 @@ module PtmallocDump
         notes << "Taken from outside the process (#{hd[:source]}): glibc's own counters cannot be taken there, so nothing here is checked against them."
       elsif hd[:oracles_off]
         notes << "Dumped with oracles: false: glibc's counters were not called, so nothing here is checked against them."
+      elsif hd[:oracles_skipped]
+        notes << "glibc's counters were not called: the free lists held #{Verification.list_entries(@dump)} chunks, which they " \
+                 "would each follow again (oracles: :auto stops at #{ORACLES_AUTO_MAX_ENTRIES}; oracles: true calls them " \
+                 "always), so nothing here is checked against them."
       elsif hd[:oracles_outgrown]
         notes << "glibc's malloc_info() output outgrew the room reserved for it: nothing here is checked against glibc's counters."
       elsif !hd[:oracles_captured]
