@@ -50,12 +50,16 @@ typedef struct {
 int ptmd_collect_fastbins(ptmd_walk *w, ptmd_arena_ctx *a, ptmd_err *err);
 ptmd_list_slot *ptmd_lists_find(ptmd_walk *w, uint64_t addr);
 
-/* A chunk free by its bits, as the walk found it (w->notes, one arena at a time). */
+/* A chunk free by its bits, as the walk found it (w->notes, one arena at a time); its size is its
+ * record's. */
 typedef struct {
-    uint64_t addr, fd, bk, size;
-    uint64_t fd_nextsize, bk_nextsize;  /* a large chunk's (0 for a small one) */
-    uint64_t rec;                   /* its chunk record */
+    uint64_t addr, fd, bk;
+    uint32_t rec;                   /* its chunk record */
+    uint32_t large;                 /* a large chunk's nextsize pair: w->large_notes[large - 1]; else 0 */
 } ptmd_free_note;
+typedef struct {
+    uint64_t fd_nextsize, bk_nextsize;
+} ptmd_large_note;
 /* And what following the bins needs of it, small enough to stay in cache (w->note_links). */
 typedef struct {
     uint32_t next;                  /* the note fd points at, or UINT32_MAX */

@@ -94,6 +94,7 @@ int ptmd_collect_fastbins(ptmd_walk *w, ptmd_arena_ctx *a, ptmd_err *err)
     uint64_t steps;
     if (lists_reset(w, 1024) != 0) return ptmd_fail_sys(err, errno, "list table", "mmap");
     w->notes.len = 0;
+    w->large_notes.len = 0;
     a->fast_entries = 0;
     for (i = 0; i < L->nfastbins; i++) {
         uint64_t p = ptmd_arena_field(w, a->av, L->ms_fastbins + (size_t)i * 8);
@@ -121,6 +122,7 @@ int ptmd_collect_fastbins(ptmd_walk *w, ptmd_arena_ctx *a, ptmd_err *err)
 #define NOTE_NONE UINT32_MAX
 
 static ptmd_free_note *notes(const ptmd_walk *w) { return (ptmd_free_note *)(void *)w->notes.base; }
+static uint64_t note_size(const ptmd_walk *w, const ptmd_free_note *e) { return ptmd_rec_size(PTMD_W_CHUNK(w, e->rec)); }
 static ptmd_note_link *links(const ptmd_walk *w) { return (ptmd_note_link *)(void *)w->note_links.base; }
 
 /* An index over the arena's notes: uint32 slots holding a note's position + 1, 0 when empty. */
@@ -163,12 +165,13 @@ static uint32_t note_at(const ptmd_walk *w, uint64_t addr)
 static int large_entry(ptmd_walk *w, const ptmd_arena_ctx *a, uint64_t p, uint64_t f[4])
 {
     uint32_t k = note_at(w, p);
-    if (k != NOTE_NONE && notes(w)[k].size >= PTMD_MIN_LARGE_SIZE) {
+    if (k != NOTE_NONE && notes(w)[k].large) {
         const ptmd_free_note *e = &notes(w)[k];
-        f[0] = e->size;
+        const ptmd_large_note *l = PTMD_BUF_AT(&w->large_notes, ptmd_large_note, e->large - 1);
+        f[0] = note_size(w, e);
         f[1] = e->fd;
-        f[2] = e->fd_nextsize;
-        f[3] = e->bk_nextsize;
+        f[2] = l->fd_nextsize;
+        f[3] = l->bk_nextsize;
         return 1;
     }
     if (!ptmd_in_arena(w, a, p, PTMD_MCHUNK_BK_NEXTSIZE + 8)) return 0;
@@ -224,7 +227,7 @@ static int link_notes(ptmd_walk *w, const ptmd_arena_ctx *a)
     for (i = 0; i < n; i++) {
         if (i + ahead < n) __builtin_prefetch(&slot[slot_hash(e[i + ahead].fd, w->note_mask)]);
         l[i].next = note_at(w, e[i].fd);
-        l[i].want = (uint8_t)ptmd_bin_index(e[i].size);
+        l[i].want = (uint8_t)ptmd_bin_index(note_size(w, &e[i]));
         l[i].in_fast = a->fast_entries && ptmd_lists_find(w, e[i].addr);
     }
     for (i = 0; i < n; i++)
@@ -278,7 +281,7 @@ static int follow_bin(ptmd_walk *w, ptmd_arena_ctx *a, int i, ptmd_err *err)
             l[cur].bin = (uint8_t)i;
             if (prev_note != NOTE_NONE ? !l[prev_note].link_ok : e[cur].bk != prev)
                 list_broken(w, a, PTMD_AN_LIST_LINK, e[cur].addr, prev_note != NOTE_NONE ? e[prev_note].addr : prev);
-            if (i >= 2 && l[cur].want != i) ptmd_walk_anomaly(w, PTMD_AN_WRONG_BIN, e[cur].addr, e[cur].size, a->index);
+            if (i >= 2 && l[cur].want != i) ptmd_walk_anomaly(w, PTMD_AN_WRONG_BIN, e[cur].addr, note_size(w, &e[cur]), a->index);
             if (l[cur].next != NOTE_NONE) {
                 prev_note = cur;
                 cur = l[cur].next;
@@ -324,14 +327,15 @@ int ptmd_settle_lists(ptmd_walk *w, ptmd_arena_ctx *a, ptmd_err *err)
         const ptmd_free_note *e = &notes(w)[i];
         ptmd_chunk_rec *r = PTMD_W_CHUNK(w, e->rec);
         ptmd_list_slot *s;
+        uint64_t size = ptmd_rec_size(r);
         if (links(w)[i].bin) {
             ptmd_rec_set_state(r, (int)bin_state(links(w)[i].bin));
             continue;
         }
         s = a->fast_entries ? ptmd_lists_find(w, e->addr) : NULL;   /* only a fastbin entry can have its address */
-        ptmd_walk_anomaly(w, s ? PTMD_AN_FASTBIN_FREE : PTMD_AN_FREE_NOT_IN_BIN, e->addr, e->size, a->index);
+        ptmd_walk_anomaly(w, s ? PTMD_AN_FASTBIN_FREE : PTMD_AN_FREE_NOT_IN_BIN, e->addr, size, a->index);
         if (s) s->seen = 1;
-        ptmd_rec_set_state(r, s ? (int)s->state : e->size < PTMD_MIN_LARGE_SIZE ? PTMD_ST_SMALLBIN : PTMD_ST_LARGEBIN);
+        ptmd_rec_set_state(r, s ? (int)s->state : size < PTMD_MIN_LARGE_SIZE ? PTMD_ST_SMALLBIN : PTMD_ST_LARGEBIN);
         r->word |= PTMD_CF_ANOMALY;
     }
     /* list entries that no chunk of the walk took: a bin entry in use, or no chunk at all */

@@ -44,17 +44,26 @@ static inline int push_chunk(ptmd_walk *w, uint64_t addr, uint64_t size, int sta
 static inline int push_note(ptmd_walk *w, int self, uint64_t addr, uint64_t size)
 {
     ptmd_free_note *e;
+    if (PTMD_UNLIKELY(PTMD_BUF_COUNT(&w->chunks, ptmd_chunk_rec) >= UINT32_MAX)) {
+        errno = EOVERFLOW;          /* a note names its record in 32 bits, as a reference does */
+        return -1;
+    }
     if (PTMD_UNLIKELY(w->notes.len + sizeof(*e) > w->notes.cap) && ptmd_buf_reserve(&w->notes, 1u << 20) != 0)
         return -1;
     e = (ptmd_free_note *)(void *)(w->notes.base + w->notes.len);
     e->addr = addr;
-    e->size = size;
     e->fd = ptmd_rd64_as(w, self, addr + PTMD_MCHUNK_FD);
     e->bk = ptmd_rd64_as(w, self, addr + PTMD_MCHUNK_BK);
-    e->fd_nextsize = size >= PTMD_MIN_LARGE_SIZE ? ptmd_rd64_as(w, self, addr + PTMD_MCHUNK_FD_NEXTSIZE) : 0;
-    e->bk_nextsize = size >= PTMD_MIN_LARGE_SIZE ? ptmd_rd64_as(w, self, addr + PTMD_MCHUNK_BK_NEXTSIZE) : 0;
-    e->rec = PTMD_BUF_COUNT(&w->chunks, ptmd_chunk_rec);
+    e->rec = (uint32_t)PTMD_BUF_COUNT(&w->chunks, ptmd_chunk_rec);
+    e->large = 0;
     w->notes.len += sizeof(*e);
+    if (size >= PTMD_MIN_LARGE_SIZE) {
+        ptmd_large_note *l = ptmd_buf_push(&w->large_notes, sizeof(*l));
+        if (!l) return -1;
+        l->fd_nextsize = ptmd_rd64_as(w, self, addr + PTMD_MCHUNK_FD_NEXTSIZE);
+        l->bk_nextsize = ptmd_rd64_as(w, self, addr + PTMD_MCHUNK_BK_NEXTSIZE);
+        e->large = (uint32_t)PTMD_BUF_COUNT(&w->large_notes, ptmd_large_note);
+    }
     return 0;
 }
 
@@ -329,7 +338,7 @@ int ptmd_walk_prepare(ptmd_walk *w, const ptmd_libc *lc, ptmd_err *err)
         ptmd_buf_reserve(&w->threads, 1u << 16) != 0 || ptmd_buf_reserve(&w->tcache_cands, 1u << 16) != 0 ||
         ptmd_buf_reserve(&w->lists, 1u << 16) != 0 || ptmd_buf_reserve(&w->gone, 1u << 12) != 0 ||
         ptmd_buf_reserve(&w->notes, 1u << 20) != 0 || ptmd_buf_reserve(&w->note_index, 1u << 16) != 0 ||
-        ptmd_buf_reserve(&w->note_links, 1u << 16) != 0)
+        ptmd_buf_reserve(&w->note_links, 1u << 16) != 0 || ptmd_buf_reserve(&w->large_notes, 1u << 16) != 0)
         return ptmd_fail_sys(err, errno, "walk buffers", "mmap");
     return 0;
 }

@@ -36,6 +36,7 @@ typedef struct {
     ptmd_buf notes;                 /* ptmd_free_note: the arena's chunks free by their bits (bins.c) */
     ptmd_buf note_index;            /* uint32 open-addressing index over them */
     ptmd_buf note_links;            /* ptmd_note_link, one per note */
+    ptmd_buf large_notes;           /* ptmd_large_note, one per note of a large chunk */
     size_t note_mask;
     ptmd_buf tcache_cands;          /* uint64 chunk addresses of possible tcache structs */
     ptmd_buf heap_order;            /* uint32 heap indices sorted by start */
@@ -150,7 +151,7 @@ int ptmd_walk_sort_heaps(ptmd_walk *w);
     &(w)->arenas, &(w)->heaps, &(w)->chunks, &(w)->anomalies, &(w)->threads, &(w)->pages,           \
         &(w)->lists, &(w)->tcache_cands, &(w)->heap_order, &(w)->ring, &(w)->exclude, &(w)->refs,   \
         &(w)->int_refs, &(w)->cmap, &(w)->roots, &(w)->root_refs, &(w)->objects, &(w)->tcache_entries, \
-        &(w)->gone, &(w)->notes, &(w)->note_index, &(w)->note_links
+        &(w)->gone, &(w)->notes, &(w)->note_index, &(w)->note_links, &(w)->large_notes
 
 #define PTMD_W_ARENA(w, i) PTMD_BUF_AT(&(w)->arenas, ptmd_arena_rec, i)
 #define PTMD_W_HEAP(w, i) PTMD_BUF_AT(&(w)->heaps, ptmd_heap_rec, i)
