@@ -3,7 +3,8 @@
 require "json"
 require "spec_helper"
 
-# The walk against glibc's own oracles: mallinfo2(), malloc_info() and the pointers malloc returned.
+# The walk against glibc's own oracles: mallinfo2(), malloc_info() (asked for with oracles: true, whatever the
+# length of the spec process's free lists) and the pointers malloc returned.
 RSpec.describe "PtmallocDump.dump on randomised heaps", :quiescent do
   BIN_STATES = %i[tcache fastbin unsorted smallbin largebin].freeze
 
@@ -54,9 +55,9 @@ RSpec.describe "PtmallocDump.dump on randomised heaps", :quiescent do
       GC.disable # a GC run mallocs and frees on its own, and could reuse the chunks just freed
       begin
         before_path = File.join(tmpdir, "before.dump")
-        PtmallocDump.dump(path, ruby: false) # Ruby fills its method caches on a first call: not between frees and dump
-        scenario.build { PtmallocDump.dump(before_path, ruby: false) }
-        PtmallocDump.dump(path, ruby: false)
+        PtmallocDump.dump(path, ruby: false, oracles: true) # Ruby fills its method caches on a first call: not between frees and dump
+        scenario.build { PtmallocDump.dump(before_path, ruby: false, oracles: true) }
+        PtmallocDump.dump(path, ruby: false, oracles: true)
         dump = PtmallocDump.load(path)
         expect_valid_dump(dump)
         expect(dump.arenas.size).to be >= (threads.positive? ? 2 : 1)
@@ -75,9 +76,9 @@ RSpec.describe "PtmallocDump.dump on randomised heaps", :quiescent do
       NativeThreads.prepare_free(0, NativeThreads.malloc(0, [8])).call # the thread's tcache exists now
       blocks = NativeThreads.malloc(-1, [40] * 5)
       free_blocks = NativeThreads.prepare_free(0, blocks)
-      PtmallocDump.dump(path, ruby: false) # warm Ruby's method caches for this call
+      PtmallocDump.dump(path, ruby: false, oracles: true) # warm Ruby's method caches for this call
       free_blocks.call
-      PtmallocDump.dump(path, ruby: false)
+      PtmallocDump.dump(path, ruby: false, oracles: true)
       dump = PtmallocDump.load(path)
       blocks.each { |b| expect(dump.chunk_at(b - 16).state).to eq(:tcache) }
       info = dump.threads.find { |t| t.tid == tid }
@@ -105,7 +106,7 @@ RSpec.describe "PtmallocDump.dump on randomised heaps", :quiescent do
       # an arena an earlier thread used may hand out a recycled chunk a size class up
       sizes = dump_and_load("before.dump", ruby: false).then { |d| blocks.map { |b| d.chunk_at(b - 16).size } }
       NativeThreads.prepare_free(0, blocks).call
-      PtmallocDump.dump(path, ruby: false)
+      PtmallocDump.dump(path, ruby: false, oracles: true)
       dump = PtmallocDump.load(path)
       states = blocks.map { |b| dump.chunk_at(b - 16)&.state }
       if fastbins
@@ -173,7 +174,7 @@ RSpec.describe "PtmallocDump.dump on randomised heaps", :quiescent do
       blocks << [fn.("valloc", [S]).call(500 * 1024).to_i, page, 500 * 1024]
       blocks << [fn.("pvalloc", [S]).call(600 * 1024 + 1).to_i, page, 600 * 1024 + 1]
       GC.disable
-      PtmallocDump.dump(#{path.inspect}, ruby: false)
+      PtmallocDump.dump(#{path.inspect}, ruby: false, oracles: true)
       puts JSON.generate(blocks)
     RUBY
     stdout, stderr, status = run_ruby(code, env: { "GLIBC_TUNABLES" => "glibc.malloc.mmap_threshold=131072" })
@@ -219,7 +220,7 @@ RSpec.describe "PtmallocDump.dump on randomised heaps", :quiescent do
         [moved, bytes, alignment, moved != ptr, prev_size, size & ~7]
       end
       GC.disable
-      PtmallocDump.dump(#{path.inspect}, ruby: false)
+      PtmallocDump.dump(#{path.inspect}, ruby: false, oracles: true)
       puts JSON.generate(blocks)
     RUBY
     stdout, stderr, status = run_ruby(code, env: { "GLIBC_TUNABLES" => "glibc.malloc.mmap_threshold=131072" })
@@ -281,7 +282,7 @@ RSpec.describe "PtmallocDump.dump on randomised heaps", :quiescent do
           [p - 16 - offset, offset + (size & ~7) + (layout_243 ? 16 : 0)] if size & 2 != 0
         end
         vmas = File.readlines("/proc/self/maps").map { |l| l.split[0].split("-").map { |x| x.to_i(16) } }
-        PtmallocDump.dump(#{path.inspect}, ruby: false)
+        PtmallocDump.dump(#{path.inspect}, ruby: false, oracles: true)
         puts JSON.generate(blocks: blocks, vmas: vmas, self: self_thread)
       RUBY
       stdout, stderr, status = run_ruby(code, env: { "GLIBC_TUNABLES" => "glibc.malloc.mmap_threshold=4096", "LD_PRELOAD" => early })
@@ -312,9 +313,9 @@ RSpec.describe "PtmallocDump.dump on randomised heaps", :quiescent do
       GC.disable
       lookalike = ("\\0" * 8 + [0x3002].pack("Q") + "\\0" * 7).freeze
       held = Array.new(100_000) { lookalike.b }
-      PtmallocDump.dump(#{paths["plain"].inspect}, ruby: false)
-      PtmallocDump.dump(#{paths["snapshot"].inspect}, ruby: false, fork: true, wait: true)
-      PtmallocDump.dump(#{paths["with_ruby"].inspect})
+      PtmallocDump.dump(#{paths["plain"].inspect}, ruby: false, oracles: true)
+      PtmallocDump.dump(#{paths["snapshot"].inspect}, ruby: false, fork: true, wait: true, oracles: true)
+      PtmallocDump.dump(#{paths["with_ruby"].inspect}, oracles: true)
       # how many OS page starts in the object pages read as a header
       starts = 0
       ObjectSpace.each_object(String) do |s|
@@ -345,8 +346,8 @@ RSpec.describe "PtmallocDump.dump on randomised heaps", :quiescent do
       region = mmap.call(nil, 3 * 4096, 3, 0x22, -1, 0) # PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS
       region[0, 16] = [0, (1 << 63) | 2].pack("Q<Q<")
       region[4096, 16] = [0, (1 << 63) | 0x1002].pack("Q<Q<")
-      PtmallocDump.dump(#{paths["plain"].inspect}, ruby: false)
-      PtmallocDump.dump(#{paths["snapshot"].inspect}, ruby: false, fork: true, wait: true)
+      PtmallocDump.dump(#{paths["plain"].inspect}, ruby: false, oracles: true)
+      PtmallocDump.dump(#{paths["snapshot"].inspect}, ruby: false, fork: true, wait: true, oracles: true)
       puts region.to_i
     RUBY
     stdout, stderr, status = run_ruby(code, timeout: 60)

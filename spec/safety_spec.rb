@@ -43,7 +43,20 @@ RSpec.describe "safety in a production worker" do
         dir = #{tmpdir.inspect}
         NativeThreads.churn_start(4)
         sleep 0.01 until NativeThreads.churn_ops > 10_000 # every thread has its arena by now
-        stats = { inproc: 0, fork: 0, arena_anomalies: [], other_anomalies: [], fork_differences: [], tcache_anomalies: 0, arenas: [], ops: 0 }
+        stats = { inproc: 0, fork: 0, arena_anomalies: [], other_anomalies: [], fork_differences: [], in_transit: [],
+                  tcache_anomalies: 0, arenas: [], ops: 0 }
+        # glibc counts an mmapped chunk outside any lock: munmap_chunk lowers n_mmaps and mmapped_mem
+        # before its munmap, sysmalloc raises them after its mmap and the chunk's header. A fork that
+        # catches a thread in between copies a mapping the counters no longer (or do not yet) count:
+        # then the walk finds exactly one chunk more than they, of one of its mapped chunks' sizes
+        mmap_fields = %i[hblks hblkhd mmap_count mmap_size]
+        in_transit = lambda do |d, diffs|
+          count = diffs.find { |x| x.field == :hblks }
+          bytes = diffs.find { |x| x.field == :hblkhd }
+          sizes = d.heaps.select { |h| h.kind == :mmapped_chunk }.map { |h| h.end - h.start }
+          diffs.all? { |x| mmap_fields.include?(x.field) } && count && bytes && count.walk - count.glibc == 1 &&
+            sizes.include?(bytes.walk - bytes.glibc)
+        end
         500.times do |i|
           path = File.join(dir, "in.dump")
           PtmallocDump.dump(path, ruby: i.even?, references: i.even?)
@@ -63,7 +76,11 @@ RSpec.describe "safety in a production worker" do
           stats[:fork] += 1
           stats[:arena_anomalies].concat(v.arena_anomalies.map(&:to_s))
           stats[:other_anomalies].concat(SpecHelpers.locked_anomalies(v))
-          stats[:fork_differences].concat(v.differences.map(&:to_s))
+          if !v.differences.empty? && in_transit.call(d, v.differences)
+            stats[:in_transit] << v.differences.map(&:to_s)
+          else
+            stats[:fork_differences].concat(v.differences.map(&:to_s))
+          end
         end
         stats[:ops] = NativeThreads.churn_ops
         NativeThreads.churn_stop
@@ -81,8 +98,12 @@ RSpec.describe "safety in a production worker" do
       expect(s[:other_anomalies]).to eq([])
       expect(s[:arenas].size).to eq(500)
       expect(s[:arenas].min).to be >= 2
-      # a fork snapshot is one frozen heap: glibc's counters and the walk agree exactly
+      # a fork snapshot is one frozen heap: glibc's counters and the walk agree exactly, but for a
+      # thread caught between an mmapped chunk's mapping and glibc's count of it (rare: a few
+      # instructions each way)
       expect(s[:fork_differences]).to eq([])
+      expect(s[:in_transit].size).to be <= 5
+      puts "    fork snapshots with an mmapped chunk in transit: #{s[:in_transit].size} of 500" unless s[:in_transit].empty?
     end
   end
 
