@@ -40,16 +40,20 @@ int ptmd_outside_copy(ptmd_walk *w, const ptmd_libc *lc, int pid, ptmd_source_re
 {
     uint32_t attempt;
     uint64_t held = 0, first = ptmd_now_ns();
+    ptmd_copy_spare spare;
+    int rc = -1;
+    /* the copy's pages faulted in while the target runs, from the mappings read before (w->maps) */
+    ptmd_source_prefault(&spare, pid, &w->maps, lc->image_start, lc->image_end);
     for (attempt = 1; attempt <= PTMD_LOCK_ATTEMPTS; attempt++) {
         struct timespec nap = { 0, (long)PTMD_LOCK_RETRY_NS };
-        if (ptmd_source_attach(&w->src, pid, err) != 0) return -1;
+        if (ptmd_source_attach(&w->src, pid, err) != 0) goto out;
         ptmd_source_test_kill(&w->src, "seized");
         held = ptmd_outside_held_arena(&w->src, lc);
         if (!held || ptmd_source_gone(&w->src)) {
-            int rc = ptmd_maps_load_pid(&w->maps, pid, err);
+            rc = ptmd_maps_load_pid(&w->maps, pid, err);
             if (rc == 0) {
                 ptmd_source_test_kill(&w->src, "maps");
-                rc = ptmd_source_copy(&w->src, &w->maps, lc->image_start, lc->image_end, err);
+                rc = ptmd_source_copy(&w->src, &w->maps, lc->image_start, lc->image_end, &spare, err);
             }
             /* a process that exits while it is stopped (SIGKILL ends a stopped thread too) leaves
              * its reads failing or empty (no maps, no pagemap, ESRCH) from whichever step it died
@@ -58,7 +62,8 @@ int ptmd_outside_copy(ptmd_walk *w, const ptmd_libc *lc, int pid, ptmd_source_re
                 if (ptmd_source_gone(&w->src))
                     ptmd_fail(err, PTMD_E_TARGET, "process %d exited while it was being read", pid);
                 ptmd_source_release(&w->src);
-                return -1;
+                rc = -1;
+                goto out;
             }
             ptmd_source_detach(&w->src);
             rec->pid = (uint64_t)pid;
@@ -66,17 +71,20 @@ int ptmd_outside_copy(ptmd_walk *w, const ptmd_libc *lc, int pid, ptmd_source_re
             rec->copied_bytes = w->src.copied_bytes;
             rec->threads = (uint32_t)w->src.n_tids;
             rec->attempts = attempt;
-            return 0;
+            rc = 0;
+            goto out;
         }
         ptmd_source_release(&w->src);
         if (attempt < PTMD_LOCK_ATTEMPTS) nanosleep(&nap, NULL);
     }
-    return ptmd_fail(err, PTMD_E_LOCKED,
-                     "arena %#lx of process %d was locked each of the %d times the process was stopped "
-                     "(over %lu ms): a thread holds its mutex, inside malloc or free or stuck there. It was "
-                     "not walked, since its lists may be half changed; try again",
-                     (unsigned long)held, pid, PTMD_LOCK_ATTEMPTS,
-                     (unsigned long)((ptmd_now_ns() - first) / 1000000));
+    ptmd_fail(err, PTMD_E_LOCKED,
+              "arena %#lx of process %d was locked each of the %d times the process was stopped "
+              "(over %lu ms): a thread holds its mutex, inside malloc or free or stuck there. It was "
+              "not walked, since its lists may be half changed; try again",
+              (unsigned long)held, pid, PTMD_LOCK_ATTEMPTS, (unsigned long)((ptmd_now_ns() - first) / 1000000));
+out:
+    ptmd_copy_spare_release(&spare);
+    return rc;
 }
 
 static int on_ring(ptmd_walk *w, const ptmd_libc *lc, uint64_t a)

@@ -375,7 +375,124 @@ static void batch_add(ptmd_source *s, copy_batch *b, ptmd_region *r, uint64_t re
     b->n++;
 }
 
-int ptmd_source_copy(ptmd_source *s, ptmd_maps *maps, uint64_t lib_lo, uint64_t lib_hi, ptmd_err *err)
+/* The copy's regions: runs of adjacent mappings the copy takes, appended to *regions (start and end
+ * only). */
+static int gather_regions(ptmd_buf *regions, size_t *n, const ptmd_maps *maps, uint64_t lib_lo, uint64_t lib_hi)
+{
+    size_t i;
+    for (i = 0; i < maps->count; i++) {
+        const ptmd_map *m = PTMD_BUF_AT(&maps->maps, ptmd_map, i);
+        ptmd_region *r = *n ? PTMD_BUF_AT(regions, ptmd_region, *n - 1) : NULL;
+        if (!copied_mapping(m, lib_lo, lib_hi)) continue;
+        if (r && r->end == m->start) {
+            r->end = m->end;
+            continue;
+        }
+        if (!(r = ptmd_buf_push(regions, sizeof(*r)))) return -1;
+        r->start = m->start;
+        r->end = m->end;
+        (*n)++;
+    }
+    return 0;
+}
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23          /* Linux 5.14 */
+#endif
+
+/* Faults in [p, p + len) of a buffer of ours: in one call where the kernel can, else a write a page. */
+static void populate(unsigned char *p, size_t len, size_t page_size)
+{
+    size_t k;
+    if (madvise(p, len, MADV_POPULATE_WRITE) == 0) return;
+    for (k = 0; k < len; k += page_size) ((volatile unsigned char *)p)[k] = 0;
+}
+
+void ptmd_source_prefault(ptmd_copy_spare *sp, int pid, const ptmd_maps *maps, uint64_t lib_lo, uint64_t lib_hi)
+{
+    const size_t batch = 8192;
+    long ps = sysconf(_SC_PAGESIZE);
+    const size_t page_size = ps > 0 ? (size_t)ps : 4096;
+    uint64_t *entries;
+    char path[64];
+    size_t i, k = 0;
+    int fd;
+    memset(sp, 0, sizeof(*sp));
+    if (gather_regions(&sp->regions, &sp->n, maps, lib_lo, lib_hi) != 0) return;
+    snprintf(path, sizeof(path), "/proc/%d/pagemap", pid);
+    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) return;
+    if (!(entries = map_zeroed(batch * sizeof(uint64_t)))) {
+        close(fd);
+        return;
+    }
+    for (k = 0; k < sp->n; k++) {
+        ptmd_region *r = PTMD_BUF_AT(&sp->regions, ptmd_region, k);
+        r->local = map_zeroed(r->end - r->start);
+    }
+    /* anonymous memory where a page is resident or swapped, a file mapping whole: what the copy reads */
+    for (i = 0, k = 0; i < maps->count && k < sp->n; i++) {
+        const ptmd_map *m = PTMD_BUF_AT(&maps->maps, ptmd_map, i);
+        ptmd_region *r = PTMD_BUF_AT(&sp->regions, ptmd_region, k);
+        size_t np, done = 0;
+        if (!copied_mapping(m, lib_lo, lib_hi)) continue;
+        while (m->start >= r->end && k + 1 < sp->n) r = PTMD_BUF_AT(&sp->regions, ptmd_region, ++k);
+        if (!r->local || m->start < r->start || m->end > r->end) continue;
+        if (m->kind == PTMD_MAPKIND_FILE) {
+            populate(r->local + (m->start - r->start), m->end - m->start, page_size);
+            continue;
+        }
+        np = (size_t)((m->end - m->start) / page_size);
+        while (done < np) {
+            size_t n = np - done < batch ? np - done : batch, j, run = 0;
+            ssize_t got = pread(fd, entries, n * 8, (off_t)((m->start / page_size + done) * 8));
+            if (got < 0 && errno == EINTR) continue;
+            if (got <= 0) break;
+            n = (size_t)got / 8;
+            for (j = 0; j <= n; j++) {
+                if (j < n && (ptmd_pagemap_flags(entries[j]) & (PTMD_PAGE_PRESENT | PTMD_PAGE_SWAPPED))) {
+                    run++;
+                    continue;
+                }
+                if (run) populate(r->local + (m->start - r->start) + (done + j - run) * page_size, run * page_size, page_size);
+                run = 0;
+            }
+            done += n;
+        }
+    }
+    munmap(entries, batch * sizeof(uint64_t));
+    close(fd);
+}
+
+void ptmd_copy_spare_release(ptmd_copy_spare *sp)
+{
+    size_t k;
+    for (k = 0; k < sp->n; k++) {
+        ptmd_region *r = PTMD_BUF_AT(&sp->regions, ptmd_region, k);
+        if (r->local) munmap(r->local, r->end - r->start);
+    }
+    ptmd_buf_release(&sp->regions);
+    sp->n = 0;
+}
+
+/* The buffer for [start, end): a spare's of the same start, resized in place or moved with its pages
+ * (mremap), else a fresh one. */
+static unsigned char *copy_buffer(ptmd_copy_spare *sp, uint64_t start, uint64_t end)
+{
+    size_t k;
+    for (k = 0; sp && k < sp->n; k++) {
+        ptmd_region *r = PTMD_BUF_AT(&sp->regions, ptmd_region, k);
+        void *p;
+        if (r->start != start || !r->local) continue;
+        p = r->end - r->start == end - start ? r->local : mremap(r->local, r->end - r->start, end - start, MREMAP_MAYMOVE);
+        if (p == MAP_FAILED) break;
+        r->local = NULL;
+        return p;
+    }
+    return map_zeroed(end - start);
+}
+
+int ptmd_source_copy(ptmd_source *s, ptmd_maps *maps, uint64_t lib_lo, uint64_t lib_hi, ptmd_copy_spare *spare,
+                     ptmd_err *err)
 {
     static copy_batch b;            /* one copy at a time (dump_busy); 20 KiB, kept off the stack */
     char path[64];
@@ -390,27 +507,19 @@ int ptmd_source_copy(ptmd_source *s, ptmd_maps *maps, uint64_t lib_lo, uint64_t 
     if (fd < 0) return ptmd_fail_sys(err, errno, path, "open");
     entries = map_zeroed(batch * sizeof(uint64_t));
     if (!entries) { ptmd_fail_sys(err, errno, "copy of the target", "mmap"); goto out; }
-    /* the regions: runs of adjacent copied mappings */
+    /* the regions: runs of adjacent copied mappings; a mapping not copied fails every read */
+    if (gather_regions(&s->regions, &s->n_regions, maps, lib_lo, lib_hi) != 0) {
+        ptmd_fail_sys(err, errno, "copy of the target", "mmap");
+        goto out;
+    }
     for (i = 0; i < maps->count; i++) {
         ptmd_map *m = PTMD_BUF_AT(&maps->maps, ptmd_map, i);
-        ptmd_region *r = s->n_regions ? PTMD_BUF_AT(&s->regions, ptmd_region, s->n_regions - 1) : NULL;
-        if (!copied_mapping(m, lib_lo, lib_hi)) {
-            m->prot &= ~(uint32_t)PTMD_MAP_R;
-            continue;
-        }
-        if (r && r->end == m->start) {
-            r->end = m->end;
-            continue;
-        }
-        if (!(r = ptmd_buf_push(&s->regions, sizeof(*r)))) { ptmd_fail_sys(err, errno, "copy of the target", "mmap"); goto out; }
-        r->start = m->start;
-        r->end = m->end;
-        s->n_regions++;
+        if (!copied_mapping(m, lib_lo, lib_hi)) m->prot &= ~(uint32_t)PTMD_MAP_R;
     }
     for (k = 0; k < s->n_regions; k++) {
         ptmd_region *r = PTMD_BUF_AT(&s->regions, ptmd_region, k);
         size_t np = (size_t)((r->end - r->start) / s->page_size), done = 0;
-        r->local = map_zeroed(r->end - r->start);
+        r->local = copy_buffer(spare, r->start, r->end);
         r->pages = map_zeroed(np);
         if (!r->local || !r->pages) { ptmd_fail_sys(err, errno, "copy of the target", "mmap"); goto out; }
         while (done < np) {
