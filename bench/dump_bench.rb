@@ -21,6 +21,8 @@ module DumpBench
     _o, e, s = Open3.capture3("cc", "-O2", "-shared", "-fPIC", "-o", out, src)
     abort("building the benchmark helper failed: #{e}") unless s.success?
     Fiddle.dlopen(out)
+  ensure
+    File.delete(out) if out && File.exist?(out) # loaded by now (or not built): the file is not needed
   end
 
   def median(times)

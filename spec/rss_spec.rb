@@ -86,4 +86,44 @@ RSpec.describe "the whole RSS, accounted" do
     expect(result[:info][:from_parent]).to be(true)
     expect_accounted(result, data)
   end
+
+  it "counts a heap that spans several mappings once (a thread's heap grown in a forked child)" do
+    path = File.join(tmpdir, "spans.dump")
+    out, err, status = run_ruby(<<~RUBY)
+      require "fiddle"
+      require "json"
+      require "rspec"
+      require #{File.join(__dir__, "support", "helpers").dump}
+      require #{File.join(__dir__, "support", "native_threads").dump}
+      NativeThreads.start(0)
+      NativeThreads.malloc_many(0, 200, 4000) # a thread's arena, its heap begun here
+      NativeThreads.stop(0)
+      r, w = IO.pipe
+      pid = fork do
+        r.close
+        # the child's inherited mappings do not merge with ones made after the fork (their anon_vma
+        # chains differ): the arena's heap, taken by a new thread and grown here, spans two mappings
+        NativeThreads.start(1)
+        NativeThreads.malloc_many(1, 3000, 4000)
+        PtmallocDump.dump(#{path.dump})
+        maps = File.read("/proc/self/maps").lines.map { |l| l.split(" ", 2).first.split("-").map { |x| x.to_i(16) } }
+        d = PtmallocDump.load(#{path.dump})
+        spans = d.heaps.reject { |h| h.kind == :mmapped_chunk }.map { |h| maps.count { |a, b| a < h.end && b > h.start } }
+        w.write(JSON.generate(rss: d.summary[:rss].except(:files), spans: spans))
+        w.close
+        exit!(0)
+      end
+      w.close
+      puts r.read
+      Process.wait(pid)
+      exit(1) unless $?.success?
+    RUBY
+    expect(status).to be_success, err
+    r = JSON.parse(out, symbolize_names: true)
+    expect(r[:spans].max).to be >= 2 # the shape this example is about
+    rss = r[:rss]
+    puts format("    heaps over %s mappings: RSS %d, VmRSS %d, other anonymous %d", r[:spans].inspect, rss[:total],
+                rss[:vm_rss], rss[:other_anonymous])
+    expect((rss[:total] - rss[:vm_rss]).abs).to be <= rss[:vm_rss] / 100
+  end
 end

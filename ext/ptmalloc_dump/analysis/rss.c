@@ -32,15 +32,22 @@ static int chunk_part(const ptmd_heap_rec *h, const ptmd_chunk_rec *c)
 }
 
 /* One heap's resident pages: each page's bytes to the chunks on it (a page's bytes outside the heap's
- * range to the allocator's metadata). Returns the heap's resident bytes. */
-static uint64_t heap_pages(const ptmd_view *v, const ptmd_heap_rec *h, ptmd_rss *out)
+ * range to the allocator's metadata), and each page to the mapping it lies in, in known[]. A heap may
+ * lie over several mappings: a thread's heap grown by a forked child, whose inherited mapping the
+ * kernel does not merge with the new one, or [heap] split the same way. */
+static void heap_pages(const ptmd_view *v, const ptmd_heap_rec *h, ptmd_rss *out, uint64_t *known)
 {
-    uint64_t ps = v->meta->page_size, resident = 0, p, c;
+    uint64_t ps = v->meta->page_size, p, c, map_end = 0;
     const uint8_t *pages = v->pages + h->first_page;
+    long m = -1;
     for (p = 0; p < h->n_pages; p++) {
         uint64_t lo = h->page_base + p * ps, hi = lo + ps, inside;
         if (!(pages[p] & PTMD_PAGE_PRESENT)) continue;
-        resident += ps;
+        if (lo >= map_end || m < 0) {
+            m = mapping_of(v, lo);
+            map_end = m >= 0 ? v->mappings[m].end : lo + ps;
+        }
+        if (m >= 0) known[m] += ps;
         inside = (hi < h->end ? hi : h->end) - (lo > h->start ? lo : h->start);
         out->part[h->kind == PTMD_HEAP_MMAPPED_CHUNK ? PTMD_RSS_MMAPPED : PTMD_RSS_MALLOC_META] += ps - inside;
     }
@@ -53,7 +60,6 @@ static uint64_t heap_pages(const ptmd_view *v, const ptmd_heap_rec *h, ptmd_rss 
             if (pages[i] & PTMD_PAGE_PRESENT) out->part[part] += (hi < e ? hi : e) - (lo > a ? lo : a);
         }
     }
-    return resident;
 }
 
 static int in_a_heap(const ptmd_view *v, uint64_t addr)
@@ -92,11 +98,7 @@ int ptmd_rss_account(const ptmd_view *v, ptmd_rss *out, uint64_t *file_bytes)
     memset(file_bytes, 0, v->n_mappings * sizeof(uint64_t));
     known = calloc(v->n_mappings ? v->n_mappings : 1, sizeof(uint64_t));
     if (!known) return -1;
-    for (i = 0; i < v->n_heaps; i++) {
-        uint64_t r = heap_pages(v, &v->heaps[i], out);
-        long m = mapping_of(v, v->heaps[i].start);
-        if (m >= 0) known[m] += r;
-    }
+    for (i = 0; i < v->n_heaps; i++) heap_pages(v, &v->heaps[i], out, known);
     for (i = 0; i < v->n_ruby_page_rss; i++) {
         long m;
         if (v->heap_order && in_a_heap(v, v->ruby_pages[i].start)) continue;  /* a malloc chunk: counted with its heap */

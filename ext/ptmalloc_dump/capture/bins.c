@@ -1,12 +1,13 @@
 /* The arena's lists. Fastbin entries look in use, so the fastbins are followed before the chunks are
  * walked, into a membership table (open addressing keyed by chunk address) the walk consults. The
  * bins hold chunks free by their bits: the walk notes each one with its fd and bk as it passes (the
- * same cache lines as its header), and the bins are then followed through those notes rather than
- * through the heap, one table probe a step where each step in the heap would wait on memory. A bin
- * entry that is no noted chunk is read from the heap as before. Every list is checked as it is
- * followed (bounded, in the arena's heaps, linked both ways), and the large bins' nextsize rings. A
- * list found broken marks the walk's lists_unsafe: glibc's malloc_info() and mallinfo2() would
- * follow it blindly. Nothing here calls malloc. */
+ * same cache lines as its header). Each note's successor is then found by a lookup that stands
+ * alone, in note order, so the processor overlaps them, and the bins are followed through those links,
+ * which fit in cache, where following them through the heap waits on memory at every step. A bin
+ * entry that is no noted chunk is read from the heap. Every list is checked as it is followed
+ * (bounded, in the arena's heaps, linked both ways, on no other list), and the large bins' nextsize
+ * rings. A list found broken marks the walk's lists_unsafe: glibc's malloc_info() and mallinfo2()
+ * would follow it blindly. Nothing here calls malloc. */
 #define _GNU_SOURCE
 #include "capture/arena.h"
 
