@@ -4,10 +4,24 @@ require "spec_helper"
 
 RSpec.describe "PtmallocDump.install_signal_handler" do
   describe "checks its directory when it is installed" do
-    it "raises for a directory that does not exist" do
-      missing = File.join(tmpdir, "missing")
-      expect { PtmallocDump.install_signal_handler("USR2", dir: missing) }
-        .to raise_error(PtmallocDump::DumpDirectoryError, "ptmalloc_dump: the dump directory #{missing} does not exist")
+    it "makes a directory that does not exist, for this user only, and raises when it cannot be made" do
+      missing = File.join(tmpdir, "heap", "dumps")
+      # in a child: an installed handler stays installed for its process
+      out, err, status = run_ruby(<<~RUBY)
+        PtmallocDump.install_signal_handler("URG", dir: #{missing.dump}, log: File.open(File::NULL, "w"))
+        Process.kill("URG", Process.pid)
+        sleep 0.1 until Dir.children(#{missing.dump}).any? { |f| f.end_with?(".dump") }
+        puts Dir.children(#{missing.dump}).grep(/\\.dump\\z/).size
+      RUBY
+      expect(status).to be_success, err
+      expect(out.to_i).to eq(1) # the handler dumped into the directory it made
+      expect(File.stat(missing).mode & 0o777).to eq(0o700)
+      expect(File.stat(File.dirname(missing)).mode & 0o777).to eq(0o700)
+      file = File.join(tmpdir, "file")
+      File.write(file, "")
+      expect { PtmallocDump.install_signal_handler("USR2", dir: File.join(file, "sub")) }
+        .to raise_error(PtmallocDump::DumpDirectoryError,
+                        /\Aptmalloc_dump: the dump directory #{Regexp.escape(file)}\/sub does not exist and cannot be made: \S/)
     end
 
     it "raises for a file, and for a symbolic link to a directory" do

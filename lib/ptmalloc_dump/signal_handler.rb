@@ -1,5 +1,6 @@
 # frozen_string_literal: true
 
+require "fileutils"
 require "tmpdir"
 
 module PtmallocDump
@@ -50,6 +51,7 @@ module PtmallocDump
 
       def check_dir(dir)
         path = File.expand_path(dir.to_s)
+        make_dir(path) unless File.exist?(path) || File.symlink?(path)
         problem =
           if File.symlink?(path)
             "is a symbolic link to #{File.readlink(path)}; give the directory itself"
@@ -63,6 +65,14 @@ module PtmallocDump
         raise DumpDirectoryError, "ptmalloc_dump: the dump directory #{path} #{problem}" if problem
 
         path
+      end
+
+      # A missing directory is made, readable by this user only (its parents too); several workers
+      # booting at once may each try
+      def make_dir(path)
+        FileUtils.mkdir_p(path, mode: 0o700)
+      rescue SystemCallError => e
+        raise DumpDirectoryError, "ptmalloc_dump: the dump directory #{path} does not exist and cannot be made: #{e.message}"
       end
 
       def run(signo, state, dir, fork, log, dump_options)
@@ -164,7 +174,8 @@ module PtmallocDump
     # @param signal [String, Symbol, Integer] URG by default: ignored where no handler is installed, and
     #   used by none of Puma, Unicorn, Pitchfork and Sidekiq (Puma's workers inherit the master's USR2
     #   handler, a restart, which this handler would chain to)
-    # @param dir [String] where dumps go: an existing, writable directory, not a symbolic link
+    # @param dir [String] where dumps go: a writable directory, not a symbolic link; made (mode 0700,
+    #   with its parents) when it does not exist
     # @param fork [Boolean] fork snapshot mode (the default): the worker pauses for the Ruby pass and
     #   the fork only (2% of an in-process dump's pause on the bench heap, half of it on a Rails-sized
     #   heap of few chunks: README has the figures); false dumps in the worker, which then waits for the

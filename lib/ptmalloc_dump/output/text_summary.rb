@@ -22,9 +22,9 @@ module PtmallocDump
     private
 
     def process_lines
-      [format("ptmalloc_dump of pid %d at %s, glibc %s (main_arena %s, symbols: %s), %d threads",
+      [format("ptmalloc_dump of pid %d at %s, glibc %s (main_arena %s, symbols: %s), %d thread%s",
               @h[:pid], @h[:time].utc.strftime("%Y-%m-%d %H:%M:%S UTC"), @h[:glibc_version],
-              hex(@h[:main_arena]), @h[:symbol_source], @h[:thread_count]), ""]
+              hex(@h[:main_arena]), @h[:symbol_source], @h[:thread_count], @h[:thread_count] == 1 ? "" : "s"), ""]
     end
 
     def totals_lines
