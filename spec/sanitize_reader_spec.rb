@@ -4,14 +4,14 @@ require "spec_helper"
 require "zlib"
 
 # The reader, the figures and the renderer over real dumps. `rake spec:sanitize` runs this file in a
-# process preloaded with AddressSanitizer (PTMALLOC_DUMP_ASAN=1), over dumps it made beforehand: under
-# ASan malloc is ASan's own, so dumping this process itself must be refused.
+# process preloaded with AddressSanitizer (PTMALLOC_DUMP_ASAN=1), over dumps it made beforehand in the
+# directory PTMALLOC_DUMP_SANITIZE_DUMPS names: under ASan malloc is ASan's own, so dumping this
+# process itself must be refused.
 RSpec.describe "the reader and renderer over real dumps" do
-  DUMP_DIR = File.join(SpecHelpers::ROOT, "tmp", "sanitize")
   ASAN = ENV["PTMALLOC_DUMP_ASAN"] == "1"
 
   def dumps
-    return Dir[File.join(DUMP_DIR, "*.dump")].sort if ASAN
+    return Dir[File.join(ENV.fetch("PTMALLOC_DUMP_SANITIZE_DUMPS"), "*.dump")].sort if ASAN
 
     %w[plain ruby refs].map do |name|
       File.join(tmpdir, "#{name}.dump").tap do |p|

@@ -2,6 +2,7 @@
 
 require "fileutils"
 require "rbconfig"
+require "tmpdir"
 
 # The load direction: what a dump file reaches (ext/ptmalloc_dump/format and analysis).
 FUZZ_SOURCES = Dir["ext/ptmalloc_dump/{format,analysis}/*.c"].sort
@@ -61,19 +62,27 @@ namespace :spec do
     # so: UnsupportedAllocatorError). UBSan keeps glibc's malloc: the whole suite runs under it.
     sh({ "PTMALLOC_DUMP_SANITIZE" => "undefined" }, "rake", "clobber", "compile")
     sh({ "UBSAN_OPTIONS" => "halt_on_error=1:print_stacktrace=1" }, "rspec")
-    FileUtils.rm_rf("tmp/sanitize")
-    FileUtils.mkdir_p("tmp/sanitize")
-    ruby "-Ilib", "-rptmalloc_dump", "-e", <<~RUBY
-      PtmallocDump.dump("tmp/sanitize/plain.dump", ruby: false)
-      PtmallocDump.dump("tmp/sanitize/ruby.dump")
-      PtmallocDump.dump("tmp/sanitize/refs.dump", references: true)
-    RUBY
-    sh({ "PTMALLOC_DUMP_SANITIZE" => "address,undefined" }, "rake", "clobber", "compile")
-    asan = `gcc -print-file-name=libasan.so`.strip
-    ubsan = `gcc -print-file-name=libubsan.so`.strip
-    sh({ "LD_PRELOAD" => "#{asan}:#{ubsan}", "ASAN_OPTIONS" => "detect_leaks=0:halt_on_error=1",
-         "UBSAN_OPTIONS" => "halt_on_error=1:print_stacktrace=1", "PTMALLOC_DUMP_ASAN" => "1" },
-       "rspec", "spec/sanitize_reader_spec.rb")
+    # the dumps the ASan run reads, made now (under ASan this process has no glibc heap), outside
+    # tmp/, which the next clobber removes
+    dumps = Dir.mktmpdir("ptmd-sanitize")
+    begin
+      ruby "-Ilib", "-rptmalloc_dump", "-e", <<~RUBY
+        PtmallocDump.dump(#{File.join(dumps, 'plain.dump').dump}, ruby: false)
+        PtmallocDump.dump(#{File.join(dumps, 'ruby.dump').dump})
+        PtmallocDump.dump(#{File.join(dumps, 'refs.dump').dump}, references: true)
+      RUBY
+      sh({ "PTMALLOC_DUMP_SANITIZE" => "address,undefined" }, "rake", "clobber", "compile")
+      asan = `gcc -print-file-name=libasan.so`.strip
+      ubsan = `gcc -print-file-name=libubsan.so`.strip
+      # use_sigaltstack=0: Ruby gives each thread a signal stack from malloc, which ASan, on the thread's
+      # exit, would try to munmap as if it were its own (and abort when that fails)
+      sh({ "LD_PRELOAD" => "#{asan}:#{ubsan}", "ASAN_OPTIONS" => "detect_leaks=0:halt_on_error=1:use_sigaltstack=0",
+           "UBSAN_OPTIONS" => "halt_on_error=1:print_stacktrace=1", "PTMALLOC_DUMP_ASAN" => "1",
+           "PTMALLOC_DUMP_SANITIZE_DUMPS" => dumps },
+         "rspec", "spec/sanitize_reader_spec.rb")
+    ensure
+      FileUtils.rm_rf(dumps)
+    end
     sh "rake", "clobber", "compile"
   end
 
