@@ -177,7 +177,7 @@ module PtmallocDump
     # @param dir [String] where dumps go: a writable directory, not a symbolic link; made (mode 0700,
     #   with its parents) when it does not exist
     # @param fork [Boolean] fork snapshot mode (the default): the worker pauses for the Ruby pass and
-    #   the fork only (2% of an in-process dump's pause on the bench heap, half of it on a Rails-sized
+    #   the fork only (14% of an in-process dump's pause on the bench heap, a quarter of it on a Rails-sized
     #   heap of few chunks: README has the figures); false dumps in the worker, which then waits for the
     #   whole walk
     # @param log [IO, nil] where the report lines go
