@@ -58,7 +58,7 @@ module DumpBench
     floor_chunks = 0
 
     t_dump = measure(runs) { PtmallocDump.dump(path) }
-    refs_dump = PtmallocDump.load(path)
+    default_dump = PtmallocDump.load(path)
     t_norefs = measure(runs) { PtmallocDump.dump(path, references: false) }
     t_nooracles = measure(runs) { PtmallocDump.dump(path, oracles: false) }
     t_oracles = measure(runs) { PtmallocDump.dump(path, oracles: true) }
@@ -76,11 +76,11 @@ module DumpBench
     puts format("%-34s %12s %10s", "floor: bare walk summing sizes", ms(t_floor), "1.0x")
     puts format("%-34s %12s %9.1fx", "glibc malloc_info() to /dev/null", ms(t_minfo), t_minfo / t_floor)
     puts format("%-34s %12s %9.1fx   (glibc's counters %s)", "PtmallocDump.dump (default)", ms(t_dump), t_dump / t_floor,
-                refs_dump.header[:oracles_captured] ? "called" : "left out: #{PtmallocDump::Verification.list_entries(refs_dump)} chunks on the lists")
+                default_dump.header[:oracles_captured] ? "called" : "left out: #{PtmallocDump::Verification.list_entries(default_dump)} chunks on the lists")
     puts format("%-34s %12s %9.1fx", "  references: false", ms(t_norefs), t_norefs / t_floor)
     puts format("%-34s %12s %9.1fx", "  oracles: true", ms(t_oracles), t_oracles / t_floor)
     puts format("%-34s %12s %9.1fx", "  oracles: false", ms(t_nooracles), t_nooracles / t_floor)
-    puts format("%-34s %12s", "  of which the reference scan", ms(refs_dump.ruby.meta[:refs_ns] / 1e9)) if refs_dump.ruby
+    puts format("%-34s %12s", "  of which the reference scan", ms(default_dump.ruby.meta[:refs_ns] / 1e9)) if default_dump.ruby
     puts format("%-34s %12s", "  of which the walk (in the file)", ms(dump.header[:walk_ns] / 1e9))
     puts format("%-34s %12s", "load + summary", ms(t_load))
     puts format("%-34s %12s (%.1f bytes/chunk)", "file size", PtmallocDump::FormatHelpers.human_bytes(size), size.to_f / dump.chunk_count)
