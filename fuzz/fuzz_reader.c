@@ -80,6 +80,8 @@ static const field mappings_head_fields[] = { F(ptmd_mappings_head, vm_rss), F(p
 static const field gc_fields[] = { F(ptmd_gc_rec, count), F(ptmd_gc_rec, flags) };
 static const field source_fields[] = { F(ptmd_source_rec, kind), F(ptmd_source_rec, flags), F(ptmd_source_rec, pid),
                                        F(ptmd_source_rec, attempts), F(ptmd_source_rec, reserved) };
+static const field snapshot_fields[] = { F(ptmd_snapshot_rec, before_fork_ns), F(ptmd_snapshot_rec, flags),
+                                         F(ptmd_snapshot_rec, reserved) };
 static const field root_fields[] = { F(ptmd_root_rec, start), F(ptmd_root_rec, end), F(ptmd_root_rec, kind),
                                      F(ptmd_root_rec, tid), { offsetof(ptmd_root_rec, name) + PTMD_ROOT_NAME_MAX - 1, 1 } };
 static const field root_ref_fields[] = { F(ptmd_root_ref, where), F(ptmd_root_ref, root), F(ptmd_root_ref, chunk) };
@@ -115,6 +117,7 @@ static const record_layout layouts[] = {
     L(PTMD_SEC_INT_REFS, sizeof(ptmd_ref), ref_fields),
     L(PTMD_SEC_RUBY_CODE, sizeof(ptmd_ruby_code), ruby_code_fields),
     L(PTMD_SEC_SOURCE, sizeof(ptmd_source_rec), source_fields),
+    L(PTMD_SEC_SNAPSHOT, sizeof(ptmd_snapshot_rec), snapshot_fields),
 };
 
 static uint64_t get(const unsigned char *p, size_t n)

@@ -46,7 +46,13 @@ module PtmallocDump
     #   :source (:self for a process that dumped itself, :pid for {PtmallocDump.dump_process}) and
     #   :source_info (nil for :self; else :pid, :pause_ns (how long the process was stopped),
     #   :copied_bytes, :threads, :attempts (stops until no arena lock was held) and :unavailable, what
-    #   that source cannot give: :ruby, :references, :oracles (mallinfo2 and malloc_info), :tls)
+    #   that source cannot give: :ruby, :references, :oracles (mallinfo2 and malloc_info), :tls);
+    #   :snapshot (nil unless +fork: true+ wrote it) what the snapshot's parent paused for: :pause_ns
+    #   (from the dump's call to the child's first step; the fork's return in the parent takes about as
+    #   long as :fork_ns), :before_fork_ns, :fork_ns, :ruby_pass (:child: the snapshot process ran the
+    #   Ruby pass on its copy; :parent: the parent ran it before the fork, where this Ruby's pages are
+    #   not known by their structure; nil without one), :ruby_pass_ns (the parent's) and :gc_ns
+    #   (+gc: true+'s full GC, in the parent)
     def header
       @header ||= begin
         m = _meta
@@ -79,7 +85,8 @@ module PtmallocDump
           malloc_info: malloc_info,
           gc: _gc&.freeze,
           source: source_info ? source_info[:kind] : :self,
-          source_info: source_info&.freeze
+          source_info: source_info&.freeze,
+          snapshot: _snapshot&.freeze
         ).freeze
       end
     end

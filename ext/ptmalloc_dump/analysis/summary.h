@@ -53,6 +53,7 @@ typedef struct {
     /* GC counts and the whole RSS (absent in older dumps) */
     const ptmd_gc_rec *gc;
     const ptmd_source_rec *source;  /* NULL: the process dumped itself */
+    const ptmd_snapshot_rec *snapshot;  /* a fork snapshot's parent; NULL for other dumps */
     const uint64_t *ruby_page_rss;  /* per Ruby page, or NULL */
     size_t n_ruby_page_rss;
     const ptmd_mappings_head *mappings_head;

@@ -40,6 +40,7 @@ VALUE ptmd_rb_mappings(const ptmd_view *v);
 VALUE ptmd_rb_mappings_head(const ptmd_view *v);
 VALUE ptmd_rb_gc(const ptmd_view *v);
 VALUE ptmd_rb_source(const ptmd_view *v);
+VALUE ptmd_rb_snapshot(const ptmd_view *v);
 
 /* dump_class.c: a loaded PtmallocDump::Dump's view, and what is computed from it once. */
 const ptmd_view *ptmd_rb_dump_view(VALUE dump);

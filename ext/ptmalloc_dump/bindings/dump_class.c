@@ -380,6 +380,7 @@ static VALUE dump_mappings(VALUE self) { return ptmd_rb_mappings(ptmd_rb_dump_vi
 static VALUE dump_mappings_head(VALUE self) { return ptmd_rb_mappings_head(ptmd_rb_dump_view(self)); }
 static VALUE dump_gc(VALUE self) { return ptmd_rb_gc(ptmd_rb_dump_view(self)); }
 static VALUE dump_source(VALUE self) { return ptmd_rb_source(ptmd_rb_dump_view(self)); }
+static VALUE dump_snapshot(VALUE self) { return ptmd_rb_snapshot(ptmd_rb_dump_view(self)); }
 
 static VALUE dump_file_size(VALUE self)
 {
@@ -413,6 +414,7 @@ void ptmd_dump_class_init(void)
     rb_define_private_method(cDump, "_mappings_head", dump_mappings_head, 0);
     rb_define_private_method(cDump, "_gc", dump_gc, 0);
     rb_define_private_method(cDump, "_source", dump_source, 0);
+    rb_define_private_method(cDump, "_snapshot", dump_snapshot, 0);
     rb_define_method(cDump, "malloc_info", dump_malloc_info, 0);
     rb_define_method(cDump, "chunk_count", dump_chunk_count, 0);
     rb_define_method(cDump, "file_size", dump_file_size, 0);

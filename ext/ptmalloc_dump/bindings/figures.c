@@ -468,6 +468,26 @@ VALUE ptmd_rb_source(const ptmd_view *v)
     return h;
 }
 
+/* header[:snapshot]: what a fork snapshot's parent paused for, or nil for other dumps. :pause_ns is
+ * the parent's time from the dump's call to the child's first step (the fork's return in the parent
+ * takes about as long); :ruby_pass is where the Ruby pass ran (:child, :parent, or nil without one). */
+VALUE ptmd_rb_snapshot(const ptmd_view *v)
+{
+    const ptmd_snapshot_rec *s = v->snapshot;
+    VALUE h, where = Qnil;
+    if (!s) return Qnil;
+    h = rb_hash_new();
+    if (s->flags & PTMD_SNF_RUBY_IN_CHILD) where = PTMD_SYM("child");
+    else if (s->flags & PTMD_SNF_RUBY_IN_PARENT) where = PTMD_SYM("parent");
+    PTMD_SET(h, "pause_ns", PTMD_U64(s->before_fork_ns + s->fork_ns));
+    PTMD_SET(h, "before_fork_ns", PTMD_U64(s->before_fork_ns));
+    PTMD_SET(h, "fork_ns", PTMD_U64(s->fork_ns));
+    PTMD_SET(h, "ruby_pass_ns", PTMD_U64(s->ruby_pass_ns));
+    PTMD_SET(h, "gc_ns", PTMD_U64(s->gc_ns));
+    PTMD_SET(h, "ruby_pass", where);
+    return h;
+}
+
 /* header[:gc]: GC.stat's counts at the Ruby pass, or nil. */
 VALUE ptmd_rb_gc(const ptmd_view *v)
 {

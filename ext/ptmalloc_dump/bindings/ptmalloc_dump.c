@@ -23,13 +23,18 @@ typedef struct {
 /* gc: true collects first, as GC.start does (a full mark and an immediate sweep, also while GC is
  * disabled, which rb_gc() would respect): garbage is gone from the pass. This may allocate: it runs
  * before glibc's counters are taken. */
+static void full_gc(dump_call *c)
+{
+    if (!c->full_gc) return;
+    rb_funcall(rb_mGC, rb_intern("start"), 0);
+    ptmd_ruby_pass_after_full_gc(&c->d.ruby);
+}
+
 static void ruby_pass(dump_call *c)
 {
-    if (c->full_gc) rb_funcall(rb_mGC, rb_intern("start"), 0);
+    full_gc(c);
     c->d.ruby.page_size = ptmd_ruby_heap_page_size();   /* for the mmapped-chunk scan */
-    if (!c->ruby) return;
-    ptmd_ruby_pass(&c->d.ruby);
-    if (c->full_gc) ptmd_ruby_pass_after_full_gc(&c->d.ruby);
+    if (c->ruby) ptmd_ruby_pass(&c->d.ruby);
 }
 
 static VALUE dump_body(VALUE arg)
@@ -211,12 +216,26 @@ typedef struct {
     int pid, errfd;
 } fork_call;
 
+/* The parent's part of a snapshot: gc: true's GC, and the Ruby pass only where the child cannot take
+ * it (this Ruby's pages are not known by their structure), each timed for the SNAPSHOT record. */
 static VALUE fork_body(VALUE arg)
 {
     fork_call *f = (fork_call *)arg;
     dump_call *c = f->c;
-    ruby_pass(c);
-    c->rc = ptmd_dump_fork(&c->d, f->opts, f->n, &f->pid, &f->errfd, &c->err);
+    ptmd_snapshot_rec *s = &c->d.snap;
+    uint64_t t = ptmd_now_ns();
+    int in_child;
+    full_gc(c);
+    s->gc_ns = ptmd_now_ns() - t;
+    c->d.ruby.page_size = ptmd_ruby_heap_page_size();
+    in_child = c->ruby && ptmd_ruby_pass_by_structure_possible();
+    if (c->ruby && !in_child) {
+        t = ptmd_now_ns();
+        ptmd_ruby_pass(&c->d.ruby);
+        s->ruby_pass_ns = ptmd_now_ns() - t;
+        s->flags |= PTMD_SNF_RUBY_IN_PARENT;
+    }
+    c->rc = ptmd_dump_fork(&c->d, f->opts, f->n, in_child, &f->pid, &f->errfd, &c->err);
     return Qnil;
 }
 
@@ -227,6 +246,7 @@ static VALUE fork_body(VALUE arg)
 static VALUE rb_ptmd_dump_fork(VALUE self, VALUE targets, VALUE debug_dir, VALUE strings, VALUE ruby, VALUE references,
                                VALUE oracles, VALUE report, VALUE gc)
 {
+    uint64_t start;
     dump_call *c;
     fork_call f;
     const char *cpaths[8], *cdir;
@@ -234,6 +254,7 @@ static VALUE rb_ptmd_dump_fork(VALUE self, VALUE targets, VALUE debug_dir, VALUE
     int state = 0;
     long i, nt;
     PTMD_UNUSED(self);
+    start = ptmd_now_ns();
     Check_Type(targets, T_ARRAY);
     nt = RARRAY_LEN(targets);
     if (nt < 1 || nt > 8) rb_raise(rb_eArgError, "one to eight dump targets");
@@ -247,6 +268,7 @@ static VALUE rb_ptmd_dump_fork(VALUE self, VALUE targets, VALUE debug_dir, VALUE
         modes[i] = NUM2INT(RARRAY_AREF(t, 1));
     }
     c = new_call(debug_dir, strings, &cdir);
+    c->d.snap_start = start;
     c->ruby = RTEST(ruby);
     c->full_gc = RTEST(gc);
     memset(&f, 0, sizeof(f));

@@ -86,6 +86,7 @@ static VALUE heap_meta(VALUE self)
     PTMD_SET(h, "refs_ns", PTMD_U64(m->refs_ns));
     PTMD_SET(h, "references", PTMD_BOOL(m->flags & PTMD_RF_REFERENCES));
     PTMD_SET(h, "pages_from_gc", PTMD_BOOL(m->flags & PTMD_RF_PAGES_FROM_GC));
+    PTMD_SET(h, "in_snapshot", PTMD_BOOL(m->flags & PTMD_RF_IN_SNAPSHOT));
     PTMD_SET(h, "page_count", PTMD_U64(v->n_ruby_pages));
     PTMD_SET(h, "object_count", PTMD_U64(v->n_ruby_objects));
     PTMD_SET(h, "reference_count", PTMD_U64(v->n_refs));

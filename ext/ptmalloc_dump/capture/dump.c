@@ -108,10 +108,17 @@ static int add_string(ptmd_buf *b, const char *k, const char *v)
            ptmd_buf_append(b, v, vl) ? -1 : 0;
 }
 
+/* The strings that say whether the Ruby pass ran, which a snapshot child whose pass failed replaces. */
+static int ruby_layer_string(const char *key)
+{
+    return strcmp(key, "ruby_layer") == 0 || strcmp(key, "ruby_layer_reason") == 0 || strcmp(key, "ruby_code_reason") == 0;
+}
+
 static int collect_strings(ptmd_dump_state *d, const ptmd_libc *lc, const ptmd_dump_opts *o)
 {
     char host[256] = "", hex[2 * sizeof(lc->build_id) + 1];
     const char *const *s;
+    int replaced = d->ruby_problem[0] != '\0';
     gethostname(host, sizeof(host) - 1);
     ptmd_hex(lc->build_id, lc->build_id_len, hex);
     if (add_string(&d->strings, "glibc_version", lc->glibc_version) ||
@@ -122,7 +129,10 @@ static int collect_strings(ptmd_dump_state *d, const ptmd_libc *lc, const ptmd_d
         add_string(&d->strings, "hostname", host))
         return -1;
     for (s = o->strings; s && s[0] && s[1]; s += 2)
-        if (add_string(&d->strings, s[0], s[1])) return -1;
+        if (!(replaced && ruby_layer_string(s[0])) && add_string(&d->strings, s[0], s[1])) return -1;
+    if (replaced && (add_string(&d->strings, "ruby_layer", "skipped") ||
+                     add_string(&d->strings, "ruby_layer_reason", d->ruby_problem)))
+        return -1;
     return 0;
 }
 
@@ -327,6 +337,7 @@ static void write_sections(ptmd_dump_state *d)
                             w->root_refs.len);
     }
     if (d->has_source) ptmd_writer_section(wr, PTMD_SEC_SOURCE, 1, &d->source, sizeof(d->source));
+    if (d->has_snapshot) ptmd_writer_section(wr, PTMD_SEC_SNAPSHOT, 1, &d->snap, sizeof(d->snap));
     if (d->trim.base)
         ptmd_writer_section(wr, PTMD_SEC_TRIM_CHECK, PTMD_BUF_COUNT(&d->trim, uint64_t), d->trim.base, d->trim.len);
     write_rss_sections(d);
@@ -686,14 +697,33 @@ static void report_failure(const char *path, const ptmd_err *e)
     }
 }
 
-int ptmd_dump_fork(ptmd_dump_state *d, const ptmd_dump_opts *opts, size_t n_opts, int *pid_out, int *errfd_out,
-                   ptmd_err *err)
+/* The snapshot child's Ruby pass, on its copy, after its parent's mappings (which should lag the fork
+ * as little as they can). A pass that cannot see every object leaves the dump without Ruby data, and
+ * says why in the strings where the parent's would say it was recorded. */
+static void child_ruby_pass(ptmd_dump_state *d)
+{
+    d->ruby.page_size = ptmd_ruby_heap_page_size();
+    if (ptmd_ruby_pass_in_copy(&d->ruby, d->ruby_problem, sizeof(d->ruby_problem)) != 0) {
+        ptmd_ruby_data empty;
+        memset(&empty, 0, sizeof(empty));
+        empty.page_size = d->ruby.page_size;
+        d->ruby = empty;            /* what the pass had mapped goes with the child */
+        d->snap.flags &= ~(uint32_t)PTMD_SNF_RUBY_IN_CHILD;
+    }
+}
+
+int ptmd_dump_fork(ptmd_dump_state *d, const ptmd_dump_opts *opts, size_t n_opts, int ruby_in_child, int *pid_out,
+                   int *errfd_out, ptmd_err *err)
 {
     int fds[2];
     pid_t pid;
     int parent = (int)getpid();
+    uint64_t t_fork;
     if (before_fork(d, opts, n_opts, err) != 0) return -1;
     if (pipe2(fds, O_CLOEXEC) != 0) return ptmd_fail_sys(err, errno, "pipe", "cannot create a pipe for the snapshot");
+    if (ruby_in_child) d->snap.flags |= PTMD_SNF_RUBY_IN_CHILD;
+    t_fork = ptmd_now_ns();
+    d->snap.before_fork_ns = t_fork - d->snap_start;
     /* glibc's fork takes every arena lock around the fork: the child's heap is one consistent state */
     pid = fork();
     if (pid < 0) {
@@ -705,16 +735,21 @@ int ptmd_dump_fork(ptmd_dump_state *d, const ptmd_dump_opts *opts, size_t n_opts
     if (pid == 0) {
         size_t i;
         int rc = 0;
+        d->snap.fork_ns = ptmd_now_ns() - t_fork;
         close(fds[0]);
         signal(SIGPIPE, SIG_IGN);
         read_parent_mappings(&d->mappings, parent);
+        if (ruby_in_child) child_ruby_pass(d);
         /* several dumps of the same frozen heap, one after the other: nothing runs in between */
         for (i = 0; i < n_opts && rc == 0; i++) {
             ptmd_dump_opts co = opts[i];
             ptmd_dump_state di;
             ptmd_err cerr;
             ptmd_dump_init(&di);
-            di.ruby = d->ruby;                  /* recorded by the parent, shared read-only */
+            di.ruby = d->ruby;                  /* recorded once for every target, shared read-only */
+            di.snap = d->snap;
+            di.has_snapshot = 1;
+            memcpy(di.ruby_problem, d->ruby_problem, sizeof(di.ruby_problem));
             di.parent = &d->w;
             di.parent_mappings = &d->mappings;
             co.fork_child = 1;
@@ -810,6 +845,7 @@ void ptmd_dump_view(const ptmd_dump_state *d, ptmd_view *v)
         v->trim_released = (const uint64_t *)(const void *)d->trim.base;
         v->n_trim_released = PTMD_BUF_COUNT(&d->trim, uint64_t);
     }
+    if (d->has_snapshot) v->snapshot = &d->snap;
     view_rss(d, v);
 }
 

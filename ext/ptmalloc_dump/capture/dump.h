@@ -64,6 +64,10 @@ typedef struct {
     ptmd_libc *target_lc;           /* another process's libc (mmapped), NULL for this process */
     ptmd_source_rec source;         /* where another process's dump came from (the SOURCE section) */
     int has_source;
+    ptmd_snapshot_rec snap;         /* a fork snapshot: what its parent paused for (the SNAPSHOT section) */
+    uint64_t snap_start;            /* ptmd_now_ns() when the parent's dump call began */
+    int has_snapshot;
+    char ruby_problem[320];         /* a snapshot child's: why its Ruby pass recorded nothing ("" if it did) */
 } ptmd_dump_state;
 
 /* Prepares a zeroed state (file descriptors closed). Call before ptmd_dump_run or ptmd_dump_fork. */
@@ -81,11 +85,13 @@ int ptmd_dump_process(ptmd_dump_state *d, const ptmd_dump_opts *opts, int pid, p
 /* A dump of the process a core file was written from (gcore, or the kernel's): the same as of a live
  * process, read from the core's segments; no residency either. */
 int ptmd_dump_core(ptmd_dump_state *d, const ptmd_dump_opts *opts, const char *core, ptmd_err *err);
-/* Fork snapshot: forks; the child runs ptmd_dump_run for each of opts[0..n_opts) on the same frozen
- * heap (sharing d's Ruby data) and _exits (status 0 on success; on failure it writes the error to the
- * pipe first). The parent gets the child's pid and the pipe's read end. */
-int ptmd_dump_fork(ptmd_dump_state *d, const ptmd_dump_opts *opts, size_t n_opts, int *pid_out, int *errfd_out,
-                   ptmd_err *err);
+/* Fork snapshot: forks; the child runs the Ruby pass on its copy when ruby_in_child is set (else d's
+ * Ruby data is the parent's, recorded before), then ptmd_dump_run for each of opts[0..n_opts) on the
+ * same frozen heap (sharing that Ruby data), and _exits (status 0 on success; on failure it writes the
+ * error to the pipe first). The parent gets the child's pid and the pipe's read end. d->snap_start
+ * and d->snap's parent figures are the caller's. */
+int ptmd_dump_fork(ptmd_dump_state *d, const ptmd_dump_opts *opts, size_t n_opts, int ruby_in_child, int *pid_out,
+                   int *errfd_out, ptmd_err *err);
 
 /* ruby_heap.c, the Ruby pass (the one capture file that reads Ruby's heap through Ruby's API): it
  * looks up the internal functions it needs at load (ptmd_ruby_heap_init); the NULL-terminated list
@@ -93,6 +99,12 @@ int ptmd_dump_fork(ptmd_dump_state *d, const ptmd_dump_opts *opts, size_t n_opts
 void ptmd_ruby_heap_init(void);
 const char *const *ptmd_ruby_functions_missing(void);
 void ptmd_ruby_pass(ptmd_ruby_data *rd);
+/* Whether the pass can find the pages by their structure alone (their layout was learned at load, and
+ * garbage a pending lazy sweep left can be told from the live), as a snapshot's child must. */
+int ptmd_ruby_pass_by_structure_possible(void);
+/* The pass in a fork snapshot's child, on the copy of its parent's memory: by structure only, raising
+ * nothing; -1 with the reason in why when the pages found do not hold every live object. */
+int ptmd_ruby_pass_in_copy(ptmd_ruby_data *rd, char *why, size_t cap);
 /* The size (and alignment) of Ruby's object page bodies, 0 when this Ruby does not say. */
 uint64_t ptmd_ruby_heap_page_size(void);
 /* Marks rd's GC record as taken right after a full GC the dump ran itself (gc: true). */

@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* How far ahead the naming loop asks for the table slot of a later reference. */
+#define PTMD_CODE_AHEAD 8
 #define PTMD_MIN_POINTER 0x10000ull
 #define PTMD_MAX_POINTER 0x800000000000ull
 
@@ -225,42 +227,75 @@ typedef struct {
     uint32_t line;
 } location;
 
+/* The path object of the latest iseq_location, and whether it was one: entries in address order come
+ * file by file, and each test reads the path's slot, which is seldom in cache. */
+static uint64_t last_path;
+static int last_path_ok;
+
 static location iseq_location(const ptmd_ruby_data *rd, uint64_t iseq)
 {
     location loc = { 0, 0 };
     uint64_t body = word_at(iseq, L->iseq_body), p, line;
     if (!heap_pointer(body)) return loc;
     p = word_at(body, L->body_pathobj);
-    if (object_of_type(rd, p, T_STRING) || object_of_type(rd, p, T_ARRAY)) loc.pathobj = p;
+    if (p != last_path) {
+        last_path = p;
+        last_path_ok = object_of_type(rd, p, T_STRING) || object_of_type(rd, p, T_ARRAY);
+    }
+    if (last_path_ok) loc.pathobj = p;
     line = word_at(body, L->body_first_lineno);
     if (L->first_lineno_fixnum) loc.line = RB_FIXNUM_P((VALUE)line) ? (uint32_t)FIX2LONG((VALUE)line) : 0;
     else loc.line = (uint32_t)line;
     return loc;
 }
 
-/* A method entry, read: the iseq it runs (0 for other method types), its owner and its name. */
+/* A method entry, read: the iseq it runs (0 for other method types), its owner, its name and where
+ * its iseq is (read once here for the entry and every block iseq inside it). */
 typedef struct {
     uint64_t iseq, owner, id, ment;
+    location loc;
 } ment_info;
 
-static int by_iseq(const void *a, const void *b, void *ctx)
+/* Method entries by the iseq they run: open addressing over the entries' indices + 1, twice as many
+ * slots as entries. A block's iseq finds its method's entry in one probe or a few, where a search of
+ * the entries sorted by iseq waits on memory at each of its steps. */
+typedef struct {
+    ptmd_buf slots;                 /* uint32: index into the ment_info list + 1, 0 empty */
+    size_t mask;
+} ment_index;
+
+static size_t iseq_slot(uint64_t iseq, size_t mask)
 {
-    uint64_t x = ((const ment_info *)a)->iseq, y = ((const ment_info *)b)->iseq;
-    PTMD_UNUSED(ctx);
-    return x < y ? -1 : x > y;
+    return (size_t)((iseq >> 3) * 0x9E3779B97F4A7C15ull >> 24) & mask;
 }
 
-static const ment_info *ment_of_iseq(const ptmd_buf *b, uint64_t iseq)
+static int index_ments(const ptmd_buf *info, ment_index *ix)
 {
-    size_t lo = 0, hi = PTMD_BUF_COUNT(b, ment_info);
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        const ment_info *m = PTMD_BUF_AT(b, ment_info, mid);
-        if (m->iseq < iseq) lo = mid + 1;
-        else hi = mid;
+    size_t i, n = PTMD_BUF_COUNT(info, ment_info), cap = 1024;
+    uint32_t *t;
+    while (cap < 2 * n) cap *= 2;
+    ix->mask = cap - 1;
+    if (!(t = ptmd_buf_push(&ix->slots, cap * sizeof(uint32_t)))) return -1;
+    for (i = 0; i < n; i++) {
+        const ment_info *m = PTMD_BUF_AT(info, ment_info, i);
+        size_t h;
+        if (!m->iseq) continue;
+        for (h = iseq_slot(m->iseq, ix->mask); t[h]; h = (h + 1) & ix->mask)
+            if (PTMD_BUF_AT(info, ment_info, t[h] - 1)->iseq == m->iseq) break;     /* the first entry keeps it */
+        if (!t[h]) t[h] = (uint32_t)i + 1;
     }
-    return lo < PTMD_BUF_COUNT(b, ment_info) && PTMD_BUF_AT(b, ment_info, lo)->iseq == iseq
-        ? PTMD_BUF_AT(b, ment_info, lo) : NULL;
+    return 0;
+}
+
+static const ment_info *ment_of_iseq(const ptmd_buf *info, const ment_index *ix, uint64_t iseq)
+{
+    const uint32_t *t = (const uint32_t *)(const void *)ix->slots.base;
+    size_t h;
+    for (h = iseq_slot(iseq, ix->mask); t[h]; h = (h + 1) & ix->mask) {
+        const ment_info *m = PTMD_BUF_AT(info, ment_info, t[h] - 1);
+        if (m->iseq == iseq) return m;
+    }
+    return NULL;
 }
 
 /* A name to resolve: the key (module VALUE, method ID or path object) of one field of one record. */
@@ -389,30 +424,63 @@ static int resolve_name(ptmd_ruby_data *rd, const name_ref *n)
     return put_name(rd, n->key, n->kind, s, len);
 }
 
+static size_t name_hash(uint64_t key, uint32_t kind, size_t mask)
+{
+    return (size_t)(((key >> 3) ^ kind) * 0x9E3779B97F4A7C15ull >> 17) & mask;
+}
+
+/* The open-addressing table of distinct keys, twice as large: it is sized by the keys (a few
+ * thousand modules, names and paths), not by the references to them, so that it stays in cache. */
+static int grow_names(ptmd_buf *table, size_t *cap)
+{
+    ptmd_buf old = *table;
+    size_t old_cap = *cap, k, mask = 2 * old_cap - 1;
+    memset(table, 0, sizeof(*table));
+    if (!ptmd_buf_push(table, 2 * old_cap * sizeof(name_slot))) {
+        *table = old;
+        return -1;
+    }
+    for (k = 0; k < old_cap; k++) {
+        const name_slot *s = PTMD_BUF_AT(&old, name_slot, k);
+        name_slot *t = PTMD_BUF_AT(table, name_slot, 0);
+        size_t h;
+        if (!s->kind) continue;
+        for (h = name_hash(s->key, s->kind, mask); t[h].kind; h = (h + 1) & mask) {}
+        t[h] = *s;
+    }
+    ptmd_buf_release(&old);
+    *cap = 2 * old_cap;
+    return 0;
+}
+
 /* Gives every distinct key one name entry, in order of first use, and each record its fields' indices. */
 static int name_records(ptmd_ruby_data *rd, const ptmd_buf *refs)
 {
-    size_t i, n = PTMD_BUF_COUNT(refs, name_ref), cap = 1024, mask;
+    size_t i, n = PTMD_BUF_COUNT(refs, name_ref), cap = 1024;
     ptmd_buf table = { 0 };
     uint32_t next = 0;
     int rc = -1;
-    while (cap < 2 * n) cap *= 2;
-    mask = cap - 1;
     if (!ptmd_buf_push(&table, cap * sizeof(name_slot))) return -1;
     for (i = 0; i < n; i++) {
         const name_ref *r = PTMD_BUF_AT(refs, name_ref, i);
         ptmd_ruby_code *c = PTMD_BUF_AT(&rd->code, ptmd_ruby_code, r->slot / 3);
         uint32_t *field = r->slot % 3 == 0 ? &c->module : r->slot % 3 == 1 ? &c->method : &c->path;
-        size_t h = (size_t)(((r->key >> 3) ^ r->kind) * 0x9E3779B97F4A7C15ull >> 17) & mask;
         name_slot *t = PTMD_BUF_AT(&table, name_slot, 0);
-        while (t[h].kind && !(t[h].key == r->key && t[h].kind == r->kind)) h = (h + 1) & mask;
-        if (!t[h].kind) {
-            if (resolve_name(rd, r) != 0) goto out;
-            t[h].key = r->key;
-            t[h].kind = r->kind;
-            t[h].index = next++;
+        size_t h = name_hash(r->key, r->kind, cap - 1);
+        if (i + PTMD_CODE_AHEAD < n) {
+            const name_ref *ahead = PTMD_BUF_AT(refs, name_ref, i + PTMD_CODE_AHEAD);
+            __builtin_prefetch(&t[name_hash(ahead->key, ahead->kind, cap - 1)]);
         }
-        *field = t[h].index;
+        while (t[h].kind && !(t[h].key == r->key && t[h].kind == r->kind)) h = (h + 1) & (cap - 1);
+        if (t[h].kind) {
+            *field = t[h].index;
+            continue;
+        }
+        if (resolve_name(rd, r) != 0) goto out;
+        t[h].key = r->key;
+        t[h].kind = r->kind;
+        t[h].index = *field = next++;
+        if (2 * (size_t)next >= cap && grow_names(&table, &cap) != 0) goto out;
     }
     rc = 0;
 out:
@@ -420,24 +488,109 @@ out:
     return rc;
 }
 
+
+/* The loops over noted objects go in batches, each in phases: a phase asks for the lines the next one
+ * reads (a method definition, an iseq's slot, its body) for the whole batch, so that the waits on
+ * memory of a batch's objects overlap instead of following one another. Each phase reads a pointer
+ * only after the checks the object itself gets. */
+#define PTMD_CODE_BATCH 64
+
+static void ask(uint64_t p)
+{
+    __builtin_prefetch((const void *)(uintptr_t)p);
+}
+
+/* What an entry's definition says it runs: the word where an iseq method keeps its iseq, 0 for other
+ * method types (whose definition holds something else there). */
+static uint64_t def_iseq(uint64_t ment)
+{
+    uint64_t def = word_at(ment, L->ment_def);
+    uint32_t type;
+    if (!heap_pointer(def)) return 0;
+    memcpy(&type, (const void *)(uintptr_t)def, sizeof(type));
+    return (type & ((1u << L->def_type_bits) - 1)) == L->def_iseq_type ? word_at(def, L->def_iseqptr) : 0;
+}
+
+/* An iseq's body, once its slot was found to be an iseq's: 0 when it has none. */
+static uint64_t body_of(uint64_t iseq)
+{
+    uint64_t body = word_at(iseq, L->iseq_body);
+    return heap_pointer(body) ? body : 0;
+}
+
 static int read_ments(ptmd_code_pass *cp, ptmd_ruby_data *rd, ptmd_buf *info)
 {
-    size_t i, n = PTMD_BUF_COUNT(&cp->ments, uint64_t);
-    for (i = 0; i < n; i++) {
-        uint64_t v = *PTMD_BUF_AT(&cp->ments, uint64_t, i), def = word_at(v, L->ment_def), owner = word_at(v, L->ment_owner);
-        ment_info *m;
-        if (!is_module(rd, owner) || !(owner = module_itself(rd, owner))) continue;
-        if (!(m = ptmd_buf_push(info, sizeof(*m)))) return cp->oom = -1;
-        m->ment = v;
-        m->owner = owner;
-        m->id = word_at(v, L->ment_called_id);
-        if (heap_pointer(def)) {
-            uint32_t type;
-            uint64_t iseq = word_at(def, L->def_iseqptr);
-            memcpy(&type, (const void *)(uintptr_t)def, sizeof(type));
-            if ((type & ((1u << L->def_type_bits) - 1)) == L->def_iseq_type && is_imemo(rd, iseq, L->imemo_iseq))
-                m->iseq = iseq;
+    size_t at, k, n = PTMD_BUF_COUNT(&cp->ments, uint64_t);
+    const uint64_t *ments = (const uint64_t *)(const void *)cp->ments.base;
+    uint64_t iseq[PTMD_CODE_BATCH];
+    for (at = 0; at < n; at += PTMD_CODE_BATCH) {
+        size_t nb = n - at < PTMD_CODE_BATCH ? n - at : PTMD_CODE_BATCH;
+        for (k = 0; k < nb; k++) {
+            ask(word_at(ments[at + k], L->ment_def));
+            ask(word_at(ments[at + k], L->ment_owner));
         }
+        for (k = 0; k < nb; k++) {
+            iseq[k] = def_iseq(ments[at + k]);
+            if (!RB_SPECIAL_CONST_P((VALUE)iseq[k]) && ptmd_ruby_in_pages(rd, (VALUE)iseq[k])) ask(iseq[k]);
+            else iseq[k] = 0;
+        }
+        for (k = 0; k < nb; k++) {
+            uint64_t body;
+            if (!iseq[k] || !is_imemo(rd, iseq[k], L->imemo_iseq)) iseq[k] = 0;
+            else if ((body = body_of(iseq[k])) != 0) {
+                ask(body + L->body_pathobj);
+                ask(body + L->body_first_lineno);
+            }
+        }
+        for (k = 0; k < nb; k++) {
+            uint64_t v = ments[at + k], owner = word_at(v, L->ment_owner);
+            ment_info *m;
+            if (!is_module(rd, owner) || !(owner = module_itself(rd, owner))) continue;
+            if (!(m = ptmd_buf_push(info, sizeof(*m)))) return cp->oom = -1;
+            m->ment = v;
+            m->owner = owner;
+            m->id = word_at(v, L->ment_called_id);
+            if ((m->iseq = iseq[k]) != 0) m->loc = iseq_location(rd, m->iseq);
+        }
+    }
+    return 0;
+}
+
+/* Charges each noted iseq to the method entry of the method it belongs to (itself, or a block's
+ * local_iseq), in batches as read_ments. */
+static int charge_iseqs(ptmd_code_pass *cp, ptmd_ruby_data *rd, const ptmd_buf *info, const ment_index *ix,
+                        ptmd_buf *refs)
+{
+    size_t at, k, n = PTMD_BUF_COUNT(&cp->iseqs, uint64_t);
+    const uint64_t *iseqs = (const uint64_t *)(const void *)cp->iseqs.base;
+    const uint32_t *slots = (const uint32_t *)(const void *)ix->slots.base;
+    uint64_t root[PTMD_CODE_BATCH], local[PTMD_CODE_BATCH];
+    const ment_info *m[PTMD_CODE_BATCH];
+    for (at = 0; at < n; at += PTMD_CODE_BATCH) {
+        size_t nb = n - at < PTMD_CODE_BATCH ? n - at : PTMD_CODE_BATCH;
+        for (k = 0; k < nb; k++) {
+            uint64_t body = body_of(iseqs[at + k]);
+            if (body) ask(body + L->body_local_iseq);
+            ask((uint64_t)(uintptr_t)&slots[iseq_slot(iseqs[at + k], ix->mask)]);
+        }
+        for (k = 0; k < nb; k++) {
+            uint64_t body = body_of(iseqs[at + k]);
+            local[k] = body ? word_at(body, L->body_local_iseq) : 0;
+            root[k] = body ? iseqs[at + k] : 0;
+            if (local[k] && !RB_SPECIAL_CONST_P((VALUE)local[k]) && ptmd_ruby_in_pages(rd, (VALUE)local[k])) {
+                ask(local[k]);
+                ask((uint64_t)(uintptr_t)&slots[iseq_slot(local[k], ix->mask)]);
+            } else local[k] = 0;
+        }
+        /* a block's iseq belongs to the method it is in */
+        for (k = 0; k < nb; k++) {
+            if (local[k] && root[k] && is_imemo(rd, local[k], L->imemo_iseq)) root[k] = local[k];
+            m[k] = root[k] ? ment_of_iseq(info, ix, root[k]) : NULL;
+            if (m[k]) ask((uint64_t)(uintptr_t)m[k]);
+        }
+        for (k = 0; k < nb; k++)
+            if (m[k] && add_record(cp, rd, refs, iseqs[at + k], PTMD_CODE_ISEQ, m[k]->owner, m[k]->id, m[k]->loc) != 0)
+                return -1;
     }
     return 0;
 }
@@ -494,9 +647,12 @@ static int order_records(ptmd_ruby_data *rd, const size_t *ends)
 int ptmd_ruby_code_finish(ptmd_code_pass *cp, ptmd_ruby_data *rd)
 {
     ptmd_buf info = { 0 }, refs = { 0 };
+    ment_index ix = { { 0 }, 0 };
     size_t i, n, ends[PTMD_CODE_RUNS];
     int rc = -1;
     if (!L) return 0;
+    last_path = 0;
+    last_path_ok = 0;
     /* sorted 8-byte keys make each kind's records a sorted run (order_records then only merges) */
     ptmd_sort(cp->modules.base, PTMD_BUF_COUNT(&cp->modules, uint64_t), sizeof(uint64_t), by_value, NULL);
     ptmd_sort(cp->ments.base, PTMD_BUF_COUNT(&cp->ments, uint64_t), sizeof(uint64_t), by_value, NULL);
@@ -510,21 +666,11 @@ int ptmd_ruby_code_finish(ptmd_code_pass *cp, ptmd_ruby_data *rd)
     ends[0] = PTMD_BUF_COUNT(&rd->code, ptmd_ruby_code);
     for (i = 0, n = PTMD_BUF_COUNT(&info, ment_info); i < n; i++) {
         const ment_info *m = PTMD_BUF_AT(&info, ment_info, i);
-        location loc = { 0, 0 };
-        if (m->iseq) loc = iseq_location(rd, m->iseq);
-        if (add_record(cp, rd, &refs, m->ment, PTMD_CODE_METHOD_ENTRY, m->owner, m->id, loc) != 0) goto out;
+        if (add_record(cp, rd, &refs, m->ment, PTMD_CODE_METHOD_ENTRY, m->owner, m->id, m->loc) != 0) goto out;
     }
     ends[1] = PTMD_BUF_COUNT(&rd->code, ptmd_ruby_code);
-    ptmd_sort(info.base, PTMD_BUF_COUNT(&info, ment_info), sizeof(ment_info), by_iseq, NULL);
-    for (i = 0, n = PTMD_BUF_COUNT(&cp->iseqs, uint64_t); i < n; i++) {
-        uint64_t v = *PTMD_BUF_AT(&cp->iseqs, uint64_t, i), body = word_at(v, L->iseq_body), root = v;
-        const ment_info *m;
-        if (!heap_pointer(body)) continue;
-        /* a block's iseq belongs to the method it is in */
-        if (is_imemo(rd, word_at(body, L->body_local_iseq), L->imemo_iseq)) root = word_at(body, L->body_local_iseq);
-        if (!root || !(m = ment_of_iseq(&info, root))) continue;
-        if (add_record(cp, rd, &refs, v, PTMD_CODE_ISEQ, m->owner, m->id, iseq_location(rd, root)) != 0) goto out;
-    }
+    if (index_ments(&info, &ix) != 0) goto out;
+    if (charge_iseqs(cp, rd, &info, &ix, &refs) != 0) goto out;
     ends[2] = PTMD_BUF_COUNT(&rd->code, ptmd_ruby_code);
     if (add_vm_tables(cp, rd, &refs) != 0) goto out;
     ends[3] = PTMD_BUF_COUNT(&rd->code, ptmd_ruby_code);
@@ -532,6 +678,7 @@ int ptmd_ruby_code_finish(ptmd_code_pass *cp, ptmd_ruby_data *rd)
     rd->code_present = 1;
     rc = 0;
 out:
+    ptmd_buf_release(&ix.slots);
     ptmd_buf_release(&info);
     ptmd_buf_release(&refs);
     ptmd_buf_release(&cp->modules);

@@ -1,8 +1,10 @@
 /* The Ruby pass: every ObjectSpace page and every live object (address, builtin type, class, typed
  * data type, and the slot words that may point into malloc memory), collected into mmap-backed
- * buffers while the GVL is held and GC is disabled. Runs before the malloc walk: it may allocate
- * (class names are resolved at the end), the walk may not. Raw facts only: matching objects to
- * chunks happens when a dump is loaded. */
+ * buffers while the GVL is held, before the malloc walk. The pages are found by their structure and
+ * read as memory, allocating nothing: in the process itself, or in a fork snapshot's child on its copy
+ * of the parent's memory (ptmd_ruby_pass_in_copy), so that the parent pauses for the fork alone. Only
+ * where that cannot be done does the in-process pass ask the GC for its pages (which mallocs). Raw
+ * facts only: matching objects to chunks happens when a dump is loaded. */
 #include <ruby.h>
 #include "capture/dump.h"
 #include "capture/ruby_code.h"
@@ -13,6 +15,7 @@
 #include <ruby/version.h>
 
 #include <dlfcn.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -58,6 +61,7 @@ typedef struct {
     uint32_t last_index;
     ptmd_code_pass code;                 /* what the code pass needs of the walk (capture/ruby_code.c) */
     int sweeping;                        /* a lazy sweep is pending: some objects may be garbage */
+    size_t found;                        /* objects on the pages found by structure, kept or not */
     int oom;
 } pass_ctx;
 
@@ -479,7 +483,8 @@ static int pages_by_structure(ptmd_ruby_data *rd, pass_ctx *c)
         }
     }
     ptmd_buf_release(&found);
-    if (c->oom || PTMD_BUF_COUNT(&rd->objects, ptmd_ruby_object) == (size_t)rb_gc_stat(sym_live)) return 1;
+    c->found = PTMD_BUF_COUNT(&rd->objects, ptmd_ruby_object);
+    if (c->oom || c->found == (size_t)rb_gc_stat(sym_live)) return 1;
     /* what the pages held is dropped: objects, words, the names they asked for, the code noted */
     rd->pages.len = rd->objects.len = rd->words.len = 0;
     ptmd_buf_release(&c->table);
@@ -491,24 +496,32 @@ static int pages_by_structure(ptmd_ruby_data *rd, pass_ctx *c)
     return 0;
 }
 
-/* Collects Ruby's heap into rd. Raises on failure. */
-void ptmd_ruby_pass(ptmd_ruby_data *rd)
+/* Names in index order, then the code records: read from memory, nothing allocated (the capture of
+ * glibc's counters follows). */
+static void finish_pass(ptmd_ruby_data *rd, pass_ctx *c)
 {
-    pass_ctx c;
-    uint64_t t0 = ptmd_now_ns();
-    size_t i, n;
-    memset(&c, 0, sizeof(c));
-    c.rd = rd;
-    c.last_klass = 0;
-    if (!each_objects) rb_raise(rb_eNotImpError, "this Ruby does not export rb_objspace_each_objects");
-    if (rb_gc_latest_gc_info(sym_state) == sym_sweeping) rd->gc.flags |= PTMD_GF_SWEEPING;
-    c.sweeping = (rd->gc.flags & PTMD_GF_SWEEPING) != 0;
-    if (!pages_by_structure(rd, &c)) {
-        /* each_objects ends the pending lazy sweep before it lists the pages: no garbage is left */
-        rd->meta.flags |= PTMD_RF_PAGES_FROM_GC;
-        c.sweeping = 0;
-        each_objects(each_page, &c);
+    size_t i, n = PTMD_BUF_COUNT(&c->keys, name_slot);
+    for (i = 0; i < n && !c->oom; i++) {
+        const name_slot *s = PTMD_BUF_AT(&c->keys, name_slot, i);
+        if (s->kind == PTMD_NAME_DATA_TYPE) {
+            const char *nm = ((const rb_data_type_t *)(uintptr_t)s->key)->wrap_struct_name;
+            if (!nm) nm = "(unnamed)";
+            if (add_name(rd, s->key, s->kind, nm, strlen(nm))) c->oom = 1;
+        } else {
+            char buf[64];
+            const char *name = "(internal)";
+            size_t len = class_name(rd, (VALUE)s->key, &name, buf, sizeof(buf));
+            if (add_name(rd, s->key, s->kind, name, len ? len : 10)) c->oom = 1;
+        }
     }
+    if (!c->oom && ptmd_ruby_code_finish(&c->code, rd) != 0) c->oom = 1;
+    ptmd_buf_release(&c->table);
+    ptmd_buf_release(&c->keys);
+}
+
+/* GC.stat's figures the RUBY_META section keeps, read with the pass. */
+static void read_meta(ptmd_ruby_data *rd)
+{
     read_gc_stat(&rd->gc);
     /* by address (the GC hands them out in its own order), for lookups */
     ptmd_sort(rd->pages.base, PTMD_BUF_COUNT(&rd->pages, ptmd_ruby_page), sizeof(ptmd_ruby_page), by_page_start, NULL);
@@ -517,25 +530,66 @@ void ptmd_ruby_pass(ptmd_ruby_data *rd)
     rd->meta.heap_live_slots = rb_gc_stat(sym_live);
     rd->meta.heap_free_slots = rb_gc_stat(sym_free);
     rd->meta.total_allocated_objects = rb_gc_stat(sym_total);
-    /* names, in index order; nothing here allocates (the capture of glibc's counters follows) */
-    n = PTMD_BUF_COUNT(&c.keys, name_slot);
-    for (i = 0; i < n && !c.oom; i++) {
-        const name_slot *s = PTMD_BUF_AT(&c.keys, name_slot, i);
-        if (s->kind == PTMD_NAME_DATA_TYPE) {
-            const char *nm = ((const rb_data_type_t *)(uintptr_t)s->key)->wrap_struct_name;
-            if (!nm) nm = "(unnamed)";
-            if (add_name(rd, s->key, s->kind, nm, strlen(nm))) c.oom = 1;
-        } else {
-            char buf[64];
-            const char *name = "(internal)";
-            size_t len = class_name(rd, (VALUE)s->key, &name, buf, sizeof(buf));
-            if (add_name(rd, s->key, s->kind, name, len ? len : 10)) c.oom = 1;
-        }
+}
+
+static void begin_pass(ptmd_ruby_data *rd, pass_ctx *c)
+{
+    memset(c, 0, sizeof(*c));
+    c->rd = rd;
+    if (rb_gc_latest_gc_info(sym_state) == sym_sweeping) rd->gc.flags |= PTMD_GF_SWEEPING;
+    c->sweeping = (rd->gc.flags & PTMD_GF_SWEEPING) != 0;
+}
+
+/* Collects Ruby's heap into rd. Raises on failure. */
+void ptmd_ruby_pass(ptmd_ruby_data *rd)
+{
+    pass_ctx c;
+    uint64_t t0 = ptmd_now_ns();
+    if (!each_objects) rb_raise(rb_eNotImpError, "this Ruby does not export rb_objspace_each_objects");
+    begin_pass(rd, &c);
+    if (!pages_by_structure(rd, &c)) {
+        /* each_objects ends the pending lazy sweep before it lists the pages: no garbage is left */
+        rd->meta.flags |= PTMD_RF_PAGES_FROM_GC;
+        c.sweeping = 0;
+        each_objects(each_page, &c);
     }
-    if (!c.oom && ptmd_ruby_code_finish(&c.code, rd) != 0) c.oom = 1;
-    ptmd_buf_release(&c.table);
-    ptmd_buf_release(&c.keys);
+    read_meta(rd);
+    finish_pass(rd, &c);
     rd->meta.pass_ns = ptmd_now_ns() - t0;
     rd->present = 1;
     if (c.oom) rb_raise(rb_eNoMemError, "ptmalloc_dump: mmap failed while recording Ruby's heap");
+}
+
+int ptmd_ruby_pass_by_structure_possible(void)
+{
+    return each_objects && page_shape.usable &&
+           (garbage_object_p || markable_object_p || rb_gc_latest_gc_info(sym_state) != sym_sweeping);
+}
+
+/* In a fork snapshot's child, on its copy of the parent's memory: the pages by their structure only.
+ * The child must not ask the GC for them: rb_objspace_each_objects would end the pending lazy sweep,
+ * whose frees (and the finalizers of garbage such as an IO's flush of its buffer) would run a second
+ * time in the copy. It reads memory and raises nothing. */
+int ptmd_ruby_pass_in_copy(ptmd_ruby_data *rd, char *why, size_t cap)
+{
+    pass_ctx c;
+    uint64_t t0 = ptmd_now_ns();
+    begin_pass(rd, &c);
+    if (!pages_by_structure(rd, &c)) {
+        snprintf(why, cap, "Ruby's pages found by their structure in the snapshot held %lu objects where GC.stat "
+                 "counts %lu (a page swapped out, or one not recognised); the snapshot process may not ask the GC, "
+                 "whose sweep would run garbage's finalizers a second time: dump with fork: false for the Ruby heap",
+                 (unsigned long)c.found, (unsigned long)rb_gc_stat(sym_live));
+        return -1;
+    }
+    read_meta(rd);
+    finish_pass(rd, &c);
+    rd->meta.pass_ns = ptmd_now_ns() - t0;
+    rd->meta.flags |= PTMD_RF_IN_SNAPSHOT;
+    if (c.oom) {
+        snprintf(why, cap, "mmap failed while the snapshot process recorded Ruby's heap");
+        return -1;
+    }
+    rd->present = 1;
+    return 0;
 }

@@ -57,6 +57,7 @@ enum {
     PTMD_SEC_RUBY_CODE_NAMES = 29, /* entries as in RUBY_NAMES: the code records' modules, methods and paths */
     PTMD_SEC_TCACHE_ENTRIES = 36, /* ptmd_tcache_entry[count]: which thread's tcache holds each tcache chunk */
     PTMD_SEC_SOURCE = 40,       /* ptmd_source_rec, count 1: the dump was taken from outside the process */
+    PTMD_SEC_SNAPSHOT = 41,     /* ptmd_snapshot_rec, count 1: a fork snapshot's parent, what it paused for */
     PTMD_SEC_END = 0xffff
 };
 
@@ -301,6 +302,8 @@ typedef struct {
                                          * ends a pending lazy sweep and mallocs before the capture (the
                                          * pages' layout is not known for this Ruby, or the pages found
                                          * by their structure did not hold heap_live_slots objects) */
+#define PTMD_RF_IN_SNAPSHOT (1u << 2)   /* the pass ran in the fork snapshot's child, on its copy of the
+                                         * parent's memory: the parent paused for the fork only */
 
 typedef struct {
     uint64_t heap_allocated_pages;  /* GC.stat, taken in the same GC-disabled window as the pass */
@@ -370,6 +373,25 @@ typedef struct {
     uint32_t attempts;                  /* stops it took to find every arena lock free (1: the first) */
     uint64_t reserved;                  /* 0 */
 } ptmd_source_rec;
+
+/* ---- a fork snapshot's parent (SNAPSHOT section) ---- */
+
+/* ptmd_snapshot_rec.flags: where the Ruby pass ran */
+#define PTMD_SNAPSHOT_FLAGS(X)                                                                     \
+    X(PTMD_SNF_RUBY_IN_CHILD, 1u << 0, "ruby_in_child")   /* in the snapshot process, on its copy */ \
+    X(PTMD_SNF_RUBY_IN_PARENT, 1u << 1, "ruby_in_parent") /* in the parent before the fork: this Ruby's
+                                                              pages are not known by their structure */
+enum { PTMD_SNAPSHOT_FLAGS(PTMD_ENUM_CONSTANT) };
+
+typedef struct {
+    uint64_t before_fork_ns;            /* the parent, from the dump's call to fork(): libc, threads, roots,
+                                           and the Ruby pass or gc: true's GC where they ran there */
+    uint64_t ruby_pass_ns;              /* of which the Ruby pass (0 when the child ran it) */
+    uint64_t gc_ns;                     /* of which gc: true's full GC */
+    uint64_t fork_ns;                   /* from the parent's fork() to the child's first step */
+    uint32_t flags;                     /* PTMD_SNF_* */
+    uint32_t reserved;                  /* 0 */
+} ptmd_snapshot_rec;
 
 /* ---- the GC's counts (GC section) ---- */
 
@@ -509,6 +531,7 @@ _Static_assert(sizeof(ptmd_ruby_object) == 24, "ruby object layout");
 _Static_assert(sizeof(ptmd_ref) == 8, "ref layout");
 _Static_assert(sizeof(ptmd_gc_rec) == 96, "gc record layout");
 _Static_assert(sizeof(ptmd_source_rec) == 48, "source record layout");
+_Static_assert(sizeof(ptmd_snapshot_rec) == 40, "snapshot record layout");
 _Static_assert(sizeof(ptmd_mappings_head) == 56, "mappings head layout");
 _Static_assert(sizeof(ptmd_mapping_rec) == 88, "mapping record layout");
 _Static_assert(sizeof(ptmd_ruby_code) == 32, "ruby code layout");

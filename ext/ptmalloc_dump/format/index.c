@@ -31,6 +31,9 @@ void ptmd_sort(void *base, size_t n, size_t size, int (*cmp)(const void *, const
     unsigned char *b = base;
     size_t i;
     if (n < 2 || size > PTMD_SORT_MAX_ELEM) return;
+    /* input already in order (the Ruby pass's lists, in page order) costs one comparison a record */
+    for (i = 1; i < n && cmp(b + (i - 1) * size, b + i * size, ctx) <= 0; i++) {}
+    if (i == n) return;
     for (i = n / 2; i-- > 0;) sift(b, i, n, size, cmp, ctx);
     for (i = n - 1; i > 0; i--) {
         swap(b, b + i * size, size);

@@ -43,6 +43,7 @@ static const section_rule rules[] = {
     { PTMD_SEC_RUBY_CODE_NAMES, 0, 0, 1 },
     { PTMD_SEC_TCACHE_ENTRIES, sizeof(ptmd_tcache_entry), 0, 1 },
     { PTMD_SEC_SOURCE, sizeof(ptmd_source_rec), 0, 1 },
+    { PTMD_SEC_SNAPSHOT, sizeof(ptmd_snapshot_rec), 0, 1 },
 };
 #define N_RULES (sizeof(rules) / sizeof(rules[0]))
 
@@ -51,6 +52,7 @@ static const char *section_name(uint32_t type)
     if (type == PTMD_SEC_MAPPINGS) return "mappings";
     if (type == PTMD_SEC_GC) return "gc";
     if (type == PTMD_SEC_SOURCE) return "source";
+    if (type == PTMD_SEC_SNAPSHOT) return "snapshot";
     if (type == PTMD_SEC_RUBY_PAGE_RSS) return "ruby_page_rss";
     if (type == PTMD_SEC_RUBY_CODE) return "ruby_code";
     if (type == PTMD_SEC_RUBY_CODE_NAMES) return "ruby_code_names";
@@ -362,6 +364,11 @@ int ptmd_read_view(const unsigned char *data, size_t len, const char *name, ptmd
                 if (v->source->kind < PTMD_SOURCE_KIND_SELF || v->source->kind >= PTMD_SOURCE_KIND_COUNT)
                     FAIL("%s: source section: unknown kind %u", name, v->source->kind);
                 if (v->source->reserved) FAIL("%s: source section: reserved field not zero", name);
+                break;
+            case PTMD_SEC_SNAPSHOT:
+                v->snapshot = (const void *)payload;
+                if (sh->count != 1) FAIL("%s: bad snapshot section", name);
+                if (v->snapshot->reserved) FAIL("%s: snapshot section: reserved field not zero", name);
                 break;
             case PTMD_SEC_RUBY_PAGE_RSS: v->ruby_page_rss = (const void *)payload; v->n_ruby_page_rss = sh->count; break;
             case PTMD_SEC_ROOTS: v->roots = (const void *)payload; v->n_roots = sh->count; break;
