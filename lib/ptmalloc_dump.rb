@@ -36,8 +36,9 @@ module PtmallocDump
     # held and each arena's own lock taken in turn; it calls no malloc, so the figures reconcile with
     # +mallinfo2()+ and +malloc_info()+ captured right after it. Nothing from entering this method to
     # the file's rename calls malloc or free either (what a first call would set up is done when the
-    # gem loads), except Ruby's own rb_objspace_each_objects when +ruby+ is true: its list of pages, and
-    # the end of a lazy sweep the GC had left pending. No Ruby object is made before the heap is
+    # gem loads), except, where Ruby's pages cannot be found by their structure, Ruby's own
+    # rb_objspace_each_objects when +ruby+ is true: its list of pages, and the end of a lazy sweep the
+    # GC had left pending. No Ruby object is made before the heap is
     # written, so the GC cannot run in between.
     #
     # @param path [String, Pathname] where to write the dump
@@ -59,9 +60,11 @@ module PtmallocDump
     #   most {ORACLES_AUTO_MAX_ENTRIES} chunks (about 30 ms of both calls at most) and in a fork
     #   snapshot's child (no pause of this process), and leaves them out otherwise, which the dump's
     #   header (:oracles_skipped) and {Dump#verify} say; true calls them always, false never
-    # @param fork [Boolean] snapshot mode: Ruby's heap is recorded here, then the process forks and
-    #   the child (a consistent copy of the heap: glibc holds every arena lock across fork) walks,
-    #   writes and exits; this process pauses only for the Ruby pass and the fork
+    # @param fork [Boolean] snapshot mode: the process forks and the child (a consistent copy of the
+    #   heap: glibc holds every arena lock across fork) records Ruby's heap on its copy, walks, writes
+    #   and exits; this process pauses for the fork (and the listing of its threads and loaded objects
+    #   before it). Where this Ruby's pages are not known by their structure, Ruby's heap is recorded
+    #   here before the fork instead; the dump's header[:snapshot] says which and what the pause was
     # @param wait [Boolean] with fork: wait for the child and return the summary
     # @param trim_check [Boolean] after the walk, call malloc_trim(0) and record the resident bytes it
     #   really released per arena (pagemap before and after), to check the report's estimate against

@@ -195,6 +195,12 @@ RSpec.describe "the dump file" do
       end
     end
 
+    it "writes zlib's CRC-32 of the body as the checksum" do
+      footer = bytes.byteslice(bytes.size - 32, 32).unpack("Q<Q<Q<L<L<")
+      expect(footer[2]).to eq(bytes.size - 56)
+      expect(footer[3]).to eq(Zlib.crc32(bytes.byteslice(0, bytes.size - 56)))
+    end
+
     it "rejects flipped bytes through the checksum" do
       rng = Random.new(7)
       20.times do

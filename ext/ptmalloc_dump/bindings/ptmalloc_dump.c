@@ -226,7 +226,7 @@ static VALUE fork_body(VALUE arg)
     uint64_t t = ptmd_now_ns();
     int in_child;
     full_gc(c);
-    s->gc_ns = ptmd_now_ns() - t;
+    if (c->full_gc) s->gc_ns = ptmd_now_ns() - t;
     c->d.ruby.page_size = ptmd_ruby_heap_page_size();
     in_child = c->ruby && ptmd_ruby_pass_by_structure_possible();
     if (c->ruby && !in_child) {

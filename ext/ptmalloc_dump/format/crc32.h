@@ -1,4 +1,5 @@
-/* CRC-32 (IEEE 802.3, the polynomial of zlib and of .gnu_debuglink), slicing-by-8. */
+/* CRC-32 (IEEE 802.3, the polynomial of zlib and of .gnu_debuglink): by folding with carry-less
+ * multiplication where the CPU has it, else slicing-by-8. */
 #ifndef PTMD_CRC32_H
 #define PTMD_CRC32_H
 

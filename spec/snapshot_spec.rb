@@ -1,0 +1,141 @@
+# frozen_string_literal: true
+
+require "json"
+require "set"
+require "spec_helper"
+
+# Fork snapshots: the process pauses for the fork alone; the child records Ruby's heap on its copy.
+RSpec.describe "fork snapshots" do
+  app_heap = File.join(SpecHelpers::ROOT, "spec", "support", "app_heap.rb")
+
+  it "leave the Ruby pass to the child, which records every live object and allocates nothing before its walk" do
+    probe = build_fixture("alloc_probe", extra_flags: ["-ldl"])
+    path = File.join(tmpdir, "snapshot.dump")
+    code = <<~RUBY
+      require "fiddle"
+      require "json"
+      require #{app_heap.inspect}
+      keep = AppHeap.build(classes: 300, methods: 10, records: 20_000)
+      dropped = Array.new(3_000) { |i| "dropped-\#{i}-" * 150 }
+      dropped = nil
+      GC.start(immediate_sweep: false) # garbage the child must tell from the live by reading
+      sweeping = GC.latest_gc_info(:state) == :sweeping
+      report_r, report_w = IO.pipe
+      Fiddle::Function.new(Fiddle::Handle::DEFAULT["probe_child_arm"], [Fiddle::TYPE_INT], Fiddle::TYPE_VOID)
+                      .call(report_w.fileno)
+      pid = PtmallocDump.dump(#{path.inspect}, fork: true)
+      _, status = Process.wait2(pid)
+      report_w.close
+      puts JSON.generate(sweeping: sweeping, child_ok: status.success?, child_calls: report_r.read, kept: keep.size)
+    RUBY
+    out, err, status = run_ruby(code, env: { "LD_PRELOAD" => probe })
+    expect(status).to be_success, err
+    r = JSON.parse(out, symbolize_names: true)
+    expect(r[:child_ok]).to be(true), err
+    # the child, from its first step to glibc's counters: no call into the malloc family
+    expect(r[:child_calls]).to eq("0\n")
+    dump = PtmallocDump.load(path)
+    expect_valid_dump(dump)
+    snap = dump.header[:snapshot]
+    expect(snap).to include(ruby_pass: :child, ruby_pass_ns: 0, gc_ns: 0)
+    expect(snap[:pause_ns]).to eq(snap[:before_fork_ns] + snap[:fork_ns])
+    meta = dump.ruby.meta
+    expect(meta).to include(in_snapshot: true, pages_from_gc: false)
+    # GC.stat as the child read it is the parent's at the fork: every live object (garbage the lazy
+    # sweep has not freed counts there too) was found on the pages
+    expect(meta[:object_count]).to eq(meta[:heap_live_slots])
+    expect(r[:sweeping]).to be(true)
+    expect(dump.header[:gc][:sweep_pending]).to be(true)
+    expect(dump.summary[:ruby][:garbage_objects]).to be >= 1_500
+    # the code pass ran there too: each model's methods are charged to it
+    methods = dump.ruby.code_owners[:methods].select { |m| m[:module] == "AppHeap::Model7" }
+    expect(methods.map { |m| m[:method] }).to match_array(Array.new(10) { |m| "action_#{m}" })
+    expect(methods.map { |m| m[:path] }.uniq).to eq(["app/models/model_7.rb"])
+  end
+
+  it "record the same Ruby owners as an in-process dump of the same quiesced process" do
+    code = <<~RUBY
+      require "json"
+      require #{app_heap.inspect}
+      keep = AppHeap.build(classes: 200, methods: 10, records: 10_000)
+      snapshot = #{File.join(tmpdir, 'snapshot.dump').inspect}
+      in_process = #{File.join(tmpdir, 'in_process.dump').inspect}
+      GC.start
+      GC.disable
+      # once first: the call sites' caches fill, and the call's own objects are made
+      Process.wait(PtmallocDump.dump(snapshot, fork: true))
+      pid = PtmallocDump.dump(snapshot, fork: true)
+      # between the two: the error pipe's IO object the snapshot call made, nothing else
+      PtmallocDump.dump(in_process)
+      _, status = Process.wait2(pid)
+      puts JSON.generate(child_ok: status.success?, kept: keep.size)
+    RUBY
+    out, err, status = run_ruby(code)
+    expect(status).to be_success, err
+    r = JSON.parse(out, symbolize_names: true)
+    expect(r[:child_ok]).to be(true), err
+    snap, inproc = %w[snapshot in_process].map { |n| PtmallocDump.load(File.join(tmpdir, "#{n}.dump")) }
+    expect_valid_dump(snap)
+    expect(snap.header[:snapshot][:ruby_pass]).to eq(:child)
+    expect(inproc.header[:snapshot]).to be_nil
+    # the in-process dump holds every object of the snapshot, and the few the snapshot call made after
+    # its fork as it returned (its pid and error pipe: an IO, two arrays, two hashes, a few internal)
+    snap_objects = snap.ruby.objects.to_h { |o| [o.address, o] }
+    in_objects = inproc.ruby.objects.to_h { |o| [o.address, o] }
+    expect(snap_objects.keys - in_objects.keys).to eq([])
+    added = in_objects.keys - snap_objects.keys
+    expect(added.size).to be_between(1, 20)
+    expect(added.map { |a| in_objects[a].class_name }).to include("IO")
+    expect(snap_objects.map { |a, o| [o.type, o.class_name] }).to eq(snap_objects.keys.map { |a| [in_objects[a].type, in_objects[a].class_name] })
+    # owners by builtin type, class and typed-data name, chunk by chunk: the same bytes, but for what
+    # those new objects own
+    owned = lambda do |dump, skip|
+      totals = Hash.new(0)
+      dump.each_chunk do |c|
+        o = dump.ruby.owner_of(c)
+        totals[[o.type, o.class_name, o.data_type]] += c.size if o && !skip.include?(o.address)
+      end
+      totals
+    end
+    expect(owned.call(inproc, added.to_set)).to eq(owned.call(snap, Set.new))
+    # code memory by defining module and method: equal
+    expect(inproc.ruby.code_owners[:by_module]).to eq(snap.ruby.code_owners[:by_module])
+    expect(inproc.ruby.code_owners[:methods]).to eq(snap.ruby.code_owners[:methods])
+    expect(snap.ruby.code_owners[:by_module].keys).to include("AppHeap::Model0", "AppHeap::Model199")
+  end
+
+  it "have the parent run the Ruby pass where the child could not tell garbage from the live" do
+    code = <<~RUBY
+      require "json"
+      dropped = Array.new(3_000) { |i| "dropped-\#{i}-" * 150 }
+      dropped = nil
+      GC.start(immediate_sweep: false)
+      sweeping = GC.latest_gc_info(:state) == :sweeping
+      path = #{File.join(tmpdir, 'parent.dump').inspect}
+      PtmallocDump.dump(path, fork: true, wait: true)
+      puts JSON.generate(sweeping: sweeping, live: GC.stat(:heap_live_slots))
+    RUBY
+    hide = "rb_objspace_garbage_object_p,rb_objspace_markable_object_p"
+    out, err, status = run_ruby(code, env: { "PTMALLOC_DUMP_HIDE_RUBY_FUNCTIONS" => hide })
+    expect(status).to be_success, err
+    expect(JSON.parse(out, symbolize_names: true)[:sweeping]).to be(true)
+    dump = PtmallocDump.load(File.join(tmpdir, "parent.dump"))
+    expect_valid_dump(dump)
+    expect(dump.header[:snapshot][:ruby_pass]).to eq(:parent)
+    expect(dump.header[:snapshot][:ruby_pass_ns]).to be_positive
+    expect(dump.header[:snapshot][:before_fork_ns]).to be >= dump.header[:snapshot][:ruby_pass_ns]
+    # as in process: the GC was asked for its pages, which ends the sweep; no garbage is left
+    expect(dump.ruby.meta).to include(in_snapshot: false, pages_from_gc: true)
+    expect(dump.summary[:ruby][:garbage_objects]).to eq(0)
+    expect(dump.ruby.meta[:object_count]).to eq(dump.ruby.meta[:heap_live_slots])
+  end
+
+  it "say nothing of a snapshot in an in-process dump, and that ruby: false ran no pass" do
+    expect(dump_and_load("in.dump").header[:snapshot]).to be_nil
+    path = File.join(tmpdir, "plain.dump")
+    PtmallocDump.dump(path, fork: true, wait: true, ruby: false)
+    dump = PtmallocDump.load(path)
+    expect(dump.header[:snapshot]).to include(ruby_pass: nil, ruby_pass_ns: 0)
+    expect(dump.ruby).to be_nil
+  end
+end
