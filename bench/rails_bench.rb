@@ -78,22 +78,32 @@ module RailsBench
     end
   end
 
-  # Runs the block while CLIENTS threads request pages from the app; returns its result and the number
-  # of requests served.
+  # Runs the block while CLIENTS threads request pages from the app; returns its result and what the
+  # clients saw: requests served, failed (an error or no answer within 10 s), and the slowest answer.
   def under_load(app)
     stop = false
-    count = 0
+    seen = { served: 0, failed: 0, slowest: 0.0, errors: [] }
     lock = Mutex.new
     started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
     clients = Array.new(CLIENTS) do |i|
       Thread.new do
-        until stop || count >= MAX_REQUESTS || Process.clock_gettime(Process::CLOCK_MONOTONIC) - started > MAX_SECONDS
-          app.get(i.even? ? "/posts" : "/posts/#{1 + (count % POSTS)}")
-          lock.synchronize { count += 1 }
+        until stop || seen[:served] >= MAX_REQUESTS || Process.clock_gettime(Process::CLOCK_MONOTONIC) - started > MAX_SECONDS
+          t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+          ok = begin
+            app.get(i.even? ? "/posts" : "/posts/#{1 + (seen[:served] % POSTS)}").start_with?("HTTP/1.1 200")
+          rescue Timeout::Error, SystemCallError, IOError => e
+            lock.synchronize { seen[:errors] << e.class.name }
+            false
+          end
+          took = Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0
+          lock.synchronize do
+            seen[ok ? :served : :failed] += 1
+            seen[:slowest] = took if took > seen[:slowest]
+          end
         end
       end
     end
-    [yield, count]
+    [yield, seen]
   ensure
     stop = true
     clients&.each(&:join)
@@ -101,15 +111,18 @@ module RailsBench
 
   def report(app, worker, idle, loaded, requests)
     objects = worker_objects(app, worker)
-    puts format("Rails 7.2 worker under Puma 8 (2 workers x 3 threads): %s Ruby objects, RSS %d MiB; %d requests served under load",
-                objects.to_s.reverse.scan(/\d{1,3}/).join(",").reverse, rss_mib(worker), requests)
+    puts format("Rails 7.2 worker under Puma 8 (2 workers x 3 threads): %s Ruby objects, RSS %d MiB",
+                objects.to_s.reverse.scan(/\d{1,3}/).join(",").reverse, rss_mib(worker))
+    puts format("  under load: %d requests served, %d failed%s, the slowest answer %.0f ms", requests[:served],
+                requests[:failed], requests[:errors].empty? ? "" : " (#{requests[:errors].tally.map { |k, v| "#{v} #{k}" }.join(', ')})",
+                requests[:slowest] * 1000)
     puts format("  %-36s %10s %12s", "pause", "idle", "under load")
     MODES.each_key { |mode| puts format("  %-36s %7.1f ms %9.1f ms", LABELS[mode], idle[mode], loaded[mode]) }
     [["fork snapshot / bare fork", :fork, :bare_fork], ["in process / in process, ruby: false", :inproc, :inproc_no_ruby]]
       .each do |label, a, b|
         puts format("  %-36s %8.2fx %10.2fx", label, idle[a] / idle[b], loaded[a] / loaded[b])
       end
-    { idle: idle, loaded: loaded, objects: objects, requests: requests }
+    { idle: idle, loaded: loaded, objects: objects, requests: requests.except(:errors) }
   end
 
   def worker_objects(app, worker)

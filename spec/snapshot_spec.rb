@@ -130,6 +130,32 @@ RSpec.describe "fork snapshots" do
     expect(dump.ruby.meta[:object_count]).to eq(dump.ruby.meta[:heap_live_slots])
   end
 
+  it "do not hold the worker's connections open: a connection it closes ends for its client at once" do
+    code = <<~RUBY
+      require "json"
+      require "socket"
+      keep = Array.new(1_000_000) { |i| "string \#{i} " * 3 } # a child that walks for a while
+      server = TCPServer.new("127.0.0.1", 0)
+      client = TCPSocket.new("127.0.0.1", server.addr[1])
+      connection = server.accept
+      pid = PtmallocDump.dump(#{File.join(tmpdir, 'sockets.dump').inspect}, fork: true)
+      connection.write("answer")
+      connection.close # the worker is done with it; the snapshot process is not done yet
+      answer = client.read # until the connection's end: every copy of it closed
+      alive = Process.wait2(pid, Process::WNOHANG).nil?
+      _, status = Process.wait2(pid) if alive
+      puts JSON.generate(answer: answer, child_alive_at_eof: alive, child_ok: status.nil? || status.success?, kept: keep.size)
+    RUBY
+    out, err, status = run_ruby(code)
+    expect(status).to be_success, err
+    r = JSON.parse(out, symbolize_names: true)
+    expect(r[:answer]).to eq("answer")
+    expect(r[:child_ok]).to be(true), err
+    # the client saw the end while the snapshot process still ran: it had closed its copy first
+    expect(r[:child_alive_at_eof]).to be(true)
+    expect(PtmallocDump.load(File.join(tmpdir, "sockets.dump")).header[:snapshot][:ruby_pass]).to eq(:child)
+  end
+
   it "say nothing of a snapshot in an in-process dump, and that ruby: false ran no pass" do
     expect(dump_and_load("in.dump").header[:snapshot]).to be_nil
     path = File.join(tmpdir, "plain.dump")

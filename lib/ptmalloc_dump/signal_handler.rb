@@ -176,10 +176,10 @@ module PtmallocDump
     #   handler, a restart, which this handler would chain to)
     # @param dir [String] where dumps go: a writable directory, not a symbolic link; made (mode 0700,
     #   with its parents) when it does not exist
-    # @param fork [Boolean] fork snapshot mode (the default): the worker pauses for the Ruby pass and
-    #   the fork only (14% of an in-process dump's pause on the bench heap, a quarter of it on a Rails-sized
-    #   heap of few chunks: README has the figures); false dumps in the worker, which then waits for the
-    #   whole walk
+    # @param fork [Boolean] fork snapshot mode (the default): the worker pauses for the fork only (as
+    #   long as a bare fork of it in a Rails worker under load: README has the figures); the snapshot
+    #   process records Ruby's heap, walks and writes; false dumps in the worker, which then waits for
+    #   the Ruby pass, the whole walk and the write
     # @param log [IO, nil] where the report lines go
     # @param dump_options every other option of {dump} by name (ruby:, references:, symbols:,
     #   debug_dir:, ...), checked here

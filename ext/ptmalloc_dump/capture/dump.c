@@ -736,6 +736,7 @@ int ptmd_dump_fork(ptmd_dump_state *d, const ptmd_dump_opts *opts, size_t n_opts
         size_t i;
         int rc = 0;
         d->snap.fork_ns = ptmd_now_ns() - t_fork;
+        ptmd_close_sockets();
         close(fds[0]);
         signal(SIGPIPE, SIG_IGN);
         read_parent_mappings(&d->mappings, parent);

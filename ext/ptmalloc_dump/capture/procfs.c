@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <stdlib.h>
 #include <sys/uio.h>
@@ -337,13 +338,14 @@ struct ptmd_dirent64 {
     char d_name[];
 };
 
-long ptmd_list_tids(int pid, int *tids, size_t max)
+/* Calls each(number, ctx) for every entry of a /proc directory whose name is a number (tasks, file
+ * descriptors), read with getdents64 into a stack buffer: no allocation. Returns the count, -1 when
+ * the directory cannot be opened. The directory's own descriptor is passed as dir_fd. */
+static long numbered_entries(const char *path, void (*each)(long number, int dir_fd, void *ctx), void *ctx)
 {
-    char path[64], buf[4096] __attribute__((aligned(8)));
+    char buf[4096] __attribute__((aligned(8)));
     long count = 0;
-    int fd, n = pid > 0 ? snprintf(path, sizeof(path), "/proc/%d/task", pid) : snprintf(path, sizeof(path), "/proc/self/task");
-    if (n <= 0 || (size_t)n >= sizeof(path)) return -1;
-    fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) return -1;
     for (;;) {
         long n = syscall(SYS_getdents64, fd, buf, sizeof(buf)), off = 0;
@@ -354,7 +356,7 @@ long ptmd_list_tids(int pid, int *tids, size_t max)
                 long v = 0;
                 const char *q = d->d_name;
                 while (*q >= '0' && *q <= '9') v = v * 10 + (*q++ - '0');
-                if ((size_t)count < max) tids[count] = (int)v;
+                each(v, fd, ctx);
                 count++;
             }
             off += d->d_reclen;
@@ -362,4 +364,38 @@ long ptmd_list_tids(int pid, int *tids, size_t max)
     }
     close(fd);
     return count;
+}
+
+typedef struct {
+    int *tids;
+    size_t max, n;
+} tid_list;
+
+static void add_tid(long tid, int dir_fd, void *ctx)
+{
+    tid_list *l = ctx;
+    PTMD_UNUSED(dir_fd);
+    if (l->n < l->max) l->tids[l->n] = (int)tid;
+    l->n++;
+}
+
+long ptmd_list_tids(int pid, int *tids, size_t max)
+{
+    char path[64];
+    tid_list l = { tids, max, 0 };
+    int n = pid > 0 ? snprintf(path, sizeof(path), "/proc/%d/task", pid) : snprintf(path, sizeof(path), "/proc/self/task");
+    if (n <= 0 || (size_t)n >= sizeof(path)) return -1;
+    return numbered_entries(path, add_tid, &l);
+}
+
+static void close_socket(long fd, int dir_fd, void *ctx)
+{
+    struct stat st;
+    PTMD_UNUSED(ctx);
+    if (fd != dir_fd && fd <= INT32_MAX && fstat((int)fd, &st) == 0 && S_ISSOCK(st.st_mode)) close((int)fd);
+}
+
+void ptmd_close_sockets(void)
+{
+    numbered_entries("/proc/self/fd", close_socket, NULL);
 }

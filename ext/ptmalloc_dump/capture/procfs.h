@@ -79,5 +79,8 @@ int ptmd_pagemap_read(ptmd_pagemap *pm, uintptr_t start, size_t npages, uint8_t 
 /* Thread ids of process pid (0: this one) from /proc/PID/task, without allocating; returns the count (may
  * exceed max), -1 when the process is gone. */
 long ptmd_list_tids(int pid, int *tids, size_t max);
+/* Closes every socket this process holds (a fork snapshot's child: it needs none, and a copy of a
+ * worker's client connection kept open would keep the client waiting for the connection's end). */
+void ptmd_close_sockets(void);
 
 #endif
