@@ -71,11 +71,13 @@ module PauseBench
   end
 
   # A trap that forks and does nothing else (the child leaves at once through _exit), timed as the
-  # dump handler times itself: from the signal's arrival to the trap's return.
+  # dump handler times itself: from the signal's arrival to the trap's return. fork(2) is called with
+  # the GVL held, as the snapshot calls it: a child forked without it would wait for ever for a GVL
+  # that another thread, which the child does not have, took meanwhile.
   def install_bare_fork(log)
     libc = Fiddle::Handle::DEFAULT
-    fork = Fiddle::Function.new(libc["fork"], [], Fiddle::TYPE_INT)
-    leave = Fiddle::Function.new(libc["_exit"], [Fiddle::TYPE_INT], Fiddle::TYPE_VOID)
+    fork = Fiddle::Function.new(libc["fork"], [], Fiddle::TYPE_INT, need_gvl: true)
+    leave = Fiddle::Function.new(libc["_exit"], [Fiddle::TYPE_INT], Fiddle::TYPE_VOID, need_gvl: true)
     signo = Signal.list.fetch(BARE_FORK_SIGNAL)
     Signal.trap(BARE_FORK_SIGNAL) do
       arrived = PtmallocDump._signal_arrived_ns(signo)

@@ -228,12 +228,12 @@ module RailsBench
   end
 
   # The worker's bare fork: fork(2) and nothing else (the child leaves at once through _exit), timed
-  # as the dump handler times itself.
+  # as the dump handler times itself; with the GVL held, as PauseBench#install_bare_fork says why.
   def bare_fork_trap
     <<~RUBY
       require "fiddle"
-      bare_fork = Fiddle::Function.new(Fiddle::Handle::DEFAULT["fork"], [], Fiddle::TYPE_INT)
-      leave = Fiddle::Function.new(Fiddle::Handle::DEFAULT["_exit"], [Fiddle::TYPE_INT], Fiddle::TYPE_VOID)
+      bare_fork = Fiddle::Function.new(Fiddle::Handle::DEFAULT["fork"], [], Fiddle::TYPE_INT, need_gvl: true)
+      leave = Fiddle::Function.new(Fiddle::Handle::DEFAULT["_exit"], [Fiddle::TYPE_INT], Fiddle::TYPE_VOID, need_gvl: true)
       signo = Signal.list.fetch("PWR")
       Signal.trap("PWR") { arrived = PtmallocDump._signal_arrived_ns(signo); pid = bare_fork.call; leave.call(0) if pid.zero?; $stderr.syswrite(format("bare fork: the worker paused %.1f ms\\n", (Process.clock_gettime(Process::CLOCK_MONOTONIC, :nanosecond) - arrived) / 1e6)); Process.detach(pid) }
       PtmallocDump._stamp_signal(signo)
