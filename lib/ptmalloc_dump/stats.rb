@@ -82,8 +82,9 @@ module PtmallocDump
     # A cheap reading of this process's memory: glibc's counters (mallinfo2), each arena's system
     # memory (main_arena's ring, followed as a dump follows it), the kernel's RSS figures and GC.stat's
     # heap figures. No chunk is walked and no file written. glibc's counters are read last, after the
-    # Hash is built (and without the GVL: mallinfo2 visits every free chunk in the bins, 0.08 ms on a
-    # Rails-sized heap, 345 ms on the bench heap of a million chunks; README has the figures), so a
+    # Hash is built (and without the GVL: mallinfo2 visits every free chunk in the bins, 0.2 ms on an
+    # application-shaped heap, about 100 ms on the bench heap of a million chunks; README has the
+    # figures), so a
     # {dump} called right after sees the same malloc state.
     #
     # @param smaps [Boolean] also read /proc/self/smaps_rollup (Pss, private and shared pages): the

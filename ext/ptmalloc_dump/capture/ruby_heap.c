@@ -101,15 +101,33 @@ static uint32_t name_index(pass_ctx *c, uint64_t key, uint32_t kind)
     return t[i].index;
 }
 
+/* n bytes at the end of b, within its room where it has it (the walk's common case: no call, no
+ * zeroing, since every field is written), else grown; NULL with c->oom set when mmap fails. */
+static inline void *append(pass_ctx *c, ptmd_buf *b, size_t n)
+{
+    void *p;
+    if (b->len + n <= b->cap) {
+        p = b->base + b->len;
+        b->len += n;
+        return p;
+    }
+    if (!(p = ptmd_buf_push(b, n))) c->oom = 1;
+    return p;
+}
+
+static inline uint16_t keep(pass_ctx *c, uint64_t x)
+{
+    uint64_t *w = append(c, &c->rd->words, sizeof(x));
+    if (!w) return 0;
+    *w = x;
+    return 1;
+}
+
 /* Records x when it could be a malloc'd user pointer (16-aligned, in range); returns 1 if kept. */
 static uint16_t keep_word(pass_ctx *c, uint64_t x)
 {
     if ((x & 15) || x < PTMD_MIN_POINTER || x >= PTMD_MAX_POINTER) return 0;
-    if (ptmd_buf_append(&c->rd->words, &x, sizeof(x)) != 0) {
-        c->oom = 1;
-        return 0;
-    }
-    return 1;
+    return keep(c, x);
 }
 
 /* Records x when it is a Fixnum whose value could be a malloc'd user pointer ((pointer << 1) | 1, as
@@ -117,11 +135,7 @@ static uint16_t keep_word(pass_ctx *c, uint64_t x)
 static uint16_t keep_int(pass_ctx *c, uint64_t x)
 {
     if ((x & 31) != 1 || (x >> 1) < PTMD_MIN_POINTER || (x >> 1) >= PTMD_MAX_POINTER) return 0;
-    if (ptmd_buf_append(&c->rd->words, &x, sizeof(x)) != 0) {
-        c->oom = 1;
-        return 0;
-    }
-    return 1;
+    return keep(c, x);
 }
 
 static int is_garbage(VALUE v)
@@ -156,11 +170,7 @@ static int each_page(void *start, void *end, size_t stride, void *data)
         }
         if (type == T_ZOMBIE || type == T_MOVED) continue;     /* not live: finalizer pending, or moved */
         pg->live++;
-        o = ptmd_buf_push(&c->rd->objects, sizeof(*o));
-        if (!o) {
-            c->oom = 1;
-            return 1;
-        }
+        if (!(o = append(c, &c->rd->objects, sizeof(*o)))) return 1;
         o->address = (uint64_t)v;
         o->type = (uint8_t)type;
         /* Ruby 3.1 keeps the GC age in FL_PROMOTED0|FL_PROMOTED1 (gc.c RVALUE_FLAGS_AGE; old is age 3,
