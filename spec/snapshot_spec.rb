@@ -39,6 +39,9 @@ RSpec.describe "fork snapshots" do
     snap = dump.header[:snapshot]
     expect(snap).to include(ruby_pass: :child, ruby_pass_ns: 0, gc_ns: 0)
     expect(snap[:pause_ns]).to eq(snap[:before_fork_ns] + snap[:fork_ns])
+    expect(PtmallocDump::TextSummary.new(dump).to_s.lines[1])
+      .to eq(format("fork snapshot: the process paused %.1f ms (%.1f ms before the fork, %.1f ms the fork); its Ruby " \
+                    "heap recorded by the snapshot process\n", snap[:pause_ns] / 1e6, snap[:before_fork_ns] / 1e6, snap[:fork_ns] / 1e6))
     meta = dump.ruby.meta
     expect(meta).to include(in_snapshot: true, pages_from_gc: false)
     # GC.stat as the child read it is the parent's at the fork: every live object (garbage the lazy
@@ -124,6 +127,7 @@ RSpec.describe "fork snapshots" do
     expect(dump.header[:snapshot][:ruby_pass]).to eq(:parent)
     expect(dump.header[:snapshot][:ruby_pass_ns]).to be_positive
     expect(dump.header[:snapshot][:before_fork_ns]).to be >= dump.header[:snapshot][:ruby_pass_ns]
+    expect(PtmallocDump::TextSummary.new(dump).to_s.lines[1]).to include("its Ruby heap recorded by itself before the fork")
     # as in process: the GC was asked for its pages, which ends the sweep; no garbage is left
     expect(dump.ruby.meta).to include(in_snapshot: false, pages_from_gc: true)
     expect(dump.summary[:ruby][:garbage_objects]).to eq(0)

@@ -50,6 +50,10 @@ task :fuzz, [:seconds] => :compile do |_t, args|
       end
     RUBY
   end
+  unless File.exist?("fuzz/corpus/snapshot.dump")
+    # a fork snapshot (the SNAPSHOT section; Ruby's heap recorded by the child)
+    ruby "-Ilib", "-rptmalloc_dump", "-e", 'PtmallocDump.dump("fuzz/corpus/snapshot.dump", fork: true, wait: true)'
+  end
   sh "tmp/fuzz/fuzz_reader", "-max_total_time=#{seconds}", "-timeout=10", "-rss_limit_mb=4096",
      "-artifact_prefix=tmp/fuzz/crashes/", "-print_final_stats=1", "fuzz/corpus"
 end

@@ -24,7 +24,19 @@ module PtmallocDump
     def process_lines
       [format("ptmalloc_dump of pid %d at %s, glibc %s (main_arena %s, symbols: %s), %d thread%s",
               @h[:pid], @h[:time].utc.strftime("%Y-%m-%d %H:%M:%S UTC"), @h[:glibc_version],
-              hex(@h[:main_arena]), @h[:symbol_source], @h[:thread_count], @h[:thread_count] == 1 ? "" : "s"), ""]
+              hex(@h[:main_arena]), @h[:symbol_source], @h[:thread_count], @h[:thread_count] == 1 ? "" : "s"),
+       *snapshot_line, ""]
+    end
+
+    # What a fork snapshot's process paused for, and who recorded its Ruby heap.
+    def snapshot_line
+      snap = @h[:snapshot]
+      return [] unless snap
+
+      ruby = { child: "; its Ruby heap recorded by the snapshot process",
+               parent: format("; its Ruby heap recorded by itself before the fork (%.1f ms)", snap[:ruby_pass_ns] / 1e6) }
+      [format("fork snapshot: the process paused %.1f ms (%.1f ms before the fork, %.1f ms the fork)%s",
+              snap[:pause_ns] / 1e6, snap[:before_fork_ns] / 1e6, snap[:fork_ns] / 1e6, ruby.fetch(snap[:ruby_pass], ""))]
     end
 
     def totals_lines
