@@ -28,8 +28,9 @@ RSpec.describe PtmallocDump do
     expect(dump.header[:mallinfo2].values).to all(eq(0))
     v = dump.verify
     expect(v.differences).to eq([])
-    expect(v.notes).to eq(["glibc's mallinfo2 and malloc_info were not called (oracles: false): nothing to compare the walk with"])
-    expect(PtmallocDump::TextSummary.new(dump).to_s).to include("verify: glibc's mallinfo2 and malloc_info were not called (oracles: false)")
+    mallinfo = LibcFacts.mallinfo_name
+    expect(v.notes).to eq(["glibc's #{mallinfo} and malloc_info were not called (oracles: false): nothing to compare the walk with"])
+    expect(PtmallocDump::TextSummary.new(dump).to_s).to include("verify: glibc's #{mallinfo} and malloc_info were not called (oracles: false)")
     report = File.read(PtmallocDump::Report.new(dump, tmpdir).write)
     expect(report).to include("Dumped with oracles: false: glibc&#39;s counters were not called")
     described_class.dump(path)
@@ -68,17 +69,17 @@ RSpec.describe PtmallocDump do
     expect(r[:auto_entries]).to be_within(1000).of(r[:glibc_entries])
     expect(r[:auto]).to eq(oracles_captured: false, oracles_skipped: true, oracles_off: false, malloc_info: "")
     expect(r[:auto_compared]).to eq([])
-    expect(r[:auto_notes]).to eq(["glibc's mallinfo2 and malloc_info were not called: the free lists held #{r[:auto_entries]} chunks, " \
+    expect(r[:auto_notes]).to eq(["glibc's #{LibcFacts.mallinfo_name} and malloc_info were not called: the free lists held #{r[:auto_entries]} chunks, " \
                                   "more than the #{limit} oracles: :auto has glibc follow again (oracles: true calls them " \
                                   "always): nothing to compare the walk with"])
     expect(r[:report]).to include("glibc&#39;s counters were not called: the free lists held #{r[:auto_entries]} chunks")
     # oracles: true calls them on the same heap, and the walk reproduces them
     expect(r[:always]).to eq(oracles_captured: true, oracles_skipped: false)
     expect(r[:always_ok]).to be(true)
-    expect(r[:always_compared]).to eq(%w[mallinfo2 malloc_info])
+    expect(r[:always_compared]).to eq([LibcFacts.mallinfo_name, "malloc_info"])
     # a fork snapshot's child calls them: its time is no pause of the process
     expect(r[:forked]).to eq(oracles_captured: true, oracles_skipped: false)
-    expect(r[:forked_compared]).to eq(%w[mallinfo2 malloc_info])
+    expect(r[:forked_compared]).to eq([LibcFacts.mallinfo_name, "malloc_info"])
   end
 
   it "refuses an oracles: value other than true, false or :auto" do
@@ -142,7 +143,7 @@ RSpec.describe PtmallocDump do
       v = dump.verify
       expect(v).to be_ok
       expect(v.consistent_arenas).to eq(dump.arenas.map(&:index))
-      expect(v.to_s).to include("reproduces #{LibcFacts.glibc_version >= Gem::Version.new('2.33') ? 'mallinfo2' : 'mallinfo'} and malloc_info exactly")
+      expect(v.to_s).to include("reproduces #{LibcFacts.mallinfo_name} and malloc_info exactly")
     end
 
     it "reports a difference when the captured counters disagree" do

@@ -163,7 +163,7 @@ RSpec.describe "ptmalloc-dump --pid" do
     report = { pointers: [], malloc_info: +"" }
     while (line = stdout.gets)
       case line
-      when /\Amallinfo2 / then report[:mallinfo2] = line.scan(/(\w+)=(\d+)/).to_h { |k, v| [k.to_sym, Integer(v)] }
+      when /\Amallinfo2? / then report[:mallinfo2] = line.scan(/(\w+)=(\d+)/).to_h { |k, v| [k.to_sym, Integer(v)] }
       when /\A\s*</ then report[:malloc_info] << line # malloc_info XML, a tag a line
       when /\AP (\S+) (\w+)(?: (\d+))?/ then report[:pointers] << [Integer(Regexp.last_match(1)), Regexp.last_match(2).to_sym, Regexp.last_match(3)&.to_i]
       when /\Aready threads=(\d+) pid=(\d+)/ then report[:threads] = Integer(Regexp.last_match(1))

@@ -30,9 +30,10 @@ RSpec.describe "owners: Ruby-owned, anchored or leaked" do
     address - 16
   end
 
-  # A copy of this process's memory as the dump left it: a child forked right after the dump, asleep
-  # until the block returns (GC is off from before the dump; what Ruby allocates and frees afterwards,
-  # loading the dump, would overwrite what this process's own memory held at the dump). Yields its pid.
+  # A copy of this process's memory as a dump taken first thing in the block sees it: a child forked
+  # just before, asleep until the block returns. GC is off; from entering dump to its capture nothing
+  # is allocated or freed (zero_alloc_spec), while what Ruby does after the capture (writing and loading
+  # the dump) would overwrite what the memory held, stale copies of addresses among it. Yields its pid.
   def with_memory_copy
     pid = fork { sleep }
     yield pid
@@ -57,8 +58,14 @@ RSpec.describe "owners: Ruby-owned, anchored or leaked" do
       end
       slot_size = ->(o) { dump.ruby.pages.find { |pg| o >= pg.start && o < pg.end }.stride }
       refs[:objects].find { |o| holds.call(o, slot_size.call(o)) } ||
-        (refs[:chunks] + refs[:integers]).find { |from| dump.owner_kind_of(from) == :ruby && holds.call(from + 16, dump.chunk_at(from).size - 16) }
+        (refs[:chunks] + refs[:integers]).find { |from| dump.owner_kind_of(from) == :ruby && holds.call(from + 16, usable(dump.chunk_at(from))) }
     end
+  end
+
+  # malloc_usable_size: an arena chunk's bytes up to and including the next chunk's prev_size field,
+  # an mmapped chunk's up to its end
+  def usable(chunk)
+    chunk.state == :mmapped ? chunk.size - 16 : chunk.size - 8
   end
 
   # Every held block not anchored by `anchor` holds its place through another copy of its address:
@@ -80,8 +87,29 @@ RSpec.describe "owners: Ruby-owned, anchored or leaked" do
                                               "0x#{a.to_s(16)} is anchored by #{details[:name]}, which the referrers (#{roots}) do not name"
       else
         expect(kind).to eq(:ruby), "0x#{a.to_s(16)} is #{kind.inspect}"
-        expect(ruby_copy_of(dump, a, mem_pid)).not_to be_nil, "0x#{a.to_s(16)} is :ruby, and no Ruby-owned chunk holds its address"
+        expect(ruby_copy_of(dump, a, mem_pid)).not_to be_nil,
+                                                      "0x#{a.to_s(16)} is :ruby, and no Ruby-owned chunk holds its address " \
+                                                      "(the dump's referrers: #{dump.referrers(c)}, the chunks' owners: " \
+                                                      "#{dump.referrers(c)[:chunks].map { |x| dump.ruby.owner_of(dump.chunk_at(x)).inspect }})"
       end
+    end
+  end
+
+  # Blocks held only on another thread's stack: each dump of `copies` (path => the pid of its memory
+  # copy) anchors them by that stack, but for a stale copy of an address elsewhere.
+  def expect_stack_held(file, tid, copies)
+    held = addresses(file)
+    expect(held.size).to eq(20)
+    copies.each do |path, copy|
+      dump = PtmallocDump.load(path)
+      # as with the global array: a stale copy of an address elsewhere makes a block :ruby or
+      # anchored there (never :leaked); the others are anchored by the thread's stack
+      expect_held_anchored(dump, held, "stack of thread #{tid}", copy)
+      by_stack = held.select { |a| dump.anchor_of(chunk_of(a)) == "stack of thread #{tid}" }
+      expect(by_stack.size).to be >= 18
+      stack = dump.roots.find { |r| r[:name] == "stack of thread #{tid}" }
+      expect(stack).to include(kind: :stack, tid: tid)
+      expect(dump.threads.map(&:tid)).to include(tid)
     end
   end
 
@@ -137,8 +165,8 @@ RSpec.describe "owners: Ruby-owned, anchored or leaked" do
       _, held_file = with_addresses(dir) { |fd| global.call(100, 1024, fd) }
       _, chain_file = with_addresses(dir) { |fd| chain.call(512, fd) }
       path = File.join(dir, "a.dump")
-      PtmallocDump.dump(path)
       with_memory_copy do |copy|
+        PtmallocDump.dump(path)
         dump = PtmallocDump.load(path)
         held = addresses(held_file)
         inner, outer = addresses(chain_file)
@@ -164,8 +192,13 @@ RSpec.describe "owners: Ruby-owned, anchored or leaked" do
         chain_anchored = dump.anchor_of(chunk_of(outer)) == fixture_path
         if chain_anchored
           expect(dump.anchor_details(chunk_of(outer))).to include(name: fixture_path, direct: true)
-          expect(dump.owner_kind_of(chunk_of(inner))).to eq(:anchored)
-          expect(dump.anchor_details(chunk_of(inner))).to eq(name: fixture_path, kind: :data, direct: false)
+          if dump.owner_kind_of(chunk_of(inner)) == :ruby
+            # Ruby's reach comes first: a stale copy of the inner block's address in Ruby's memory
+            expect(ruby_copy_of(dump, inner, copy)).not_to be_nil
+          else
+            expect(dump.owner_kind_of(chunk_of(inner))).to eq(:anchored)
+            expect(dump.anchor_details(chunk_of(inner))).to eq(name: fixture_path, kind: :data, direct: false)
+          end
         else
           puts "    the outer block is #{dump.owner_kind_of(chunk_of(outer))} by a stale copy elsewhere"
           expect(%i[ruby anchored]).to include(dump.owner_kind_of(chunk_of(inner)))
@@ -191,21 +224,11 @@ RSpec.describe "owners: Ruby-owned, anchored or leaked" do
       expect(tid).to be > 0
       inproc = File.join(dir, "in.dump")
       snap = File.join(dir, "snap.dump")
-      PtmallocDump.dump(inproc)
-      with_memory_copy do |copy|
-        PtmallocDump.dump(snap, fork: true, wait: true)
-        held = addresses(file)
-        [inproc, snap].each do |path|
-          dump = PtmallocDump.load(path)
-          expect(held.size).to eq(20)
-          # as with the global array: a stale copy of an address elsewhere makes a block :ruby or
-          # anchored there (never :leaked); the others are anchored by the thread's stack
-          expect_held_anchored(dump, held, "stack of thread #{tid}", copy)
-          by_stack = held.select { |a| dump.anchor_of(chunk_of(a)) == "stack of thread #{tid}" }
-          expect(by_stack.size).to be >= 18
-          stack = dump.roots.find { |r| r[:name] == "stack of thread #{tid}" }
-          expect(stack).to include(kind: :stack, tid: tid)
-          expect(dump.threads.map(&:tid)).to include(tid)
+      with_memory_copy do |copy_in|
+        PtmallocDump.dump(inproc)
+        with_memory_copy do |copy_snap|
+          PtmallocDump.dump(snap, fork: true, wait: true)
+          expect_stack_held(file, tid, { inproc => copy_in, snap => copy_snap })
         end
       end
     ensure
@@ -233,28 +256,43 @@ RSpec.describe "owners: Ruby-owned, anchored or leaked" do
       _, holder_file = with_addresses(dir) { |fd| holder_dtv.call(fd) }
       inproc = File.join(dir, "in.dump")
       child = File.join(dir, "child.dump")
-      PtmallocDump.dump(inproc)
-      pid = fork do
-        PtmallocDump.dump(child)
-        exit!(0)
-      end
-      Process.wait(pid)
-      expect($?.success?).to be(true)
       with_memory_copy do |copy|
-        ended = addresses(ended_file)
-        holder = addresses(holder_file)
-        expect(ended.size).to eq(4)
-        dump = PtmallocDump.load(inproc)
-        expect_held_anchored(dump, holder, "TLS of thread #{tid}", copy)
-        expect_held_anchored(dump, ended, not_running, copy)
-        expect(ended.count { |a| dump.anchor_of(chunk_of(a)) == not_running }).to be >= 3
-        where = dump.referrers(chunk_of(ended.first))[:roots].find { |r| r[:name] == not_running }
-        expect(where).not_to be_nil
-        # in the child the holder is gone too: its descriptor is in the child's cache
-        dump = PtmallocDump.load(child)
-        expect_held_anchored(dump, holder + ended, not_running, copy)
-        expect((holder + ended).count { |a| dump.anchor_of(chunk_of(a)) == not_running }).to be >= 4
-        expect(dump.summary[:owners][:leaked_by_size].map { |g| g[:samples] }.flatten & (holder + ended).map { |a| chunk_of(a) }).to eq([])
+        PtmallocDump.dump(inproc)
+        # a fork child, where the holder is gone too (its descriptor is in the child's cache), makes a
+        # copy of its own memory before its dump; the addresses are read after both dumps, so that no
+        # Ruby object holds them there
+        ready, done = IO.pipe
+        pid = fork do
+          ready.close
+          child_copy = fork { sleep }
+          PtmallocDump.dump(child)
+          done.write([child_copy].pack("L"))
+          sleep
+        end
+        done.close
+        child_copy = ready.read(4)&.unpack1("L")
+        begin
+          expect(child_copy).to be_a(Integer)
+          ended = addresses(ended_file)
+          holder = addresses(holder_file)
+          expect(ended.size).to eq(4)
+          dump = PtmallocDump.load(inproc)
+          expect_held_anchored(dump, holder, "TLS of thread #{tid}", copy)
+          expect_held_anchored(dump, ended, not_running, copy)
+          cached = ended.select { |a| dump.anchor_of(chunk_of(a)) == not_running }
+          expect(cached).not_to be_empty
+          where = dump.referrers(chunk_of(cached.first))[:roots].find { |r| r[:name] == not_running }
+          expect(where).not_to be_nil
+          dump = PtmallocDump.load(child)
+          expect_held_anchored(dump, holder + ended, not_running, child_copy)
+          expect((holder + ended).count { |a| dump.anchor_of(chunk_of(a)) == not_running }).to be >= 2
+          expect(dump.summary[:owners][:leaked_by_size].map { |g| g[:samples] }.flatten & (holder + ended).map { |a| chunk_of(a) }).to eq([])
+        ensure
+          # the child's copy is its own child: killed first, it is reaped with the child's end
+          Process.kill(:KILL, child_copy) if child_copy
+          Process.kill(:KILL, pid)
+          Process.wait(pid)
+        end
       end
     ensure
       stop.call if tid&.positive?

@@ -6,6 +6,8 @@ module PtmallocDump
   # given by the caller for a dump from outside), plus the anomalies the walk recorded.
   class Verification
     MALLINFO_FIELDS = %i[arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost].freeze
+    # the glibc release that added mallinfo2()
+    MALLINFO2_SINCE = Gem::Version.new("2.33")
 
     # One figure that disagrees.
     Difference = Struct.new(:scope, :field, :glibc, :walk) do
@@ -50,11 +52,11 @@ module PtmallocDump
         check_mallinfo(dump.header[:mallinfo2], dump.header[:mallinfo_32bit] ? 0xffff_ffff : -1, MALLINFO_FIELDS)
         check_malloc_info(dump.malloc_info_figures)
       elsif dump.header[:source] != :self
-        @notes << "glibc's mallinfo2 and malloc_info cannot be called in another process: nothing to compare the walk with"
+        @notes << "glibc's #{mallinfo_name} and malloc_info cannot be called in another process: nothing to compare the walk with"
       elsif dump.header[:oracles_off]
-        @notes << "glibc's mallinfo2 and malloc_info were not called (oracles: false): nothing to compare the walk with"
+        @notes << "glibc's #{mallinfo_name} and malloc_info were not called (oracles: false): nothing to compare the walk with"
       elsif dump.header[:oracles_skipped]
-        @notes << "glibc's mallinfo2 and malloc_info were not called: the free lists held #{self.class.list_entries(dump)} " \
+        @notes << "glibc's #{mallinfo_name} and malloc_info were not called: the free lists held #{self.class.list_entries(dump)} " \
                   "chunks, more than the #{ORACLES_AUTO_MAX_ENTRIES} oracles: :auto has glibc follow again " \
                   "(oracles: true calls them always): nothing to compare the walk with"
       elsif dump.header[:oracles_outgrown]
@@ -106,9 +108,12 @@ module PtmallocDump
       dump.summary[:states].values_at(:fastbin, :unsorted, :smallbin, :largebin).sum { |s| s[:count] }
     end
 
-    # @return [String] the glibc counter the dump captured: "mallinfo2", or "mallinfo" before glibc 2.33
+    # @return [String] glibc's counters function for the dumped process: "mallinfo2", or "mallinfo"
+    #   before glibc 2.33 (which has no mallinfo2)
     def mallinfo_name
-      @dump.header[:mallinfo_32bit] ? "mallinfo" : "mallinfo2"
+      version = @dump.header[:glibc_version].to_s
+      old = version.match?(/\A\d+\.\d+/) && Gem::Version.new(version[/\A\d+\.\d+/]) < MALLINFO2_SINCE
+      @dump.header[:mallinfo_32bit] || old ? "mallinfo" : "mallinfo2"
     end
 
     private

@@ -102,13 +102,15 @@ module SpecHelpers
     expect(verification.compared).not_to be_empty if dump.header[:source] == :self && !dump.header[:oracles_off]
   end
 
-  # Builds a C file from spec/fixtures/ext into a shared object (cached per source checksum).
+  # Builds a C file from spec/fixtures/ext into a shared object (rebuilt when it or a header there is
+  # newer than the object).
   def build_fixture(name, extra_flags: [])
     src = File.join(ROOT, "spec", "fixtures", "ext", "#{name}.c")
     out_dir = File.join(ROOT, "spec", "fixtures", "ext", "build")
     FileUtils.mkdir_p(out_dir)
     out = File.join(out_dir, "#{name}.so")
-    unless File.exist?(out) && File.mtime(out) >= File.mtime(src)
+    inputs = [src, *Dir[File.join(File.dirname(src), "*.h")]]
+    unless File.exist?(out) && inputs.all? { |f| File.mtime(out) >= File.mtime(f) }
       cmd = ["cc", "-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-o", out, src, *extra_flags]
       _o, e, s = Open3.capture3(*cmd)
       raise "building #{name} failed: #{e}" unless s.success?

@@ -33,6 +33,11 @@ module LibcFacts
                                                              Fiddle::TYPE_VOIDP).call.to_s)
   end
 
+  # glibc's counters function: mallinfo2 from glibc 2.33, mallinfo before.
+  def mallinfo_name
+    glibc_version >= Gem::Version.new("2.33") ? "mallinfo2" : "mallinfo"
+  end
+
   # libc's build-id, as readelf prints it.
   def build_id
     @build_id ||= IO.popen(["readelf", "-n", libc_path], &:read).b[/Build ID: (\h+)/, 1]

@@ -44,13 +44,16 @@ static int build_graph(const ptmd_view *v, const ptmd_ref *refs, size_t n_refs, 
 
 /* Which edges out of a chunk count: a string's buffer holds bytes, an array's or object's buffer
  * VALUEs, so a word there that looks like a chunk's address is stale data (as attribution.c rules);
- * an Integer in an array's or object's buffer is a live Integer. */
+ * an Integer in an array's or object's buffer is a live Integer. An object page that is a malloc chunk
+ * (Ruby 2.7 and 3.0) holds slots: what its live objects point at, the Ruby pass recorded as their slot
+ * words, and the rest of its words are free slots' and dead objects' stale data. */
 enum { EDGE_ADDR = 1, EDGE_INT = 2 };
 static int edges_out(const ptmd_view *v, const ptmd_attribution *a, size_t ci)
 {
     uint32_t o = a->owner[ci];
     int t;
-    if (!o || o == UINT32_MAX || !a->direct[ci]) return EDGE_ADDR | EDGE_INT;
+    if (o == UINT32_MAX) return 0;
+    if (!o || !a->direct[ci]) return EDGE_ADDR | EDGE_INT;
     t = v->ruby_objects[o - 1].type;
     if (t == RT_STRING) return 0;
     if (t == RT_ARRAY || t == RT_OBJECT) return EDGE_INT;

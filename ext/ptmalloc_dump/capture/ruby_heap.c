@@ -383,18 +383,21 @@ void ptmd_ruby_heap_init(void)
         VALUE k = rb_const_defined(rb_mGC, rb_intern("INTERNAL_CONSTANTS")) ?
                   rb_const_get(rb_mGC, rb_intern("INTERNAL_CONSTANTS")) : Qnil;
         VALUE v = RB_TYPE_P(k, T_HASH) ? rb_hash_lookup(k, ID2SYM(rb_intern("HEAP_PAGE_SIZE"))) : Qnil;
-        uint64_t ps = RB_INTEGER_TYPE_P(v) ? NUM2ULL(v) : 0;
+        uint64_t ps = RB_INTEGER_TYPE_P(v) ? NUM2ULL(v) : 0, body = ps;
         if (!ps && RB_TYPE_P(k, T_HASH)) {
-            /* Ruby 2.7 does not say it: its bodies are HEAP_PAGE_ALIGN (16 KiB) aligned, a power of two
-             * above the slots they hold (gc.c: HEAP_PAGE_SIZE = HEAP_PAGE_ALIGN - 40) */
+            /* Ruby 2.7 and 3.0 do not say it: their bodies are posix_memalign'd HEAP_PAGE_ALIGN (16 KiB)
+             * aligned, a power of two above the slots they hold, and a malloc chunk's header short of it
+             * (gc.c: HEAP_PAGE_SIZE = HEAP_PAGE_ALIGN - REQUIRED_SIZE_BY_MALLOC, five words) */
             VALUE lim = rb_hash_lookup(k, ID2SYM(rb_intern("HEAP_PAGE_OBJ_LIMIT")));
             VALUE rv = rb_hash_lookup(k, ID2SYM(rb_intern("RVALUE_SIZE")));
             uint64_t need = RB_INTEGER_TYPE_P(lim) && RB_INTEGER_TYPE_P(rv) ? NUM2ULL(lim) * NUM2ULL(rv) : 0;
             for (ps = 4096; need && ps < need && ps < (1u << 24); ps <<= 1) {}
             if (!need) ps = 0;
+            body = ps - 5 * sizeof(size_t);
         }
         heap_page_size = ps >= 4096 && !(ps & (ps - 1)) ? ps : 0;
         page_shape.page_size = heap_page_size;
+        page_shape.body_size = heap_page_size ? body : 0;
         /* the slot size: one for every page where the GC has one pool (Ruby 3.1's SIZE_POOL_COUNT 1),
          * else the page's own (rb_gc_obj_slot_size, 3.2 on) */
         obj_slot_size = (size_t (*)(VALUE))lookup("rb_gc_obj_slot_size");

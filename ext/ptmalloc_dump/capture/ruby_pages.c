@@ -57,7 +57,7 @@ void ptmd_ruby_pages_learn(ptmd_ruby_shape *s, uint64_t start, uint64_t end, uin
         ptmd_maps_release(&maps);
     }
     s->pages_seen++;
-    if (s->bad || !s->page_size || !stride) {
+    if (s->bad || !s->page_size || !s->body_size || !stride) {
         s->bad = 1;
         return;
     }
@@ -65,8 +65,8 @@ void ptmd_ruby_pages_learn(ptmd_ruby_shape *s, uint64_t start, uint64_t end, uin
     if (body >= s->brk_lo && body < s->brk_hi) s->in_brk = 1;
     /* a page the GC lists is mapped, and so is its struct (what its words point at may not be) */
     memcpy(&record, (const void *)(uintptr_t)body, sizeof(record));
-    if (!ptmd_ruby_page_record_ok(record, body, s->page_size) || start - body > PTMD_RUBY_FIRST_SLOT_MAX ||
-        stride_at(s, start) != stride || end <= start || end > body + s->page_size || (end - start) % stride) {
+    if (!ptmd_ruby_page_record_ok(record, body, s->body_size) || start - body > PTMD_RUBY_FIRST_SLOT_MAX ||
+        stride_at(s, start) != stride || end <= start || end > body + s->body_size || (end - start) % stride) {
         s->bad = 1;
         return;
     }
@@ -107,7 +107,7 @@ static uint64_t record_end(const ptmd_ruby_shape *s, const uint64_t *words, uint
     memcpy(f, words, sizeof(f));
     if (s->stride_at != PTMD_RUBY_NO_FIELD && f[s->stride_at / 2] != stride) return 0;
     end = start + (uint64_t)f[s->count_at / 2] * stride;
-    return f[s->count_at / 2] && end <= body + s->page_size ? end : 0;
+    return f[s->count_at / 2] && end <= body + s->body_size ? end : 0;
 }
 
 typedef struct {
@@ -130,7 +130,7 @@ static int flush(finder *f, ptmd_err *err)
     size_t i, k = 0, m = 0;
     ptmd_safe_read_many(&f->mem, f->bodies, f->n, sizeof(uint64_t), f->first, f->ok);
     for (i = 0; i < f->n; i++)
-        if (f->ok[i] && ptmd_ruby_page_record_ok(f->first[i], f->bodies[i], s->page_size)) {
+        if (f->ok[i] && ptmd_ruby_page_record_ok(f->first[i], f->bodies[i], s->body_size)) {
             f->bodies[k] = f->bodies[i];
             f->records[k++] = (uintptr_t)f->first[i];
         }

@@ -11,7 +11,9 @@
  * holds the first slot's address, where its slot size and slot count are, and where its node in the
  * GC's list of pages is. */
 typedef struct {
-    uint64_t page_size;             /* GC::INTERNAL_CONSTANTS[:HEAP_PAGE_SIZE]: size and alignment of a body */
+    uint64_t page_size;             /* GC::INTERNAL_CONSTANTS[:HEAP_PAGE_SIZE]: the alignment of a body */
+    uint64_t body_size;             /* the bytes of a body: page_size, or less where malloc gives the
+                                     * bodies (Ruby 2.7 and 3.0): its struct may follow within the alignment */
     uint32_t start_word;            /* which word of struct heap_page holds the first slot's address */
     uint32_t const_stride;          /* the slot size of every page, or 0: ask stride_of */
     size_t (*stride_of)(uintptr_t slot);   /* the slot size of the page holding slot (rb_gc_obj_slot_size) */
@@ -34,10 +36,11 @@ typedef struct {
 #define PTMD_RUBY_FIRST_SLOT_MAX 1024   /* the first slot lies past the header, within a slot or two */
 
 /* The pointer a page body begins with could be its struct heap_page: 16-byte aligned (calloc'd)
- * and outside the body (a list head that points at itself, as in TLS or any C data, is none). */
-static inline int ptmd_ruby_page_record_ok(uint64_t record, uint64_t body, uint64_t page_size)
+ * and outside the body of body_size bytes (a list head that points at itself, as in TLS or any C
+ * data, is none). */
+static inline int ptmd_ruby_page_record_ok(uint64_t record, uint64_t body, uint64_t body_size)
 {
-    return record && !(record & 15) && !(record >= body && record - body < page_size);
+    return record && !(record & 15) && !(record >= body && record - body < body_size);
 }
 
 /* Learning: one page as the GC lists it (its first and past-the-last slots, and its slot size). */
