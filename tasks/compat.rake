@@ -8,8 +8,10 @@ require "time"
 
 # `rake compat`: the whole suite (`bundle exec rake`) inside Debian releases built with debootstrap,
 # each with and without libc's debug symbols, and sid once more with a newer Ruby from experimental
-# (PTMALLOC_DUMP_COMPAT_RUBY). The chroots are kept in a directory of your choice and reused; the
-# results go to tmp/compat/results.md, one log per run to tmp/compat/logs/.
+# (PTMALLOC_DUMP_COMPAT_RUBY). `rake compat:smoke`: the same rows, each with the specs of what a
+# capture change can break (SMOKE_SPECS, 20 heap shapes). The chroots are kept in a directory of your
+# choice and reused; the results go to tmp/compat/results.md (smoke.md), one log per run to
+# tmp/compat/logs/.
 # (This file is loaded by the Rakefile inside the chroots too: it must stay valid Ruby 2.7.)
 module Compat
   RELEASES = %w[bullseye bookworm trixie sid].freeze # glibc 2.31, 2.36, 2.41 and the newest
@@ -19,6 +21,13 @@ module Compat
   EXTRA_RUBIES = %w[3.4].freeze
   EXTRA_RUBY_RELEASE = "sid"
   MIRROR = ENV.fetch("PTMALLOC_DUMP_COMPAT_MIRROR", "http://deb.debian.org/debian")
+  # What `rake compat:smoke` runs: the capture (the walk against glibc's counters, in process, forked
+  # and from outside, and 20 heap shapes against gdb), the Ruby pass and its allocations, owners, RSS
+  # and the API; minutes where the whole suite takes half an hour.
+  SMOKE_SPECS = %w[spec/zero_alloc_spec.rb spec/api_spec.rb spec/rss_spec.rb spec/owners_spec.rb spec/ruby_heap_spec.rb
+                   spec/ruby_layer_spec.rb spec/code_owners_spec.rb spec/snapshot_spec.rb spec/outside_spec.rb
+                   spec/dump_engine_spec.rb spec/locate_spec.rb spec/heap_shapes_spec.rb].freeze
+  SMOKE_SHAPES = 20
   ROOT = File.expand_path("..", __dir__)
   OUT = File.join(ROOT, "tmp", "compat")
   SRC = "src" # where the work tree goes, under the chroot's /
@@ -31,27 +40,28 @@ module Compat
 
   module_function
 
-  def run(dir)
+  # smoke: SMOKE_SPECS alone, else the whole suite
+  def run(dir, smoke: false)
     check_host!
     tree_version # the tree as copied into the chroots, not as it is when a run ends
     chroots = releases.map { |name| Chroot.new(dir, name) }
     chroots += rubies.map { |ruby| Chroot.new(dir, EXTRA_RUBY_RELEASE, ruby: ruby) }
-    report(chroots.flat_map { |chroot| run_release(chroot) })
+    report(chroots.flat_map { |chroot| run_release(chroot, smoke) }, smoke)
   end
 
   # The runs of one release; if its chroot cannot be made, they are recorded as failed and the
   # next release goes on.
-  def run_release(chroot)
+  def run_release(chroot, smoke)
     chroot.create unless chroot.exist?
     chroot.configure
     chroot.mounted do
       chroot.copy_tree(ROOT)
       chroot.provision
-      variants.map { |variant| Run.new(chroot, variant).call }
+      variants.map { |variant| Run.new(chroot, variant, smoke: smoke).call }
     end
   rescue Error => e
     warn "rake compat: #{e.message}"
-    variants.map { |variant| Run.new(chroot, variant).not_run }
+    variants.map { |variant| Run.new(chroot, variant, smoke: smoke).not_run }
   end
 
   def check_host!
@@ -65,8 +75,8 @@ module Compat
     end
   end
 
-  def report(results)
-    puts Table.write, "(#{Table::PATH}; logs in #{File.join(OUT, 'logs')})"
+  def report(results, smoke)
+    puts Table.write(smoke), "(#{Table.path(smoke)}; logs in #{File.join(OUT, 'logs')})"
     failed = results.reject { |r| r["ok"] }
     return if failed.empty?
 
@@ -307,17 +317,19 @@ module Compat
     end
   end
 
-  # One run of the suite: a release, with or without libc6-dbg. Recorded in tmp/compat/runs/.
+  # One run of the suite (or of SMOKE_SPECS): a release, with or without libc6-dbg. Recorded in
+  # tmp/compat/runs/ (smoke-runs/).
   class Run
     OUTPUTS = %w[tmp/compat-facts.json tmp/compat-rspec.json].freeze # written by inside.sh test
 
-    def initialize(chroot, variant)
+    def initialize(chroot, variant, smoke: false)
       @chroot = chroot
       @variant = variant
+      @smoke = smoke
     end
 
     def id
-      "#{@chroot.id}-#{@variant}-libc6-dbg"
+      "#{@chroot.id}-#{@variant}-libc6-dbg#{'-smoke' if @smoke}"
     end
 
     def log
@@ -326,9 +338,11 @@ module Compat
 
     def call
       FileUtils.rm_f([log, *OUTPUTS.map { |f| @chroot.src_path(f) }])
-      puts "rake compat: #{@chroot.id}, #{@variant} libc6-dbg: bundle exec rake (log: #{log})"
+      what = @smoke ? "rspec #{SMOKE_SPECS.size} spec files (SHAPES=#{SMOKE_SHAPES})" : "bundle exec rake"
+      puts "rake compat: #{@chroot.id}, #{@variant} libc6-dbg: #{what} (log: #{log})"
       started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
-      ok = @chroot.inside(log, "libc6-dbg", @variant) && @chroot.inside(log, "test")
+      test = @smoke ? ["test-smoke", SMOKE_SHAPES.to_s, *SMOKE_SPECS] : ["test"]
+      ok = @chroot.inside(log, "libc6-dbg", @variant) && @chroot.inside(log, *test)
       rspec = read_json("tmp/compat-rspec.json")
       File.write(log.sub(/\.log\z/, ".rspec.json"), JSON.pretty_generate(rspec)) if rspec
       record(ok: ok, seconds: Process.clock_gettime(Process::CLOCK_MONOTONIC) - started, log: log,
@@ -346,7 +360,7 @@ module Compat
       result = { "release" => @chroot.name, "extra_ruby" => @chroot.ruby, "libc6_dbg" => @variant, "ok" => ok, "seconds" => seconds.round,
                  "at" => Time.now.utc.iso8601, "tree" => Compat.tree_version, "log" => log,
                  "facts" => facts, "summary" => summary }
-      path = File.join(OUT, "runs", "#{id}.json")
+      path = File.join(OUT, Table.runs_dir(@smoke), "#{id}.json")
       FileUtils.mkdir_p(File.dirname(path))
       File.write(path, JSON.pretty_generate(result))
       result
@@ -359,23 +373,30 @@ module Compat
     end
   end
 
-  # tmp/compat/results.md: the latest run of every release and variant recorded so far.
+  # tmp/compat/results.md (smoke.md): the latest run of every release and variant recorded so far.
   module Table
-    PATH = File.join(OUT, "results.md")
     HEADER = ["release", "glibc (libc6)", "Ruby", "libc6-dbg", "examples", "failures", "pending",
               "errors outside examples", "duration", "result", "run at (UTC)", "tree"].freeze
     COUNTS = %w[example_count failure_count pending_count errors_outside_of_examples_count].freeze
 
     module_function
 
-    def write
-      lines = [HEADER, HEADER.map { "---" }, *records.map { |r| row(r) }].map { |cells| "| #{cells.join(' | ')} |\n" }
-      File.write(PATH, "# rake compat\n\n#{lines.join}")
+    def path(smoke)
+      File.join(OUT, smoke ? "smoke.md" : "results.md")
+    end
+
+    def runs_dir(smoke)
+      smoke ? "smoke-runs" : "runs"
+    end
+
+    def write(smoke)
+      lines = [HEADER, HEADER.map { "---" }, *records(smoke).map { |r| row(r) }].map { |cells| "| #{cells.join(' | ')} |\n" }
+      File.write(path(smoke), "# rake compat#{':smoke' if smoke}\n\n#{lines.join}")
       lines.join
     end
 
-    def records
-      Dir[File.join(OUT, "runs", "*.json")].map { |f| JSON.parse(File.read(f)) }
+    def records(smoke)
+      Dir[File.join(OUT, runs_dir(smoke), "*.json")].map { |f| JSON.parse(File.read(f)) }
                                           .sort_by { |r| [RELEASES.index(r["release"]).to_i, r["extra_ruby"].to_s, VARIANTS.index(r["libc6_dbg"]).to_i] }
     end
 
@@ -401,6 +422,15 @@ rescue Compat::Error => e
 end
 
 namespace :compat do
+  desc "The rows of rake compat (same chroots and variables), each running only the specs of what a capture " \
+       "change can break: capture, Ruby pass, owners, RSS, outside dumps, API and #{Compat::SMOKE_SHAPES} heap shapes " \
+       "(results in tmp/compat/smoke.md)"
+  task :smoke, [:dir] do |_t, args|
+    Compat.run(args[:dir] || Compat.default_dir, smoke: true)
+  rescue Compat::Error => e
+    abort "rake compat:smoke: #{e.message}"
+  end
+
   # `rake clean` deletes tmp/ and all in it: never while a chroot there has /proc, /dev or /sys bound.
   task :unmounted do
     busy = Compat.mounts_under(File.join(Compat::ROOT, "tmp"))

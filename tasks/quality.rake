@@ -90,6 +90,12 @@ namespace :spec do
     sh "rake", "clobber", "compile"
   end
 
+  desc "The churn example of spec/safety_spec.rb at full length: 500 in-process dumps and 500 fork snapshots " \
+       "under four malloc threads (the suite takes 150 of each; SAFETY_CHURN=N picks)"
+  task churn: :compile do
+    sh({ "SAFETY_CHURN" => ENV.fetch("SAFETY_CHURN", "500") }, "rspec", "spec/safety_spec.rb", "-e", "native threads calling malloc throughout")
+  end
+
   desc "Run the visualizer under valgrind (memcheck) over a real dump"
   task valgrind: :compile do
     FileUtils.mkdir_p("tmp/valgrind")

@@ -4,6 +4,7 @@
 #   inside.sh libc6-dbg with     install libc's debug symbols (libc6-dbg)
 #   inside.sh libc6-dbg without  remove them
 #   inside.sh test               record the system's facts, run the README's test command's rake part
+#   inside.sh test-smoke N SPEC... record them, build the extension, run those specs with N heap shapes
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 export BUNDLE_PATH=/var/cache/ptmalloc-dump-compat/bundle
@@ -36,7 +37,7 @@ libc6_dbg() {
   esac
 }
 
-run_tests() {
+prepare_tests() {
   cd /src
   mkdir -p tmp
   ruby script/compat/facts.rb >tmp/compat-facts.json
@@ -44,12 +45,25 @@ run_tests() {
   if ! installed libc6-dbg && [[ -d $GDB_DEBUG/usr/lib/debug ]]; then
     export PTMALLOC_DUMP_GDB_DEBUG_DIR=$GDB_DEBUG/usr/lib/debug
   fi
+}
+
+run_tests() {
+  prepare_tests
   timeout --kill-after=60 "${PTMALLOC_DUMP_COMPAT_TIMEOUT:-3600}" bundle exec rake
+}
+
+run_smoke() {
+  local shapes=$1
+  shift
+  prepare_tests
+  bundle exec rake compile
+  SHAPES=$shapes timeout --kill-after=60 "${PTMALLOC_DUMP_COMPAT_TIMEOUT:-1200}" bundle exec rspec "$@"
 }
 
 case "${1:-}" in
   provision) provision ;;
   libc6-dbg) libc6_dbg "${2:-}" ;;
   test) run_tests ;;
-  *) echo "usage: inside.sh provision | libc6-dbg with|without | test" >&2; exit 2 ;;
+  test-smoke) shift; run_smoke "$@" ;;
+  *) echo "usage: inside.sh provision | libc6-dbg with|without | test | test-smoke SHAPES SPEC..." >&2; exit 2 ;;
 esac
