@@ -151,6 +151,30 @@ RSpec.describe "PtmallocDump.dump on randomised heaps", :quiescent do
     end
   end
 
+  # mp_.sbrk_base is not 16-byte aligned where the break moved before malloc's first sbrk (glibc before
+  # 2.33 copies GLIBC_TUNABLES with sbrk; here a preloaded constructor moves it by 7 bytes): sysmalloc
+  # aligns the first chunk past it and counts the correction in system_mem. Oracles: glibc's counters
+  # and the break the process reports.
+  it "walks a main heap whose sbrk_base is not 16-byte aligned and reproduces glibc's counters" do
+    path = File.join(tmpdir, "shifted.dump")
+    code = <<~RUBY
+      keep = Array.new(3000) { |i| "x" * (100 + i % 700) }
+      PtmallocDump.dump(#{path.inspect}, ruby: false, oracles: true)
+      puts keep.size
+    RUBY
+    _out, err, status = run_ruby(code, env: { "LD_PRELOAD" => build_fixture("brk_shift") })
+    expect(status).to be_success, err
+    dump = PtmallocDump.load(path)
+    expect(dump.header[:sbrk_base] % 16).not_to eq(0)
+    main = dump.heaps.find { |h| h.kind == :sbrk }
+    expect(main.start).to eq(dump.header[:sbrk_base] & ~15)
+    first = dump.each_chunk.find { |c| c.state != :meta }
+    expect((first.address + 16) % 16).to eq(0)
+    expect(first.address).to be > dump.header[:sbrk_base]
+    expect_valid_dump(dump)
+    expect(dump.verify.compared).to eq([LibcFacts.mallinfo_name, "malloc_info"])
+  end
+
   # Above the mmap threshold, _int_memalign moves the chunk's header to just before the aligned
   # address and leaves malloc's header at the mapping's start, stale. The blocks are made in a child
   # whose mmap threshold is fixed at 128 KiB (this process's has grown with the suite's frees).

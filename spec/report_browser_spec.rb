@@ -234,10 +234,13 @@ RSpec.describe "the report in a browser" do
                           "r = c.getBoundingClientRect(); return [r.left + c.clientLeft, r.top + c.clientTop, c.width, c.height]")
     left, top, mw, mh = mini
     size = view[:heaps].sum(&:size)
-    browser.drag((left + 10).ceil, (top + 100).ceil, (left + 10).ceil, (top + 140).ceil)
+    y0 = (top + 100).ceil
+    y1 = (top + 140).ceil
+    browser.drag((left + 10).ceil, y0, (left + 10).ceil, y1)
     z = browser.script("return window.ptmdExplorer.state()")
-    lo = 100 * mw * size.fdiv(mw * mh)
-    hi = 141 * mw * size.fdiv(mw * mh)
+    # the bytes under the pointer where the drag began and ended (the canvas may sit at a fraction of a pixel)
+    lo = (y0 - top) * mw * size.fdiv(mw * mh)
+    hi = (y1 - top) * mw * size.fdiv(mw * mh)
     w = PtmallocDump::ExplorerGeometry::WIDTH
     first = z["row"] * w * z["bpp"]
     last = (z["row"] + PtmallocDump::ExplorerGeometry::HEIGHT) * w * z["bpp"]

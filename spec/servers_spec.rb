@@ -38,8 +38,14 @@ RSpec.describe "the worker recipes" do
   before { @apps = [] }
   after { @apps.each(&:stop) }
 
-  { "puma5" => ["~> 5.6", "on_worker_boot"], "puma6" => ["~> 6.6", "on_worker_boot"],
-    "puma7" => ["~> 7.0", "before_worker_boot"], "puma8" => ["~> 8.0", "before_worker_boot"] }.each do |name, (version, hook)|
+  # Puma 7 and 8 require Ruby 3.0 (their gemspecs' required_ruby_version): Bundler cannot install them on
+  # Ruby 2.7, where Puma 5 and 6 are the recipes run
+  PUMAS = { "puma5" => ["~> 5.6", "on_worker_boot"], "puma6" => ["~> 6.6", "on_worker_boot"] }
+  if Gem::Version.new(RUBY_VERSION) >= Gem::Version.new("3.0")
+    PUMAS.merge!("puma7" => ["~> 7.0", "before_worker_boot"], "puma8" => ["~> 8.0", "before_worker_boot"])
+  end
+  NEWEST_PUMA = PUMAS.keys.last
+  PUMAS.each do |name, (version, hook)|
     it "#{name}: #{hook} installs the handler in each worker; a signal to a worker dumps it" do
       app = app_for(name, [%(gem "puma", "#{version}")])
       app.write("config.ru", CONFIG_RU)
@@ -93,9 +99,20 @@ RSpec.describe "the worker recipes" do
     expect(fleet.dumps.size).to eq(2)
   end
 
-  def redis_server(app)
+  def self.redis_exe
     exe = ENV.fetch("PATH", "").split(":").map { |d| File.join(d, "redis-server") }.find { |f| File.executable?(f) }
     raise "redis-server is not installed: apt-get install redis-server (bin/setup installs it)" unless exe
+
+    exe
+  end
+
+  # The installed redis-server's version ("Redis server v=7.0.15 ...")
+  def self.redis_version
+    Gem::Version.new(IO.popen([redis_exe, "--version"], &:read)[/v=(\d+\.\d+\.\d+)/, 1] || "0")
+  end
+
+  def redis_server(app)
+    exe = self.class.redis_exe
 
     port = ServerApp.free_port
     pid = Process.spawn(exe, "--port", port.to_s, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
@@ -124,8 +141,10 @@ RSpec.describe "the worker recipes" do
       end
     end
 
-    versions = { "sidekiq7" => "~> 7.3" }
-    # Sidekiq 8 requires Ruby 3.2 (its gemspec's required_ruby_version): Bundler cannot install it on an older Ruby
+    # Sidekiq 7 refuses a Redis before 6.2 at its start (Debian 11 has 6.0): Sidekiq 6.5 is run with it.
+    # Sidekiq 8 requires Ruby 3.2 (its gemspec's required_ruby_version): Bundler cannot install it on an
+    # older Ruby
+    versions = redis_version >= Gem::Version.new("6.2") ? { "sidekiq7" => "~> 7.3" } : { "sidekiq6" => "~> 6.5" }
     versions["sidekiq8"] = "~> 8.0" if Gem::Version.new(RUBY_VERSION) >= Gem::Version.new("3.2")
     versions.each do |name, version|
       it "#{name}: the startup hook installs the handler in the process that runs the jobs" do
@@ -165,14 +184,14 @@ RSpec.describe "the worker recipes" do
     expect_dump_of(app, pid)
   end
 
-  it "a Puma worker under a request loop, signalled 10 times: every dump valid; latencies printed" do
-    app = app_for("puma8", [%(gem "puma", "~> 8.0")])
+  it "a Puma worker under a request loop, signalled 10 times: every dump valid; latencies printed (#{NEWEST_PUMA})" do
+    app = app_for(NEWEST_PUMA, [%(gem "puma", "#{PUMAS.fetch(NEWEST_PUMA).first}")])
     app.write("config.ru", CONFIG_RU)
     app.write("config/puma.rb", <<~RUBY)
       workers 1
       threads 2, 2
       bind "tcp://127.0.0.1:#{app.port}"
-      #{recipe(app, 'puma8')}
+      #{recipe(app, NEWEST_PUMA)}
     RUBY
     app.start("puma", "-C", "config/puma.rb", "config.ru")
     worker = app.booted(1).first

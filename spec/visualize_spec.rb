@@ -257,7 +257,13 @@ RSpec.describe "ptmalloc-visualize" do
       expect(html.index('class="banner"')).to be < html.index('class="bigbar"')
       _o, err, status = visualize(dump_path, File.join(tmpdir, "with-ruby"))
       expect(status).to be_success, err
-      expect(File.read(File.join(tmpdir, "with-ruby", "index.html"))).not_to include('<div class="banner">')
+      banner = File.read(File.join(tmpdir, "with-ruby", "index.html"))[%r{<div class="banner">(.*?)</div>}, 1]
+      if LibcFacts.mallinfo_name == "mallinfo"
+        # the one thing to say of a dump with Ruby data before glibc 2.33: the counters it was checked against
+        expect(banner).to eq("glibc #{LibcFacts.glibc_version} has only mallinfo(), whose counters keep 32 bits: the check against it is partial.")
+      else
+        expect(banner).to be_nil
+      end
     end
 
     it "renders into a new directory, refuses a non-empty one without --force" do

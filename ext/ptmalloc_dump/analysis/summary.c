@@ -37,7 +37,11 @@ void ptmd_summarize(const ptmd_view *v, ptmd_totals *total, ptmd_arena_summary *
         ptmd_arena_summary *as = hp->arena < v->n_arenas ? &per_arena[hp->arena] : NULL;
         const uint8_t *pages = v->pages && hp->first_page + hp->n_pages <= v->n_pages ? v->pages + hp->first_page : NULL;
         uint64_t i, end = hp->first_chunk + hp->n_chunks;
+        /* what the heap's first meta chunk holds below an unaligned sbrk_base is not glibc's */
+        uint64_t pad = hp->kind == PTMD_HEAP_SBRK && v->meta ? ptmd_sbrk_pad(hp->start, v->meta->sbrk_base) : 0;
         total->heap_count++;
+        total->arena -= pad;
+        if (as) as->t.arena -= pad;
         if (as) as->t.heap_count++;
         if (end > v->n_chunks) end = v->n_chunks;
         for (i = hp->first_chunk; i < end; i++) {

@@ -169,6 +169,9 @@ int ptmd_arena_collect_heaps(ptmd_walk *w, ptmd_arena_ctx *a, ptmd_err *err)
             start = a->top;     /* walk only what can be read */
             if (!ptmd_maps_readable(&w->maps, a->top, a->top_end - a->top)) return 0;
         }
+        /* an unaligned sbrk_base: the heap recorded from the boundary below (ptmd_sbrk_pad), its
+         * alignment gap a meta chunk */
+        start &= ~(uint64_t)PTMD_MALLOC_ALIGN_MASK;
         if (!new_heap(w, a, PTMD_HEAP_SBRK, start, a->top_end)) return ptmd_fail_sys(err, errno, "heap table", "mmap");
         a->n_heaps = 1;
         return 0;
@@ -311,7 +314,9 @@ static const char *validate_once(ptmd_walk *w)
             what = "main_arena.top does not lie inside its heap";
             goto fail;
         }
-        if (system_mem < top_size || (system_mem & (w->page_size - 1)) || system_mem > (1ull << 47)) {
+        /* not a whole number of pages where the break had moved before malloc's first sbrk: sysmalloc
+         * counts its alignment correction too (glibc before 2.33 copies GLIBC_TUNABLES with sbrk) */
+        if (system_mem < top_size || system_mem > (1ull << 47)) {
             what = "main_arena.system_mem is not sane";
             goto fail;
         }

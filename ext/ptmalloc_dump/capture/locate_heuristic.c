@@ -76,7 +76,8 @@ static int arena_shape(const ptmd_libc *lc, const ptmd_layout *L, ptmd_source *m
     size = ptmd_chunksize(size);
     m = ptmd_maps_find(maps, top);
     if (!m || size < PTMD_MINSIZE || top + size > m->end) return 0;
-    if (*system_mem < size || (*system_mem & 4095) || *system_mem > (1ull << 47)) return 0;
+    /* system_mem need not be whole pages: see validate_once in arena.c */
+    if (*system_mem < size || *system_mem > (1ull << 47)) return 0;
     *top_end = top + size;
     return 1;
 }

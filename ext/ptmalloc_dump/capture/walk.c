@@ -175,7 +175,11 @@ oom:
 static uint64_t first_chunk_of(const ptmd_walk *w, const ptmd_arena_ctx *a, const ptmd_heap_rec *h)
 {
     uint64_t p;
-    if (a->main) p = h->start;
+    if (a->main) {
+        /* a heap recorded from the 16-byte boundary below an unaligned sbrk_base (ptmd_sbrk_pad) */
+        p = h->start;
+        if (w->have_mp) p += ptmd_sbrk_pad(p, w->sbrk_base);
+    }
     else if (h->start + w->L->hi_size_total == a->av) p = a->av + w->L->ms_size;
     else p = h->start + w->L->hi_size_total;
     /* chunk2mem must be MALLOC_ALIGNMENT aligned */
@@ -224,6 +228,7 @@ static int walk_arena(ptmd_walk *w, uintptr_t av, uint32_t index, ptmd_err *err)
     for (i = 0; i < a.n_heaps; i++) {
         const ptmd_heap_rec *h = PTMD_W_HEAP(w, a.first_heap + i);
         heap_bytes += h->end - h->start;
+        if (h->kind == PTMD_HEAP_SBRK && w->have_mp) heap_bytes -= ptmd_sbrk_pad(h->start, w->sbrk_base);
     }
     a.bound = heap_bytes / PTMD_MINSIZE + 1;
     if ((rc = ptmd_collect_fastbins(w, &a, err)) != 0) goto out;

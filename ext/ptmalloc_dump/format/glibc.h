@@ -48,6 +48,15 @@ static inline uint64_t ptmd_mem2chunk(uint64_t mem) { return mem - PTMD_CHUNK_HD
 static inline uint64_t ptmd_bin_at(uint64_t bins, int i) { return bins + (uint64_t)(i - 1) * 2 * PTMD_SIZE_SZ - PTMD_MCHUNK_FD; }
 static inline uint64_t ptmd_initial_top(uint64_t bins) { return ptmd_bin_at(bins, 1); }
 
+/* The main arena's brk heap begins at mp_.sbrk_base, which is not 16-byte aligned where the break had
+ * moved before malloc's first sbrk (glibc before 2.33 copies GLIBC_TUNABLES with sbrk); the dump then
+ * records the heap from the boundary below, since chunk records hold sizes in multiples of 16. The
+ * bytes between that boundary and sbrk_base, which glibc does not count in system_mem: */
+static inline uint64_t ptmd_sbrk_pad(uint64_t heap_start, uint64_t sbrk_base)
+{
+    return sbrk_base > heap_start && sbrk_base - heap_start < PTMD_MALLOC_ALIGNMENT ? sbrk_base - heap_start : 0;
+}
+
 /* heap_for_ptr: the heap_info of a non-main arena's chunk (heaps are aligned to heap_max_size ()) */
 static inline uint64_t ptmd_heap_for_ptr(uint64_t ptr, uint64_t heap_max) { return ptr & ~(heap_max - 1); }
 

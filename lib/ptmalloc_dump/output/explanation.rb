@@ -31,7 +31,8 @@ module PtmallocDump
           holder: chunk && holder(chunk),
           code: chunk && code_h(chunk),
           page: heap && page_h(heap),
-          ruby_slot: heap ? nil : ruby_slot,
+          # on Ruby 2.7 and 3.0 an object page is a malloc chunk: both apply
+          ruby_slot: ruby_slot,
           references: chunk && references(chunk)
         }
       end
@@ -41,12 +42,13 @@ module PtmallocDump
     def to_s
       e = to_h
       lines = []
-      if e[:heap]
-        hp = e[:heap]
-        lines << "#{e[:address]} is in heap #{hp[:index]} (#{hp[:kind]}#{hp[:arena] ? " of arena #{hp[:arena]}" : ''}, #{hp[:start]}-#{hp[:end]})"
-      elsif e[:ruby_slot]
-        s = e[:ruby_slot]
+      hp = e[:heap]
+      heap = hp && "heap #{hp[:index]} (#{hp[:kind]}#{hp[:arena] ? " of arena #{hp[:arena]}" : ''}, #{hp[:start]}-#{hp[:end]})"
+      if (s = e[:ruby_slot])
         lines << "#{e[:address]} is in a Ruby object page (#{s[:page]}), slot #{s[:slot]}: #{s[:object] || 'a free slot'}"
+        lines << row("heap", "the page is a malloc chunk in #{heap}") if heap
+      elsif heap
+        lines << "#{e[:address]} is in #{heap}"
       else
         lines << "#{e[:address]} is in no heap, mmapped chunk or Ruby object page of this dump"
       end

@@ -357,7 +357,7 @@ module PtmallocDump
       pages = @images.select { |im| im[:kind] == :ruby_pages }
       <<~HTML
         <h2 id="owners">Where the heap goes</h2>
-        <p>#{h(human_bytes(r[:owned_bytes]))} of the #{h(human_bytes(r[:owned_bytes] + r[:unattributed_bytes]))} of malloc memory in use (in the arenas and in mmapped chunks) is owned by #{r[:objects]} Ruby objects#{r[:references] ? ' (following pointers between chunks)' : ''}#{garbage_clause(r)},
+        <p>#{h(human_bytes(r[:owned_bytes]))} of the #{h(human_bytes(r[:owned_bytes] + r[:ruby_pages_in_malloc_bytes].to_i + r[:unattributed_bytes]))} of malloc memory in use (in the arenas and in mmapped chunks) is owned by #{r[:objects]} Ruby objects#{r[:references] ? ' (following pointers between chunks)' : ''}#{garbage_clause(r)},#{r[:ruby_pages_in_malloc_bytes].to_i.positive? ? " #{h(human_bytes(r[:ruby_pages_in_malloc_bytes]))} by their object pages (malloc chunks on this Ruby)," : ''}
         #{h(human_bytes(r[:unattributed_bytes]))} is in use by native code that no Ruby object points at.
         Ruby's own object pages: #{r[:pages]} (#{h(human_bytes(r[:ruby_page_bytes]))}#{r[:ruby_pages_in_malloc_bytes].zero? ? ', allocated outside malloc' : ''}).</p>
         <div style="display:flex;height:1.6em;border:1px solid #999;margin:.5em 0">#{bar.join}</div>

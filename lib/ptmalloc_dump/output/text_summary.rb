@@ -64,10 +64,13 @@ module PtmallocDump
       r = @s[:ruby]
       if r
         garbage = r[:garbage_bytes].to_i.positive? ? " (#{human_bytes(r[:garbage_bytes])} of it by garbage awaiting the lazy sweep)" : ""
-        # owned and native add up to what is in use in the arenas and in mmapped chunks
-        in_use = r[:owned_bytes] + r[:unattributed_bytes]
+        # owned, the object pages where they are malloc chunks (Ruby 2.7 and 3.0) and native add up to
+        # what is in use in the arenas and in mmapped chunks
+        pages = r[:ruby_pages_in_malloc_bytes].to_i
+        in_use = r[:owned_bytes] + pages + r[:unattributed_bytes]
+        pages_text = pages.positive? ? ", #{human_bytes(pages)} their object pages" : ""
         return "#{human_bytes(r[:owned_bytes])} of the #{human_bytes(in_use)} in use (heap and mmapped chunks) owned by " \
-               "#{r[:objects]} Ruby objects#{garbage}, #{human_bytes(r[:unattributed_bytes])} native"
+               "#{r[:objects]} Ruby objects#{garbage}#{pages_text}, #{human_bytes(r[:unattributed_bytes])} native"
       end
 
       "none: #{@dump.no_ruby_reason}"
