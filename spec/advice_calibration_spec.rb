@@ -200,13 +200,25 @@ RSpec.describe "advice that holds: MALLOC_TRIM_THRESHOLD_" do
   # Where the free memory is in bins (a block kept above it) or top is trimmed already (no mmapped
   # block freed, the threshold stays 128 KiB), the line must be absent, and rightly: even the lowest
   # threshold it would advise, from the start or set in the process, changes heap and RSS by less
-  # than a MiB.
+  # than a MiB. (Where Ruby's own start freed an mmapped block and raised the threshold, the shape
+  # without BIG holds its top after all: the line is then checked against glibc's own trim.)
   [{ "BIG" => (30 << 20).to_s, "TOTAL" => (40 << 20).to_s, "SIZE" => "2000", "SENTINEL" => "1" },
    { "BIG" => "0", "TOTAL" => (40 << 20).to_s, "SIZE" => "2000" }].each do |shape|
     it "is not advised where it would not help (#{self.shape_name(shape)})" do
       path = File.join(tmpdir, "top.dump")
       without = top_workload(shape.merge("DUMP" => path))
-      lines = PtmallocDump::Advice.new(PtmallocDump.load(path)).lines
+      dump = PtmallocDump.load(path)
+      lines = PtmallocDump::Advice.new(dump).lines
+      raised = shape["BIG"] == "0" && dump.header[:trim_threshold] > PtmallocDump::Advice::DEFAULT_TRIM_THRESHOLD
+      if raised && (line = lines.find { |l| l.topic == :trim_threshold })
+        # Ruby itself freed an mmapped block at its start (Ruby 3.3 does) and raised the threshold: the
+        # top is held after all, and the advice's figure is what glibc's own trim in the process releases
+        trimmed = without[:dumped][:rss] - without[:trimmed][:rss]
+        puts format("MALLOC_TRIM_THRESHOLD_ advised, the threshold raised by Ruby's start to %.1f MiB: top resident %.2f MiB, " \
+                    "glibc's trim in the process %.2f MiB", mib(dump.header[:trim_threshold]), mib(line.figure), mib(trimmed))
+        expect(trimmed).to be_within(524_288).of(line.figure)
+        next
+      end
       expect(lines.map(&:topic)).not_to include(:trim_threshold)
       expect(lines.map(&:topic)).to include(:malloc_trim) if shape["SENTINEL"] # the free memory is in bins
       with = top_workload(shape.merge("MALLOC_TRIM_THRESHOLD_" => PtmallocDump::Advice::DEFAULT_TRIM_THRESHOLD.to_s))
