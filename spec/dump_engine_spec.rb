@@ -197,6 +197,9 @@ RSpec.describe "PtmallocDump.dump on randomised heaps", :quiescent do
       blocks << [fn.("memalign", [S, S]).call(1 << 20, 400 * 1024).to_i, 1 << 20, 400 * 1024]
       blocks << [fn.("valloc", [S]).call(500 * 1024).to_i, page, 500 * 1024]
       blocks << [fn.("pvalloc", [S]).call(600 * 1024 + 1).to_i, page, 600 * 1024 + 1]
+      # the chunk's own IS_MMAPPED bit, as glibc set it: from glibc 2.38 an aligned request may be served
+      # by a free heap chunk that fits (_int_memalign searches the bins first)
+      blocks.each { |b| b << Fiddle::Pointer.new(b[0] - 8)[0, 8].unpack1("Q").anybits?(2) }
       GC.disable
       PtmallocDump.dump(#{path.inspect}, ruby: false, oracles: true)
       puts JSON.generate(blocks)
@@ -207,19 +210,22 @@ RSpec.describe "PtmallocDump.dump on randomised heaps", :quiescent do
     expect_valid_dump(dump)
     blocks = JSON.parse(stdout)
     expect(blocks.size).to eq(25)
-    blocks.each do |addr, alignment, bytes|
+    expect(blocks.count { |b| b[3] }).to be >= 20
+    blocks.each do |addr, alignment, bytes, mmapped|
       expect(addr % alignment).to eq(0)
       chunk = dump.chunk_at(addr - 16)
       expect(chunk).not_to be_nil, "no chunk at 0x#{(addr - 16).to_s(16)} (aligned to #{alignment})"
-      expect(chunk.state).to eq(:mmapped)
+      expect(chunk.state).to eq(mmapped ? :mmapped : :in_use)
       expect(chunk.size).to be >= bytes
+      next unless mmapped
+
       # the mapping starts with the stale header: the lead before the chunk is allocator metadata
       heap = chunk.heap
       expect(heap.kind).to eq(:mmapped_chunk)
       expect(dump.chunk_at(heap.start).state).to eq(:meta) if heap.start < chunk.address
       expect(chunk.address - heap.start).to be < alignment + 32
     end
-    expect(dump.summary[:hblks]).to be >= 25
+    expect(dump.summary[:hblks]).to be >= blocks.count { |b| b[3] }
   end
 
   it "finds aligned mmapped chunks that realloc resized or moved (mremap_chunk) at their own header" do

@@ -43,7 +43,6 @@ module Compat
   # smoke: SMOKE_SPECS alone, else the whole suite
   def run(dir, smoke: false)
     check_host!
-    tree_version # the tree as copied into the chroots, not as it is when a run ends
     chroots = releases.map { |name| Chroot.new(dir, name) }
     chroots += rubies.map { |ruby| Chroot.new(dir, EXTRA_RUBY_RELEASE, ruby: ruby) }
     report(chroots.flat_map { |chroot| run_release(chroot, smoke) }, smoke)
@@ -146,8 +145,9 @@ module Compat
     out.split("\0").uniq.select { |f| File.file?(File.join(dir, f)) || File.symlink?(File.join(dir, f)) }
   end
 
+  # The work tree's commit (and "-dirty" with changes), as it is now.
   def tree_version
-    @tree_version ||= Open3.capture2("git", "-C", ROOT, "describe", "--always", "--dirty").first.strip
+    Open3.capture2("git", "-C", ROOT, "describe", "--always", "--dirty").first.strip
   end
 
   def duration(seconds)
@@ -157,7 +157,7 @@ module Compat
 
   # One Debian release's chroot: `dir`/`name`, or `dir`/`name`-ruby`ruby` with experimental's Ruby.
   class Chroot
-    attr_reader :name, :root, :ruby
+    attr_reader :name, :root, :ruby, :tree
 
     def initialize(dir, name, ruby: nil)
       @name = name
@@ -222,8 +222,9 @@ module Compat
       unmount_all
     end
 
-    # The work tree into /src, afresh.
+    # The work tree into /src, afresh; `tree` is the commit it was copied at.
     def copy_tree(from)
+      @tree = Compat.tree_version
       dest = src_path
       remove(dest)
       FileUtils.mkdir_p(dest)
@@ -358,7 +359,7 @@ module Compat
 
     def record(ok:, seconds:, log:, facts:, summary:)
       result = { "release" => @chroot.name, "extra_ruby" => @chroot.ruby, "libc6_dbg" => @variant, "ok" => ok, "seconds" => seconds.round,
-                 "at" => Time.now.utc.iso8601, "tree" => Compat.tree_version, "log" => log,
+                 "at" => Time.now.utc.iso8601, "tree" => @chroot.tree || Compat.tree_version, "log" => log,
                  "facts" => facts, "summary" => summary }
       path = File.join(OUT, Table.runs_dir(@smoke), "#{id}.json")
       FileUtils.mkdir_p(File.dirname(path))
