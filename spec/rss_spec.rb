@@ -39,7 +39,7 @@ RSpec.describe "the whole RSS, accounted" do
       rss = dump.summary[:rss]
       puts JSON.generate(rss: rss, before: before, after: after, file_rss: file_rss, info: dump.mappings_info,
                          ruby_pages: dump.ruby.pages.size, page_size: GC::INTERNAL_CONSTANTS[:HEAP_PAGE_SIZE],
-                         page_slots: GC::INTERNAL_CONSTANTS[:HEAP_PAGE_OBJ_LIMIT] * GC::INTERNAL_CONSTANTS[:RVALUE_SIZE],
+                         page_slots: GC::INTERNAL_CONSTANTS.values_at(:HEAP_PAGE_OBJ_LIMIT, :RVALUE_SIZE).map(&:to_i).inject(:*),
                          big: big.bytesize, keep: keep.size, sum: sum)
       threads.each(&:kill)
     RUBY

@@ -135,7 +135,7 @@ module HeapShapes
   def self.records(path)
     data = File.binread(path)
     counts = data.unpack("Q3")
-    recs = Array.new(counts.sum) { |i| Record.new(*data.unpack(REC, offset: 24 + (i * REC_SIZE))) }
+    recs = Array.new(counts.sum) { |i| Record.new(*data.byteslice(24 + (i * REC_SIZE), REC_SIZE).unpack(REC)) }
     [recs.first(counts[0]), recs[counts[0], counts[1]], recs.last(counts[2])]
   end
 end

@@ -125,7 +125,11 @@ static int noncontiguous_heaps(ptmd_walk *w, ptmd_arena_ctx *a, ptmd_err *err)
         a->n_heaps = 0;
         bytes = 0;
         if (ptmd_main_regions(w, a, err) != 0) return -1;
-        for (i = 0; i < a->n_heaps; i++) bytes += PTMD_W_HEAP(w, a->first_heap + i)->end - PTMD_W_HEAP(w, a->first_heap + i)->start;
+        for (i = 0; i < a->n_heaps; i++) {
+            const ptmd_heap_rec *h = PTMD_W_HEAP(w, a->first_heap + i);
+            bytes += h->end - h->start;
+            if (h->kind == PTMD_HEAP_SBRK && w->have_mp) bytes -= ptmd_sbrk_pad(h->start, w->sbrk_base);
+        }
         a->heaps_sorted = 1;
         has_top = ptmd_in_arena(w, a, a->top, a->top_size);
         if ((has_top && bytes == system_mem) || !ptmd_arena_maps_reload(w, a)) break;

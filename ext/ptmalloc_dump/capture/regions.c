@@ -222,7 +222,8 @@ int ptmd_main_regions(ptmd_walk *w, ptmd_arena_ctx *a, ptmd_err *err)
             if (PTMD_BUF_AT(&w->maps.maps, ptmd_map, i) != m) continue;
             if (region_mapping(m)) {
                 uint64_t end = region_end(&c, a, first, extent_end(&w->maps, i));
-                if (end && add_region(w, a, m, w->sbrk_base, end) != 0) goto oom;
+                /* from the 16-byte boundary below an unaligned sbrk_base (ptmd_sbrk_pad) */
+                if (end && add_region(w, a, m, w->sbrk_base & ~(uint64_t)PTMD_MALLOC_ALIGN_MASK, end) != 0) goto oom;
                 if (end) {
                     c.brk_start = w->sbrk_base;
                     c.brk_end = end;
