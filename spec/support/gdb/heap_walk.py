@@ -166,8 +166,13 @@ class Core:
             try:
                 tc = int(sym.value(gdb.selected_frame()))
             except gdb.error as e:
-                self.errors.append("thread %d: tcache unreadable (%s)" % (th.ptid[1], e))
-                continue
+                # an older gdb (Debian 11's) reads no TLS of a core without libthread_db: the
+                # variable's static TLS address then, from glibc's own records (x86-64 keeps a module's
+                # block l_tls_offset bytes below the thread pointer)
+                tc = self.static_tls_word("tcache")
+                if tc is None:
+                    self.errors.append("thread %d: tcache unreadable (%s)" % (th.ptid[1], e))
+                    continue
             if dummy and dummy[0] <= tc < dummy[0] + dummy[1]:
                 tc = 0
             self.out.append("thread %x %x" % (th.ptid[1], tc))
@@ -186,6 +191,28 @@ class Core:
                     n += 1
                 if e:
                     self.errors.append("tcache 0x%x bin %d longer than its count" % (tc, i))
+
+    def static_tls_word(self, name):
+        """The word at libc's static TLS variable `name` for the selected thread, or None."""
+        try:
+            info = gdb.execute("info address %s" % name, to_string=True)
+            off = int(info.split(" at offset ")[1].split()[0], 0)
+            gdb.execute("sharedlibrary ld-linux", to_string=True)  # main() loads libc's symbols alone
+            lm = gdb.parse_and_eval("_rtld_global._dl_ns[0]._ns_loaded")
+            module = None
+            n = 0
+            while int(lm) and n < 4096:
+                path = lm["l_name"].string()
+                if os.path.basename(path).startswith("libc.so") or os.path.basename(path).startswith("libc-"):
+                    module = int(lm["l_tls_offset"])
+                lm = lm["l_next"]
+                n += 1
+            if module is None:
+                return None
+            return self.word(int(gdb.parse_and_eval("$fs_base")) - module + off)
+        except (gdb.error, IndexError, ValueError) as e:
+            self.errors.append("static TLS of %s: %s" % (name, e))
+            return None
 
     def walk(self, arena, main, start, end, top):
         """The chunks of [start, end), by their sizes; returns where the walk stopped."""
