@@ -2,7 +2,7 @@
 #ifndef PTMD_DUMP_H
 #define PTMD_DUMP_H
 
-#include "analysis/summary.h"
+#include "format/view.h"
 #include "capture/mappings.h"
 #include "capture/walk.h"
 #include "capture/writer.h"

@@ -3,7 +3,7 @@
 #define PTMD_READER_H
 
 #include "format/ptmd.h"
-#include "analysis/summary.h"
+#include "format/view.h"
 #include "format/index.h"
 
 /* Parses and validates data[0..len) (8-byte aligned) into v, whose arrays point into data.
