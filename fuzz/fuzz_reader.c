@@ -41,37 +41,37 @@ static const field meta_fields[] = {
     F(ptmd_meta, tcache_count), F(ptmd_meta, symbol_source), F(ptmd_meta, residency_source), F(ptmd_meta, glibc_major),
     F(ptmd_meta, glibc_minor), F(ptmd_meta, flags), F(ptmd_meta, thread_count),
 };
-static const field arena_fields[] = {
+static const field arenas_fields[] = {
     F(ptmd_arena_rec, address), F(ptmd_arena_rec, top), F(ptmd_arena_rec, top_size), F(ptmd_arena_rec, last_remainder),
     F(ptmd_arena_rec, system_mem), F(ptmd_arena_rec, next), F(ptmd_arena_rec, flags), F(ptmd_arena_rec, first_heap),
     F(ptmd_arena_rec, n_heaps),
 };
-static const field heap_fields[] = {
+static const field heaps_fields[] = {
     F(ptmd_heap_rec, start), F(ptmd_heap_rec, end), F(ptmd_heap_rec, reserved_end), F(ptmd_heap_rec, first_chunk),
     F(ptmd_heap_rec, n_chunks), F(ptmd_heap_rec, first_page), F(ptmd_heap_rec, n_pages), F(ptmd_heap_rec, page_base),
     F(ptmd_heap_rec, arena), F(ptmd_heap_rec, kind), F(ptmd_heap_rec, flags),
 };
-static const field thread_fields[] = {
+static const field threads_fields[] = {
     F(ptmd_thread_rec, pthread), F(ptmd_thread_rec, tcache), F(ptmd_thread_rec, tcache_bytes), F(ptmd_thread_rec, tid),
     F(ptmd_thread_rec, flags), F(ptmd_thread_rec, tcache_count),
 };
-static const field anomaly_fields[] = {
+static const field anomalies_fields[] = {
     F(ptmd_anomaly_rec, address), F(ptmd_anomaly_rec, detail), F(ptmd_anomaly_rec, kind), F(ptmd_anomaly_rec, arena),
 };
 static const field ruby_meta_fields[] = {
     F(ptmd_ruby_meta, heap_allocated_pages), F(ptmd_ruby_meta, heap_live_slots), F(ptmd_ruby_meta, flags),
     F(ptmd_ruby_meta, heap_tomb_pages),
 };
-static const field ruby_page_fields[] = {
+static const field ruby_pages_fields[] = {
     F(ptmd_ruby_page, start), F(ptmd_ruby_page, end), F(ptmd_ruby_page, stride), F(ptmd_ruby_page, total),
     F(ptmd_ruby_page, live), F(ptmd_ruby_page, free),
 };
-static const field ruby_object_fields[] = {
+static const field ruby_objects_fields[] = {
     F(ptmd_ruby_object, address), F(ptmd_ruby_object, klass), F(ptmd_ruby_object, data_type), F(ptmd_ruby_object, type),
     F(ptmd_ruby_object, subtype), F(ptmd_ruby_object, n_words),
 };
-static const field ref_fields[] = { F(ptmd_ref, from), F(ptmd_ref, to) };
-static const field mapping_fields[] = {
+static const field refs_fields[] = { F(ptmd_ref, from), F(ptmd_ref, to) };
+static const field mappings_fields[] = {
     F(ptmd_mapping_rec, start), F(ptmd_mapping_rec, end), F(ptmd_mapping_rec, rss), F(ptmd_mapping_rec, private_bytes),
     F(ptmd_mapping_rec, shared_bytes), F(ptmd_mapping_rec, swap), F(ptmd_mapping_rec, path_off),
     F(ptmd_mapping_rec, path_len), F(ptmd_mapping_rec, prot), F(ptmd_mapping_rec, kind),
@@ -82,15 +82,20 @@ static const field source_fields[] = { F(ptmd_source_rec, kind), F(ptmd_source_r
                                        F(ptmd_source_rec, attempts), F(ptmd_source_rec, reserved) };
 static const field snapshot_fields[] = { F(ptmd_snapshot_rec, before_fork_ns), F(ptmd_snapshot_rec, flags),
                                          F(ptmd_snapshot_rec, reserved) };
-static const field root_fields[] = { F(ptmd_root_rec, start), F(ptmd_root_rec, end), F(ptmd_root_rec, kind),
+static const field roots_fields[] = { F(ptmd_root_rec, start), F(ptmd_root_rec, end), F(ptmd_root_rec, kind),
                                      F(ptmd_root_rec, tid), { offsetof(ptmd_root_rec, name) + PTMD_ROOT_NAME_MAX - 1, 1 } };
-static const field root_ref_fields[] = { F(ptmd_root_ref, where), F(ptmd_root_ref, root), F(ptmd_root_ref, chunk) };
+static const field root_refs_fields[] = { F(ptmd_root_ref, where), F(ptmd_root_ref, root), F(ptmd_root_ref, chunk) };
 static const field ruby_code_fields[] = {
     F(ptmd_ruby_code, address), F(ptmd_ruby_code, module), F(ptmd_ruby_code, method), F(ptmd_ruby_code, path),
     F(ptmd_ruby_code, line), F(ptmd_ruby_code, kind),
 };
-static const field u64_field[] = { { 0, 8 } };
-static const field u8_field[] = { { 0, 1 } };
+static const field tcache_entries_fields[] = {
+    F(ptmd_tcache_entry, chunk), F(ptmd_tcache_entry, thread), F(ptmd_tcache_entry, bin), F(ptmd_tcache_entry, position),
+};
+#define WORD { { 0, 8 } }
+static const field mallinfo2_fields[] = WORD, chunk_words_fields[] = WORD, ruby_words_fields[] = WORD,
+                   trim_released_fields[] = WORD, ruby_page_rss_fields[] = WORD, pages_fields[] = { { 0, 1 } };
+#define int_refs_fields refs_fields
 
 typedef struct {
     uint32_t type;
@@ -100,25 +105,18 @@ typedef struct {
     size_t skip;                /* bytes before the first record (the MAPPINGS head) */
 } record_layout;
 
-#define L(type, rec, list) { type, rec, list, sizeof(list) / sizeof(list[0]), 0 }
-#define L_AFTER(type, rec, list, skip) { type, rec, list, sizeof(list) / sizeof(list[0]), skip }
-static const record_layout layouts[] = {
-    L(PTMD_SEC_META, sizeof(ptmd_meta), meta_fields), L(PTMD_SEC_MALLINFO2, 8, u64_field),
-    L(PTMD_SEC_ARENAS, sizeof(ptmd_arena_rec), arena_fields), L(PTMD_SEC_HEAPS, sizeof(ptmd_heap_rec), heap_fields),
-    L(PTMD_SEC_CHUNKS, 8, u64_field), L(PTMD_SEC_PAGES, 1, u8_field),
-    L(PTMD_SEC_THREADS, sizeof(ptmd_thread_rec), thread_fields), L(PTMD_SEC_ANOMALIES, sizeof(ptmd_anomaly_rec), anomaly_fields),
-    L(PTMD_SEC_RUBY_META, sizeof(ptmd_ruby_meta), ruby_meta_fields), L(PTMD_SEC_RUBY_PAGES, sizeof(ptmd_ruby_page), ruby_page_fields),
-    L(PTMD_SEC_RUBY_OBJECTS, sizeof(ptmd_ruby_object), ruby_object_fields), L(PTMD_SEC_RUBY_WORDS, 8, u64_field),
-    L(PTMD_SEC_REFS, sizeof(ptmd_ref), ref_fields), L(PTMD_SEC_TRIM_CHECK, 8, u64_field),
-    L(PTMD_SEC_MAPPINGS, sizeof(ptmd_mappings_head), mappings_head_fields),
-    L_AFTER(PTMD_SEC_MAPPINGS, sizeof(ptmd_mapping_rec), mapping_fields, sizeof(ptmd_mappings_head)),
-    L(PTMD_SEC_GC, sizeof(ptmd_gc_rec), gc_fields), L(PTMD_SEC_RUBY_PAGE_RSS, 8, u64_field),
-    L(PTMD_SEC_ROOTS, sizeof(ptmd_root_rec), root_fields), L(PTMD_SEC_ROOT_REFS, sizeof(ptmd_root_ref), root_ref_fields),
-    L(PTMD_SEC_INT_REFS, sizeof(ptmd_ref), ref_fields),
-    L(PTMD_SEC_RUBY_CODE, sizeof(ptmd_ruby_code), ruby_code_fields),
-    L(PTMD_SEC_SOURCE, sizeof(ptmd_source_rec), source_fields),
-    L(PTMD_SEC_SNAPSHOT, sizeof(ptmd_snapshot_rec), snapshot_fields),
-};
+/* Every section of fixed records, from PTMD_SECTIONS: its records' fields are <view field>_fields. */
+#define N_FIELDS(list) (sizeof(list) / sizeof(list[0]))
+#define LAYOUT_ONE(constant, record, f) { constant, sizeof(record), f##_fields, N_FIELDS(f##_fields), 0 },
+#define LAYOUT_RECORDS(constant, record, f, n) LAYOUT_ONE(constant, record, f)
+#define LAYOUT_PAIRS(...)
+#define LAYOUT_TEXT(...)
+#define LAYOUT_NAMES(...)
+#define LAYOUT_MAPPINGS(constant, record, head, f, n, paths)                                                       \
+    { constant, sizeof(*((ptmd_view *)0)->head), head##_fields, N_FIELDS(head##_fields), 0 },                      \
+    { constant, sizeof(record), f##_fields, N_FIELDS(f##_fields), sizeof(*((ptmd_view *)0)->head) },
+#define LAYOUT(constant, value, name, required, record, rule, shape, ...) LAYOUT_##shape(constant, record, __VA_ARGS__)
+static const record_layout layouts[] = { PTMD_SECTIONS(LAYOUT) };
 
 static uint64_t get(const unsigned char *p, size_t n)
 {

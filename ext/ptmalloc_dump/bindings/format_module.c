@@ -1,6 +1,6 @@
 /* PtmallocDump::Format: the file's enumerations, from their one list each (format/format.h and the
  * analysis headers), so that Ruby never repeats a name or a bit. Names are Symbols: Arrays indexed by
- * value for values, Hashes of name => bit for flag words. */
+ * value for values, Hashes of name => bit for flag words, and SECTIONS name => type in type order. */
 #include "bindings/bindings.h"
 #include "analysis/diff.h"
 #include "analysis/render.h"
@@ -54,4 +54,10 @@ void ptmd_format_module_init(void)
     FLAGS("GC_FLAGS", PTMD_GC_FLAGS);
     FLAGS("SOURCE_FLAGS", PTMD_SOURCE_FLAGS);
     rb_define_const(mFormat, "SOURCE_KINDS", NAMES(ptmd_source_kind_names));
+    {
+        VALUE h = rb_hash_new();
+#define PTMD_SECTION_PAIR(constant, value, name, ...) rb_hash_aset(h, PTMD_SYM(name), UINT2NUM(value));
+        PTMD_SECTIONS(PTMD_SECTION_PAIR)
+        rb_define_const(mFormat, "SECTIONS", rb_obj_freeze(h));
+    }
 }

@@ -219,26 +219,6 @@ static int ruby_page_rss(ptmd_dump_state *d, ptmd_err *err)
     return 0;
 }
 
-static void write_rss_sections(ptmd_dump_state *d)
-{
-    ptmd_writer *wr = &d->writer;
-    const ptmd_mappings *m = &d->mappings;
-    if (d->ruby.present) {
-        ptmd_writer_section(wr, PTMD_SEC_GC, 1, &d->ruby.gc, sizeof(d->ruby.gc));
-        if (d->ruby_rss.base)
-            ptmd_writer_section(wr, PTMD_SEC_RUBY_PAGE_RSS, PTMD_BUF_COUNT(&d->ruby_rss, uint64_t), d->ruby_rss.base,
-                                d->ruby_rss.len);
-    }
-    if (m->present) {
-        uint64_t len = sizeof(m->head) + m->recs.len + m->paths.len;
-        ptmd_writer_begin(wr, PTMD_SEC_MAPPINGS, PTMD_BUF_COUNT(&m->recs, ptmd_mapping_rec), len);
-        ptmd_writer_put(wr, &m->head, sizeof(m->head));
-        ptmd_writer_put(wr, m->recs.base, m->recs.len);
-        ptmd_writer_put(wr, m->paths.base, m->paths.len);
-        ptmd_writer_end(wr, len);
-    }
-}
-
 /* ---- the sequence ------------------------------------------------------------------------- */
 
 static void fill_meta(ptmd_dump_state *d, const ptmd_libc *lc, const struct timespec *now)
@@ -299,48 +279,34 @@ static void write_chunk_words(ptmd_writer *wr, const ptmd_walk *w)
     ptmd_writer_end(wr, (uint64_t)n * 8);
 }
 
+/* The sections the dump's view holds, in the order a file holds them. */
 static void write_sections(ptmd_dump_state *d)
 {
+    static const uint32_t file_order[] = {
+        PTMD_SEC_META, PTMD_SEC_STRINGS, PTMD_SEC_MALLINFO2, PTMD_SEC_MALLOC_INFO, PTMD_SEC_ARENAS, PTMD_SEC_HEAPS,
+        PTMD_SEC_CHUNKS, PTMD_SEC_PAGES, PTMD_SEC_THREADS, PTMD_SEC_ANOMALIES, PTMD_SEC_TCACHE_ENTRIES,
+        PTMD_SEC_RUBY_META, PTMD_SEC_RUBY_PAGES, PTMD_SEC_RUBY_OBJECTS, PTMD_SEC_RUBY_WORDS, PTMD_SEC_RUBY_NAMES,
+        PTMD_SEC_RUBY_CODE, PTMD_SEC_RUBY_CODE_NAMES, PTMD_SEC_REFS, PTMD_SEC_INT_REFS, PTMD_SEC_ROOTS,
+        PTMD_SEC_ROOT_REFS, PTMD_SEC_SOURCE, PTMD_SEC_SNAPSHOT, PTMD_SEC_TRIM_CHECK, PTMD_SEC_GC,
+        PTMD_SEC_RUBY_PAGE_RSS, PTMD_SEC_MAPPINGS,
+    };
+    _Static_assert(sizeof(file_order) / sizeof(file_order[0]) == PTMD_SEC_COUNT, "every section has its place");
     ptmd_writer *wr = &d->writer;
-    ptmd_walk *w = &d->w;
-    ptmd_writer_section(wr, PTMD_SEC_META, 1, &d->meta, sizeof(d->meta));
-    ptmd_writer_section(wr, PTMD_SEC_STRINGS, 0, d->strings.base, d->strings.len);
-    ptmd_writer_section(wr, PTMD_SEC_MALLINFO2, 1, &d->mallinfo2, sizeof(d->mallinfo2));
-    ptmd_writer_section(wr, PTMD_SEC_MALLOC_INFO, d->malloc_info_len, d->malloc_info, d->malloc_info_len);
-    ptmd_writer_section(wr, PTMD_SEC_ARENAS, PTMD_BUF_COUNT(&w->arenas, ptmd_arena_rec), w->arenas.base, w->arenas.len);
-    ptmd_writer_section(wr, PTMD_SEC_HEAPS, PTMD_BUF_COUNT(&w->heaps, ptmd_heap_rec), w->heaps.base, w->heaps.len);
-    write_chunk_words(wr, w);
-    ptmd_writer_section(wr, PTMD_SEC_PAGES, w->pages.len, w->pages.base, w->pages.len);
-    ptmd_writer_section(wr, PTMD_SEC_THREADS, PTMD_BUF_COUNT(&w->threads, ptmd_thread_rec), w->threads.base, w->threads.len);
-    ptmd_writer_section(wr, PTMD_SEC_ANOMALIES, PTMD_BUF_COUNT(&w->anomalies, ptmd_anomaly_rec), w->anomalies.base, w->anomalies.len);
-    if (w->L->tcache_bins)
-        ptmd_writer_section(wr, PTMD_SEC_TCACHE_ENTRIES, PTMD_BUF_COUNT(&w->tcache_entries, ptmd_tcache_entry),
-                            w->tcache_entries.base, w->tcache_entries.len);
-    if (d->ruby.present) {
-        const ptmd_ruby_data *r = &d->ruby;
-        ptmd_writer_section(wr, PTMD_SEC_RUBY_META, 1, &r->meta, sizeof(r->meta));
-        ptmd_writer_section(wr, PTMD_SEC_RUBY_PAGES, PTMD_BUF_COUNT(&r->pages, ptmd_ruby_page), r->pages.base, r->pages.len);
-        ptmd_writer_section(wr, PTMD_SEC_RUBY_OBJECTS, PTMD_BUF_COUNT(&r->objects, ptmd_ruby_object), r->objects.base,
-                            r->objects.len);
-        ptmd_writer_section(wr, PTMD_SEC_RUBY_WORDS, PTMD_BUF_COUNT(&r->words, uint64_t), r->words.base, r->words.len);
-        ptmd_writer_section(wr, PTMD_SEC_RUBY_NAMES, r->n_names, r->names.base, r->names.len);
-        if (r->code_present) {
-            ptmd_writer_section(wr, PTMD_SEC_RUBY_CODE, PTMD_BUF_COUNT(&r->code, ptmd_ruby_code), r->code.base, r->code.len);
-            ptmd_writer_section(wr, PTMD_SEC_RUBY_CODE_NAMES, r->n_code_names, r->code_names.base, r->code_names.len);
+    ptmd_view v;
+    size_t i, k;
+    ptmd_dump_view(d, &v);
+    for (i = 0; i < PTMD_SEC_COUNT; i++) {
+        ptmd_section_payload p;
+        if (!ptmd_view_has(&v, file_order[i])) continue;
+        if (file_order[i] == PTMD_SEC_CHUNKS) {
+            write_chunk_words(wr, &d->w);
+            continue;
         }
+        ptmd_view_section(&v, file_order[i], &p);
+        ptmd_writer_begin(wr, file_order[i], p.count, p.length);
+        for (k = 0; k < p.n_parts; k++) ptmd_writer_put(wr, p.part[k].data, (size_t)p.part[k].len);
+        ptmd_writer_end(wr, p.length);
     }
-    if (w->references) {
-        ptmd_writer_section(wr, PTMD_SEC_REFS, PTMD_BUF_COUNT(&w->refs, ptmd_ref), w->refs.base, w->refs.len);
-        ptmd_writer_section(wr, PTMD_SEC_INT_REFS, PTMD_BUF_COUNT(&w->int_refs, ptmd_ref), w->int_refs.base, w->int_refs.len);
-        ptmd_writer_section(wr, PTMD_SEC_ROOTS, PTMD_BUF_COUNT(&w->roots, ptmd_root_rec), w->roots.base, w->roots.len);
-        ptmd_writer_section(wr, PTMD_SEC_ROOT_REFS, PTMD_BUF_COUNT(&w->root_refs, ptmd_root_ref), w->root_refs.base,
-                            w->root_refs.len);
-    }
-    if (d->has_source) ptmd_writer_section(wr, PTMD_SEC_SOURCE, 1, &d->source, sizeof(d->source));
-    if (d->has_snapshot) ptmd_writer_section(wr, PTMD_SEC_SNAPSHOT, 1, &d->snap, sizeof(d->snap));
-    if (d->trim.base)
-        ptmd_writer_section(wr, PTMD_SEC_TRIM_CHECK, PTMD_BUF_COUNT(&d->trim, uint64_t), d->trim.base, d->trim.len);
-    write_rss_sections(d);
 }
 
 /* Whether libc as the parent located it serves a target that asks for `symbols`. */
@@ -776,8 +742,10 @@ static void view_rss(const ptmd_dump_state *d, ptmd_view *v)
         v->gc = &d->ruby.gc;
         v->ruby_page_rss = (const uint64_t *)(const void *)d->ruby_rss.base;
         v->n_ruby_page_rss = PTMD_BUF_COUNT(&d->ruby_rss, uint64_t);
+        v->sections |= PTMD_SECTION_BIT(PTMD_SEC_GC) | (d->ruby_rss.base ? PTMD_SECTION_BIT(PTMD_SEC_RUBY_PAGE_RSS) : 0);
     }
     if (d->mappings.present) {
+        v->sections |= PTMD_SECTION_BIT(PTMD_SEC_MAPPINGS);
         v->mappings_head = &d->mappings.head;
         v->mappings = (const ptmd_mapping_rec *)(const void *)d->mappings.recs.base;
         v->n_mappings = PTMD_BUF_COUNT(&d->mappings.recs, ptmd_mapping_rec);
@@ -789,6 +757,11 @@ void ptmd_dump_view(const ptmd_dump_state *d, ptmd_view *v)
 {
     const ptmd_walk *w = &d->w;
     memset(v, 0, sizeof(*v));
+    v->sections = PTMD_SECTION_BIT(PTMD_SEC_META) | PTMD_SECTION_BIT(PTMD_SEC_STRINGS) |
+                  PTMD_SECTION_BIT(PTMD_SEC_MALLINFO2) | PTMD_SECTION_BIT(PTMD_SEC_MALLOC_INFO) |
+                  PTMD_SECTION_BIT(PTMD_SEC_ARENAS) | PTMD_SECTION_BIT(PTMD_SEC_HEAPS) | PTMD_SECTION_BIT(PTMD_SEC_CHUNKS) |
+                  PTMD_SECTION_BIT(PTMD_SEC_PAGES) | PTMD_SECTION_BIT(PTMD_SEC_THREADS) |
+                  PTMD_SECTION_BIT(PTMD_SEC_ANOMALIES);
     v->meta = &d->meta;
     v->mallinfo2 = &d->mallinfo2;
     v->malloc_info = d->malloc_info;
@@ -810,10 +783,14 @@ void ptmd_dump_view(const ptmd_dump_state *d, ptmd_view *v)
     v->anomalies = (const ptmd_anomaly_rec *)(const void *)w->anomalies.base;
     v->n_anomalies = PTMD_BUF_COUNT(&w->anomalies, ptmd_anomaly_rec);
     if (w->L && w->L->tcache_bins) {
+        v->sections |= PTMD_SECTION_BIT(PTMD_SEC_TCACHE_ENTRIES);
         v->tcache_entries = (const ptmd_tcache_entry *)(const void *)w->tcache_entries.base;
         v->n_tcache_entries = PTMD_BUF_COUNT(&w->tcache_entries, ptmd_tcache_entry);
     }
     if (d->ruby.present) {
+        v->sections |= PTMD_SECTION_BIT(PTMD_SEC_RUBY_META) | PTMD_SECTION_BIT(PTMD_SEC_RUBY_PAGES) |
+                       PTMD_SECTION_BIT(PTMD_SEC_RUBY_OBJECTS) | PTMD_SECTION_BIT(PTMD_SEC_RUBY_WORDS) |
+                       PTMD_SECTION_BIT(PTMD_SEC_RUBY_NAMES);
         v->ruby_meta = &d->ruby.meta;
         v->ruby_pages = (const ptmd_ruby_page *)(const void *)d->ruby.pages.base;
         v->n_ruby_pages = PTMD_BUF_COUNT(&d->ruby.pages, ptmd_ruby_page);
@@ -825,6 +802,7 @@ void ptmd_dump_view(const ptmd_dump_state *d, ptmd_view *v)
         v->ruby_names_len = d->ruby.names.len;
         v->n_ruby_names = d->ruby.n_names;
         if (d->ruby.code_present) {
+            v->sections |= PTMD_SECTION_BIT(PTMD_SEC_RUBY_CODE) | PTMD_SECTION_BIT(PTMD_SEC_RUBY_CODE_NAMES);
             v->ruby_code = (const ptmd_ruby_code *)(const void *)d->ruby.code.base;
             v->n_ruby_code = PTMD_BUF_COUNT(&d->ruby.code, ptmd_ruby_code);
             v->ruby_code_names = d->ruby.code_names.base;
@@ -833,6 +811,8 @@ void ptmd_dump_view(const ptmd_dump_state *d, ptmd_view *v)
         }
     }
     if (w->references) {
+        v->sections |= PTMD_SECTION_BIT(PTMD_SEC_REFS) | PTMD_SECTION_BIT(PTMD_SEC_INT_REFS) |
+                       PTMD_SECTION_BIT(PTMD_SEC_ROOTS) | PTMD_SECTION_BIT(PTMD_SEC_ROOT_REFS);
         v->refs = (const ptmd_ref *)(const void *)w->refs.base;
         v->n_refs = PTMD_BUF_COUNT(&w->refs, ptmd_ref);
         v->int_refs = (const ptmd_ref *)(const void *)w->int_refs.base;
@@ -843,10 +823,18 @@ void ptmd_dump_view(const ptmd_dump_state *d, ptmd_view *v)
         v->n_root_refs = PTMD_BUF_COUNT(&w->root_refs, ptmd_root_ref);
     }
     if (d->trim.base) {
+        v->sections |= PTMD_SECTION_BIT(PTMD_SEC_TRIM_CHECK);
         v->trim_released = (const uint64_t *)(const void *)d->trim.base;
         v->n_trim_released = PTMD_BUF_COUNT(&d->trim, uint64_t);
     }
-    if (d->has_snapshot) v->snapshot = &d->snap;
+    if (d->has_source) {
+        v->sections |= PTMD_SECTION_BIT(PTMD_SEC_SOURCE);
+        v->source = &d->source;
+    }
+    if (d->has_snapshot) {
+        v->sections |= PTMD_SECTION_BIT(PTMD_SEC_SNAPSHOT);
+        v->snapshot = &d->snap;
+    }
     view_rss(d, v);
 }
 

@@ -28,38 +28,83 @@
 const char *ptmd_name_of(const char *const *names, size_t n, uint32_t value);
 #define PTMD_NAME_OF(names, value) ptmd_name_of((names), sizeof(names) / sizeof((names)[0]), (uint32_t)(value))
 
-enum {
-    PTMD_SEC_META = 1,          /* ptmd_meta, count 1 */
-    PTMD_SEC_STRINGS = 2,       /* key/value strings: u16 klen, key, u32 vlen, value */
-    PTMD_SEC_MALLINFO2 = 3,     /* ptmd_mallinfo2_rec, count 1 */
-    PTMD_SEC_MALLOC_INFO = 4,   /* malloc_info() XML, count = byte length */
-    PTMD_SEC_ARENAS = 5,        /* ptmd_arena_rec[count] */
-    PTMD_SEC_HEAPS = 6,         /* ptmd_heap_rec[count] */
-    PTMD_SEC_CHUNKS = 7,        /* uint64 word[count]: a chunk record without its address (implied:
-                                 * each heap's chunks tile it, in order, from heap.start) */
-    PTMD_SEC_PAGES = 8,         /* uint8 PTMD_PAGE_* flags, one per page, count = pages */
-    PTMD_SEC_THREADS = 9,       /* ptmd_thread_rec[count] */
-    PTMD_SEC_ANOMALIES = 10,    /* ptmd_anomaly_rec[count] */
-    PTMD_SEC_RUBY_META = 11,    /* ptmd_ruby_meta, count 1 */
-    PTMD_SEC_RUBY_PAGES = 12,   /* ptmd_ruby_page[count] */
-    PTMD_SEC_RUBY_OBJECTS = 13, /* ptmd_ruby_object[count] */
-    PTMD_SEC_RUBY_WORDS = 14,   /* uint64[count]: the objects' candidate pointer words, in object order */
-    PTMD_SEC_RUBY_NAMES = 15,   /* count entries: u64 key, u32 kind, u32 len, name, zero pad to 8 */
-    PTMD_SEC_REFS = 16,         /* ptmd_ref[count]: chunk -> chunk pointers (references: true) */
-    PTMD_SEC_TRIM_CHECK = 17,   /* uint64[count]: bytes malloc_trim(0) released, per arena (trim_check: true) */
-    PTMD_SEC_MAPPINGS = 18,     /* ptmd_mappings_head, ptmd_mapping_rec[count], then the paths' bytes */
-    PTMD_SEC_GC = 19,           /* ptmd_gc_rec, count 1: GC.stat's counts at the Ruby pass */
-    PTMD_SEC_RUBY_PAGE_RSS = 23, /* uint64[count]: resident bytes of each Ruby page's body (RUBY_PAGES order) */
-    PTMD_SEC_ROOTS = 20,        /* ptmd_root_rec[count]: memory outside malloc scanned for chunk addresses */
-    PTMD_SEC_ROOT_REFS = 21,    /* ptmd_root_ref[count]: root -> chunk pointers */
-    PTMD_SEC_INT_REFS = 26,     /* ptmd_ref[count]: chunk -> chunk as a Ruby Integer ((address << 1) | 1) */
-    PTMD_SEC_RUBY_CODE = 22,    /* ptmd_ruby_code[count], by address: code objects and the module defining them */
-    PTMD_SEC_RUBY_CODE_NAMES = 29, /* entries as in RUBY_NAMES: the code records' modules, methods and paths */
-    PTMD_SEC_TCACHE_ENTRIES = 36, /* ptmd_tcache_entry[count]: which thread's tcache holds each tcache chunk */
-    PTMD_SEC_SOURCE = 40,       /* ptmd_source_rec, count 1: the dump was taken from outside the process */
-    PTMD_SEC_SNAPSHOT = 41,     /* ptmd_snapshot_rec, count 1: a fork snapshot's parent, what it paused for */
-    PTMD_SEC_END = 0xffff
-};
+/* The file's sections, in type order, one line each: X(constant, type, name, required, record, rule,
+ * shape, view fields...). `record` is the struct of its records (unsigned char for a section of bytes),
+ * `rule` what format/reader.c checks of it beyond its shape (or NULL), and the shape says how the
+ * payload maps onto ptmd_view's fields (format/view.h):
+ *   ONE, f              one record, count 1, at v->f
+ *   RECORDS, f, n       v->n records at v->f
+ *   PAIRS, f, len       key/value strings (u16 klen, key, u32 vlen, value), count 0
+ *   TEXT, f, len        ASCII text, count = its length
+ *   NAMES, f, len, n    n entries: u64 key, u32 kind, u32 len, name, zero pad to 8
+ *   MAPPINGS, head, f, n, paths   a head, n records, then the bytes of the paths
+ * The enum, the names, the reader's rules and dispatch, what the writer writes of a view
+ * (format/view.c), PtmallocDump::Format::SECTIONS and the fuzzer's mutations are made from it. */
+#define PTMD_REQUIRED 1
+#define PTMD_SECTIONS(X)                                                                                      \
+    X(PTMD_SEC_META, 1, "meta", PTMD_REQUIRED, ptmd_meta, NULL, ONE, meta)                                    \
+    X(PTMD_SEC_STRINGS, 2, "strings", 0, unsigned char, NULL, PAIRS, strings, strings_len)                   \
+    X(PTMD_SEC_MALLINFO2, 3, "mallinfo2", PTMD_REQUIRED, ptmd_mallinfo2_rec, NULL, ONE, mallinfo2)          \
+    X(PTMD_SEC_MALLOC_INFO, 4, "malloc_info", 0, unsigned char, NULL, TEXT, malloc_info, malloc_info_len)    \
+    X(PTMD_SEC_ARENAS, 5, "arenas", PTMD_REQUIRED, ptmd_arena_rec, NULL, RECORDS, arenas, n_arenas)          \
+    X(PTMD_SEC_HEAPS, 6, "heaps", PTMD_REQUIRED, ptmd_heap_rec, NULL, RECORDS, heaps, n_heaps)               \
+    /* a chunk record without its address (implied: each heap's chunks tile it, in order, from heap.start) */ \
+    X(PTMD_SEC_CHUNKS, 7, "chunks", PTMD_REQUIRED, uint64_t, NULL, RECORDS, chunk_words, n_chunks)           \
+    /* PTMD_PAGE_* flags, one byte per page */                                                                \
+    X(PTMD_SEC_PAGES, 8, "pages", PTMD_REQUIRED, uint8_t, NULL, RECORDS, pages, n_pages)                     \
+    X(PTMD_SEC_THREADS, 9, "threads", 0, ptmd_thread_rec, NULL, RECORDS, threads, n_threads)                 \
+    X(PTMD_SEC_ANOMALIES, 10, "anomalies", 0, ptmd_anomaly_rec, NULL, RECORDS, anomalies, n_anomalies)       \
+    X(PTMD_SEC_RUBY_META, 11, "ruby_meta", 0, ptmd_ruby_meta, NULL, ONE, ruby_meta)                          \
+    X(PTMD_SEC_RUBY_PAGES, 12, "ruby_pages", 0, ptmd_ruby_page, NULL, RECORDS, ruby_pages, n_ruby_pages)     \
+    X(PTMD_SEC_RUBY_OBJECTS, 13, "ruby_objects", 0, ptmd_ruby_object, NULL, RECORDS, ruby_objects,           \
+      n_ruby_objects)                                                                                         \
+    /* the objects' candidate pointer words, in object order */                                               \
+    X(PTMD_SEC_RUBY_WORDS, 14, "ruby_words", 0, uint64_t, NULL, RECORDS, ruby_words, n_ruby_words)           \
+    X(PTMD_SEC_RUBY_NAMES, 15, "ruby_names", 0, unsigned char, NULL, NAMES, ruby_names, ruby_names_len,      \
+      n_ruby_names)                                                                                           \
+    /* chunk -> chunk pointers (references: true) */                                                          \
+    X(PTMD_SEC_REFS, 16, "refs", 0, ptmd_ref, NULL, RECORDS, refs, n_refs)                                   \
+    /* bytes malloc_trim(0) released, per arena (trim_check: true) */                                         \
+    X(PTMD_SEC_TRIM_CHECK, 17, "trim_check", 0, uint64_t, NULL, RECORDS, trim_released, n_trim_released)     \
+    X(PTMD_SEC_MAPPINGS, 18, "mappings", 0, ptmd_mapping_rec, NULL, MAPPINGS, mappings_head, mappings,       \
+      n_mappings, mapping_paths)                                                                              \
+    /* GC.stat's counts at the Ruby pass */                                                                   \
+    X(PTMD_SEC_GC, 19, "gc", 0, ptmd_gc_rec, NULL, ONE, gc)                                                  \
+    /* memory outside malloc scanned for chunk addresses, and root -> chunk pointers */                       \
+    X(PTMD_SEC_ROOTS, 20, "roots", 0, ptmd_root_rec, NULL, RECORDS, roots, n_roots)                          \
+    X(PTMD_SEC_ROOT_REFS, 21, "root_refs", 0, ptmd_root_ref, NULL, RECORDS, root_refs, n_root_refs)          \
+    /* by address: code objects and the module defining them */                                              \
+    X(PTMD_SEC_RUBY_CODE, 22, "ruby_code", 0, ptmd_ruby_code, NULL, RECORDS, ruby_code, n_ruby_code)         \
+    /* resident bytes of each Ruby page's body (RUBY_PAGES order) */                                          \
+    X(PTMD_SEC_RUBY_PAGE_RSS, 23, "ruby_page_rss", 0, uint64_t, NULL, RECORDS, ruby_page_rss,                \
+      n_ruby_page_rss)                                                                                        \
+    /* chunk -> chunk as a Ruby Integer ((address << 1) | 1) */                                               \
+    X(PTMD_SEC_INT_REFS, 26, "int_refs", 0, ptmd_ref, NULL, RECORDS, int_refs, n_int_refs)                   \
+    /* the code records' modules, methods and paths */                                                        \
+    X(PTMD_SEC_RUBY_CODE_NAMES, 29, "ruby_code_names", 0, unsigned char, NULL, NAMES, ruby_code_names,       \
+      ruby_code_names_len, n_ruby_code_names)                                                                 \
+    /* which thread's tcache holds each tcache chunk */                                                       \
+    X(PTMD_SEC_TCACHE_ENTRIES, 36, "tcache_entries", 0, ptmd_tcache_entry, NULL, RECORDS, tcache_entries,    \
+      n_tcache_entries)                                                                                       \
+    /* the dump was taken from outside the process */                                                         \
+    X(PTMD_SEC_SOURCE, 40, "source", 0, ptmd_source_rec, check_source, ONE, source)                          \
+    /* a fork snapshot's parent, what it paused for */                                                        \
+    X(PTMD_SEC_SNAPSHOT, 41, "snapshot", 0, ptmd_snapshot_rec, check_snapshot, ONE, snapshot)
+
+#define PTMD_SECTION_CONSTANT(constant, value, ...) constant = (value),
+#define PTMD_SECTION_ONE(...) +1
+typedef enum { PTMD_SECTIONS(PTMD_SECTION_CONSTANT) PTMD_SEC_END = 0xffff } ptmd_section_type;
+enum { PTMD_SEC_COUNT = 0 PTMD_SECTIONS(PTMD_SECTION_ONE) };
+/* Bytes per record of a shape: fixed for ONE and RECORDS, free (0) for the others. */
+#define PTMD_SHAPE_FIXED_ONE 1
+#define PTMD_SHAPE_FIXED_RECORDS 1
+#define PTMD_SHAPE_FIXED_PAIRS 0
+#define PTMD_SHAPE_FIXED_TEXT 0
+#define PTMD_SHAPE_FIXED_NAMES 0
+#define PTMD_SHAPE_FIXED_MAPPINGS 0
+#define PTMD_SHAPE_RECORD_SIZE(shape, record) (PTMD_SHAPE_FIXED_##shape * sizeof(record))
+/* The section's name ("meta", "ruby_code_names", ...), or "unknown" for a type the list does not hold. */
+const char *ptmd_section_name(uint32_t type);
 
 /* Chunk states: the low 4 bits of ptmd_chunk_rec.word. */
 #define PTMD_STATES(X)                                                                             \

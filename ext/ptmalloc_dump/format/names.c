@@ -15,3 +15,11 @@ const char *ptmd_name_of(const char *const *names, size_t n, uint32_t value)
 {
     return value < n && names[value] ? names[value] : "unknown";
 }
+
+#define PTMD_SECTION_NAME(constant, value, name, ...) [value] = name,
+static const char *const section_names[] = { PTMD_SECTIONS(PTMD_SECTION_NAME) };
+
+const char *ptmd_section_name(uint32_t type)
+{
+    return PTMD_NAME_OF(section_names, type);
+}

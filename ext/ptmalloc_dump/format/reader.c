@@ -8,67 +8,6 @@
 
 #define FAIL(...) return ptmd_fail(err, PTMD_E_FORMAT, __VA_ARGS__)
 
-typedef struct {
-    uint32_t type;
-    size_t rec;             /* fixed record size, 0 for byte sections */
-    int required;
-    int singleton;
-} section_rule;
-
-static const section_rule rules[] = {
-    { PTMD_SEC_META, sizeof(ptmd_meta), 1, 1 },
-    { PTMD_SEC_STRINGS, 0, 0, 1 },
-    { PTMD_SEC_MALLINFO2, sizeof(ptmd_mallinfo2_rec), 1, 1 },
-    { PTMD_SEC_MALLOC_INFO, 0, 0, 1 },
-    { PTMD_SEC_ARENAS, sizeof(ptmd_arena_rec), 1, 1 },
-    { PTMD_SEC_HEAPS, sizeof(ptmd_heap_rec), 1, 1 },
-    { PTMD_SEC_CHUNKS, sizeof(uint64_t), 1, 1 },
-    { PTMD_SEC_PAGES, 1, 1, 1 },
-    { PTMD_SEC_THREADS, sizeof(ptmd_thread_rec), 0, 1 },
-    { PTMD_SEC_ANOMALIES, sizeof(ptmd_anomaly_rec), 0, 1 },
-    { PTMD_SEC_RUBY_META, sizeof(ptmd_ruby_meta), 0, 1 },
-    { PTMD_SEC_RUBY_PAGES, sizeof(ptmd_ruby_page), 0, 1 },
-    { PTMD_SEC_RUBY_OBJECTS, sizeof(ptmd_ruby_object), 0, 1 },
-    { PTMD_SEC_RUBY_WORDS, sizeof(uint64_t), 0, 1 },
-    { PTMD_SEC_RUBY_NAMES, 0, 0, 1 },
-    { PTMD_SEC_REFS, sizeof(ptmd_ref), 0, 1 },
-    { PTMD_SEC_TRIM_CHECK, sizeof(uint64_t), 0, 1 },
-    { PTMD_SEC_MAPPINGS, 0, 0, 1 },
-    { PTMD_SEC_GC, sizeof(ptmd_gc_rec), 0, 1 },
-    { PTMD_SEC_RUBY_PAGE_RSS, sizeof(uint64_t), 0, 1 },
-    { PTMD_SEC_ROOTS, sizeof(ptmd_root_rec), 0, 1 },
-    { PTMD_SEC_ROOT_REFS, sizeof(ptmd_root_ref), 0, 1 },
-    { PTMD_SEC_INT_REFS, sizeof(ptmd_ref), 0, 1 },
-    { PTMD_SEC_RUBY_CODE, sizeof(ptmd_ruby_code), 0, 1 },
-    { PTMD_SEC_RUBY_CODE_NAMES, 0, 0, 1 },
-    { PTMD_SEC_TCACHE_ENTRIES, sizeof(ptmd_tcache_entry), 0, 1 },
-    { PTMD_SEC_SOURCE, sizeof(ptmd_source_rec), 0, 1 },
-    { PTMD_SEC_SNAPSHOT, sizeof(ptmd_snapshot_rec), 0, 1 },
-};
-#define N_RULES (sizeof(rules) / sizeof(rules[0]))
-
-static const char *section_name(uint32_t type)
-{
-    if (type == PTMD_SEC_MAPPINGS) return "mappings";
-    if (type == PTMD_SEC_GC) return "gc";
-    if (type == PTMD_SEC_SOURCE) return "source";
-    if (type == PTMD_SEC_SNAPSHOT) return "snapshot";
-    if (type == PTMD_SEC_RUBY_PAGE_RSS) return "ruby_page_rss";
-    if (type == PTMD_SEC_RUBY_CODE) return "ruby_code";
-    if (type == PTMD_SEC_RUBY_CODE_NAMES) return "ruby_code_names";
-    static const char *const names[] = { "?", "meta", "strings", "mallinfo2", "malloc_info", "arenas",
-                                         "heaps", "chunks", "pages", "threads", "anomalies", "ruby_meta",
-                                         "ruby_pages", "ruby_objects", "ruby_words", "ruby_names", "refs",
-                                         "trim_check" };
-    switch (type) {
-    case PTMD_SEC_ROOTS: return "roots";
-    case PTMD_SEC_ROOT_REFS: return "root_refs";
-    case PTMD_SEC_INT_REFS: return "int_refs";
-    case PTMD_SEC_TCACHE_ENTRIES: return "tcache_entries";
-    }
-    return type < sizeof(names) / sizeof(names[0]) ? names[type] : "unknown";
-}
-
 /* malloc_info() writes XML in plain ASCII: tabs, newlines and printable characters only. */
 static int check_text(const unsigned char *p, uint64_t n)
 {
@@ -275,6 +214,70 @@ static int check_code(const ptmd_view *v, const char *name, ptmd_err *err)
     return 0;
 }
 
+/* SOURCE: a known kind, the reserved field zero. */
+static int check_source(const ptmd_view *v, const char *name, ptmd_err *err)
+{
+    if (v->source->kind < PTMD_SOURCE_KIND_SELF || v->source->kind >= PTMD_SOURCE_KIND_COUNT)
+        FAIL("%s: source section: unknown kind %u", name, v->source->kind);
+    if (v->source->reserved) FAIL("%s: source section: reserved field not zero", name);
+    return 0;
+}
+
+static int check_snapshot(const ptmd_view *v, const char *name, ptmd_err *err)
+{
+    if (v->snapshot->reserved) FAIL("%s: snapshot section: reserved field not zero", name);
+    return 0;
+}
+
+typedef struct {
+    uint32_t type;
+    size_t rec;             /* fixed record size, 0 for byte sections */
+    int required;
+    int (*rule)(const ptmd_view *v, const char *name, ptmd_err *err);
+} section_rule;
+
+#define RULE(constant, value, sname, required, record, rule, shape, ...)                               \
+    { constant, PTMD_SHAPE_RECORD_SIZE(shape, record), required, rule },
+static const section_rule rules[] = { PTMD_SECTIONS(RULE) };
+#define N_RULES (sizeof(rules) / sizeof(rules[0]))
+
+/* Each shape's payload onto the view's fields (v, payload, sh, name and err are read_section's). */
+#define READ_ONE(sname, record, f)                                                                     \
+    v->f = (const void *)payload;                                                                      \
+    if (sh->count != 1) FAIL("%s: bad " sname " section", name);
+#define READ_RECORDS(sname, record, f, n)                                                              \
+    v->f = (const void *)payload;                                                                      \
+    v->n = sh->count;
+#define READ_PAIRS(sname, record, f, len)                                                              \
+    if (!check_strings(payload, sh->length)) FAIL("%s: damaged " sname " section", name);             \
+    v->f = payload;                                                                                    \
+    v->len = sh->length;
+#define READ_TEXT(sname, record, f, len)                                                               \
+    if (!check_text(payload, sh->length)) FAIL("%s: damaged " sname " section (not ASCII text)", name); \
+    v->f = (const void *)payload;                                                                      \
+    v->len = sh->length;
+#define READ_NAMES(sname, record, f, len, n)                                                           \
+    v->f = payload;                                                                                    \
+    v->len = sh->length;                                                                               \
+    v->n = sh->count;                                                                                  \
+    if (!check_names(payload, sh->length, sh->count)) FAIL("%s: damaged " sname " section", name);
+#define READ_MAPPINGS(sname, record, head, f, n, paths)                                                \
+    if (read_mappings(payload, sh->count, sh->length, v, name, err) != 0) return -1;
+#define READ(constant, value, sname, required, record, rule, shape, ...)                               \
+    case constant: READ_##shape(sname, record, __VA_ARGS__) break;
+
+/* One section of a known type: its records against its length, its fields in the view, its rule. */
+static int read_section(const section_rule *r, const ptmd_section_hdr *sh, const unsigned char *payload, ptmd_view *v,
+                        const char *name, ptmd_err *err)
+{
+    if (r->rec && (sh->count > sh->length / r->rec || sh->count * r->rec != sh->length))
+        FAIL("%s: section %s has %llu records in %llu bytes", name, ptmd_section_name(sh->type),
+             (unsigned long long)sh->count, (unsigned long long)sh->length);
+    switch (sh->type) { PTMD_SECTIONS(READ) }
+    v->sections |= PTMD_SECTION_BIT(sh->type);
+    return r->rule ? r->rule(v, name, err) : 0;
+}
+
 int ptmd_read_view(const unsigned char *data, size_t len, const char *name, ptmd_view *v, ptmd_err *err)
 {
     uint32_t version, mark;
@@ -318,74 +321,20 @@ int ptmd_read_view(const unsigned char *data, size_t len, const char *name, ptmd
         off += sizeof(*sh);
         padded = (sh->length + 7) & ~7ull;
         if (sh->length > body - off || padded > body - off)
-            FAIL("%s: section %s at byte %zu runs past the end of the file", name, section_name(sh->type),
+            FAIL("%s: section %s at byte %zu runs past the end of the file", name, ptmd_section_name(sh->type),
                  off - sizeof(*sh));
         payload = data + off;
         off += padded;
         sections++;
         for (i = 0; i < N_RULES; i++) {
             if (rules[i].type != sh->type) continue;
-            if (seen[i]++ && rules[i].singleton) FAIL("%s: section %s appears twice", name, section_name(sh->type));
-            if (rules[i].rec && (sh->count > sh->length / rules[i].rec || sh->count * rules[i].rec != sh->length))
-                FAIL("%s: section %s has %llu records in %llu bytes", name, section_name(sh->type),
-                     (unsigned long long)sh->count, (unsigned long long)sh->length);
-            switch (sh->type) {
-            case PTMD_SEC_META: v->meta = (const void *)payload; if (sh->count != 1) FAIL("%s: bad meta section", name); break;
-            case PTMD_SEC_STRINGS:
-                if (!check_strings(payload, sh->length)) FAIL("%s: damaged strings section", name);
-                v->strings = payload; v->strings_len = sh->length; break;
-            case PTMD_SEC_MALLINFO2: v->mallinfo2 = (const void *)payload; if (sh->count != 1) FAIL("%s: bad mallinfo2 section", name); break;
-            case PTMD_SEC_MALLOC_INFO:
-                if (!check_text(payload, sh->length)) FAIL("%s: damaged malloc_info section (not ASCII text)", name);
-                v->malloc_info = (const char *)payload; v->malloc_info_len = sh->length; break;
-            case PTMD_SEC_ARENAS: v->arenas = (const void *)payload; v->n_arenas = sh->count; break;
-            case PTMD_SEC_HEAPS: v->heaps = (const void *)payload; v->n_heaps = sh->count; break;
-            case PTMD_SEC_CHUNKS: v->chunk_words = (const void *)payload; v->n_chunks = sh->count; break;
-            case PTMD_SEC_PAGES: v->pages = payload; v->n_pages = sh->count; break;
-            case PTMD_SEC_THREADS: v->threads = (const void *)payload; v->n_threads = sh->count; break;
-            case PTMD_SEC_ANOMALIES: v->anomalies = (const void *)payload; v->n_anomalies = sh->count; break;
-            case PTMD_SEC_RUBY_META: v->ruby_meta = (const void *)payload; if (sh->count != 1) FAIL("%s: bad ruby_meta section", name); break;
-            case PTMD_SEC_RUBY_PAGES: v->ruby_pages = (const void *)payload; v->n_ruby_pages = sh->count; break;
-            case PTMD_SEC_RUBY_OBJECTS: v->ruby_objects = (const void *)payload; v->n_ruby_objects = sh->count; break;
-            case PTMD_SEC_RUBY_WORDS: v->ruby_words = (const void *)payload; v->n_ruby_words = sh->count; break;
-            case PTMD_SEC_RUBY_NAMES:
-                v->ruby_names = payload; v->ruby_names_len = sh->length; v->n_ruby_names = sh->count;
-                if (!check_names(payload, sh->length, sh->count)) FAIL("%s: damaged ruby_names section", name);
-                break;
-            case PTMD_SEC_REFS: v->refs = (const void *)payload; v->n_refs = sh->count; break;
-            case PTMD_SEC_TRIM_CHECK: v->trim_released = (const void *)payload; v->n_trim_released = sh->count; break;
-            case PTMD_SEC_MAPPINGS:
-                if (read_mappings(payload, sh->count, sh->length, v, name, err) != 0) return -1;
-                break;
-            case PTMD_SEC_GC: v->gc = (const void *)payload; if (sh->count != 1) FAIL("%s: bad gc section", name); break;
-            case PTMD_SEC_SOURCE:
-                v->source = (const void *)payload;
-                if (sh->count != 1) FAIL("%s: bad source section", name);
-                if (v->source->kind < PTMD_SOURCE_KIND_SELF || v->source->kind >= PTMD_SOURCE_KIND_COUNT)
-                    FAIL("%s: source section: unknown kind %u", name, v->source->kind);
-                if (v->source->reserved) FAIL("%s: source section: reserved field not zero", name);
-                break;
-            case PTMD_SEC_SNAPSHOT:
-                v->snapshot = (const void *)payload;
-                if (sh->count != 1) FAIL("%s: bad snapshot section", name);
-                if (v->snapshot->reserved) FAIL("%s: snapshot section: reserved field not zero", name);
-                break;
-            case PTMD_SEC_RUBY_PAGE_RSS: v->ruby_page_rss = (const void *)payload; v->n_ruby_page_rss = sh->count; break;
-            case PTMD_SEC_ROOTS: v->roots = (const void *)payload; v->n_roots = sh->count; break;
-            case PTMD_SEC_ROOT_REFS: v->root_refs = (const void *)payload; v->n_root_refs = sh->count; break;
-            case PTMD_SEC_INT_REFS: v->int_refs = (const void *)payload; v->n_int_refs = sh->count; break;
-            case PTMD_SEC_TCACHE_ENTRIES: v->tcache_entries = (const void *)payload; v->n_tcache_entries = sh->count; break;
-            case PTMD_SEC_RUBY_CODE: v->ruby_code = (const void *)payload; v->n_ruby_code = sh->count; break;
-            case PTMD_SEC_RUBY_CODE_NAMES:
-                v->ruby_code_names = payload; v->ruby_code_names_len = sh->length; v->n_ruby_code_names = sh->count;
-                if (!check_names(payload, sh->length, sh->count)) FAIL("%s: damaged ruby_code_names section", name);
-                break;
-            }
+            if (seen[i]++) FAIL("%s: section %s appears twice", name, ptmd_section_name(sh->type));
+            if (read_section(&rules[i], sh, payload, v, name, err) != 0) return -1;
         }
         /* unknown section types of the same format version are skipped */
     }
     for (i = 0; i < N_RULES; i++)
-        if (rules[i].required && !seen[i]) FAIL("%s: the %s section is missing", name, section_name(rules[i].type));
+        if (rules[i].required && !seen[i]) FAIL("%s: the %s section is missing", name, ptmd_section_name(rules[i].type));
     if (sections != f->n_sections) FAIL("%s: %llu sections found, the end section says %llu", name,
                                         (unsigned long long)sections, (unsigned long long)f->n_sections);
     if (v->n_chunks != f->n_chunks) FAIL("%s: chunk count differs from the end section", name);

@@ -1,5 +1,5 @@
-/* A dump as arrays: what the reader makes of a file and the capture of its own buffers, and what
- * everything that reads a dump works on. */
+/* A dump as arrays: what the reader makes of a file and the capture of its own buffers, what the
+ * writer writes, and what everything that reads a dump works on. */
 #ifndef PTMD_VIEW_H
 #define PTMD_VIEW_H
 
@@ -7,6 +7,7 @@
 #include <stddef.h>
 
 typedef struct {
+    uint64_t sections;              /* PTMD_SECTION_BIT of each section the dump holds */
     const ptmd_meta *meta;
     const ptmd_mallinfo2_rec *mallinfo2;
     const char *malloc_info;
@@ -64,5 +65,23 @@ typedef struct {
     const unsigned char *ruby_code_names;    /* RUBY_CODE_NAMES */
     size_t ruby_code_names_len, n_ruby_code_names;
 } ptmd_view;
+
+#define PTMD_SECTION_BIT(type) (1ull << (type))
+static inline int ptmd_view_has(const ptmd_view *v, uint32_t type)
+{
+    return type < 64 && (v->sections & PTMD_SECTION_BIT(type)) != 0;
+}
+
+/* A section's payload as the file holds it: its count and the bytes, in up to three parts. */
+typedef struct {
+    uint64_t count, length;
+    size_t n_parts;
+    struct { const void *data; uint64_t len; } part[3];
+} ptmd_section_payload;
+
+/* The payload of section `type` from the view's fields (PTMD_SECTIONS' shapes), for a section the view
+ * holds; -1 for a type the list does not hold. A capture's view has its chunks with their addresses and
+ * no chunk_words: CHUNKS is then the writer's to make. */
+int ptmd_view_section(const ptmd_view *v, uint32_t type, ptmd_section_payload *p);
 
 #endif
