@@ -26,7 +26,7 @@ static int chunk_part(const ptmd_heap_rec *h, const ptmd_chunk_rec *c)
 {
     int st = ptmd_rec_state(c);
     if (h->kind == PTMD_HEAP_MMAPPED_CHUNK || st == PTMD_ST_MMAPPED) return PTMD_RSS_MMAPPED;
-    if (st == PTMD_ST_META || (c->word & PTMD_CF_TCACHE_STRUCT)) return PTMD_RSS_MALLOC_META;
+    if (st == PTMD_ST_META || (c->word & PTMD_CF_WORD(PTMD_CF_TCACHE_STRUCT))) return PTMD_RSS_MALLOC_META;
     if (st == PTMD_ST_IN_USE) return PTMD_RSS_MALLOC_IN_USE;
     return PTMD_RSS_MALLOC_FREE;
 }

@@ -337,7 +337,7 @@ int ptmd_settle_lists(ptmd_walk *w, ptmd_arena_ctx *a, ptmd_err *err)
         ptmd_walk_anomaly(w, s ? PTMD_AN_FASTBIN_FREE : PTMD_AN_FREE_NOT_IN_BIN, e->addr, size, a->index);
         if (s) s->seen = 1;
         ptmd_rec_set_state(r, s ? (int)s->state : size < PTMD_MIN_LARGE_SIZE ? PTMD_ST_SMALLBIN : PTMD_ST_LARGEBIN);
-        r->word |= PTMD_CF_ANOMALY;
+        r->word |= PTMD_CF_WORD(PTMD_CF_ANOMALY);
     }
     /* list entries that no chunk of the walk took: a bin entry in use, or no chunk at all */
     for (i = 0; i < w->lists_cap; i++) {
@@ -346,7 +346,7 @@ int ptmd_settle_lists(ptmd_walk *w, ptmd_arena_ctx *a, ptmd_err *err)
         if (!s->addr || s->seen) continue;
         if (s->state != PTMD_ST_FASTBIN && (r = arena_record(w, a, s->addr)) != NULL && ptmd_rec_state(r) == PTMD_ST_IN_USE) {
             ptmd_walk_anomaly(w, PTMD_AN_LIST_IN_USE, s->addr, s->state, a->index);
-            r->word |= PTMD_CF_ANOMALY;
+            r->word |= PTMD_CF_WORD(PTMD_CF_ANOMALY);
             continue;
         }
         ptmd_walk_anomaly(w, PTMD_AN_LIST_NOT_CHUNK, s->addr, s->state, a->index);

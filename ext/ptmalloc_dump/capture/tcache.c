@@ -100,7 +100,7 @@ static int tcache_walk(ptmd_walk *w, uint64_t user, int apply, uint32_t thread, 
             long ci = (e & PTMD_MALLOC_ALIGN_MASK) ? -1 : ptmd_walk_find_chunk(w, ptmd_mem2chunk(e));
             ptmd_chunk_rec *r = ci >= 0 ? PTMD_W_CHUNK(w, ci) : NULL;
             /* glibc 2.43's __libc_free caches mmapped chunks too (tcache_put_large) */
-            int good = r && !(r->word & PTMD_CF_FREE_BIT) &&
+            int good = r && !(r->word & PTMD_CF_WORD(PTMD_CF_FREE_BIT)) &&
                        (ptmd_rec_state(r) == PTMD_ST_IN_USE || ptmd_rec_state(r) == PTMD_ST_TCACHE ||
                         (L->tcache_holds_mmapped && ptmd_rec_state(r) == PTMD_ST_MMAPPED));
             if (good && ptmd_walk_read(w, e, words, sizeof(words)) != 0) good = 0;
@@ -170,7 +170,7 @@ static void mark_struct(ptmd_walk *w, uint64_t user)
 {
     long ci = ptmd_walk_find_chunk(w, ptmd_mem2chunk(user));
     if (ci >= 0 && ptmd_rec_state(PTMD_W_CHUNK(w, ci)) == PTMD_ST_IN_USE)
-        PTMD_W_CHUNK(w, ci)->word |= PTMD_CF_TCACHE_STRUCT;
+        PTMD_W_CHUNK(w, ci)->word |= PTMD_CF_WORD(PTMD_CF_TCACHE_STRUCT);
 }
 
 /* Thread i's `tcache` pointer as it is now, read again from its TLS block at tc_off (its first value

@@ -123,9 +123,9 @@ static int walk_heap_chunks(ptmd_walk *w, ptmd_arena_ctx *a, uint32_t heap_index
         next = p + size;
         if (next + PTMD_CHUNK_HDR_SZ <= end && !(ptmd_rd64_as(w, self, next + PTMD_MCHUNK_SIZE) & PTMD_PREV_INUSE)) {
             /* a bin's, to be settled by ptmd_settle_lists: the size's bin until then */
-            flags |= PTMD_CF_FREE_BIT;
+            flags |= PTMD_CF_WORD(PTMD_CF_FREE_BIT);
             state = size < PTMD_MIN_LARGE_SIZE ? PTMD_ST_SMALLBIN : PTMD_ST_LARGEBIN;
-            if (p == last_rem) flags |= PTMD_CF_LAST_REMAINDER;
+            if (p == last_rem) flags |= PTMD_CF_WORD(PTMD_CF_LAST_REMAINDER);
             if (push_note(w, self, p, size) != 0) goto oom;
         } else {
             state = PTMD_ST_IN_USE;
@@ -149,7 +149,7 @@ static int walk_heap_chunks(ptmd_walk *w, ptmd_arena_ctx *a, uint32_t heap_index
         if ((state == PTMD_ST_IN_USE || state == PTMD_ST_FASTBIN) &&
             (!(flags & ((uint64_t)PTMD_NON_MAIN_ARENA << PTMD_CF_RAW_SHIFT))) != a->main) {
             ptmd_walk_anomaly(w, PTMD_AN_WRONG_ARENA, p, ptmd_mchunk_size(w, p), a->index);
-            flags |= PTMD_CF_ANOMALY;
+            flags |= PTMD_CF_WORD(PTMD_CF_ANOMALY);
         }
         if (push_chunk(w, p, size, state, flags) != 0) goto oom;
         p = next;
@@ -159,7 +159,7 @@ bad:
     ptmd_walk_anomaly(w, PTMD_AN_BAD_SIZE, p, ptmd_mchunk_size(w, p), a->index);
 rest:
     /* account for the rest so the totals still cover the heap, and say the walk stopped here */
-    if (push_chunk(w, p, end - p, PTMD_ST_META, PTMD_CF_ANOMALY) != 0) goto oom;
+    if (push_chunk(w, p, end - p, PTMD_ST_META, PTMD_CF_WORD(PTMD_CF_ANOMALY)) != 0) goto oom;
     h = PTMD_W_HEAP(w, heap_index);
     h->flags |= PTMD_HF_TRUNCATED;
 done:

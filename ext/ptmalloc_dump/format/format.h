@@ -125,19 +125,16 @@ static inline int ptmd_state_is_allocated(int state) { return state == PTMD_ST_I
 /* Free for the allocator: a tcache, a fastbin, a bin, or top. */
 static inline int ptmd_state_is_free(int state) { return state >= PTMD_ST_TCACHE && state <= PTMD_ST_TOP; }
 
-/* Chunk flags: bits 56..63 of ptmd_chunk_rec.word. */
+/* Chunk flags: bits 56..63 of ptmd_chunk_rec.word. The list gives each flag's bit within those 8 bits
+ * (Chunk#flags in Ruby); PTMD_CF_WORD puts it where the word holds it. */
 #define PTMD_CF_SHIFT 56
-/* bit values within those 8 bits (Chunk#flags in Ruby) */
 #define PTMD_CHUNK_FLAGS(X)                                                                        \
-    X(PTMD_CHF_ANOMALY, 1u << 0, "anomaly")               /* an anomaly record names this chunk */ \
-    X(PTMD_CHF_TCACHE_STRUCT, 1u << 1, "tcache_struct")   /* a thread's tcache_perthread_struct */ \
-    X(PTMD_CHF_LAST_REMAINDER, 1u << 2, "last_remainder") /* the arena's last_remainder */         \
-    X(PTMD_CHF_FREE_BIT, 1u << 3, "free_bit")             /* the next chunk's PREV_INUSE bit says free */
+    X(PTMD_CF_ANOMALY, 1u << 0, "anomaly")               /* an anomaly record names this chunk */ \
+    X(PTMD_CF_TCACHE_STRUCT, 1u << 1, "tcache_struct")   /* a thread's tcache_perthread_struct */ \
+    X(PTMD_CF_LAST_REMAINDER, 1u << 2, "last_remainder") /* the arena's last_remainder */         \
+    X(PTMD_CF_FREE_BIT, 1u << 3, "free_bit")             /* the next chunk's PREV_INUSE bit says free */
 enum { PTMD_CHUNK_FLAGS(PTMD_ENUM_CONSTANT) };
-#define PTMD_CF_ANOMALY ((uint64_t)PTMD_CHF_ANOMALY << PTMD_CF_SHIFT)
-#define PTMD_CF_TCACHE_STRUCT ((uint64_t)PTMD_CHF_TCACHE_STRUCT << PTMD_CF_SHIFT)
-#define PTMD_CF_LAST_REMAINDER ((uint64_t)PTMD_CHF_LAST_REMAINDER << PTMD_CF_SHIFT)
-#define PTMD_CF_FREE_BIT ((uint64_t)PTMD_CHF_FREE_BIT << PTMD_CF_SHIFT)
+#define PTMD_CF_WORD(flag) ((uint64_t)(flag) << PTMD_CF_SHIFT)
 #define PTMD_CF_RAW_SHIFT 60                /* bits 60..62: the chunk's own P, M, A bits as found */
 #define PTMD_SIZE_MASK 0x00fffffffffffff0ull
 
