@@ -2,7 +2,7 @@
 
 require "spec_helper"
 
-RSpec.describe "doc/FORMAT.md" do
+RSpec.describe "doc/FORMAT.md", :unit do
   let(:doc) { File.read(File.expand_path("../doc/FORMAT.md", __dir__)) }
   let(:sections) { PtmallocDump::Format::SECTIONS }
 

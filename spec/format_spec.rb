@@ -4,7 +4,7 @@ require "socket"
 require "zlib"
 require "spec_helper"
 
-RSpec.describe "the dump file" do
+RSpec.describe "the dump file", :unit do
   let(:path) { File.join(tmpdir, "heap.dump") }
 
   before { PtmallocDump.dump(path) }
@@ -79,7 +79,7 @@ RSpec.describe "the dump file" do
     end
   end
 
-  it "says where a dump of another process came from, and refuses a SOURCE section of an unknown kind" do
+  it "says where a dump of another process came from, and refuses a SOURCE section of an unknown kind", unit: false do
     expect(PtmallocDump.load(path).header.values_at(:source, :source_info)).to eq([:self, nil])
     target = Process.spawn("sleep", "60")
     begin
@@ -148,7 +148,7 @@ RSpec.describe "the dump file" do
     expect { PtmallocDump.dump(File.join(tmpdir, "no", "such", "dir.dump")) }.to raise_error(Errno::ENOENT, /no\/such/)
   end
 
-  it "refuses a FIFO or a socket at the target path and leaves it there, in process and in fork mode" do
+  it "refuses a FIFO or a socket at the target path and leaves it there, in process and in fork mode", unit: false do
     fifo = File.join(tmpdir, "fifo.dump")
     File.mkfifo(fifo)
     expect { PtmallocDump.dump(fifo) }.to raise_error(Errno::EEXIST, /FIFO, device or socket/)
