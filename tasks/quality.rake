@@ -7,13 +7,21 @@ require "tmpdir"
 # The load direction: what a dump file reaches (ext/ptmalloc_dump/format and analysis).
 FUZZ_SOURCES = Dir["ext/ptmalloc_dump/{format,analysis}/*.c"].sort
 
-desc "Fuzz the dump reader with libFuzzer (clang, ASan, UBSan): rake fuzz[SECONDS] (default 60)"
-task :fuzz, [:seconds] => :compile do |_t, args|
+# The kept corpus and every crasher found: committed, replayed by spec/fuzz_corpus_spec.rb.
+FUZZ_CORPUS = "spec/fixtures/fuzz/corpus"
+FUZZ_CRASHES = "spec/fixtures/fuzz/crashes"
+# Inputs this small that add coverage go into the kept corpus after a run.
+FUZZ_KEEP_MAX = 64 * 1024
+
+desc "Fuzz the dump reader with libFuzzer (clang, ASan, UBSan): rake fuzz[SECONDS] (default 60); seeds from " \
+     "#{FUZZ_CORPUS} and real dumps, keeps new small inputs there and crashers in #{FUZZ_CRASHES}"
+task :fuzz, [:seconds] => [:compile, "tmp/unit/ptmd_unit"] do |_t, args|
   seconds = Integer(args[:seconds] || ENV.fetch("FUZZ_SECONDS", 60))
-  FileUtils.mkdir_p(%w[fuzz/corpus tmp/fuzz/crashes])
+  FileUtils.mkdir_p(["fuzz/corpus", "tmp/fuzz/work", "tmp/fuzz/small", FUZZ_CORPUS, FUZZ_CRASHES])
+  sh "tmp/unit/ptmd_unit", "--corpus", FUZZ_CORPUS
   sh "clang", "-g", "-O1", "-fsanitize=fuzzer,address,undefined", "-fno-sanitize-recover=undefined",
      "-DPTMD_FUZZ_NO_CRC", "-Iext/ptmalloc_dump", "fuzz/fuzz_reader.c", *FUZZ_SOURCES, "-lpng", "-o", "tmp/fuzz/fuzz_reader"
-  # seeds: real dumps, small and with Ruby data, references and roots
+  # seeds too large to keep (fuzz/corpus, not committed): real dumps, with Ruby data, references and roots
   if Dir.empty?("fuzz/corpus")
     ruby "-Ilib", "-rptmalloc_dump", "-e", <<~RUBY
       PtmallocDump.dump("fuzz/corpus/plain.dump", ruby: false)
@@ -55,7 +63,11 @@ task :fuzz, [:seconds] => :compile do |_t, args|
     ruby "-Ilib", "-rptmalloc_dump", "-e", 'PtmallocDump.dump("fuzz/corpus/snapshot.dump", fork: true, wait: true)'
   end
   sh "tmp/fuzz/fuzz_reader", "-max_total_time=#{seconds}", "-timeout=10", "-rss_limit_mb=4096",
-     "-artifact_prefix=tmp/fuzz/crashes/", "-print_final_stats=1", "fuzz/corpus"
+     "-artifact_prefix=#{FUZZ_CRASHES}/", "-print_final_stats=1", "tmp/fuzz/work", FUZZ_CORPUS, "fuzz/corpus"
+  # the kept corpus grows by the small inputs of this run that reach code it does not
+  FileUtils.rm_rf(Dir["tmp/fuzz/small/*"])
+  Dir["tmp/fuzz/work/*"].each { |f| FileUtils.cp(f, "tmp/fuzz/small") if File.size(f) <= FUZZ_KEEP_MAX }
+  sh "tmp/fuzz/fuzz_reader", "-merge=1", "-timeout=10", FUZZ_CORPUS, "tmp/fuzz/small"
 end
 
 namespace :spec do

@@ -1,14 +1,39 @@
 /* The unit tests of the load direction (format/ and analysis/) on synthetic dumps built in memory:
- * no process started, no file read. Exits 1 when a check failed. */
+ * no process started, no file read. Exits 1 when a check failed. With `--corpus DIR` it writes a few
+ * of those dumps there instead, as seeds for the fuzzer (rake fuzz:seed). */
 #include "check.h"
+#include "synth.h"
 
 #include <stdio.h>
+#include <string.h>
 
 unsigned long unit_checks, unit_failures;
 const char *unit_case = "";
 
-int main(void)
+static int write_corpus(const char *dir)
 {
+    static const synth_opts opts[] = { { 0, 0, 1, 0, 4 }, { 1, 0, 2, 1, 12 }, { 0, 1, 1, 2, 8 }, { 1, 0, 1, 0, 40 } };
+    static synth s;
+    static unsigned char image[1u << 20];
+    size_t i;
+    for (i = 0; i < sizeof(opts) / sizeof(opts[0]); i++) {
+        char path[4096];
+        size_t len;
+        FILE *f;
+        synth_build(&s, i + 1, &opts[i]);
+        len = synth_image(&s.view, image, sizeof(image));
+        snprintf(path, sizeof(path), "%s/synthetic-%zu.ptmd", dir, i + 1);
+        if (!len || !(f = fopen(path, "wb")) || fwrite(image, 1, len, f) != len || fclose(f) != 0) {
+            perror(path);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 3 && strcmp(argv[1], "--corpus") == 0) return write_corpus(argv[2]);
     test_format();
     test_index();
     test_analysis();

@@ -275,16 +275,15 @@ void synth_build(synth *s, uint64_t seed, const synth_opts *o)
     s->meta.residency_source = PTMD_RESIDENCY_PAGEMAP;
     s->meta.glibc_major = 2;
     s->meta.glibc_minor = 36;
-    s->meta.flags = PTMD_MF_TCACHE | PTMD_MF_MP;
+    s->meta.flags = PTMD_MF_TCACHE | PTMD_MF_MP | PTMD_MF_NO_ORACLES;     /* MALLINFO2 zero, MALLOC_INFO empty */
     s->meta.n_mmaps = (uint64_t)o->mmapped;
     memcpy(s->strings, "\1\0k\1\0\0\0v", 8);
-    strcpy(s->malloc_info, "<malloc version=\"1\">\n</malloc>\n");
     for (k = 0; k < SYNTH_MAX_CHUNKS && (size_t)k < v->n_chunks; k++) s->words[k] = s->chunks[k].word;
     memset(s->trim, 0, sizeof(s->trim));
     v->meta = &s->meta;
     v->mallinfo2 = &s->mallinfo2;
     v->malloc_info = s->malloc_info;
-    v->malloc_info_len = strlen(s->malloc_info);
+    v->malloc_info_len = 0;
     v->strings = s->strings;
     v->strings_len = 8;
     v->arenas = s->arenas;

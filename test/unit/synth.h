@@ -49,7 +49,7 @@ typedef struct {
     char mapping_paths[16];
     ptmd_source_rec source;
     unsigned char strings[64];
-    char malloc_info[64];
+    char malloc_info[8];
     uint32_t heap_order[SYNTH_MAX_HEAPS];
     ptmd_view view;
 } synth;
