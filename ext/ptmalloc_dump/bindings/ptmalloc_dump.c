@@ -3,6 +3,7 @@
 #include "bindings/bindings.h"
 #include "capture/dump.h"
 #include "capture/locate.h"
+#include "capture/ruby_heap.h"
 #include "capture/source.h"
 #include "format/format.h"
 

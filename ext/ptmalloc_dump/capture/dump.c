@@ -6,6 +6,7 @@
 #include "capture/dump.h"
 #include "capture/arena.h"
 #include "capture/outside.h"
+#include "capture/ruby_heap.h"
 
 #include <errno.h>
 #include <fcntl.h>

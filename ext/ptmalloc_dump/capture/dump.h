@@ -4,26 +4,10 @@
 
 #include "analysis/summary.h"
 #include "capture/mappings.h"
+#include "capture/ruby_data.h"
 #include "capture/walk.h"
 #include "capture/writer.h"
 #include <stdio.h>
-
-/* What the Ruby pass collected (before the malloc walk; mmap-backed). */
-typedef struct {
-    int present;
-    ptmd_ruby_meta meta;
-    ptmd_buf pages;                 /* ptmd_ruby_page */
-    ptmd_buf objects;               /* ptmd_ruby_object */
-    ptmd_buf words;                 /* uint64 */
-    ptmd_buf names;                 /* serialized RUBY_NAMES entries */
-    uint64_t n_names;
-    ptmd_gc_rec gc;                 /* GC.stat's counts, taken with the pass */
-    ptmd_buf code;                  /* ptmd_ruby_code, by address (capture/ruby_code.c); empty when skipped */
-    ptmd_buf code_names;            /* serialized RUBY_CODE_NAMES entries */
-    uint64_t n_code_names;
-    int code_present;
-    uint64_t page_size;             /* ptmd_ruby_heap_page_size (): pages recognised by their structure */
-} ptmd_ruby_data;
 
 /* glibc's malloc_info() and mallinfo2() after the walk: never, always, or (auto) when the arenas'
  * bins and fastbins hold at most PTMD_ORACLES_AUTO_MAX_ENTRIES chunks, and always in a fork
@@ -92,23 +76,6 @@ int ptmd_dump_core(ptmd_dump_state *d, const ptmd_dump_opts *opts, const char *c
  * and d->snap's parent figures are the caller's. */
 int ptmd_dump_fork(ptmd_dump_state *d, const ptmd_dump_opts *opts, size_t n_opts, int ruby_in_child, int *pid_out,
                    int *errfd_out, ptmd_err *err);
-
-/* ruby_heap.c, the Ruby pass (the one capture file that reads Ruby's heap through Ruby's API): it
- * looks up the internal functions it needs at load (ptmd_ruby_heap_init); the NULL-terminated list
- * of those this Ruby lacks; and the pass itself, which fills rd and raises on failure. */
-void ptmd_ruby_heap_init(void);
-const char *const *ptmd_ruby_functions_missing(void);
-void ptmd_ruby_pass(ptmd_ruby_data *rd);
-/* Whether the pass can find the pages by their structure alone (their layout was learned at load, and
- * garbage a pending lazy sweep left can be told from the live), as a snapshot's child must. */
-int ptmd_ruby_pass_by_structure_possible(void);
-/* The pass in a fork snapshot's child, on the copy of its parent's memory: by structure only, raising
- * nothing; -1 with the reason in why when the pages found do not hold every live object. */
-int ptmd_ruby_pass_in_copy(ptmd_ruby_data *rd, char *why, size_t cap);
-/* The size (and alignment) of Ruby's object page bodies, 0 when this Ruby does not say. */
-uint64_t ptmd_ruby_heap_page_size(void);
-/* Marks rd's GC record as taken right after a full GC the dump ran itself (gc: true). */
-void ptmd_ruby_pass_after_full_gc(ptmd_ruby_data *rd);
 
 /* The dump's records as a view (valid until release). */
 void ptmd_dump_view(const ptmd_dump_state *d, ptmd_view *v);
