@@ -5,6 +5,10 @@
 #define _GNU_SOURCE
 #include "capture/dump.h"
 #include "capture/arena.h"
+#include "capture/refs.h"
+#include "capture/residency.h"
+#include "capture/roots.h"
+#include "capture/threads.h"
 #include "capture/outside.h"
 #include "capture/ruby_heap.h"
 
@@ -259,13 +263,13 @@ static void fill_meta(ptmd_dump_state *d, const ptmd_libc *lc, const struct time
     m->sbrk_base = w->sbrk_base;
     m->heap_max_size = w->heap_max;
     if (w->have_mp) {
-        m->mmap_threshold = ptmd_rd64(w, lc->mp + L->mp_mmap_threshold);
-        m->trim_threshold = ptmd_rd64(w, lc->mp + L->mp_trim_threshold);
-        m->top_pad = ptmd_rd64(w, lc->mp + L->mp_top_pad);
-        m->arena_max = ptmd_rd64(w, lc->mp + L->mp_arena_max);
-        m->arena_test = ptmd_rd64(w, lc->mp + L->mp_arena_test);
-        m->max_mmapped_mem = ptmd_rd64(w, lc->mp + L->mp_max_mmapped_mem);
-        if (L->mp_tcache_max_bytes != PTMD_NONE) m->tcache_max_bytes = ptmd_rd64(w, lc->mp + L->mp_tcache_max_bytes);
+        m->mmap_threshold = ptmd_mapped_word(w, lc->mp + L->mp_mmap_threshold);
+        m->trim_threshold = ptmd_mapped_word(w, lc->mp + L->mp_trim_threshold);
+        m->top_pad = ptmd_mapped_word(w, lc->mp + L->mp_top_pad);
+        m->arena_max = ptmd_mapped_word(w, lc->mp + L->mp_arena_max);
+        m->arena_test = ptmd_mapped_word(w, lc->mp + L->mp_arena_test);
+        m->max_mmapped_mem = ptmd_mapped_word(w, lc->mp + L->mp_max_mmapped_mem);
+        if (L->mp_tcache_max_bytes != PTMD_NONE) m->tcache_max_bytes = ptmd_mapped_word(w, lc->mp + L->mp_tcache_max_bytes);
     }
     m->n_mmaps = w->n_mmaps;
     m->mmapped_mem = w->mmapped_mem;
@@ -550,7 +554,7 @@ static int outside_walk_write(ptmd_dump_state *d, const ptmd_dump_opts *o, ptmd_
 static int never_used(ptmd_walk *w, const ptmd_libc *lc)
 {
     uint64_t top;
-    if (ptmd_walk_read(w, lc->main_arena + lc->layout->ms_top, &top, sizeof(top)) != 0) return 0;
+    if (ptmd_guarded_copy(w, lc->main_arena + lc->layout->ms_top, &top, sizeof(top)) != 0) return 0;
     return top == 0 || top == ptmd_initial_top(lc->main_arena + lc->layout->ms_bins);
 }
 

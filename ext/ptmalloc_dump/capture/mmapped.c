@@ -11,7 +11,7 @@
  * an aligned header can be holds one that describes the same mapping. */
 #define _GNU_SOURCE
 #include "capture/ruby_pages.h"
-#include "capture/walk.h"
+#include "capture/mmapped.h"
 #include "format/index.h"
 
 #include <errno.h>
@@ -105,9 +105,9 @@ static int in_ruby_page(ptmd_walk *w, uint64_t addr)
     size_t i;
     if (!w->ruby_page_size) return 0;
     body = addr & ~(w->ruby_page_size - 1);
-    if (ptmd_walk_read(w, body, &page, sizeof(page)) != 0 || !ptmd_ruby_page_record_ok(page, body, w->ruby_page_size))
+    if (ptmd_guarded_copy(w, body, &page, sizeof(page)) != 0 || !ptmd_ruby_page_record_ok(page, body, w->ruby_page_size))
         return 0;
-    if (ptmd_walk_read(w, page, words, sizeof(words)) != 0) return 0;
+    if (ptmd_guarded_copy(w, page, words, sizeof(words)) != 0) return 0;
     for (i = 0; i < PTMD_RUBY_RECORD_WORDS; i++)
         if (words[i] >= body && words[i] - body <= PTMD_RUBY_FIRST_SLOT_MAX) return 1;
     return 0;
@@ -165,7 +165,7 @@ static uint64_t own_header(ptmd_walk *w, uint64_t block, const uintptr_t *cand, 
     uint64_t hdrs[64][2], t;
     unsigned char ok[64];
     size_t i;
-    ptmd_walk_read_many(w, cand, k, 16, hdrs, ok);
+    ptmd_guarded_copy_many(w, cand, k, 16, hdrs, ok);
     for (i = 0; i < k; i++)
         if (ok[i] && base_offset(w, hdrs[i][0]) == cand[i] - block &&
             (t = valid_header(w, cand[i], hdrs[i], vs, ve)) != 0) {
@@ -202,7 +202,7 @@ static uint64_t aligned_header(ptmd_walk *w, uint64_t block, uint64_t *total, ui
      * lead after the mapping is made but alloc_perturb (the whole request, one byte repeated), so a
      * mapping whose first user bytes are not one byte repeated is block's own chunk: its pages are
      * not swept. */
-    if (ptmd_walk_read(w, block + PTMD_CHUNK_HDR_SZ, f, 16) != 0) return block;
+    if (ptmd_guarded_copy(w, block + PTMD_CHUNK_HDR_SZ, f, 16) != 0) return block;
     for (i = 1; i < 16; i++)
         if (f[i] != f[0]) return block;
     last = *total / w->page_size;
@@ -239,7 +239,7 @@ static int scan_mapping(ptmd_walk *w, uint64_t vs, uint64_t ve, const ptmd_buf *
             if ((flags[i] & (PTMD_PAGE_PRESENT | PTMD_PAGE_SWAPPED)) && !excluded(ex, p, p + w->page_size))
                 addrs[n++] = p;
         }
-        ptmd_walk_read_many(w, addrs, n, 16, hdrs, ok);
+        ptmd_guarded_copy_many(w, addrs, n, 16, hdrs, ok);
         for (i = 0; i < n && !jump; i++) {
             uint64_t total, q;
             if (!ok[i]) continue;
@@ -263,7 +263,7 @@ static int scan_mapping(ptmd_walk *w, uint64_t vs, uint64_t ve, const ptmd_buf *
                 uint64_t sh[N_ALIGNED][2];
                 unsigned char sok[N_ALIGNED];
                 for (k = 0; k < N_ALIGNED; k++) sub[k] = addrs[i] + aligned_offsets[k];
-                ptmd_walk_read_many(w, sub, N_ALIGNED, 16, sh, sok);
+                ptmd_guarded_copy_many(w, sub, N_ALIGNED, 16, sh, sok);
                 for (k = 0; k < N_ALIGNED; k++) {
                     if (sok[k] && base_offset(w, sh[k][0]) && (total = valid_header(w, sub[k], sh[k], vs, ve))) {
                         uint64_t block = sub[k] - base_offset(w, sh[k][0]);

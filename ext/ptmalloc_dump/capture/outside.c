@@ -93,7 +93,7 @@ static int on_ring(ptmd_walk *w, const ptmd_libc *lc, uint64_t a)
     size_t n = 0;
     do {
         if (av == a) return 1;
-        av = ptmd_rd64(w, av + lc->layout->ms_next);
+        av = ptmd_mapped_word(w, av + lc->layout->ms_next);
     } while (av && av != lc->main_arena && ++n < PTMD_RING_MAX);
     return 0;
 }
@@ -111,14 +111,14 @@ int ptmd_outside_tls(ptmd_walk *w, ptmd_libc *lc)
         for (i = 0; i < s->n_tids; i++) {
             uint64_t tp = s->fs_base[i], dtv, n, m;
             if (!tp || (pass == 0) != (s->tids[i] == s->pid)) continue;
-            dtv = ptmd_rd64(w, tp + 8);
+            dtv = ptmd_mapped_word(w, tp + 8);
             if (!dtv || (dtv & 7)) continue;
-            n = ptmd_rd64(w, dtv - 16);
+            n = ptmd_mapped_word(w, dtv - 16);
             if (n > PTMD_DTV_MAX) continue;
             for (m = 1; m <= n; m++) {
-                uint64_t val = ptmd_rd64(w, dtv + 16 * m), ar;
+                uint64_t val = ptmd_mapped_word(w, dtv + 16 * m), ar;
                 if (!val || val == UINT64_MAX || val >= tp || tp - val > PTMD_STATIC_TLS_MAX) continue;
-                ar = ptmd_rd64(w, val + (uint64_t)lc->thread_arena_tls);
+                ar = ptmd_mapped_word(w, val + (uint64_t)lc->thread_arena_tls);
                 if (ar && on_ring(w, lc, ar)) {
                     lc->tls_offset = tp - val;
                     return 1;

@@ -15,6 +15,7 @@
  * malloc.
  * glibc: malloc/malloc.c, sysmalloc and sysmalloc_mmap_fallback (2.27 .. 2.43). */
 #define _GNU_SOURCE
+#include "capture/regions.h"
 #include "capture/arena.h"
 #include "format/index.h"
 
@@ -71,11 +72,11 @@ static int read_header(cursor *c, uint64_t p, uint64_t hdr[2])
 {
     uint64_t base = p & ~(uint64_t)(WINDOW - 1);
     if ((p >= c->known_start && p < c->known_end && c->known_end - p >= PTMD_CHUNK_HDR_SZ) || known_region(c, p)) {
-        return ptmd_walk_get(c->w, p, hdr, 16);
+        return ptmd_mapped_copy(c->w, p, hdr, 16);
     }
     if (base != c->base) {
         c->base = 1;
-        if (ptmd_walk_read(c->w, base, c->buf, WINDOW) != 0) return -1;
+        if (ptmd_guarded_copy(c->w, base, c->buf, WINDOW) != 0) return -1;
         c->base = base;
     }
     memcpy(hdr, c->buf + (p - base), 16);
@@ -179,7 +180,7 @@ static int scan_extent(ptmd_walk *w, ptmd_arena_ctx *a, cursor *c, size_t mi, ui
                 !(p >= c->brk_start && p < c->brk_end) && past_known(p, page_mask) == p)
                 addrs[n++] = p;
         }
-        ptmd_walk_read_many(w, addrs, n, 16, hdrs, ok);
+        ptmd_guarded_copy_many(w, addrs, n, 16, hdrs, ok);
         for (i = 0; i < n; i++) {
             uint64_t end;
             if (!ok[i] || addrs[i] < pos || hdrs[i][0] != 0 || (hdrs[i][1] & PTMD_SIZE_BITS) != PTMD_PREV_INUSE ||

@@ -1,6 +1,6 @@
 /* The page residency of every heap and mmapped chunk the walk found (procfs.c reads pagemap). */
 #define _GNU_SOURCE
-#include "capture/walk.h"
+#include "capture/residency.h"
 
 #include <errno.h>
 

@@ -4,7 +4,7 @@
  * recognised by its self pointers (header.tcb and header.self); live threads have tid > 0. Every read
  * goes through the fault-free reader: stacks of exiting threads may be unmapped at any time. */
 #define _GNU_SOURCE
-#include "capture/walk.h"
+#include "capture/threads.h"
 
 #include <errno.h>
 #include <link.h>
@@ -30,7 +30,7 @@ static int tcache_is_dummy(ptmd_walk *w, uint64_t v)
     if (v < lc->image_start || v >= lc->image_end || L->tcache_struct_size > lc->image_end - v ||
         L->tcache_struct_size > sizeof(raw))
         return 0;
-    if (ptmd_walk_read(w, v, raw, L->tcache_struct_size) != 0) return 0;
+    if (ptmd_guarded_copy(w, v, raw, L->tcache_struct_size) != 0) return 0;
     for (i = 0; i < L->tcache_struct_size; i++)
         if (raw[i]) return 0;
     return 1;
@@ -40,13 +40,13 @@ uint64_t ptmd_thread_tcache(ptmd_walk *w, uint64_t pthread, long tc_off)
 {
     uint64_t v = 0;
     if (!pthread || tc_off < 0) return 0;
-    if (ptmd_walk_read(w, pthread - w->lc->tls_offset + (uint64_t)tc_off, &v, sizeof(v)) != 0) return 0;
+    if (ptmd_guarded_copy(w, pthread - w->lc->tls_offset + (uint64_t)tc_off, &v, sizeof(v)) != 0) return 0;
     return tcache_is_dummy(w, v) ? 0 : v;
 }
 
 static int rd(ptmd_walk *w, uint64_t addr, uint64_t *out)
 {
-    return ptmd_walk_read(w, addr, out, sizeof(*out));
+    return ptmd_guarded_copy(w, addr, out, sizeof(*out));
 }
 
 static int is_thread(ptmd_walk *w, uint64_t base)
@@ -58,7 +58,7 @@ static int is_thread(ptmd_walk *w, uint64_t base)
 static int32_t tid_of(ptmd_walk *w, uint64_t base, size_t list_off)
 {
     int32_t tid;
-    if (ptmd_walk_read(w, base + list_off + 16, &tid, sizeof(tid)) != 0) return 0;
+    if (ptmd_guarded_copy(w, base + list_off + 16, &tid, sizeof(tid)) != 0) return 0;
     return tid;
 }
 
