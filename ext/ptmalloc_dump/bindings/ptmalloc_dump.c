@@ -4,7 +4,7 @@
 #include "capture/dump.h"
 #include "capture/locate.h"
 #include "capture/ruby_heap.h"
-#include "capture/source.h"
+#include "capture/source_ptrace.h"
 #include "format/format.h"
 
 #include <ruby/thread.h>

@@ -19,7 +19,7 @@ void ptmd_arena_lock(ptmd_walk *w, int *futex)
     int expected = 0;
     uint64_t t0;
     /* a copy of a stopped process: its locks were found free when it was taken (dump.c) */
-    if (w->src.kind != PTMD_SOURCE_SELF) return;
+    if (!w->src.in_place) return;
     if (__atomic_compare_exchange_n(futex, &expected, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) return;
     t0 = ptmd_now_ns();
     /* __lll_lock_wait_private: announce a waiter by storing 2, sleep while the value stays 2 */
@@ -30,7 +30,7 @@ void ptmd_arena_lock(ptmd_walk *w, int *futex)
 
 void ptmd_arena_unlock(ptmd_walk *w, int *futex)
 {
-    if (w->src.kind != PTMD_SOURCE_SELF) return;
+    if (!w->src.in_place) return;
     if (__atomic_exchange_n(futex, 0, __ATOMIC_RELEASE) > 1)
         syscall(SYS_futex, futex, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
 }
@@ -85,9 +85,10 @@ static int heap_info_ok(ptmd_walk *w, uintptr_t h, uintptr_t av)
 int ptmd_arena_maps_reload(ptmd_walk *w, ptmd_arena_ctx *a)
 {
     ptmd_err ignored;
-    if (a->maps_reloaded || w->src.kind != PTMD_SOURCE_SELF) return 0;
+    int again;
+    if (a->maps_reloaded || !(again = ptmd_source_maps_again(&w->src, &w->maps, &ignored))) return 0;
     a->maps_reloaded = 1;
-    return ptmd_maps_load(&w->maps, &ignored) == 0;
+    return again > 0;
 }
 
 static ptmd_heap_rec *new_heap(ptmd_walk *w, ptmd_arena_ctx *a, uint32_t kind, uint64_t start, uint64_t end)
@@ -279,7 +280,7 @@ int ptmd_walk_validate(ptmd_walk *w, ptmd_err *err)
     const ptmd_libc *lc = w->lc;
     const char *what = validate_once(w);
     ptmd_err ignored;
-    if (what && w->src.kind == PTMD_SOURCE_SELF && ptmd_maps_load(&w->maps, &ignored) == 0) what = validate_once(w);
+    if (what && ptmd_source_maps_again(&w->src, &w->maps, &ignored) > 0) what = validate_once(w);
     if (!what) return 0;
     if (lc->layout_assumed)
         return ptmd_fail(err, PTMD_E_LIBC,

@@ -81,7 +81,7 @@ int ptmd_walk_heap_chunks(ptmd_walk *w, ptmd_arena_ctx *a, uint32_t heap_index, 
     const int has_top = a->top >= start && a->top < end;
     const uint64_t tcache_csize = (L->tcache_struct_size + PTMD_SIZE_SZ + PTMD_MALLOC_ALIGN_MASK) & ~(uint64_t)PTMD_MALLOC_ALIGN_MASK;
     const uint64_t last_rem = ptmd_arena_field(w, a->av, L->ms_last_remainder);
-    const int self = w->src.kind == PTMD_SOURCE_SELF;
+    const int self = w->src.in_place;
     const uint64_t first = first_chunk_of(w, a, h);
     uint64_t p = first, ahead = first;
 

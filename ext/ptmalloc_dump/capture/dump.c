@@ -11,6 +11,8 @@
 #include "capture/threads.h"
 #include "capture/outside.h"
 #include "capture/ruby_heap.h"
+#include "capture/source_core.h"
+#include "capture/source_self.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -157,7 +159,7 @@ static int trim_check(ptmd_dump_state *d, ptmd_err *err)
         if (hp->arena == PTMD_NO_ARENA) continue;
         while (p < hp->n_pages) {
             uint64_t n = hp->n_pages - p < sizeof(after) ? hp->n_pages - p : sizeof(after), k;
-            ptmd_pagemap_read(&w->pagemap, hp->page_base + p * w->page_size, n, after);
+            ptmd_source_pages(&w->src, hp->page_base + p * w->page_size, n, after);
             for (k = 0; k < n; k++)
                 if ((w->pages.base[hp->first_page + p + k] & PTMD_PAGE_PRESENT) && !(after[k] & (PTMD_PAGE_PRESENT | PTMD_PAGE_SWAPPED)))
                     *PTMD_BUF_AT(&d->trim, uint64_t, hp->arena) += w->page_size;
@@ -214,7 +216,7 @@ static int ruby_page_rss(ptmd_dump_state *d, ptmd_err *err)
         uint64_t lo = pg->start & ~(ps - 1), hi = (pg->end + ps - 1) & ~(ps - 1), bytes = 0;
         while (lo < hi) {
             size_t k, m = (hi - lo) / ps < sizeof(flags) ? (size_t)((hi - lo) / ps) : sizeof(flags);
-            if (ptmd_pagemap_read(&w->pagemap, (uintptr_t)lo, m, flags) != 0) break;
+            if (ptmd_source_pages(&w->src, (uintptr_t)lo, m, flags) != 0) break;
             for (k = 0; k < m; k++)
                 if (flags[k] & PTMD_PAGE_PRESENT) bytes += ps;
             lo += m * ps;
@@ -277,7 +279,7 @@ static void fill_meta(ptmd_dump_state *d, const ptmd_libc *lc, const struct time
     m->tcache_count = w->tcache_count_max;
     m->lock_wait_ns = w->lock_wait_ns;
     m->symbol_source = (uint32_t)lc->symbol_source;
-    m->residency_source = w->pagemap.source;
+    m->residency_source = w->src.pagemap.source;
     m->glibc_major = (uint32_t)lc->major;
     m->glibc_minor = (uint32_t)lc->minor;
     m->flags = (L->safe_linking ? PTMD_MF_SAFE_LINKING : 0) | (L->tcache_bins ? PTMD_MF_TCACHE : 0) |
@@ -389,7 +391,7 @@ void ptmd_dump_init(ptmd_dump_state *d)
     memset(d, 0, sizeof(*d));
     d->writer.fd = -1;
     d->w.src.mem.mem_fd = -1;
-    d->w.pagemap.fd = -1;
+    d->w.src.pagemap.fd = -1;
 }
 
 int ptmd_dump_run(ptmd_dump_state *d, const ptmd_dump_opts *o, ptmd_err *err)
@@ -588,10 +590,10 @@ int ptmd_dump_process(ptmd_dump_state *d, const ptmd_dump_opts *o, int pid, ptmd
         goto out;
     }
     if (ptmd_locate_process(pid, &d->w.maps, o->debug_dir, o->symbols, lc, err) != 0) goto out;
-    d->source.kind = PTMD_SOURCE_KIND_PID;
     d->source.flags = PTMD_SRCF_NO_RUBY | PTMD_SRCF_NO_REFERENCES | PTMD_SRCF_NO_ORACLES;
     if (ptmd_writer_open(&d->writer, o->path, err) != 0) goto out;
     if (ptmd_outside_copy(&d->w, lc, pid, &d->source, err) != 0) goto out;
+    d->source.kind = d->w.src.ops->kind;
     /* the target runs again: the walk reads the copy */
     if (never_used(&d->w, lc)) {
         ptmd_fail(err, PTMD_E_ALLOCATOR, "glibc's malloc was never used in process %d (main_arena holds no "
@@ -602,7 +604,7 @@ int ptmd_dump_process(ptmd_dump_state *d, const ptmd_dump_opts *o, int pid, ptmd
     rc = outside_walk_write(d, o, lc, process_ppid(pid), pid, err);
 out:
     if (rc != 0) ptmd_writer_abort(&d->writer);
-    ptmd_source_detach(&d->w.src);
+    ptmd_source_let_go(&d->w.src);
     __atomic_store_n(&dump_busy, 0, __ATOMIC_RELEASE);
     return rc;
 }
@@ -629,7 +631,7 @@ int ptmd_dump_core(ptmd_dump_state *d, const ptmd_dump_opts *o, const char *core
                   "when it was written): its lists may be half changed, so it is not walked", (unsigned long)held, core);
         goto out;
     }
-    d->source.kind = PTMD_SOURCE_KIND_CORE;
+    d->source.kind = d->w.src.ops->kind;
     d->source.flags = PTMD_SRCF_NO_RUBY | PTMD_SRCF_NO_REFERENCES | PTMD_SRCF_NO_ORACLES | PTMD_SRCF_NO_RESIDENCY;
     d->source.pid = (uint64_t)d->w.src.pid;
     d->source.copied_bytes = d->w.src.copied_bytes;

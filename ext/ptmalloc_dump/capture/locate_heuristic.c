@@ -21,7 +21,7 @@
 #include "capture/elfread.h"
 #include "format/format.h"
 #include "capture/procfs.h"
-#include "capture/source.h"
+#include "capture/source_self.h"
 
 #include <malloc.h>
 #include <string.h>

@@ -190,7 +190,7 @@ static uint64_t aligned_header(ptmd_walk *w, uint64_t block, uint64_t *total, ui
     for (i = 0; i < n; i++) {
         uint8_t pf = 0;
         uint64_t page = cand[i] & ~(uint64_t)(w->page_size - 1);
-        if (page == block || (ptmd_pagemap_read(&w->pagemap, page, 1, &pf) == 0 &&
+        if (page == block || (ptmd_source_pages(&w->src, page, 1, &pf) == 0 &&
                               (pf & (PTMD_PAGE_PRESENT | PTMD_PAGE_SWAPPED))))
             cand[k++] = cand[i];
     }
@@ -209,7 +209,7 @@ static uint64_t aligned_header(ptmd_walk *w, uint64_t block, uint64_t *total, ui
     if (last > (ve - block) / w->page_size) last = (ve - block) / w->page_size;
     for (m = 1; m <= last; m += n) {
         n = last - m + 1 < 64 ? (size_t)(last - m + 1) : 64;
-        if (ptmd_pagemap_read(&w->pagemap, block + (m - 1) * w->page_size, n, f) != 0) break;
+        if (ptmd_source_pages(&w->src, block + (m - 1) * w->page_size, n, f) != 0) break;
         for (i = 0, k = 0; i < n; i++)
             if (f[i] & (PTMD_PAGE_PRESENT | PTMD_PAGE_SWAPPED))
                 cand[k++] = block + (m + i) * w->page_size - PTMD_CHUNK_HDR_SZ;
@@ -233,7 +233,7 @@ static int scan_mapping(ptmd_walk *w, uint64_t vs, uint64_t ve, const ptmd_buf *
         uint64_t jump = 0;
         if (npages > PTMD_SCAN_WINDOW) npages = PTMD_SCAN_WINDOW;
         if (npages == 0) break;
-        ptmd_pagemap_read(&w->pagemap, pos, npages, flags);
+        ptmd_source_pages(&w->src, pos, npages, flags);
         for (i = 0; i < npages; i++) {
             uint64_t p = pos + i * w->page_size;
             if ((flags[i] & (PTMD_PAGE_PRESENT | PTMD_PAGE_SWAPPED)) && !excluded(ex, p, p + w->page_size))
@@ -315,7 +315,7 @@ int ptmd_walk_mmapped(ptmd_walk *w, ptmd_err *err)
     ptmd_buf ex = { 0 };
     uint64_t found = 0, bytes = 0, lo;
     /* the process dumped: a snapshot child describes its parent */
-    uint32_t pid = (uint32_t)(w->src.kind != PTMD_SOURCE_SELF ? w->src.pid : w->given_threads ? getppid() : getpid());
+    uint32_t pid = (uint32_t)(!w->src.in_place ? w->src.pid : w->given_threads ? getppid() : getpid());
     size_t i, n;
     int rc = -1;
 
@@ -338,16 +338,16 @@ int ptmd_walk_mmapped(ptmd_walk *w, ptmd_err *err)
         uint64_t t = PTMD_BUF_AT(&w->threads, ptmd_thread_rec, i)->pthread;
         if (t && add_range(&ex, t, t + 1) != 0) goto oom;
     }
-    if (w->src.kind == PTMD_SOURCE_SELF) {
+    if (w->src.in_place) {
         /* the dump's own buffers, in this process only: another's memory at those addresses is its own */
         const ptmd_buf *own[] = { PTMD_WALK_BUFFERS(w), &w->maps.text, &w->maps.maps, &ex };
         for (i = 0; i < sizeof(own) / sizeof(own[0]); i++)
             if (own[i]->base && add_range(&ex, (uint64_t)(uintptr_t)own[i]->base,
                                           (uint64_t)(uintptr_t)own[i]->base + own[i]->cap) != 0)
                 goto oom;
-        if (w->pagemap.entries &&
-            add_range(&ex, (uint64_t)(uintptr_t)w->pagemap.entries,
-                      (uint64_t)(uintptr_t)w->pagemap.entries + w->pagemap.cap * 8) != 0)
+        if (w->src.pagemap.entries &&
+            add_range(&ex, (uint64_t)(uintptr_t)w->src.pagemap.entries,
+                      (uint64_t)(uintptr_t)w->src.pagemap.entries + w->src.pagemap.cap * 8) != 0)
             goto oom;
     }
     n = PTMD_BUF_COUNT(&w->exclude, range);
@@ -357,7 +357,7 @@ int ptmd_walk_mmapped(ptmd_walk *w, ptmd_err *err)
     }
     ranges_sort(&ex);
     /* mappings as they are now (the walk's own scratch has been mapped since prepare) */
-    if (w->src.kind == PTMD_SOURCE_SELF && ptmd_maps_load(&w->maps, err) != 0) goto out;
+    if (ptmd_source_maps_again(&w->src, &w->maps, err) < 0) goto out;
     for (i = 0; i < w->maps.count; i++) {
         const ptmd_map *m = PTMD_BUF_AT(&w->maps.maps, ptmd_map, i);
         if (m->kind != PTMD_MAPKIND_ANON) continue;

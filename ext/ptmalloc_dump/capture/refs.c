@@ -221,7 +221,7 @@ int ptmd_walk_references(ptmd_walk *w, ptmd_err *err)
 {
     size_t a, na = PTMD_BUF_COUNT(&w->arenas, ptmd_arena_rec), nh = PTMD_BUF_COUNT(&w->heaps, ptmd_heap_rec), h;
     uint64_t t0 = ptmd_now_ns();
-    const int self = w->src.kind == PTMD_SOURCE_SELF;
+    const int self = w->src.in_place;
     if (!w->references) return 0;
     if (ptmd_walk_build_chunk_map(w) != 0) return ptmd_fail_sys(err, errno, "chunk map", "mmap");
     for (a = 0; a < na; a++) {

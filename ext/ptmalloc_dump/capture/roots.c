@@ -236,7 +236,7 @@ static int scan_root(ptmd_walk *w, uint32_t root)
         if (!n) break;
         np = (p + n * 8 - 1 - first) / ps + 1;
         if (np > sizeof(flags)) np = sizeof(flags);
-        if (r.kind == PTMD_ROOT_REGISTERS || ptmd_pagemap_read(&w->pagemap, first, np, flags) != 0) any = 1;
+        if (r.kind == PTMD_ROOT_REGISTERS || ptmd_source_pages(&w->src, first, np, flags) != 0) any = 1;
         else
             for (k = 0; k < np; k++) any |= flags[k] & (PTMD_PAGE_PRESENT | PTMD_PAGE_SWAPPED);
         if (any) {

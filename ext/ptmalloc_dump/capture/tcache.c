@@ -243,7 +243,7 @@ static void find_tls_tcaches(ptmd_walk *w)
     long tc_off = -1, ar_off = -1;
     uint64_t my_tcache = 0, my_arena = 0;
     /* the calling thread's own TLS: only where the walk reads this process */
-    if (w->src.kind != PTMD_SOURCE_SELF || !block || !lc->tls_size || !PTMD_BUF_COUNT(&w->tcache_cands, uint64_t)) return;
+    if (!w->src.in_place || !block || !lc->tls_size || !PTMD_BUF_COUNT(&w->tcache_cands, uint64_t)) return;
     for (k = 0; k + 8 <= lc->tls_size && tc_off < 0; k += 8) {
         uint64_t v = ptmd_mapped_word(w, block + k);
         if (v && is_candidate(w, v)) {

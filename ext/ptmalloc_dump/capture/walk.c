@@ -3,6 +3,7 @@
  * here calls malloc. */
 #define _GNU_SOURCE
 #include "capture/walk.h"
+#include "capture/source_self.h"
 #include "capture/arena.h"
 #include "capture/bins.h"
 #include "capture/chunks.h"
@@ -113,17 +114,15 @@ int ptmd_walk_prepare(ptmd_walk *w, const ptmd_libc *lc, ptmd_err *err)
     w->lc = lc;
     w->L = L;
     w->page_size = ps > 0 ? (size_t)ps : 4096;
-    if (w->src.kind == PTMD_SOURCE_SELF) {
-        w->pagemap.fd = -1;
+    if (!w->src.ops || w->src.in_place) {
+        /* this process, unless another source was opened */
         if (ptmd_maps_load(&w->maps, err) != 0) return -1;
         if (ptmd_source_self(&w->src, err) != 0) return -1;
-        if (ptmd_pagemap_open(&w->pagemap, err) != 0) return -1;
+        if (ptmd_pagemap_open(&w->src.pagemap, err) != 0) return -1;
     } else {
         /* a copy: its mappings were read while the target was stopped, its residency with it */
-        w->pagemap.fd = -1;
-        w->pagemap.snap = &w->src;
-        w->pagemap.page_size = w->page_size;
-        w->pagemap.source = PTMD_RESIDENCY_PAGEMAP;
+        w->src.pagemap.page_size = w->page_size;
+        w->src.pagemap.source = PTMD_RESIDENCY_PAGEMAP;
     }
     w->heap_max = PTMD_DEFAULT_HEAP_MAX_SIZE;
     if (lc->mp && ptmd_maps_readable(&w->maps, lc->mp, L->mp_size)) {

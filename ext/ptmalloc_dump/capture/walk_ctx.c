@@ -42,5 +42,4 @@ void ptmd_walk_release(ptmd_walk *w)
     for (i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) ptmd_buf_release(bufs[i]);
     ptmd_maps_release(&w->maps);
     ptmd_source_release(&w->src);
-    ptmd_pagemap_close(&w->pagemap);
 }

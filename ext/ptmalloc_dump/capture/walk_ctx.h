@@ -15,7 +15,6 @@ typedef struct {
     const ptmd_layout *L;
     ptmd_maps maps;
     ptmd_source src;                /* where every read of the target's memory goes (source.h) */
-    ptmd_pagemap pagemap;
     size_t page_size;
     uint64_t heap_max;              /* heap_max_size() of this process */
     uint64_t tcache_key;            /* value of tcache_key when known */
@@ -132,52 +131,56 @@ static inline void ptmd_prefetch_ahead(uint64_t *ahead, uint64_t p, uint64_t end
 #define PTMD_W_HEAP(w, i) PTMD_BUF_AT(&(w)->heaps, ptmd_heap_rec, i)
 #define PTMD_W_CHUNK(w, i) PTMD_BUF_AT(&(w)->chunks, ptmd_chunk_rec, i)
 
-/* The target's memory. This process is read in place behind one predictable branch (the hot chunk
- * loop's reads stay inlined loads); a copy of another process through its regions. */
+/* The target's memory, by what the caller knows of it. ptmd_mapped_* read memory checked to be mapped:
+ * this process's in place behind one predictable branch (the hot chunk loop's reads stay inlined
+ * loads, no call), a copy's through its regions. ptmd_guarded_* read memory that may vanish (or lie
+ * outside a copy) through the source's table, and never fault. */
+
+/* A word; 0 when a copy does not hold it. */
 static inline uint64_t ptmd_mapped_word(ptmd_walk *w, uint64_t addr)
 {
     uint64_t v;
-    if (__builtin_expect(w->src.kind == PTMD_SOURCE_SELF, 1)) {
+    if (__builtin_expect(w->src.in_place, 1)) {
         __builtin_memcpy(&v, (const void *)(uintptr_t)addr, sizeof(v));
         return v;
     }
     return ptmd_source_rd64_slow(&w->src, addr);
 }
 
-/* The same with the source's kind tested once by the caller (self: the source is this process), for
- * the chunk loop: the flag stays in a register where w->src.kind would be loaded again after every
- * store of a record (Ruby's -fno-strict-aliasing lets any store alias it). */
-static inline uint64_t ptmd_mapped_word_as(ptmd_walk *w, int self, uint64_t addr)
+/* A word, with w->src.in_place read once by the caller, for the chunk loop: the flag stays in a
+ * register where it would be loaded again after every store of a record (Ruby's -fno-strict-aliasing
+ * lets any store alias it). */
+static inline uint64_t ptmd_mapped_word_as(ptmd_walk *w, int in_place, uint64_t addr)
 {
     uint64_t v;
-    if (__builtin_expect(self, 1)) {
+    if (__builtin_expect(in_place, 1)) {
         __builtin_memcpy(&v, (const void *)(uintptr_t)addr, sizeof(v));
         return v;
     }
     return ptmd_source_rd64_slow(&w->src, addr);
 }
 
-/* A local pointer to [addr, addr + len) of the target (checked readable by the caller), NULL when a
- * copy does not hold it whole. */
+/* A local pointer to [addr, addr + len), NULL when a copy does not hold it whole. */
 static inline const void *ptmd_mapped_ptr(ptmd_walk *w, uint64_t addr, size_t len)
 {
-    if (__builtin_expect(w->src.kind == PTMD_SOURCE_SELF, 1)) return (const void *)(uintptr_t)addr;
+    if (__builtin_expect(w->src.in_place, 1)) return (const void *)(uintptr_t)addr;
     return ptmd_source_at(&w->src, addr, len);
 }
 
-/* Fault-free reads of memory that may vanish (or lie outside a copy): 0 when all len bytes were read. */
+/* len bytes; 0 when all were read. */
 static inline int ptmd_guarded_copy(ptmd_walk *w, uint64_t addr, void *dst, size_t len)
 {
     return ptmd_source_read(&w->src, addr, dst, len);
 }
 
+/* `each` bytes at each of addrs[0..n); ok[i] says which were read. */
 static inline void ptmd_guarded_copy_many(ptmd_walk *w, const uintptr_t *addrs, size_t n, size_t each, void *dst,
-                                       unsigned char *ok)
+                                          unsigned char *ok)
 {
     ptmd_source_read_many(&w->src, addrs, n, each, dst, ok);
 }
 
-/* [addr, addr + len), checked readable by the caller: in place for this process, from a copy else. */
+/* len bytes; -1 when a copy does not hold them whole. */
 static inline int ptmd_mapped_copy(ptmd_walk *w, uint64_t addr, void *dst, size_t len)
 {
     const void *p = ptmd_mapped_ptr(w, addr, len);
