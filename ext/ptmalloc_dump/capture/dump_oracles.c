@@ -2,6 +2,7 @@
  * once made, and mallinfo2(). */
 #define _GNU_SOURCE
 #include "capture/dump_oracles.h"
+#include "capture/mallinfo.h"
 
 #include <errno.h>
 #include <malloc.h>

@@ -4,6 +4,7 @@
 #include "capture/locate.h"
 #include "format/crc32.h"
 #include "capture/elfread.h"
+#include "capture/locate_heuristic.h"
 #include "capture/source_core.h"
 #include "capture/source_ptrace.h"
 #include "format/format.h"
