@@ -1,4 +1,5 @@
-/* Ruby's internal layouts that the code pass reads, one entry per Ruby version (capture/ruby_code_layout.c). */
+/* Ruby's internal layouts that the code pass reads, one entry per Ruby version
+ * (capture/ruby_code_layout.c). */
 #ifndef PTMD_RUBY_CODE_LAYOUT_H
 #define PTMD_RUBY_CODE_LAYOUT_H
 

@@ -1,4 +1,5 @@
-/* A core file as the source: its segments in place, its notes for threads and files (capture/source_core.c). */
+/* A core file as the source: its segments in place, its notes for threads and files
+ * (capture/source_core.c). */
 #ifndef PTMD_SOURCE_CORE_H
 #define PTMD_SOURCE_CORE_H
 

@@ -1,4 +1,5 @@
-/* Another process as the source: its threads stopped with ptrace, read in place until copied (capture/source_ptrace.c). */
+/* Another process as the source: its threads stopped with ptrace, read in place until copied
+ * (capture/source_ptrace.c). */
 #ifndef PTMD_SOURCE_PTRACE_H
 #define PTMD_SOURCE_PTRACE_H
 

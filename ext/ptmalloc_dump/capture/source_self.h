@@ -1,4 +1,5 @@
-/* This process as the source of a walk: read in place, fault-free where memory may vanish (capture/source_self.c). */
+/* This process as the source of a walk: read in place, fault-free where memory may vanish
+ * (capture/source_self.c). */
 #ifndef PTMD_SOURCE_SELF_H
 #define PTMD_SOURCE_SELF_H
 
