@@ -1,4 +1,4 @@
-/* The page residency of every heap and mmapped chunk the walk found (procfs.c reads pagemap). */
+/* The page residency of every heap and mmapped chunk the walk found, as the source gives it. */
 #define _GNU_SOURCE
 #include "capture/residency.h"
 

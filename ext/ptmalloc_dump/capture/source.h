@@ -56,7 +56,8 @@ struct ptmd_source {
     int in_place;                       /* ops->in_place, at hand for the hot reads */
     int pid;
     ptmd_memreader mem;                 /* this process: its fault-free reads */
-    ptmd_pagemap pagemap;               /* this process: its residency (a copy's is in its regions) */
+    ptmd_pagemap pagemap;               /* this process: its residency; a copy's is in its regions, and
+                                         * only pagemap.source says where it came from */
 
     /* a copy: regions in address order, apart (mmap-backed), and the last one a read hit */
     ptmd_buf regions;
