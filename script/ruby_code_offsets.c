@@ -1,5 +1,5 @@
-/* Prints the offsets capture/ruby_code.c's layouts[] needs for one Ruby version, from that version's
- * own internal headers. Not part of the gem. Build it against the version's source tree (its
+/* Prints the offsets capture/ruby_code_layout.c's layouts[] needs for one Ruby version, from that
+ * version's own internal headers. Not part of the gem. Build it against the version's source tree (its
  * method.h, vm_core.h, internal/imemo.h or, for 2.7, internal.h, and the generated id.h) and the
  * installed public headers of the same Ruby, whose config.h is the build's own:
  *

@@ -2,8 +2,12 @@
  * init. A dump runs with the GVL held (the walk must not race Ruby threads' mallocs). */
 #include "bindings/bindings.h"
 #include "capture/dump.h"
+#include "capture/dump_fork.h"
+#include "capture/dump_outside.h"
+#include "capture/dump_write.h"
 #include "capture/locate.h"
-#include "capture/source.h"
+#include "capture/ruby_heap.h"
+#include "capture/source_ptrace.h"
 #include "format/format.h"
 
 #include <ruby/thread.h>

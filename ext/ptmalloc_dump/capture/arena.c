@@ -4,6 +4,7 @@
  * Nothing here calls malloc. */
 #define _GNU_SOURCE
 #include "capture/arena.h"
+#include "capture/regions.h"
 
 #include <errno.h>
 #include <linux/futex.h>
@@ -18,7 +19,7 @@ void ptmd_arena_lock(ptmd_walk *w, int *futex)
     int expected = 0;
     uint64_t t0;
     /* a copy of a stopped process: its locks were found free when it was taken (dump.c) */
-    if (w->src.kind != PTMD_SOURCE_SELF) return;
+    if (!w->src.in_place) return;
     if (__atomic_compare_exchange_n(futex, &expected, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) return;
     t0 = ptmd_now_ns();
     /* __lll_lock_wait_private: announce a waiter by storing 2, sleep while the value stays 2 */
@@ -29,7 +30,7 @@ void ptmd_arena_lock(ptmd_walk *w, int *futex)
 
 void ptmd_arena_unlock(ptmd_walk *w, int *futex)
 {
-    if (w->src.kind != PTMD_SOURCE_SELF) return;
+    if (!w->src.in_place) return;
     if (__atomic_exchange_n(futex, 0, __ATOMIC_RELEASE) > 1)
         syscall(SYS_futex, futex, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
 }
@@ -62,7 +63,7 @@ int ptmd_in_arena(ptmd_walk *w, const ptmd_arena_ctx *a, uint64_t p, uint64_t le
 
 uint64_t ptmd_arena_field(ptmd_walk *w, uintptr_t av, size_t off)
 {
-    return off == PTMD_NONE ? 0 : ptmd_rd64(w, av + off);
+    return off == PTMD_NONE ? 0 : ptmd_mapped_word(w, av + off);
 }
 
 /* heap_info checks: aligned to heap_max, readable, ar_ptr == the arena, sane size. */
@@ -72,8 +73,8 @@ static int heap_info_ok(ptmd_walk *w, uintptr_t h, uintptr_t av)
     uint64_t size;
     if (!h || (h & (w->heap_max - 1))) return 0;
     if (!ptmd_maps_readable(&w->maps, h, L->hi_size_total)) return 0;
-    if (ptmd_rd64(w, h + L->hi_ar_ptr) != av) return 0;
-    size = ptmd_rd64(w, h + L->hi_size);
+    if (ptmd_mapped_word(w, h + L->hi_ar_ptr) != av) return 0;
+    size = ptmd_mapped_word(w, h + L->hi_size);
     if (size < L->hi_size_total || size > w->heap_max) return 0;
     return ptmd_maps_readable(&w->maps, h, size);
 }
@@ -84,9 +85,10 @@ static int heap_info_ok(ptmd_walk *w, uintptr_t h, uintptr_t av)
 int ptmd_arena_maps_reload(ptmd_walk *w, ptmd_arena_ctx *a)
 {
     ptmd_err ignored;
-    if (a->maps_reloaded || w->src.kind != PTMD_SOURCE_SELF) return 0;
+    int again;
+    if (a->maps_reloaded || !(again = ptmd_source_maps_again(&w->src, &w->maps, &ignored))) return 0;
     a->maps_reloaded = 1;
-    return ptmd_maps_load(&w->maps, &ignored) == 0;
+    return again > 0;
 }
 
 static ptmd_heap_rec *new_heap(ptmd_walk *w, ptmd_arena_ctx *a, uint32_t kind, uint64_t start, uint64_t end)
@@ -162,7 +164,7 @@ int ptmd_arena_collect_heaps(ptmd_walk *w, ptmd_arena_ctx *a, ptmd_err *err)
         uint64_t start = w->have_mp && w->sbrk_base ? w->sbrk_base : 0;
         const ptmd_map *m;
         if (a->top == ptmd_initial_top(a->av + L->ms_bins)) return 0;       /* initial_top: never used */
-        if ((uint32_t)ptmd_rd64(w, a->av + L->ms_flags) & PTMD_NONCONTIGUOUS_BIT) return noncontiguous_heaps(w, a, err);
+        if ((uint32_t)ptmd_mapped_word(w, a->av + L->ms_flags) & PTMD_NONCONTIGUOUS_BIT) return noncontiguous_heaps(w, a, err);
         if (!start) {
             m = ptmd_maps_find(&w->maps, a->top);
             start = m ? m->start : a->top;
@@ -193,13 +195,13 @@ int ptmd_arena_collect_heaps(ptmd_walk *w, ptmd_arena_ctx *a, ptmd_err *err)
                 a->heaps_broken = 1;
                 break;
             }
-            size = ptmd_rd64(w, h + L->hi_size);
-            prev = ptmd_rd64(w, h + L->hi_prev);
+            size = ptmd_mapped_word(w, h + L->hi_size);
+            prev = ptmd_mapped_word(w, h + L->hi_prev);
             hr = new_heap(w, a, PTMD_HEAP_MMAP_HEAP, h, h + size);
             if (!hr) return ptmd_fail_sys(err, errno, "heap table", "mmap");
             hr->reserved_end = h + w->heap_max;
             hr->prev = prev;
-            hr->mprotect_size = ptmd_rd64(w, h + L->hi_mprotect_size);
+            hr->mprotect_size = ptmd_mapped_word(w, h + L->hi_mprotect_size);
             n++;
             h = prev;
         }
@@ -233,7 +235,7 @@ int ptmd_arena_ok(ptmd_walk *w, uintptr_t av)
     if (!av || (av & 7) || n > sizeof(head)) return 0;
     h = av - L->hi_size_total;
     if ((h & (w->heap_max - 1)) != 0) return 0;
-    if (ptmd_walk_read(w, h, head, n) != 0) return 0;
+    if (ptmd_guarded_copy(w, h, head, n) != 0) return 0;
     memcpy(&ar, head + L->hi_ar_ptr, 8);
     return ar == av;
 }
@@ -255,7 +257,7 @@ int ptmd_arena_ring(ptmd_walk *w, int record)
     for (;;) {
         uint64_t next;
         if (ptmd_buf_append(&w->ring, &av, sizeof(av)) != 0) return -1;
-        next = ptmd_rd64(w, av + w->L->ms_next);
+        next = ptmd_mapped_word(w, av + w->L->ms_next);
         if (next == w->lc->main_arena) return 0;
         if (!ptmd_arena_ok(w, next)) {
             if (record) ptmd_walk_anomaly(w, PTMD_AN_BAD_POINTER, next, PTMD_BUF_COUNT(&w->ring, uint64_t), PTMD_NO_ARENA);
@@ -278,7 +280,7 @@ int ptmd_walk_validate(ptmd_walk *w, ptmd_err *err)
     const ptmd_libc *lc = w->lc;
     const char *what = validate_once(w);
     ptmd_err ignored;
-    if (what && w->src.kind == PTMD_SOURCE_SELF && ptmd_maps_load(&w->maps, &ignored) == 0) what = validate_once(w);
+    if (what && ptmd_source_maps_again(&w->src, &w->maps, &ignored) > 0) what = validate_once(w);
     if (!what) return 0;
     if (lc->layout_assumed)
         return ptmd_fail(err, PTMD_E_LIBC,
@@ -306,8 +308,8 @@ static const char *validate_once(ptmd_walk *w)
         what = "main_arena is not inside libc's writable segment";
         goto fail;
     }
-    top = ptmd_rd64(w, av + L->ms_top);
-    system_mem = ptmd_rd64(w, av + L->ms_system_mem);
+    top = ptmd_mapped_word(w, av + L->ms_top);
+    system_mem = ptmd_mapped_word(w, av + L->ms_system_mem);
     if (top != ptmd_initial_top(av + L->ms_bins)) {     /* initial_top means the main arena was never used */
         if ((top & PTMD_MALLOC_ALIGN_MASK) || !ptmd_maps_readable(&w->maps, top, 16)) {
             what = "main_arena.top does not point at readable memory";
@@ -326,7 +328,7 @@ static const char *validate_once(ptmd_walk *w)
         }
         /* once non-contiguous, top may lie in a region mmapped below the break */
         if (w->have_mp && w->sbrk_base && w->sbrk_base > top &&
-            !((uint32_t)ptmd_rd64(w, av + L->ms_flags) & PTMD_NONCONTIGUOUS_BIT)) {
+            !((uint32_t)ptmd_mapped_word(w, av + L->ms_flags) & PTMD_NONCONTIGUOUS_BIT)) {
             what = "mp_.sbrk_base does not precede main_arena.top";
             goto fail;
         }

@@ -9,6 +9,7 @@
  * rings. A list found broken marks the walk's lists_unsafe: glibc's malloc_info() and mallinfo2()
  * would follow it blindly. Nothing here calls malloc. */
 #define _GNU_SOURCE
+#include "capture/bins.h"
 #include "capture/arena.h"
 
 #include <errno.h>
@@ -178,8 +179,8 @@ static int large_entry(ptmd_walk *w, const ptmd_arena_ctx *a, uint64_t p, uint64
     if (!ptmd_in_arena(w, a, p, PTMD_MCHUNK_BK_NEXTSIZE + 8)) return 0;
     f[0] = ptmd_chunksize(ptmd_mchunk_size(w, p));
     f[1] = ptmd_chunk_fd(w, p);
-    f[2] = ptmd_rd64(w, p + PTMD_MCHUNK_FD_NEXTSIZE);
-    f[3] = ptmd_rd64(w, p + PTMD_MCHUNK_BK_NEXTSIZE);
+    f[2] = ptmd_mapped_word(w, p + PTMD_MCHUNK_FD_NEXTSIZE);
+    f[3] = ptmd_mapped_word(w, p + PTMD_MCHUNK_BK_NEXTSIZE);
     return 1;
 }
 

@@ -1,74 +1,9 @@
-/* One dump from start to finish: locate, validate, capture glibc's own counters, walk, write. */
+/* One dump in process from start to finish: locate, validate, walk, capture glibc's own counters,
+ * write (capture/dump.c); the entry points of the others are dump_outside.h and dump_fork.h. */
 #ifndef PTMD_DUMP_H
 #define PTMD_DUMP_H
 
-#include "format/view.h"
-#include "capture/mappings.h"
-#include "capture/walk.h"
-#include "capture/writer.h"
-#include <stdio.h>
-
-/* What the Ruby pass collected (before the malloc walk; mmap-backed). */
-typedef struct {
-    int present;
-    ptmd_ruby_meta meta;
-    ptmd_buf pages;                 /* ptmd_ruby_page */
-    ptmd_buf objects;               /* ptmd_ruby_object */
-    ptmd_buf words;                 /* uint64 */
-    ptmd_buf names;                 /* serialized RUBY_NAMES entries */
-    uint64_t n_names;
-    ptmd_gc_rec gc;                 /* GC.stat's counts, taken with the pass */
-    ptmd_buf code;                  /* ptmd_ruby_code, by address (capture/ruby_code.c); empty when skipped */
-    ptmd_buf code_names;            /* serialized RUBY_CODE_NAMES entries */
-    uint64_t n_code_names;
-    int code_present;
-    uint64_t page_size;             /* ptmd_ruby_heap_page_size (): pages recognised by their structure */
-} ptmd_ruby_data;
-
-/* glibc's malloc_info() and mallinfo2() after the walk: never, always, or (auto) when the arenas'
- * bins and fastbins hold at most PTMD_ORACLES_AUTO_MAX_ENTRIES chunks, and always in a fork
- * snapshot's child, whose time is no pause of the process dumped. Each call follows every one of those
- * chunks again, one wait on memory a step (about 0.15 us each on this machine): the limit keeps the two
- * calls near 30 ms. */
-enum { PTMD_ORACLES_OFF = 0, PTMD_ORACLES_AUTO = 1, PTMD_ORACLES_ON = 2 };
-#define PTMD_ORACLES_AUTO_MAX_ENTRIES 100000
-
-typedef struct {
-    const char *path;
-    const char *debug_dir;          /* NULL: PTMALLOC_DUMP_DEBUG_DIR or /usr/lib/debug */
-    int symbols;                    /* PTMD_SYMBOLS_* */
-    const char *const *strings;     /* extra key, value, key, value, ..., NULL for the strings section */
-    int references;                 /* scan in-use chunks for pointers to other chunks */
-    int oracles;                    /* PTMD_ORACLES_*: whether malloc_info() and mallinfo2() follow the walk */
-    int fork_child;                 /* this is the child of a fork snapshot */
-    int report_stderr;              /* fork: nobody waits for the child, which says on stderr why it failed */
-    int trim_check;                 /* after the walk: malloc_trim(0), and measure what it released */
-} ptmd_dump_opts;
-
-typedef struct {
-    ptmd_walk w;
-    ptmd_meta meta;
-    ptmd_mallinfo2_rec mallinfo2;
-    int mallinfo_exact;             /* 0: glibc < 2.33, mallinfo()'s low 32 bits only */
-    const char *malloc_info;        /* the process-wide capture buffer */
-    size_t malloc_info_len;
-    ptmd_buf strings;
-    ptmd_writer writer;
-    ptmd_ruby_data ruby;            /* filled by the caller before ptmd_dump_run, if wanted */
-    ptmd_buf trim;                  /* uint64 per arena: resident bytes malloc_trim(0) released */
-    int snapshot;                   /* written by a fork snapshot child */
-    const ptmd_walk *parent;        /* a snapshot child's: the parent's walk, with its thread list */
-    ptmd_mappings mappings;         /* smaps and VmRSS at the capture (a snapshot's: its parent's) */
-    const ptmd_mappings *parent_mappings;   /* a snapshot child's: read by the parent before the fork */
-    ptmd_buf ruby_rss;              /* uint64 per Ruby page: resident bytes of its body */
-    ptmd_libc *target_lc;           /* another process's libc (mmapped), NULL for this process */
-    ptmd_source_rec source;         /* where another process's dump came from (the SOURCE section) */
-    int has_source;
-    ptmd_snapshot_rec snap;         /* a fork snapshot: what its parent paused for (the SNAPSHOT section) */
-    uint64_t snap_start;            /* ptmd_now_ns() when the parent's dump call began */
-    int has_snapshot;
-    char ruby_problem[320];         /* a snapshot child's: why its Ruby pass recorded nothing ("" if it did) */
-} ptmd_dump_state;
+#include "capture/dump_state.h"
 
 /* Prepares a zeroed state (file descriptors closed). Call before ptmd_dump_run or ptmd_dump_fork. */
 void ptmd_dump_init(ptmd_dump_state *d);
@@ -78,40 +13,12 @@ void ptmd_dump_init(ptmd_dump_state *d);
 void ptmd_dump_setup(void);
 /* Runs a whole dump into `path`. d must come from ptmd_dump_init; release it with ptmd_dump_release. */
 int ptmd_dump_run(ptmd_dump_state *d, const ptmd_dump_opts *opts, ptmd_err *err);
-/* A dump of another process (pid) into opts->path: libc located from its mappings, its memory copied
- * while it is stopped (outside.c), then walked; no Ruby pass, no references, no glibc counters. d must
- * come from ptmd_dump_init; release it with ptmd_dump_release. */
-int ptmd_dump_process(ptmd_dump_state *d, const ptmd_dump_opts *opts, int pid, ptmd_err *err);
-/* A dump of the process a core file was written from (gcore, or the kernel's): the same as of a live
- * process, read from the core's segments; no residency either. */
-int ptmd_dump_core(ptmd_dump_state *d, const ptmd_dump_opts *opts, const char *core, ptmd_err *err);
-/* Fork snapshot: forks; the child runs the Ruby pass on its copy when ruby_in_child is set (else d's
- * Ruby data is the parent's, recorded before), then ptmd_dump_run for each of opts[0..n_opts) on the
- * same frozen heap (sharing that Ruby data), and _exits (status 0 on success; on failure it writes the
- * error to the pipe first). The parent gets the child's pid and the pipe's read end. d->snap_start
- * and d->snap's parent figures are the caller's. */
-int ptmd_dump_fork(ptmd_dump_state *d, const ptmd_dump_opts *opts, size_t n_opts, int ruby_in_child, int *pid_out,
-                   int *errfd_out, ptmd_err *err);
-
-/* ruby_heap.c, the Ruby pass (the one capture file that reads Ruby's heap through Ruby's API): it
- * looks up the internal functions it needs at load (ptmd_ruby_heap_init); the NULL-terminated list
- * of those this Ruby lacks; and the pass itself, which fills rd and raises on failure. */
-void ptmd_ruby_heap_init(void);
-const char *const *ptmd_ruby_functions_missing(void);
-void ptmd_ruby_pass(ptmd_ruby_data *rd);
-/* Whether the pass can find the pages by their structure alone (their layout was learned at load, and
- * garbage a pending lazy sweep left can be told from the live), as a snapshot's child must. */
-int ptmd_ruby_pass_by_structure_possible(void);
-/* The pass in a fork snapshot's child, on the copy of its parent's memory: by structure only, raising
- * nothing; -1 with the reason in why when the pages found do not hold every live object. */
-int ptmd_ruby_pass_in_copy(ptmd_ruby_data *rd, char *why, size_t cap);
-/* The size (and alignment) of Ruby's object page bodies, 0 when this Ruby does not say. */
-uint64_t ptmd_ruby_heap_page_size(void);
-/* Marks rd's GC record as taken right after a full GC the dump ran itself (gc: true). */
-void ptmd_ruby_pass_after_full_gc(ptmd_ruby_data *rd);
-
-/* The dump's records as a view (valid until release). */
-void ptmd_dump_view(const ptmd_dump_state *d, ptmd_view *v);
 void ptmd_dump_release(ptmd_dump_state *d);
+
+/* Every entry point's first and last step: one dump at a time in this process (PTMD_E_BUSY
+ * otherwise); at the end, a file not finished is removed and the target let go. ptmd_dump_end
+ * returns rc. */
+int ptmd_dump_begin(ptmd_err *err);
+int ptmd_dump_end(ptmd_dump_state *d, int rc);
 
 #endif

@@ -4,7 +4,9 @@
 #include "capture/locate.h"
 #include "format/crc32.h"
 #include "capture/elfread.h"
-#include "capture/source.h"
+#include "capture/locate_heuristic.h"
+#include "capture/source_core.h"
+#include "capture/source_ptrace.h"
 #include "format/format.h"
 
 #include <dlfcn.h>
@@ -392,8 +394,7 @@ static int process_segments(ptmd_source *src, const ptmd_elf_file *f, ptmd_libc 
         }
         if (ph.p_type == PT_NOTE && ph.p_filesz > 0 && ph.p_filesz <= 4096 && !lc->build_id_len) {
             unsigned char notes[4096];
-            int got = src->kind == PTMD_SOURCE_PID ? ptmd_source_read_live(src, lo, notes, ph.p_filesz)
-                                                   : ptmd_source_read(src, lo, notes, ph.p_filesz);
+            int got = ptmd_source_read_now(src, lo, notes, ph.p_filesz);
             if (got == 0)
                 lc->build_id_len = ptmd_elf_notes_build_id(notes, ph.p_filesz, lc->build_id, sizeof(lc->build_id));
         }
@@ -450,7 +451,7 @@ static int locate_outside(ptmd_libc *lc, ptmd_source *src, const ptmd_maps *maps
     /* by structure: main_arena through its relocation, mp_ by its consistency, tcaches by theirs */
     if (!rc && symbols != PTMD_SYMBOLS_FILE) {
         /* a running process: libc's writable data read once, since the search reads it word by word */
-        if (src->kind == PTMD_SOURCE_PID) ptmd_source_live_region(src, lc->rw_start & ~(uint64_t)4095, lc->rw_end);
+        ptmd_source_hold_range(src, lc->rw_start & ~(uint64_t)4095, lc->rw_end);
         rc = ptmd_locate_heuristic_in(lc, src, maps);
     }
     if (!rc) {

@@ -71,12 +71,6 @@ struct ptmd_source;
 int ptmd_locate_core(struct ptmd_source *core, const ptmd_maps *maps, const char *core_path, const char *debug_dir,
                      int symbols, ptmd_libc *lc, ptmd_err *err);
 
-/* The symbol-free strategy (locate_heuristic.c): 1 when found. */
-int ptmd_locate_heuristic(ptmd_libc *lc, ptmd_err *err);
-/* The same in another process's memory (a running one read in place, or a core) with its mappings:
- * mp_ without glibc's counters to match (they cannot be taken there), by its own consistency. */
-int ptmd_locate_heuristic_in(ptmd_libc *lc, struct ptmd_source *mem, const ptmd_maps *maps);
-
 /* Fails with PTMD_E_ALLOCATOR when malloc in this process is not glibc's. May call malloc. */
 int ptmd_check_allocator(const ptmd_libc *lc, ptmd_memreader *mem, ptmd_err *err);
 

@@ -17,11 +17,12 @@
  * Field offsets come from the version's layout and are confirmed by these structural checks; a glibc
  * newer than the table is tried with the newest layout and accepted only if they pass. */
 #define _GNU_SOURCE
-#include "capture/locate.h"
+#include "capture/locate_heuristic.h"
 #include "capture/elfread.h"
 #include "format/format.h"
 #include "capture/procfs.h"
-#include "capture/source.h"
+#include "capture/mallinfo.h"
+#include "capture/source_self.h"
 
 #include <malloc.h>
 #include <string.h>

@@ -1,7 +1,7 @@
 /* glibc's own counters, as exact as the running glibc gives them: mallinfo2() (2.33 and later) has
  * size_t fields; older glibc has only mallinfo(), whose int fields keep the low 32 bits. */
+#include "capture/mallinfo.h"
 #include "format/ptmd.h"
-#include "format/format.h"
 
 #include <malloc.h>
 

@@ -11,7 +11,7 @@
  * an aligned header can be holds one that describes the same mapping. */
 #define _GNU_SOURCE
 #include "capture/ruby_pages.h"
-#include "capture/walk.h"
+#include "capture/mmapped.h"
 #include "format/index.h"
 
 #include <errno.h>
@@ -105,9 +105,9 @@ static int in_ruby_page(ptmd_walk *w, uint64_t addr)
     size_t i;
     if (!w->ruby_page_size) return 0;
     body = addr & ~(w->ruby_page_size - 1);
-    if (ptmd_walk_read(w, body, &page, sizeof(page)) != 0 || !ptmd_ruby_page_record_ok(page, body, w->ruby_page_size))
+    if (ptmd_guarded_copy(w, body, &page, sizeof(page)) != 0 || !ptmd_ruby_page_record_ok(page, body, w->ruby_page_size))
         return 0;
-    if (ptmd_walk_read(w, page, words, sizeof(words)) != 0) return 0;
+    if (ptmd_guarded_copy(w, page, words, sizeof(words)) != 0) return 0;
     for (i = 0; i < PTMD_RUBY_RECORD_WORDS; i++)
         if (words[i] >= body && words[i] - body <= PTMD_RUBY_FIRST_SLOT_MAX) return 1;
     return 0;
@@ -165,7 +165,7 @@ static uint64_t own_header(ptmd_walk *w, uint64_t block, const uintptr_t *cand, 
     uint64_t hdrs[64][2], t;
     unsigned char ok[64];
     size_t i;
-    ptmd_walk_read_many(w, cand, k, 16, hdrs, ok);
+    ptmd_guarded_copy_many(w, cand, k, 16, hdrs, ok);
     for (i = 0; i < k; i++)
         if (ok[i] && base_offset(w, hdrs[i][0]) == cand[i] - block &&
             (t = valid_header(w, cand[i], hdrs[i], vs, ve)) != 0) {
@@ -190,7 +190,7 @@ static uint64_t aligned_header(ptmd_walk *w, uint64_t block, uint64_t *total, ui
     for (i = 0; i < n; i++) {
         uint8_t pf = 0;
         uint64_t page = cand[i] & ~(uint64_t)(w->page_size - 1);
-        if (page == block || (ptmd_pagemap_read(&w->pagemap, page, 1, &pf) == 0 &&
+        if (page == block || (ptmd_source_pages(&w->src, page, 1, &pf) == 0 &&
                               (pf & (PTMD_PAGE_PRESENT | PTMD_PAGE_SWAPPED))))
             cand[k++] = cand[i];
     }
@@ -202,14 +202,14 @@ static uint64_t aligned_header(ptmd_walk *w, uint64_t block, uint64_t *total, ui
      * lead after the mapping is made but alloc_perturb (the whole request, one byte repeated), so a
      * mapping whose first user bytes are not one byte repeated is block's own chunk: its pages are
      * not swept. */
-    if (ptmd_walk_read(w, block + PTMD_CHUNK_HDR_SZ, f, 16) != 0) return block;
+    if (ptmd_guarded_copy(w, block + PTMD_CHUNK_HDR_SZ, f, 16) != 0) return block;
     for (i = 1; i < 16; i++)
         if (f[i] != f[0]) return block;
     last = *total / w->page_size;
     if (last > (ve - block) / w->page_size) last = (ve - block) / w->page_size;
     for (m = 1; m <= last; m += n) {
         n = last - m + 1 < 64 ? (size_t)(last - m + 1) : 64;
-        if (ptmd_pagemap_read(&w->pagemap, block + (m - 1) * w->page_size, n, f) != 0) break;
+        if (ptmd_source_pages(&w->src, block + (m - 1) * w->page_size, n, f) != 0) break;
         for (i = 0, k = 0; i < n; i++)
             if (f[i] & (PTMD_PAGE_PRESENT | PTMD_PAGE_SWAPPED))
                 cand[k++] = block + (m + i) * w->page_size - PTMD_CHUNK_HDR_SZ;
@@ -233,13 +233,13 @@ static int scan_mapping(ptmd_walk *w, uint64_t vs, uint64_t ve, const ptmd_buf *
         uint64_t jump = 0;
         if (npages > PTMD_SCAN_WINDOW) npages = PTMD_SCAN_WINDOW;
         if (npages == 0) break;
-        ptmd_pagemap_read(&w->pagemap, pos, npages, flags);
+        ptmd_source_pages(&w->src, pos, npages, flags);
         for (i = 0; i < npages; i++) {
             uint64_t p = pos + i * w->page_size;
             if ((flags[i] & (PTMD_PAGE_PRESENT | PTMD_PAGE_SWAPPED)) && !excluded(ex, p, p + w->page_size))
                 addrs[n++] = p;
         }
-        ptmd_walk_read_many(w, addrs, n, 16, hdrs, ok);
+        ptmd_guarded_copy_many(w, addrs, n, 16, hdrs, ok);
         for (i = 0; i < n && !jump; i++) {
             uint64_t total, q;
             if (!ok[i]) continue;
@@ -263,7 +263,7 @@ static int scan_mapping(ptmd_walk *w, uint64_t vs, uint64_t ve, const ptmd_buf *
                 uint64_t sh[N_ALIGNED][2];
                 unsigned char sok[N_ALIGNED];
                 for (k = 0; k < N_ALIGNED; k++) sub[k] = addrs[i] + aligned_offsets[k];
-                ptmd_walk_read_many(w, sub, N_ALIGNED, 16, sh, sok);
+                ptmd_guarded_copy_many(w, sub, N_ALIGNED, 16, sh, sok);
                 for (k = 0; k < N_ALIGNED; k++) {
                     if (sok[k] && base_offset(w, sh[k][0]) && (total = valid_header(w, sub[k], sh[k], vs, ve))) {
                         uint64_t block = sub[k] - base_offset(w, sh[k][0]);
@@ -315,7 +315,7 @@ int ptmd_walk_mmapped(ptmd_walk *w, ptmd_err *err)
     ptmd_buf ex = { 0 };
     uint64_t found = 0, bytes = 0, lo;
     /* the process dumped: a snapshot child describes its parent */
-    uint32_t pid = (uint32_t)(w->src.kind != PTMD_SOURCE_SELF ? w->src.pid : w->given_threads ? getppid() : getpid());
+    uint32_t pid = (uint32_t)(!w->src.in_place ? w->src.pid : w->given_threads ? getppid() : getpid());
     size_t i, n;
     int rc = -1;
 
@@ -338,16 +338,16 @@ int ptmd_walk_mmapped(ptmd_walk *w, ptmd_err *err)
         uint64_t t = PTMD_BUF_AT(&w->threads, ptmd_thread_rec, i)->pthread;
         if (t && add_range(&ex, t, t + 1) != 0) goto oom;
     }
-    if (w->src.kind == PTMD_SOURCE_SELF) {
+    if (w->src.in_place) {
         /* the dump's own buffers, in this process only: another's memory at those addresses is its own */
         const ptmd_buf *own[] = { PTMD_WALK_BUFFERS(w), &w->maps.text, &w->maps.maps, &ex };
         for (i = 0; i < sizeof(own) / sizeof(own[0]); i++)
             if (own[i]->base && add_range(&ex, (uint64_t)(uintptr_t)own[i]->base,
                                           (uint64_t)(uintptr_t)own[i]->base + own[i]->cap) != 0)
                 goto oom;
-        if (w->pagemap.entries &&
-            add_range(&ex, (uint64_t)(uintptr_t)w->pagemap.entries,
-                      (uint64_t)(uintptr_t)w->pagemap.entries + w->pagemap.cap * 8) != 0)
+        if (w->src.pagemap.entries &&
+            add_range(&ex, (uint64_t)(uintptr_t)w->src.pagemap.entries,
+                      (uint64_t)(uintptr_t)w->src.pagemap.entries + w->src.pagemap.cap * 8) != 0)
             goto oom;
     }
     n = PTMD_BUF_COUNT(&w->exclude, range);
@@ -357,7 +357,7 @@ int ptmd_walk_mmapped(ptmd_walk *w, ptmd_err *err)
     }
     ranges_sort(&ex);
     /* mappings as they are now (the walk's own scratch has been mapped since prepare) */
-    if (w->src.kind == PTMD_SOURCE_SELF && ptmd_maps_load(&w->maps, err) != 0) goto out;
+    if (ptmd_source_maps_again(&w->src, &w->maps, err) < 0) goto out;
     for (i = 0; i < w->maps.count; i++) {
         const ptmd_map *m = PTMD_BUF_AT(&w->maps.maps, ptmd_map, i);
         if (m->kind != PTMD_MAPKIND_ANON) continue;

@@ -5,6 +5,8 @@
  * and the arena is never walked while it is held. Nothing here calls malloc. */
 #define _GNU_SOURCE
 #include "capture/outside.h"
+#include "capture/source_copy.h"
+#include "capture/source_ptrace.h"
 
 #include <string.h>
 #include <time.h>
@@ -16,10 +18,10 @@
 #define PTMD_STATIC_TLS_MAX (1ull << 20)
 
 /* Read from the stopped process in place (before anything is copied: its threads are stopped, so
- * nothing changes until they are let go), or from a copy. */
+ * nothing changes until they are let go), or from a core. */
 static int read_target(ptmd_source *s, uint64_t addr, void *dst, size_t len)
 {
-    return s->kind == PTMD_SOURCE_PID ? ptmd_source_read_live(s, addr, dst, len) : ptmd_source_read(s, addr, dst, len);
+    return ptmd_source_read_now(s, addr, dst, len);
 }
 
 uint64_t ptmd_outside_held_arena(ptmd_source *s, const ptmd_libc *lc)
@@ -93,7 +95,7 @@ static int on_ring(ptmd_walk *w, const ptmd_libc *lc, uint64_t a)
     size_t n = 0;
     do {
         if (av == a) return 1;
-        av = ptmd_rd64(w, av + lc->layout->ms_next);
+        av = ptmd_mapped_word(w, av + lc->layout->ms_next);
     } while (av && av != lc->main_arena && ++n < PTMD_RING_MAX);
     return 0;
 }
@@ -103,22 +105,23 @@ static int on_ring(ptmd_walk *w, const ptmd_libc *lc, uint64_t a)
  * below the thread pointer. glibc: sysdeps/x86_64/nptl/tls.h, elf/dl-tls.c (allocate_dtv). */
 int ptmd_outside_tls(ptmd_walk *w, ptmd_libc *lc)
 {
-    const ptmd_source *s = &w->src;
-    int pass, i;
+    const int *tids;
+    const uint64_t *fs_base;
+    int pass, i, n_tids = ptmd_source_threads(&w->src, &tids, &fs_base);
     if (lc->thread_arena_tls < 0 || !lc->tls_size) return 0;
     /* the main thread first: its thread_arena is main_arena once it has allocated */
     for (pass = 0; pass < 2; pass++)
-        for (i = 0; i < s->n_tids; i++) {
-            uint64_t tp = s->fs_base[i], dtv, n, m;
-            if (!tp || (pass == 0) != (s->tids[i] == s->pid)) continue;
-            dtv = ptmd_rd64(w, tp + 8);
+        for (i = 0; i < n_tids; i++) {
+            uint64_t tp = fs_base[i], dtv, n, m;
+            if (!tp || (pass == 0) != (tids[i] == w->src.pid)) continue;
+            dtv = ptmd_mapped_word(w, tp + 8);
             if (!dtv || (dtv & 7)) continue;
-            n = ptmd_rd64(w, dtv - 16);
+            n = ptmd_mapped_word(w, dtv - 16);
             if (n > PTMD_DTV_MAX) continue;
             for (m = 1; m <= n; m++) {
-                uint64_t val = ptmd_rd64(w, dtv + 16 * m), ar;
+                uint64_t val = ptmd_mapped_word(w, dtv + 16 * m), ar;
                 if (!val || val == UINT64_MAX || val >= tp || tp - val > PTMD_STATIC_TLS_MAX) continue;
-                ar = ptmd_rd64(w, val + (uint64_t)lc->thread_arena_tls);
+                ar = ptmd_mapped_word(w, val + (uint64_t)lc->thread_arena_tls);
                 if (ar && on_ring(w, lc, ar)) {
                     lc->tls_offset = tp - val;
                     return 1;

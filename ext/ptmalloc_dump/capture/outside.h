@@ -2,7 +2,7 @@
 #ifndef PTMD_OUTSIDE_H
 #define PTMD_OUTSIDE_H
 
-#include "capture/walk.h"
+#include "capture/walk_ctx.h"
 
 /* Stops every thread of pid, reads its mappings into w->maps and copies what the walk reads into
  * w->src, and lets it run again. While an arena's mutex is held (read before the copy) it is let go for

@@ -1,7 +1,6 @@
 /* /proc/self readers built on open/read/pread and raw syscalls only: safe to run during the walk. */
 #define _GNU_SOURCE
 #include "capture/procfs.h"
-#include "capture/source.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -41,6 +40,37 @@ int ptmd_read_file(const char *path, ptmd_buf *out, size_t step, ptmd_err *err)
     }
     close(fd);
     return 0;
+}
+
+int ptmd_read_small(const char *path, char *buf, size_t cap)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ssize_t n;
+    if (fd < 0) return -1;
+    n = read(fd, buf, cap - 1);
+    close(fd);
+    if (n < 0) return -1;
+    buf[n] = 0;
+    return 0;
+}
+
+int ptmd_proc_stat(const char *path, char *state, int *ppid)
+{
+    char buf[1024];
+    const char *p;
+    if (ptmd_read_small(path, buf, sizeof(buf)) != 0 || !(p = strrchr(buf, ')')) || p[1] != ' ' || !p[2]) return -1;
+    if (state) *state = p[2];
+    if (ppid) *ppid = p[3] == ' ' ? (int)strtol(p + 4, NULL, 10) : 0;
+    return 0;
+}
+
+int ptmd_proc_parent(int pid)
+{
+    char path[64];
+    int ppid = 0;
+    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+    ptmd_proc_stat(path, NULL, &ppid);
+    return ppid;
 }
 
 uint64_t ptmd_parse_hex(const char **pp, const char *end)
@@ -297,7 +327,6 @@ uint8_t ptmd_pagemap_flags(uint64_t e)
 int ptmd_pagemap_read(ptmd_pagemap *pm, uintptr_t start, size_t npages, uint8_t *out)
 {
     size_t done = 0;
-    if (pm->snap) return ptmd_source_pages(pm->snap, start, npages, out);
     if (pm->fd < 0) {
         /* mincore: one byte per page, bit 0 = resident; cannot see swap or sharing. */
         size_t i;

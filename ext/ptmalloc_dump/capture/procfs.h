@@ -33,6 +33,14 @@ typedef struct {
 
 /* A whole /proc file into out (mmapped scratch grown step bytes at a time): open/read only. */
 int ptmd_read_file(const char *path, ptmd_buf *out, size_t step, ptmd_err *err);
+/* A small /proc file into buf (NUL-terminated, at most cap - 1 bytes): 0, or -1 when unreadable. */
+int ptmd_read_small(const char *path, char *buf, size_t cap);
+/* The state letter and the parent of a /proc/PID/stat or /proc/PID/task/TID/stat ("pid (comm) state
+ * ppid ...": comm may hold anything but ends at the last ')'); either may be NULL. 0, or -1 when it
+ * cannot be read. */
+int ptmd_proc_stat(const char *path, char *state, int *ppid);
+/* The parent of process pid, 0 when unknown. */
+int ptmd_proc_parent(int pid);
 /* A hexadecimal field at *pp (either case); *pp moves past it. */
 uint64_t ptmd_parse_hex(const char **pp, const char *end);
 
@@ -58,10 +66,7 @@ int ptmd_safe_read(ptmd_memreader *r, uintptr_t addr, void *dst, size_t len);
 void ptmd_safe_read_many(ptmd_memreader *r, const uintptr_t *addrs, size_t n, size_t each,
                          void *dst, unsigned char *ok);
 
-struct ptmd_source;
-
 typedef struct {
-    const struct ptmd_source *snap; /* a copy of another process: its residency, taken with the copy */
     int fd;                     /* /proc/self/pagemap, or -1 to use mincore */
     ptmd_residency_source source;
     size_t page_size;

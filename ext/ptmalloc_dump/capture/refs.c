@@ -8,7 +8,8 @@
  * each heap (set where an allocated chunk starts) and, per 64 bits, the index of the first chunk of
  * the heap at or after them, so a chunk's index is that rank plus the bits set below it. */
 #define _GNU_SOURCE
-#include "capture/walk.h"
+#include "capture/refs.h"
+#include "capture/arena.h"
 
 #include <errno.h>
 #include <string.h>
@@ -169,13 +170,13 @@ static int scan_direct(ptmd_walk *w, uint64_t ci, const ptmd_heap_rec *hp)
     if (end > hp->end) end = hp->end;
     const uint64_t *words;
     if (end - p < 2 * ps) {
-        if (!(words = ptmd_walk_ptr(w, p, end - p))) return 0;
+        if (!(words = ptmd_mapped_ptr(w, p, end - p))) return 0;
         return scan_words(w, ci, words, (end - p) / 8);
     }
     while (p + 8 <= end) {
         uint64_t next = (p & ~(ps - 1)) + ps;
         if (next > end) next = end;
-        if (!page_untouched(w, hp, p) && (words = ptmd_walk_ptr(w, p, next - p)) != NULL &&
+        if (!page_untouched(w, hp, p) && (words = ptmd_mapped_ptr(w, p, next - p)) != NULL &&
             scan_words(w, ci, words, (next - p) / 8) != 0)
             return -1;
         p = next;
@@ -193,7 +194,7 @@ static int scan_safe(ptmd_walk *w, uint64_t ci, const ptmd_heap_rec *hp)
         if (n > PTMD_REFS_BLOCK) n = PTMD_REFS_BLOCK;
         if (n * 8 > (p & ~(ps - 1)) + ps - p) n = ((p & ~(ps - 1)) + ps - p) / 8;   /* a page at a time */
         if (!page_untouched(w, hp, p)) {
-            if (ptmd_walk_read(w, p, buf, n * 8) != 0) return 0;   /* unmapped meanwhile */
+            if (ptmd_guarded_copy(w, p, buf, n * 8) != 0) return 0;   /* unmapped meanwhile */
             for (k = 0; k < n; k++)
                 if (add_ref(w, ci, buf[k]) != 0) return -1;
         }
@@ -220,7 +221,7 @@ int ptmd_walk_references(ptmd_walk *w, ptmd_err *err)
 {
     size_t a, na = PTMD_BUF_COUNT(&w->arenas, ptmd_arena_rec), nh = PTMD_BUF_COUNT(&w->heaps, ptmd_heap_rec), h;
     uint64_t t0 = ptmd_now_ns();
-    const int self = w->src.kind == PTMD_SOURCE_SELF;
+    const int self = w->src.in_place;
     if (!w->references) return 0;
     if (ptmd_walk_build_chunk_map(w) != 0) return ptmd_fail_sys(err, errno, "chunk map", "mmap");
     for (a = 0; a < na; a++) {

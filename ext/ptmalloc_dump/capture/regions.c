@@ -15,6 +15,7 @@
  * malloc.
  * glibc: malloc/malloc.c, sysmalloc and sysmalloc_mmap_fallback (2.27 .. 2.43). */
 #define _GNU_SOURCE
+#include "capture/regions.h"
 #include "capture/arena.h"
 #include "format/index.h"
 
@@ -71,11 +72,11 @@ static int read_header(cursor *c, uint64_t p, uint64_t hdr[2])
 {
     uint64_t base = p & ~(uint64_t)(WINDOW - 1);
     if ((p >= c->known_start && p < c->known_end && c->known_end - p >= PTMD_CHUNK_HDR_SZ) || known_region(c, p)) {
-        return ptmd_walk_get(c->w, p, hdr, 16);
+        return ptmd_mapped_copy(c->w, p, hdr, 16);
     }
     if (base != c->base) {
         c->base = 1;
-        if (ptmd_walk_read(c->w, base, c->buf, WINDOW) != 0) return -1;
+        if (ptmd_guarded_copy(c->w, base, c->buf, WINDOW) != 0) return -1;
         c->base = base;
     }
     memcpy(hdr, c->buf + (p - base), 16);
@@ -133,13 +134,13 @@ static int own_memory(const ptmd_walk *w, uint64_t p)
 {
     const ptmd_buf *own[] = { PTMD_WALK_BUFFERS(w), &w->maps.text, &w->maps.maps };
     size_t i;
-    if (w->src.kind != PTMD_SOURCE_SELF) return 0;      /* another process's memory: none of it is ours */
+    if (!w->src.in_place) return 0;      /* another process's memory: none of it is ours */
     for (i = 0; i < sizeof(own) / sizeof(own[0]); i++) {
         uint64_t b = (uint64_t)(uintptr_t)own[i]->base;
         if (b && p >= b && p < b + own[i]->cap) return 1;
     }
-    return w->pagemap.entries && p >= (uint64_t)(uintptr_t)w->pagemap.entries &&
-           p < (uint64_t)(uintptr_t)w->pagemap.entries + w->pagemap.cap * 8;
+    return w->src.pagemap.entries && p >= (uint64_t)(uintptr_t)w->src.pagemap.entries &&
+           p < (uint64_t)(uintptr_t)w->src.pagemap.entries + w->src.pagemap.cap * 8;
 }
 
 static int add_region(ptmd_walk *w, ptmd_arena_ctx *a, const ptmd_map *m, uint64_t start, uint64_t end)
@@ -172,14 +173,14 @@ static int scan_extent(ptmd_walk *w, ptmd_arena_ctx *a, cursor *c, size_t mi, ui
         if (npages > SCAN_PAGES) npages = SCAN_PAGES;
         if (npages == 0) break;
         next = pos + npages * w->page_size;
-        ptmd_pagemap_read(&w->pagemap, pos, npages, flags);
+        ptmd_source_pages(&w->src, pos, npages, flags);
         for (i = 0; i < npages; i++) {
             uint64_t p = pos + i * w->page_size;
             if ((flags[i] & (PTMD_PAGE_PRESENT | PTMD_PAGE_SWAPPED)) && !own_memory(w, p) &&
                 !(p >= c->brk_start && p < c->brk_end) && past_known(p, page_mask) == p)
                 addrs[n++] = p;
         }
-        ptmd_walk_read_many(w, addrs, n, 16, hdrs, ok);
+        ptmd_guarded_copy_many(w, addrs, n, 16, hdrs, ok);
         for (i = 0; i < n; i++) {
             uint64_t end;
             if (!ok[i] || addrs[i] < pos || hdrs[i][0] != 0 || (hdrs[i][1] & PTMD_SIZE_BITS) != PTMD_PREV_INUSE ||
@@ -209,7 +210,7 @@ int ptmd_main_regions(ptmd_walk *w, ptmd_arena_ctx *a, ptmd_err *err)
     uint64_t reached = 0;
     size_t i;
     /* the regions found are this process's: another's search starts afresh and is not kept */
-    if (w->src.kind != PTMD_SOURCE_SELF) known.len = 0;
+    if (!w->src.in_place) known.len = 0;
     c.w = w;
     c.base = 1;
     c.brk_start = c.brk_end = c.known_start = c.known_end = 0;
@@ -239,7 +240,7 @@ int ptmd_main_regions(ptmd_walk *w, ptmd_arena_ctx *a, ptmd_err *err)
     }
     ptmd_sort(PTMD_W_HEAP(w, a->first_heap), a->n_heaps, sizeof(ptmd_heap_rec), by_start, NULL);
     known.len = 0;
-    for (i = 0; w->src.kind == PTMD_SOURCE_SELF && i < a->n_heaps; i++) {
+    for (i = 0; w->src.in_place && i < a->n_heaps; i++) {
         const ptmd_heap_rec *h = PTMD_W_HEAP(w, a->first_heap + i);
         uint64_t r[2] = { h->start, h->end };
         if (ptmd_buf_append(&known, r, sizeof(r)) != 0) goto oom;

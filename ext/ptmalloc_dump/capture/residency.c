@@ -1,6 +1,6 @@
-/* The page residency of every heap and mmapped chunk the walk found (procfs.c reads pagemap). */
+/* The page residency of every heap and mmapped chunk the walk found, as the source gives it. */
 #define _GNU_SOURCE
-#include "capture/walk.h"
+#include "capture/residency.h"
 
 #include <errno.h>
 
@@ -20,7 +20,7 @@ int ptmd_walk_residency(ptmd_walk *w, ptmd_err *err)
     w->pages.len = total;
     for (i = 0; i < n; i++) {
         const ptmd_heap_rec *h = PTMD_W_HEAP(w, i);
-        if (h->n_pages) ptmd_pagemap_read(&w->pagemap, h->page_base, h->n_pages, w->pages.base + h->first_page);
+        if (h->n_pages) ptmd_source_pages(&w->src, h->page_base, h->n_pages, w->pages.base + h->first_page);
     }
     return 0;
 }

@@ -16,7 +16,8 @@
  * (which point at free chunks only) anchor nothing. Every read is fault-free; untouched pages
  * (pagemap: neither present nor swapped) hold zeros and are skipped. */
 #define _GNU_SOURCE
-#include "capture/walk.h"
+#include "capture/roots.h"
+#include "capture/refs.h"
 
 #include <errno.h>
 #include <link.h>
@@ -138,7 +139,7 @@ static int dtv_ref(ptmd_walk *w, uint32_t root, uint64_t pthread)
     uint64_t dtv;
     long ci;
     ptmd_root_ref *rr;
-    if (ptmd_walk_read(w, pthread + 8, &dtv, sizeof(dtv)) != 0 || dtv < 16 ||
+    if (ptmd_guarded_copy(w, pthread + 8, &dtv, sizeof(dtv)) != 0 || dtv < 16 ||
         (ci = ptmd_refs_chunk_of_mem(w, dtv - 16)) < 0)
         return 0;
     if (!(rr = ptmd_buf_push(&w->root_refs, sizeof(*rr)))) return -1;
@@ -235,17 +236,17 @@ static int scan_root(ptmd_walk *w, uint32_t root)
         if (!n) break;
         np = (p + n * 8 - 1 - first) / ps + 1;
         if (np > sizeof(flags)) np = sizeof(flags);
-        if (r.kind == PTMD_ROOT_REGISTERS || ptmd_pagemap_read(&w->pagemap, first, np, flags) != 0) any = 1;
+        if (r.kind == PTMD_ROOT_REGISTERS || ptmd_source_pages(&w->src, first, np, flags) != 0) any = 1;
         else
             for (k = 0; k < np; k++) any |= flags[k] & (PTMD_PAGE_PRESENT | PTMD_PAGE_SWAPPED);
         if (any) {
-            if (ptmd_walk_read(w, p, buf, n * 8) == 0) {
+            if (ptmd_guarded_copy(w, p, buf, n * 8) == 0) {
                 if (scan_words(w, root, p, buf, n) != 0) return -1;
             } else {
                 uint64_t q = p, end = p + n * 8;
                 while (q < end) {
                     uint64_t m = ((q & ~(ps - 1)) + ps < end ? (q & ~(ps - 1)) + ps : end) - q;
-                    if (ptmd_walk_read(w, q, buf, m) == 0 && scan_words(w, root, q, buf, m / 8) != 0) return -1;
+                    if (ptmd_guarded_copy(w, q, buf, m) == 0 && scan_words(w, root, q, buf, m / 8) != 0) return -1;
                     q += m;
                 }
             }

@@ -3,10 +3,12 @@
  * iseq leads to its method's (local_iseq). Classes, modules and include classes are their own owner.
  * The objects are noted during the Ruby pass's walk and read after it, with the GVL held and GC
  * disabled, through structures the public headers do not show: their offsets, per Ruby version, are
- * in `layouts` below, and a Ruby that is not there is skipped with a reason. Nothing here allocates:
+ * in capture/ruby_code_layout.c, and a Ruby that is not there is skipped with a reason. Nothing here allocates:
  * names are copied from strings Ruby already holds. Matching objects to chunks happens at load. */
 #include "capture/ruby_code.h"
+#include "capture/ruby_code_layout.h"
 #include "format/index.h"
+#include "format/ptmd.h"
 
 #include <ruby/version.h>
 #include <stdlib.h>
@@ -17,154 +19,14 @@
 #define PTMD_MIN_POINTER 0x10000ull
 #define PTMD_MAX_POINTER 0x800000000000ull
 
-/* A field of rb_vm_t that points at a VM-wide table in malloc memory, and the name it is shown by. */
-typedef struct {
-    const char *name;
-    unsigned offset;
-} vm_field;
-
-/* Ruby 2.7's vm_core.h: no ractors yet, the VM holds its main thread itself (vm.c Init_BareVM
- * allocates it); no method entry caches in the VM. */
-static const vm_field vm_fields_2_7[] = {
-    { "GC object space (page headers, mark bitmaps, finalizer and id tables)", 1152 },
-    { "frozen string table", 1176 },
-    { "loaded features index", 456 },
-    { "loading table", 464 },
-    { "defined module hash", 1144 },
-    { "ensure rollback table", 1016 },
-    { "postponed job buffer", 1024 },
-    { "at_exit list", 1160 },
-    { "main thread", 192 },
-};
-
-/* Ruby 3.1.2's vm_core.h (rb_vm_t; vm.c Init_BareVM allocates the main thread and ractor, gc.c
- * rb_objspace_alloc the object space) */
-static const vm_field vm_fields_3_1[] = {
-    { "GC object space (page headers, mark bitmaps, finalizer and id tables)", 1104 },
-    { "frozen string table", 1120 },
-    { "loaded features index", 440 },
-    { "loading table", 448 },
-    { "defined module hash", 1096 },
-    { "negative method cache", 1144 },
-    { "overloaded method entries", 1152 },
-    { "ensure rollback table", 976 },
-    { "postponed job buffer", 984 },
-    { "at_exit list", 1112 },
-    { "main ractor (GVL, thread list)", 32 },
-    { "main thread", 40 },
-};
-
-/* Ruby 3.3's vm_core.h: the postponed jobs became a queue (vm_trace.c); the VM also holds the call
- * info table and the constant cache (ID to inline caches). */
-static const vm_field vm_fields_3_3[] = {
-    { "GC object space (page headers, mark bitmaps, finalizer and id tables)", 1304 },
-    { "frozen string table", 1320 },
-    { "loaded features index", 632 },
-    { "loading table", 640 },
-    { "defined module hash", 1296 },
-    { "call info table", 1344 },
-    { "constant cache table", 1368 },
-    { "negative method cache", 1352 },
-    { "overloaded method entries", 1360 },
-    { "ensure rollback table", 1176 },
-    { "postponed job queue", 1184 },
-    { "at_exit list", 1312 },
-    { "main ractor (GVL, thread list)", 32 },
-    { "main thread", 40 },
-};
-
-/* Ruby 3.4's vm_core.h: with the modular GC (gc.c over gc/default.c) the VM keeps its object space
- * in vm->gc.objspace, a chunk of its own (rb_gc_impl_objspace_alloc). There is no defined module
- * hash nor ensure rollback table; the new global_object_list (rb_gc_register_address) is a linked
- * list, one chunk a node, not a table, and is left unnamed. */
-static const vm_field vm_fields_3_4[] = {
-    { "GC object space (page headers, mark bitmaps, finalizer and id tables)", 1296 },
-    { "frozen string table", 1320 },
-    { "loaded features index", 640 },
-    { "loading table", 648 },
-    { "call info table", 1336 },
-    { "constant cache table", 1368 },
-    { "negative method cache", 1344 },
-    { "overloaded method entries", 1352 },
-    { "unused block warning table", 1360 },
-    { "postponed job queue", 1184 },
-    { "at_exit list", 1312 },
-    { "main ractor (GVL, thread list)", 32 },
-    { "main thread", 40 },
-};
-
-/* Offsets into Ruby's internal structures (bytes), measured by compiling offsetof against each
- * version's own headers:
- *   rb_method_entry_t {flags, defined_class, def, called_id, owner}           method.h
- *   rb_method_definition_t {type:4 bits ..., body.iseq.iseqptr, ...}          method.h
- *   rb_iseq_t {flags, wrapper, body, aux}                                     vm_core.h
- *   rb_iseq_constant_body {..., location.pathobj, location.first_lineno, ..., local_iseq}  vm_core.h
- *   enum imemo_type (imemo_ment, imemo_iseq)                                  internal/imemo.h (2.7: internal.h)
- *   struct RClass_and_rb_classext_t {rclass, classext.as.singleton_class.attached_object}  internal/class.h
- *   rb_vm_t {self, ...}                                                       vm_core.h
- * with each version's installed config.h (Debian's ruby*-dev) and the type's bits checked by setting
- * the bitfield and reading the first word. Ruby 3.1: 3.1.2's headers (USE_RVARGC 0, the default).
- * Ruby 2.7, 3.3, 3.4: the release headers of 2.7.0, 3.3.5 (3.3.0's give the same offsets) and 3.4.0
- * as the debase-ruby_core_source gem (4.0.1) carries them, with script/ruby_code_offsets.c;
- * code_owners_spec and ruby_heap_spec pass with them on Debian's 2.7.4, 3.3.8 and 3.4.11. What changed by 3.3
- * (3.2 not measured):
- *   location.first_lineno is an int (vm_core.h), no longer a Fixnum VALUE; local_iseq is at 168.
- *   A singleton class keeps its object in its classext (RCLASS_ATTACHED_OBJECT; class.c
- *   rb_class_attached_object), no longer in the ivar __attached__; the classext is embedded after
- *   struct RClass in the class's own slot (internal/class.h RCLASS_EXT).
- *   Debian's libruby exports no ruby_current_vm_ptr: the VM is found through the RubyVM object that
- *   wraps it (vm.c Init_VM), which is rb_vm_t's first field in every version.
- * 3.4: rb_vm_t keeps its object space in vm->gc.objspace (the modular GC); imemo_ment and imemo_iseq
- * are still 6 and 7. */
-typedef struct {
-    int major, minor;
-    int imemo_ment, imemo_iseq;
-    unsigned ment_def, ment_called_id, ment_owner;
-    unsigned def_type_bits, def_iseq_type, def_iseqptr;
-    unsigned iseq_body;
-    unsigned body_pathobj, body_first_lineno, body_local_iseq;
-    int first_lineno_fixnum;        /* location.first_lineno is a Fixnum VALUE, not an int */
-    unsigned class_attached;        /* offset of a singleton class's object in its slot; 0: in the ivar
-                                       __attached__ (class.c) */
-    const vm_field *vm_fields;      /* read from the rb_vm_t the RubyVM object wraps */
-    size_t n_vm_fields;
-} code_layout;
-
-static const code_layout layouts[] = {
-    { .major = 2, .minor = 7, .imemo_ment = 6, .imemo_iseq = 7,
-      .ment_def = 16, .ment_called_id = 24, .ment_owner = 32,
-      .def_type_bits = 4, .def_iseq_type = 0, .def_iseqptr = 8,
-      .iseq_body = 16, .body_pathobj = 64, .body_first_lineno = 88, .body_local_iseq = 176, .first_lineno_fixnum = 1,
-      .class_attached = 0, .vm_fields = vm_fields_2_7, .n_vm_fields = sizeof(vm_fields_2_7) / sizeof(vm_fields_2_7[0]) },
-    { .major = 3, .minor = 1, .imemo_ment = 6, .imemo_iseq = 7,
-      .ment_def = 16, .ment_called_id = 24, .ment_owner = 32,
-      .def_type_bits = 4, .def_iseq_type = 0, .def_iseqptr = 8,     /* VM_METHOD_TYPE_MINIMUM_BITS, VM_METHOD_TYPE_ISEQ */
-      .iseq_body = 16, .body_pathobj = 64, .body_first_lineno = 88, .body_local_iseq = 176, .first_lineno_fixnum = 1,
-      .class_attached = 0, .vm_fields = vm_fields_3_1, .n_vm_fields = sizeof(vm_fields_3_1) / sizeof(vm_fields_3_1[0]) },
-    { .major = 3, .minor = 3, .imemo_ment = 6, .imemo_iseq = 7,
-      .ment_def = 16, .ment_called_id = 24, .ment_owner = 32,
-      .def_type_bits = 4, .def_iseq_type = 0, .def_iseqptr = 8,
-      .iseq_body = 16, .body_pathobj = 64, .body_first_lineno = 88, .body_local_iseq = 168, .first_lineno_fixnum = 0,
-      .class_attached = 128, .vm_fields = vm_fields_3_3, .n_vm_fields = sizeof(vm_fields_3_3) / sizeof(vm_fields_3_3[0]) },
-    { .major = 3, .minor = 4, .imemo_ment = 6, .imemo_iseq = 7,
-      .ment_def = 16, .ment_called_id = 24, .ment_owner = 32,
-      .def_type_bits = 4, .def_iseq_type = 0, .def_iseqptr = 8,
-      .iseq_body = 16, .body_pathobj = 64, .body_first_lineno = 88, .body_local_iseq = 168, .first_lineno_fixnum = 0,
-      .class_attached = 128, .vm_fields = vm_fields_3_4, .n_vm_fields = sizeof(vm_fields_3_4) / sizeof(vm_fields_3_4[0]) },
-};
-
-static const code_layout *L;
+static const ptmd_code_layout *L;
 static char problem[160];
 static ID id_attached;
 static VALUE rubyvm_class;
 
-/* PTMALLOC_DUMP_HIDE_RUBY_LAYOUTS (set) treats this Ruby as unknown, so that a known Ruby can
- * exercise the path an unknown one takes. */
 void ptmd_ruby_code_init(void)
 {
-    size_t i;
-    for (i = 0; i < sizeof(layouts) / sizeof(layouts[0]) && !getenv("PTMALLOC_DUMP_HIDE_RUBY_LAYOUTS"); i++)
-        if (layouts[i].major == RUBY_API_VERSION_MAJOR && layouts[i].minor == RUBY_API_VERSION_MINOR) L = &layouts[i];
+    L = ptmd_code_layout_find();
     if (!L)
         snprintf(problem, sizeof(problem), "the method entry and iseq layouts of Ruby %d.%d are not known to this "
                  "version of ptmalloc_dump", RUBY_API_VERSION_MAJOR, RUBY_API_VERSION_MINOR);

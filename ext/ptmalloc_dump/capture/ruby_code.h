@@ -4,7 +4,7 @@
 #define PTMD_RUBY_CODE_H
 
 #include <ruby.h>
-#include "capture/dump.h"
+#include "capture/ruby_data.h"
 
 typedef struct {
     ptmd_buf modules;               /* uint64 VALUE: T_CLASS, T_MODULE, T_ICLASS */
@@ -23,10 +23,5 @@ void ptmd_ruby_code_note(ptmd_code_pass *cp, VALUE v, int type, int imemo);
 /* After the walk: reads the noted objects, fills rd->code and rd->code_names and releases cp.
  * Allocates nothing; returns -1 when mmap fails. */
 int ptmd_ruby_code_finish(ptmd_code_pass *cp, ptmd_ruby_data *rd);
-
-/* ruby_heap.c: true when v is a slot of one of rd's recorded pages (so it may be read as an object). */
-int ptmd_ruby_in_pages(const ptmd_ruby_data *rd, VALUE v);
-/* ruby_heap.c: the size of the slot v starts (its page's stride), 0 when v starts none. */
-size_t ptmd_ruby_slot_size(const ptmd_ruby_data *rd, VALUE v);
 
 #endif

@@ -6,7 +6,7 @@
  * where that cannot be done does the in-process pass ask the GC for its pages (which mallocs). Raw
  * facts only: matching objects to chunks happens when a dump is loaded. */
 #include <ruby.h>
-#include "capture/dump.h"
+#include "capture/ruby_heap.h"
 #include "capture/ruby_code.h"
 #include "capture/ruby_pages.h"
 #include "format/index.h"
@@ -143,6 +143,99 @@ static int is_garbage(VALUE v)
     return garbage_object_p ? garbage_object_p(v) != 0 : markable_object_p ? !markable_object_p(v) : 0;
 }
 
+/* The slot's pointers into malloc memory. For the common types only the real pointer field is taken,
+ * through the running Ruby's own struct layouts (the rest of a slot can hold stale words of a previous
+ * object); other types keep every word that could be a pointer. Returns how many were kept. */
+static inline uint16_t keep_slot_words(pass_ctx *c, VALUE v, VALUE flags, int type, size_t stride)
+{
+    const uintptr_t p = (uintptr_t)v;
+    const uint64_t *w = (const uint64_t *)p;
+    size_t k, nw = stride / sizeof(VALUE);
+    uint16_t kept = 0;
+    switch (type) {
+    case T_STRING:
+        if (flags & RSTRING_NOEMBED) kept = keep_word(c, (uint64_t)(uintptr_t)RSTRING(v)->as.heap.ptr);
+        break;
+    case T_ARRAY:
+        if (!(flags & RARRAY_EMBED_FLAG)) {
+            kept = keep_word(c, (uint64_t)(uintptr_t)RARRAY(v)->as.heap.ptr);
+#if defined(RARRAY_TRANSIENT_P) && USE_TRANSIENT_HEAP
+            /* Ruby 3.0 to 3.2 keep young arrays' elements in the transient heap (transient_heap.c),
+             * outside malloc, where the reference scan does not look: their Integers are taken here
+             * (such a buffer holds at most TRANSIENT_HEAP_ALLOC_MAX, 2 KiB) */
+            if (flags & RARRAY_TRANSIENT_FLAG) {
+                const VALUE *e = RARRAY(v)->as.heap.ptr;
+                long n = RARRAY(v)->as.heap.len, i;
+                for (i = 0; i < n && i < 256 && kept < UINT16_MAX; i++) kept = (uint16_t)(kept + keep_int(c, (uint64_t)e[i]));
+            }
+#endif
+        } else {
+            for (k = 2; k < nw; k++) kept = (uint16_t)(kept + keep_int(c, w[k]));
+        }
+        break;
+    case T_OBJECT:
+        if (!(flags & ROBJECT_EMBED)) {
+            kept = keep_word(c, (uint64_t)(uintptr_t)ROBJECT(v)->as.heap.ivptr);
+#if RUBY_API_VERSION_MAJOR * 100 + RUBY_API_VERSION_MINOR < 302 && defined(USE_TRANSIENT_HEAP) && USE_TRANSIENT_HEAP
+            /* as for arrays: an object's ivars outside its slot may sit in the transient heap (2.7 to
+             * 3.1: ROBJ_TRANSIENT_FLAG, internal/object.h), whose Integers are taken here */
+            {
+                const VALUE *e = ROBJECT(v)->as.heap.ivptr;
+                uint32_t n = ROBJECT(v)->as.heap.numiv, i;
+                for (i = 0; e && i < n && i < 256 && kept < UINT16_MAX; i++) kept = (uint16_t)(kept + keep_int(c, (uint64_t)e[i]));
+            }
+#endif
+        } else for (k = 2; k < nw; k++) kept = (uint16_t)(kept + keep_int(c, w[k]));
+        break;
+    case T_HASH:
+#if RUBY_API_VERSION_MAJOR * 100 + RUBY_API_VERSION_MINOR >= 303
+        /* Ruby 3.3 keeps the table in the slot, after basic and ifnone (internal/hash.h:
+         * RHASH_ST_TABLE). An st_table (RHASH_ST_TABLE_FLAG, FL_USER3) owns its bins and entries;
+         * an ar_table holds its pairs in the slot and owns nothing. */
+        if ((flags & RUBY_FL_USER3) && stride >= 3 * sizeof(VALUE) + sizeof(st_table)) {
+            const st_table *t = (const st_table *)(p + 3 * sizeof(VALUE));
+            kept = (uint16_t)(keep_word(c, (uint64_t)(uintptr_t)t->bins) +
+                              keep_word(c, (uint64_t)(uintptr_t)t->entries));
+        }
+#else
+        kept = keep_word(c, w[2]);           /* RHash.as.st / as.ar, the only pointer (internal/hash.h) */
+#endif
+        break;
+    case T_DATA:
+#ifdef TYPED_DATA_EMBEDDED
+        /* Ruby 3.3's embeddable typed data keeps its struct in the slot (RTYPEDDATA_GET_DATA): its
+         * words are the ones that may point into malloc memory */
+        if (RTYPEDDATA_P(v) && RTYPEDDATA_EMBEDDED_P(v)) {
+            /* the slot past the struct may hold stale words of an earlier object: the type's own
+             * dsize bounds the struct when it has one (what ObjectSpace.memsize_of reports:
+             * rb_objspace_data_type_memsize calls it, but Ruby 3.4 no longer exports that) */
+            const rb_data_type_t *dt = RTYPEDDATA_TYPE(v);
+            size_t first = (size_t)((uintptr_t)RTYPEDDATA_GET_DATA(v) - p) / sizeof(VALUE), end = nw;
+            size_t words = dt->function.dsize
+                ? (dt->function.dsize(RTYPEDDATA_GET_DATA(v)) + sizeof(VALUE) - 1) / sizeof(VALUE) : 0;
+            if (words && first + words < end) end = first + words;
+            for (k = first; k < end; k++)
+                kept = (uint16_t)(kept + keep_word(c, w[k]));
+            break;
+        }
+#endif
+        kept = keep_word(c, (uint64_t)(uintptr_t)DATA_PTR(v));
+        break;
+    case T_REGEXP:
+        kept = keep_word(c, (uint64_t)(uintptr_t)RREGEXP_PTR(v));
+        break;
+    case T_FILE:
+        kept = keep_word(c, (uint64_t)(uintptr_t)RFILE(v)->fptr);
+        break;
+    case T_FLOAT: case T_RATIONAL: case T_COMPLEX: case T_SYMBOL:
+        break;
+    default:
+        /* a struct's members, a proc's environment, ...: pointers and Integers holding one */
+        for (k = 2; k < nw; k++) kept = (uint16_t)(kept + keep_word(c, w[k]) + keep_int(c, w[k]));
+    }
+    return kept;
+}
+
 static int each_page(void *start, void *end, size_t stride, void *data)
 {
     pass_ctx *c = data;
@@ -160,9 +253,7 @@ static int each_page(void *start, void *end, size_t stride, void *data)
         VALUE flags = RBASIC(v)->flags;
         int type = (int)(flags & T_MASK);
         ptmd_ruby_object *o;
-        const uint64_t *w;
-        size_t k, nw = stride / sizeof(VALUE);
-        uint16_t kept = 0;
+        uint16_t kept;
         pg->total++;
         if (!flags || type == T_NONE) {
             pg->free++;
@@ -194,91 +285,7 @@ static int each_page(void *start, void *end, size_t stride, void *data)
         o->data_type = PTMD_NO_NAME;
         if (type == T_DATA && RTYPEDDATA_P(v) && RTYPEDDATA_TYPE(v))
             o->data_type = name_index(c, (uint64_t)(uintptr_t)RTYPEDDATA_TYPE(v), PTMD_NAME_DATA_TYPE);
-        /* the slot's pointers into malloc memory. For the common types only the real pointer field is
-         * taken, through the running Ruby's own struct layouts (the rest of a slot can hold stale
-         * words of a previous object); other types keep every word that could be a pointer. */
-        w = (const uint64_t *)p;
-        switch (type) {
-        case T_STRING:
-            if (flags & RSTRING_NOEMBED) kept = keep_word(c, (uint64_t)(uintptr_t)RSTRING(v)->as.heap.ptr);
-            break;
-        case T_ARRAY:
-            if (!(flags & RARRAY_EMBED_FLAG)) {
-                kept = keep_word(c, (uint64_t)(uintptr_t)RARRAY(v)->as.heap.ptr);
-#if defined(RARRAY_TRANSIENT_P) && USE_TRANSIENT_HEAP
-                /* Ruby 3.0 to 3.2 keep young arrays' elements in the transient heap (transient_heap.c),
-                 * outside malloc, where the reference scan does not look: their Integers are taken here
-                 * (such a buffer holds at most TRANSIENT_HEAP_ALLOC_MAX, 2 KiB) */
-                if (flags & RARRAY_TRANSIENT_FLAG) {
-                    const VALUE *e = RARRAY(v)->as.heap.ptr;
-                    long n = RARRAY(v)->as.heap.len, i;
-                    for (i = 0; i < n && i < 256 && kept < UINT16_MAX; i++) kept = (uint16_t)(kept + keep_int(c, (uint64_t)e[i]));
-                }
-#endif
-            } else {
-                for (k = 2; k < nw; k++) kept = (uint16_t)(kept + keep_int(c, w[k]));
-            }
-            break;
-        case T_OBJECT:
-            if (!(flags & ROBJECT_EMBED)) {
-                kept = keep_word(c, (uint64_t)(uintptr_t)ROBJECT(v)->as.heap.ivptr);
-#if RUBY_API_VERSION_MAJOR * 100 + RUBY_API_VERSION_MINOR < 302 && defined(USE_TRANSIENT_HEAP) && USE_TRANSIENT_HEAP
-                /* as for arrays: an object's ivars outside its slot may sit in the transient heap (2.7 to
-                 * 3.1: ROBJ_TRANSIENT_FLAG, internal/object.h), whose Integers are taken here */
-                {
-                    const VALUE *e = ROBJECT(v)->as.heap.ivptr;
-                    uint32_t n = ROBJECT(v)->as.heap.numiv, i;
-                    for (i = 0; e && i < n && i < 256 && kept < UINT16_MAX; i++) kept = (uint16_t)(kept + keep_int(c, (uint64_t)e[i]));
-                }
-#endif
-            } else for (k = 2; k < nw; k++) kept = (uint16_t)(kept + keep_int(c, w[k]));
-            break;
-        case T_HASH:
-#if RUBY_API_VERSION_MAJOR * 100 + RUBY_API_VERSION_MINOR >= 303
-            /* Ruby 3.3 keeps the table in the slot, after basic and ifnone (internal/hash.h:
-             * RHASH_ST_TABLE). An st_table (RHASH_ST_TABLE_FLAG, FL_USER3) owns its bins and entries;
-             * an ar_table holds its pairs in the slot and owns nothing. */
-            if ((flags & RUBY_FL_USER3) && stride >= 3 * sizeof(VALUE) + sizeof(st_table)) {
-                const st_table *t = (const st_table *)(p + 3 * sizeof(VALUE));
-                kept = (uint16_t)(keep_word(c, (uint64_t)(uintptr_t)t->bins) +
-                                  keep_word(c, (uint64_t)(uintptr_t)t->entries));
-            }
-#else
-            kept = keep_word(c, w[2]);           /* RHash.as.st / as.ar, the only pointer (internal/hash.h) */
-#endif
-            break;
-        case T_DATA:
-#ifdef TYPED_DATA_EMBEDDED
-            /* Ruby 3.3's embeddable typed data keeps its struct in the slot (RTYPEDDATA_GET_DATA): its
-             * words are the ones that may point into malloc memory */
-            if (RTYPEDDATA_P(v) && RTYPEDDATA_EMBEDDED_P(v)) {
-                /* the slot past the struct may hold stale words of an earlier object: the type's own
-                 * dsize bounds the struct when it has one (what ObjectSpace.memsize_of reports:
-                 * rb_objspace_data_type_memsize calls it, but Ruby 3.4 no longer exports that) */
-                const rb_data_type_t *dt = RTYPEDDATA_TYPE(v);
-                size_t first = (size_t)((uintptr_t)RTYPEDDATA_GET_DATA(v) - p) / sizeof(VALUE), end = nw;
-                size_t words = dt->function.dsize
-                    ? (dt->function.dsize(RTYPEDDATA_GET_DATA(v)) + sizeof(VALUE) - 1) / sizeof(VALUE) : 0;
-                if (words && first + words < end) end = first + words;
-                for (k = first; k < end; k++)
-                    kept = (uint16_t)(kept + keep_word(c, w[k]));
-                break;
-            }
-#endif
-            kept = keep_word(c, (uint64_t)(uintptr_t)DATA_PTR(v));
-            break;
-        case T_REGEXP:
-            kept = keep_word(c, (uint64_t)(uintptr_t)RREGEXP_PTR(v));
-            break;
-        case T_FILE:
-            kept = keep_word(c, (uint64_t)(uintptr_t)RFILE(v)->fptr);
-            break;
-        case T_FLOAT: case T_RATIONAL: case T_COMPLEX: case T_SYMBOL:
-            break;
-        default:
-            /* a struct's members, a proc's environment, ...: pointers and Integers holding one */
-            for (k = 2; k < nw; k++) kept = (uint16_t)(kept + keep_word(c, w[k]) + keep_int(c, w[k]));
-        }
+        kept = keep_slot_words(c, v, flags, type, stride);
         if (c->oom) return 1;
         o->n_words = kept;
     }
@@ -294,24 +301,6 @@ static int add_name(ptmd_ruby_data *rd, uint64_t key, uint32_t kind, const char 
         ((l & 7) && ptmd_buf_append(&rd->names, zeros, 8 - (l & 7))))
         return -1;
     rd->n_names++;
-    return 0;
-}
-
-int ptmd_ruby_in_pages(const ptmd_ruby_data *rd, VALUE v)
-{
-    return ptmd_ruby_slot_size(rd, v) != 0;
-}
-
-size_t ptmd_ruby_slot_size(const ptmd_ruby_data *rd, VALUE v)
-{
-    size_t lo = 0, hi = PTMD_BUF_COUNT(&rd->pages, ptmd_ruby_page);
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        const ptmd_ruby_page *p = PTMD_BUF_AT(&rd->pages, ptmd_ruby_page, mid);
-        if ((uint64_t)v < p->start) hi = mid;
-        else if ((uint64_t)v >= p->end) lo = mid + 1;
-        else return ((uint64_t)v - p->start) % p->stride == 0 ? p->stride : 0;
-    }
     return 0;
 }
 

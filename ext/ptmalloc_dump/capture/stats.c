@@ -2,6 +2,7 @@
  * system_mem fields, read as the capture reads them (capture/locate.c, capture/layout.h). */
 #include "capture/stats.h"
 #include "capture/locate.h"
+#include "capture/mallinfo.h"
 #include "capture/procfs.h"
 
 #include <string.h>

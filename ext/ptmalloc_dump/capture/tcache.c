@@ -3,7 +3,8 @@
  * in-use chunks by structure (counts, chained entries, keys). Another thread's tcache can change while
  * it is read: every read here is fault-free and every value is checked. */
 #define _GNU_SOURCE
-#include "capture/walk.h"
+#include "capture/tcache.h"
+#include "capture/threads.h"
 
 #include <errno.h>
 #include <string.h>
@@ -80,7 +81,7 @@ static int tcache_walk(ptmd_walk *w, uint64_t user, int apply, uint32_t thread, 
     uint64_t bytes = 0;
 
     if (!user || (user & PTMD_MALLOC_ALIGN_MASK) || L->tcache_struct_size > sizeof(t.raw)) return 0;
-    if (ptmd_walk_read(w, user, t.raw, L->tcache_struct_size) != 0) return 0;
+    if (ptmd_guarded_copy(w, user, t.raw, L->tcache_struct_size) != 0) return 0;
     for (i = 0; i < tc_bins(w); i++) {
         uint64_t want = tc_count(w, &t, i), e = tc_entry(w, &t, i), n = 0;
         if (want > PTMD_MAX_TCACHE_COUNT) {     /* more than a count can be, or free slots past the fill */
@@ -103,7 +104,7 @@ static int tcache_walk(ptmd_walk *w, uint64_t user, int apply, uint32_t thread, 
             int good = r && !(r->word & PTMD_CF_WORD(PTMD_CF_FREE_BIT)) &&
                        (ptmd_rec_state(r) == PTMD_ST_IN_USE || ptmd_rec_state(r) == PTMD_ST_TCACHE ||
                         (L->tcache_holds_mmapped && ptmd_rec_state(r) == PTMD_ST_MMAPPED));
-            if (good && ptmd_walk_read(w, e, words, sizeof(words)) != 0) good = 0;
+            if (good && ptmd_guarded_copy(w, e, words, sizeof(words)) != 0) good = 0;
             size = r ? ptmd_rec_size(r) : 0;
             if (good && !tc_size_fits(w, i, size)) good = 0;
             if (!good) {
@@ -242,9 +243,9 @@ static void find_tls_tcaches(ptmd_walk *w)
     long tc_off = -1, ar_off = -1;
     uint64_t my_tcache = 0, my_arena = 0;
     /* the calling thread's own TLS: only where the walk reads this process */
-    if (w->src.kind != PTMD_SOURCE_SELF || !block || !lc->tls_size || !PTMD_BUF_COUNT(&w->tcache_cands, uint64_t)) return;
+    if (!w->src.in_place || !block || !lc->tls_size || !PTMD_BUF_COUNT(&w->tcache_cands, uint64_t)) return;
     for (k = 0; k + 8 <= lc->tls_size && tc_off < 0; k += 8) {
-        uint64_t v = ptmd_rd64(w, block + k);
+        uint64_t v = ptmd_mapped_word(w, block + k);
         if (v && is_candidate(w, v)) {
             tc_off = (long)k;
             my_tcache = v;
@@ -261,7 +262,7 @@ static void find_tls_tcaches(ptmd_walk *w)
                 my_arena = PTMD_W_ARENA(w, hp->arena)->address;
         }
         for (k = 0; my_arena && k + 8 <= lc->tls_size; k += 8)
-            if (ptmd_rd64(w, block + k) == my_arena) {
+            if (ptmd_mapped_word(w, block + k) == my_arena) {
                 ar_off = (long)k;
                 break;
             }
@@ -270,7 +271,7 @@ static void find_tls_tcaches(ptmd_walk *w)
         ptmd_thread_rec *t = PTMD_BUF_AT(&w->threads, ptmd_thread_rec, i);
         uint64_t v = 0;
         if (!t->pthread || t->tcache) continue;
-        if (ar_off >= 0 && ptmd_walk_read(w, t->pthread - lc->tls_offset + (uint64_t)ar_off, &v, 8) == 0)
+        if (ar_off >= 0 && ptmd_guarded_copy(w, t->pthread - lc->tls_offset + (uint64_t)ar_off, &v, 8) == 0)
             t->arena = v;
         if (!(v = ptmd_thread_tcache(w, t->pthread, tc_off))) continue;
         t->tcache = v;

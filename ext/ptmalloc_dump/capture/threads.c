@@ -4,7 +4,7 @@
  * recognised by its self pointers (header.tcb and header.self); live threads have tid > 0. Every read
  * goes through the fault-free reader: stacks of exiting threads may be unmapped at any time. */
 #define _GNU_SOURCE
-#include "capture/walk.h"
+#include "capture/threads.h"
 
 #include <errno.h>
 #include <link.h>
@@ -30,7 +30,7 @@ static int tcache_is_dummy(ptmd_walk *w, uint64_t v)
     if (v < lc->image_start || v >= lc->image_end || L->tcache_struct_size > lc->image_end - v ||
         L->tcache_struct_size > sizeof(raw))
         return 0;
-    if (ptmd_walk_read(w, v, raw, L->tcache_struct_size) != 0) return 0;
+    if (ptmd_guarded_copy(w, v, raw, L->tcache_struct_size) != 0) return 0;
     for (i = 0; i < L->tcache_struct_size; i++)
         if (raw[i]) return 0;
     return 1;
@@ -40,13 +40,13 @@ uint64_t ptmd_thread_tcache(ptmd_walk *w, uint64_t pthread, long tc_off)
 {
     uint64_t v = 0;
     if (!pthread || tc_off < 0) return 0;
-    if (ptmd_walk_read(w, pthread - w->lc->tls_offset + (uint64_t)tc_off, &v, sizeof(v)) != 0) return 0;
+    if (ptmd_guarded_copy(w, pthread - w->lc->tls_offset + (uint64_t)tc_off, &v, sizeof(v)) != 0) return 0;
     return tcache_is_dummy(w, v) ? 0 : v;
 }
 
 static int rd(ptmd_walk *w, uint64_t addr, uint64_t *out)
 {
-    return ptmd_walk_read(w, addr, out, sizeof(*out));
+    return ptmd_guarded_copy(w, addr, out, sizeof(*out));
 }
 
 static int is_thread(ptmd_walk *w, uint64_t base)
@@ -58,7 +58,7 @@ static int is_thread(ptmd_walk *w, uint64_t base)
 static int32_t tid_of(ptmd_walk *w, uint64_t base, size_t list_off)
 {
     int32_t tid;
-    if (ptmd_walk_read(w, base + list_off + 16, &tid, sizeof(tid)) != 0) return 0;
+    if (ptmd_guarded_copy(w, base + list_off + 16, &tid, sizeof(tid)) != 0) return 0;
     return tid;
 }
 
@@ -207,17 +207,16 @@ static int collect_given(ptmd_walk *w, uint64_t self)
 /* Another process: its threads as they were stopped, each one's struct pthread at its thread pointer
  * (fs_base: x86-64 keeps the TCB at the thread pointer, TLS_TCB_AT_TP), recognised by its self
  * pointers like any other. */
-static int collect_target(ptmd_walk *w)
+static int collect_target(ptmd_walk *w, int n_tids, const int *tids, const uint64_t *fs_base)
 {
-    const ptmd_source *s = &w->src;
     int i, found = 0;
-    for (i = 0; i < s->n_tids; i++) {
-        if (!s->fs_base[i] || !is_thread(w, s->fs_base[i])) continue;
-        if (push_thread(w, s->fs_base[i], s->tids[i], 0) != 0) return -1;
+    for (i = 0; i < n_tids; i++) {
+        if (!fs_base[i] || !is_thread(w, fs_base[i])) continue;
+        if (push_thread(w, fs_base[i], tids[i], 0) != 0) return -1;
         found++;
     }
-    w->thread_count = (uint32_t)s->n_tids;
-    w->threads_complete = found == s->n_tids;
+    w->thread_count = (uint32_t)n_tids;
+    w->threads_complete = found == n_tids;
     return 0;
 }
 
@@ -227,9 +226,12 @@ static int collect(ptmd_walk *w)
     uint64_t self, head, other = 0;
     size_t list_off;
     long ntids, i;
-    int found = 0;
+    int found = 0, held;
+    const int *held_tids;
+    const uint64_t *held_fs_base;
 
-    if (w->src.kind != PTMD_SOURCE_SELF) return collect_target(w);
+    if ((held = ptmd_source_threads(&w->src, &held_tids, &held_fs_base)) >= 0)
+        return collect_target(w, held, held_tids, held_fs_base);
 
     __asm__("mov %%fs:16, %0" : "=r"(self));
     if (w->given_threads) return collect_given(w, self);

@@ -53,8 +53,4 @@ uint64_t ptmd_now_ns(void);         /* CLOCK_MONOTONIC */
 /* Lower-case hex of bytes into out (2*len+1 bytes). */
 void ptmd_hex(const unsigned char *id, size_t len, char *out);
 
-/* mallinfo2(), or mallinfo() where glibc is older than 2.33, into `out` (a ptmd_mallinfo2_rec).
- * Returns 1 when the figures are exact, 0 when they are mallinfo()'s low 32 bits. */
-int ptmd_mallinfo(ptmd_mallinfo2_rec *out);
-
 #endif
