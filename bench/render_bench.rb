@@ -59,8 +59,8 @@ module RenderBench
   def render(dump, outdir)
     FileUtils.rm_rf(outdir)
     code = <<~RUBY
-      require "ptmalloc_dump/cli"
-      PtmallocDump::CLI.new([#{dump.inspect}, #{outdir.inspect}], out: File.open(File::NULL, "w")).run
+      require "ptmalloc_dump/visualize_cli"
+      PtmallocDump::VisualizeCLI.new([#{dump.inspect}, #{outdir.inspect}], out: File.open(File::NULL, "w")).run
       $stdout.puts File.read("/proc/self/status")[/VmHWM:\\s+(\\d+)/, 1]
     RUBY
     out = nil

@@ -4,7 +4,7 @@ require "chunky_png"
 require "json"
 require "stringio"
 require "spec_helper"
-require "ptmalloc_dump/cli"
+require "ptmalloc_dump/visualize_cli"
 
 # The report as a person uses it: the demo's dump rendered by ptmalloc-visualize, opened in headless
 # Chromium through WebDriver, read at 1400x900, explored with a real pointer and keyboard.
@@ -157,7 +157,7 @@ RSpec.describe "the report in a browser" do
     # --explain over the same addresses agrees with the panel
     @explained.each do |address, shown|
       out = StringIO.new
-      expect(PtmallocDump::CLI.new(["--explain", format("0x%x", address), "--json", @dump_path], out: out).run).to eq(0)
+      expect(PtmallocDump::VisualizeCLI.new(["--explain", format("0x%x", address), "--json", @dump_path], out: out).run).to eq(0)
       e = JSON.parse(out.string)
       expect(e.dig("chunk", "address")).to eq(shown["address"])
       expect(shown["size"]).to start_with("#{e.dig('chunk', 'size')} B")
@@ -314,7 +314,7 @@ RSpec.describe "the report in a browser" do
       expect(panel["refs_in"]).to include(ca)
       expect(panel["refs_out"]).to start_with("0")
       out = StringIO.new
-      PtmallocDump::CLI.new(["--explain", format("0x%x", a), "--json", path], out: out).run
+      PtmallocDump::VisualizeCLI.new(["--explain", format("0x%x", a), "--json", path], out: out).run
       expect(JSON.parse(out.string).dig("references", "points_at")).to include(cb)
     ensure
       Fiddle.free(a)
@@ -411,7 +411,7 @@ RSpec.describe "the report's explorer: holders and code owners in a browser" do
 
   def explain(chunk)
     out = StringIO.new
-    expect(PtmallocDump::CLI.new(["--explain", hex(chunk.user_address), "--json", @dump_path], out: out).run).to eq(0)
+    expect(PtmallocDump::VisualizeCLI.new(["--explain", hex(chunk.user_address), "--json", @dump_path], out: out).run).to eq(0)
     JSON.parse(out.string)
   end
 
@@ -597,7 +597,7 @@ RSpec.describe "the report's explorer: bins and tcache threads in a browser" do
 
   def explain(chunk)
     out = StringIO.new
-    expect(PtmallocDump::CLI.new(["--explain", hex(chunk.user_address), "--json", @dump_path], out: out).run).to eq(0)
+    expect(PtmallocDump::VisualizeCLI.new(["--explain", hex(chunk.user_address), "--json", @dump_path], out: out).run).to eq(0)
     JSON.parse(out.string)
   end
 

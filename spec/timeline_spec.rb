@@ -3,7 +3,7 @@
 require "spec_helper"
 require "json"
 require "open3"
-require "ptmalloc_dump/cli"
+require "ptmalloc_dump/visualize_cli"
 
 RSpec.describe "readings over time" do
   def ruby_child(code)
@@ -122,12 +122,12 @@ RSpec.describe "readings over time" do
       ruby_child(FRAGMENT.sub("FILE", frag.inspect))
       dump = File.join(tmpdir, "leak-end.dump")
       PtmallocDump.dump(dump, ruby: false)
-      expect(PtmallocDump::CLI.new([dump, File.join(tmpdir, "leak-end")], out: StringIO.new, err: StringIO.new).run).to eq(0)
+      expect(PtmallocDump::VisualizeCLI.new([dump, File.join(tmpdir, "leak-end")], out: StringIO.new, err: StringIO.new).run).to eq(0)
 
       outdir = File.join(tmpdir, "timeline")
       out = StringIO.new
       err = StringIO.new
-      status = PtmallocDump::CLI.new(["--timeline", leak, frag, mid, dump, outdir], out: out, err: err).run
+      status = PtmallocDump::VisualizeCLI.new(["--timeline", leak, frag, mid, dump, outdir], out: out, err: err).run
       expect(status).to eq(0), err.string
       t = PtmallocDump::Timeline.new([leak, frag])
       leak_pid = JSON.parse(File.readlines(leak).first)["pid"]

@@ -41,7 +41,7 @@ module PtmallocDump
 
     # @return [Array<Line>]
     def lines
-      @lines ||= [trim, trim_threshold, arenas, pinned, small_free, mmap_threshold, tcache].compact
+      @lines ||= [trim, trim_threshold, arenas, pinned_pages, small_free, mmap_threshold, tcache].compact
     end
 
     private
@@ -179,11 +179,11 @@ module PtmallocDump
         "malloc_trim(0) is the one for that."
     end
 
-    def pinned
+    def pinned_pages
       bytes = @a[:pinned_bytes]
       return nil if bytes < MIB && bytes * 20 < @s[:resident_bytes]
 
-      Line.new(:fragmentation, bytes, :bytes, bytes,
+      Line.new(:pinned_pages, bytes, :bytes, bytes,
                "#{@a[:pinned_page_count]} pages (#{b(bytes)}) stay resident for less than 10% live data each: " \
                "fragmentation a compacting or size-segregated allocator (jemalloc) avoids; up to #{human_bytes(bytes)} " \
                "could be released.")

@@ -121,7 +121,7 @@ module FieldSweep
     [["--summary", path], ["--json", path], [path, File.join(dir, "render")],
      ["--diff", "--force", original, path, File.join(dir, "diff")],
      ["--compare", original, path, File.join(dir, "compare")]].each do |argv|
-      status = catch(:done) { PtmallocDump::CLI.new(argv, out: StringIO.new, err: err = StringIO.new).run } || 0
+      status = catch(:done) { PtmallocDump::VisualizeCLI.new(argv, out: StringIO.new, err: err = StringIO.new).run } || 0
       raise "ptmalloc-visualize #{argv.first}: exit #{status}: #{err.string}" unless status.zero? || err.string.lines.size == 1
     end
     :read
@@ -130,7 +130,7 @@ module FieldSweep
   # Runs the sweep over the dump at `original`; returns counts and the unexpected exceptions. Each
   # case is written to `progress` before it is tried, so that a crash can be traced to it.
   def run(original, progress)
-    require "ptmalloc_dump/cli"
+    require "ptmalloc_dump/visualize_cli"
     bytes = File.binread(original)
     stats = { files: 0, read: 0, format_errors: 0, unexpected: [] }
     Dir.mktmpdir("ptmd-sweep") do |tmp|

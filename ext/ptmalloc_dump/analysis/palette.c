@@ -1,5 +1,6 @@
-/* The one palette of every map and of the report's legend (layout in render.h). */
-#include "analysis/render.h"
+/* The one palette of every map and of the report's legend (layout in palette.h). */
+#include "analysis/palette.h"
+#include "analysis/analysis.h"
 #include "analysis/attribution.h"
 #include "analysis/diff.h"
 
@@ -41,7 +42,7 @@ static const ptmd_rgb diff_colors[PTMD_PCHG_COUNT] = {
     { 0xdd, 0xe3, 0xea }, { 0x2e, 0x6b, 0xb0 }, { 0xe3, 0x1a, 0x1c }, { 0x9a, 0xd4, 0x8c }, { 0xf6, 0xc7, 0x8d },
 };
 
-/* The palette's ranges must not overlap (render.h). */
+/* The palette's ranges must not overlap (palette.h). */
 _Static_assert(PTMD_PAL_STATE(PTMD_ST_COUNT - 1, 1, 1) < PTMD_PAL_PAGE(0, 0), "chunk states run into page classes");
 _Static_assert(PTMD_PAL_PAGE(PTMD_PC_COUNT - 1, 1) < PTMD_PAL_OWNER(0, 0, 0), "page classes run into owners");
 _Static_assert(PTMD_PAL_OWNER(PTMD_OWNER_MAX - 1, 1, 1) < PTMD_PAL_DIFF(0), "owners run into page changes");

@@ -3,6 +3,7 @@
 #include "analysis/render.h"
 #include "analysis/attribution.h"
 #include "analysis/diff.h"
+#include "analysis/palette.h"
 #include "format/glibc.h"
 
 #include <errno.h>

@@ -1,38 +1,11 @@
 /* Heap pictures as indexed-colour PNGs (libpng): a page map (one cell per page, coloured by what the
  * page holds) and a byte map (one pixel per 16 bytes, coloured by chunk state or owner) per heap,
- * and one strip for all mmapped chunks. Every colour comes from the one palette table here. */
+ * and one strip for all mmapped chunks. Every colour comes from the one palette (palette.h). */
 #ifndef PTMD_RENDER_H
 #define PTMD_RENDER_H
 
 #include "analysis/analysis.h"
 #include "format/ptmd.h"
-
-#define PTMD_OWNER_MAX 16          /* owner categories (0 = no owner layer for this chunk) */
-
-/* Palette layout (index -> colour), shared with the report's legend:
- *   0                       background
- *   1 + state*4 + shade*2 + dim       byte map, chunk states (shade: alternating neighbours,
- *                                      dim: page not resident)
- *   40 + class*2 + shared             page map classes (shared: still shared with a parent)
- *   64 + owner*4 + shade*2 + dim      owner map: in-use chunks by owner (owner 1..15), owner 0 = free
- * The Ruby pages map uses the owner colours of the object types for live slots, background for free. */
-#define PTMD_PAL_STATE(st, shade, dim) (1 + (st) * 4 + (shade) * 2 + (dim))
-#define PTMD_PAL_PAGE(pc, shared) (40 + (pc) * 2 + (shared))
-#define PTMD_PAL_OWNER(o, shade, dim) (64 + (o) * 4 + (shade) * 2 + (dim))
-#define PTMD_PAL_DIFF(c) (128 + (c))      /* diff maps: diff.h's PTMD_PCHG_* */
-#define PTMD_PAL_SIZE (128 + 8)
-
-typedef struct {
-    uint8_t r, g, b;
-} ptmd_rgb;
-
-/* The palette; built on first use. */
-const ptmd_rgb *ptmd_palette(void);
-/* Base colours a legend shows: states, page classes, owners. */
-ptmd_rgb ptmd_state_color(int state);
-ptmd_rgb ptmd_page_color(int page_class);
-ptmd_rgb ptmd_owner_color(int owner);
-ptmd_rgb ptmd_diff_color(int change);
 
 #define PTMD_IMAGE_KINDS(X)                                                                        \
     X(PTMD_IMG_PAGE_MAP, 1, "page_map") X(PTMD_IMG_BYTE_MAP, 2, "byte_map")                        \

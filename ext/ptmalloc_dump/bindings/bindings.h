@@ -51,12 +51,11 @@ const ptmd_owners *ptmd_rb_dump_owners(VALUE dump);       /* NULL when the dump 
 /* A binary String of one u32 per chunk: the RUBY_CODE record the chunk is charged to
  * (analysis/code_owners.c), PTMD_NO_NAME for none; nil when the dump has no code records. */
 VALUE ptmd_rb_code_charges(VALUE dump);
-/* owners_class.c: Dump's owner methods (ruby, anchored or leaked), defined on the Dump class */
-void ptmd_owners_class_init(VALUE cDump);
 
 void ptmd_errors_init(void);
 void ptmd_format_module_init(void);
 void ptmd_dump_class_init(void);
+void ptmd_owners_class_init(void); /* Dump's owner methods: after ptmd_dump_class_init */
 void ptmd_ruby_heap_class_init(void);
 void ptmd_render_module_init(void);
 void ptmd_diff_class_init(void);

@@ -419,5 +419,4 @@ void ptmd_dump_class_init(void)
     rb_define_method(cDump, "chunk_count", dump_chunk_count, 0);
     rb_define_method(cDump, "file_size", dump_file_size, 0);
     rb_define_method(cDump, "trim_released", dump_trim_released, 0);
-    ptmd_owners_class_init(cDump);
 }

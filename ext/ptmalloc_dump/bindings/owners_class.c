@@ -203,8 +203,9 @@ static VALUE dump_roots(VALUE self)
     return out;
 }
 
-void ptmd_owners_class_init(VALUE cDump)
+void ptmd_owners_class_init(void)
 {
+    VALUE cDump = rb_const_get(ptmd_mPtmallocDump, rb_intern("Dump"));
     rb_define_private_method(cDump, "_owners", dump_owners, 0);
     rb_define_private_method(cDump, "_owner_of", dump_owner_of, 1);
     rb_define_private_method(cDump, "_roots", dump_roots, 0);

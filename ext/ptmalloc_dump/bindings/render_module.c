@@ -4,6 +4,7 @@
 #include "analysis/diff.h"
 #include "analysis/explorer.h"
 #include "analysis/owners.h"
+#include "analysis/palette.h"
 #include "analysis/render.h"
 
 #include <string.h>

@@ -71,6 +71,24 @@ module PtmallocDump
       @dump.header
     end
 
+    # The page, top to bottom: the method that writes each part and, for a section the contents list,
+    # its anchor and its title there.
+    SECTIONS = [
+      [:masthead],
+      [:verdict, "verdict", "Verdict"],
+      [:contents],
+      [:ruby_section, "owners", "Where the heap goes"],
+      [:explorer_section, "explorer", "Heap explorer"],
+      [:reclaimable_section, "reclaimable", "Reclaimable now"],
+      [:fragmentation_section, "fragmentation", "Fragmentation"],
+      [:arenas_section, "arenas", "Arenas"],
+      [:runs_section, "runs", "Largest free runs"],
+      [:pinned_section, "pinned", "Pinned pages"],
+      [:threads_section, "threads", "Threads"],
+      [:maps_section, "maps", "Maps"],
+      [:process_section, "process", "Process"]
+    ].freeze
+
     def html
       <<~HTML
         <!DOCTYPE html>
@@ -82,19 +100,7 @@ module PtmallocDump
         <style>#{css} #{Explorer.css.gsub(/\s+/, ' ')}</style>
         </head>
         <body>
-        #{masthead}
-        #{verdict}
-        #{contents}
-        #{ruby_section}
-        #{explorer_section}
-        #{reclaimable_section}
-        #{fragmentation_section}
-        #{arenas_section}
-        #{runs_section}
-        #{pinned_section}
-        #{threads_section}
-        #{maps_section}
-        #{process_section}
+        #{SECTIONS.map { |method, _, _| send(method) }.join("\n")}
         <script>//<![CDATA[
         #{Explorer.script}
         //]]></script>
@@ -262,16 +268,10 @@ module PtmallocDump
       end
     end
 
-    SECTIONS = [
-      %w[verdict Verdict], %w[owners Where\ the\ heap\ goes], %w[explorer Heap\ explorer], %w[reclaimable Reclaimable\ now],
-      %w[fragmentation Fragmentation], %w[arenas Arenas], %w[runs Largest\ free\ runs], %w[pinned Pinned\ pages],
-      %w[threads Threads], %w[maps Maps], %w[process Process]
-    ].freeze
-
     def contents
       <<~HTML
         <div class="aside">
-        <nav class="toc" id="contents"><h2>Contents</h2><ol>#{SECTIONS.map { |id, t| "<li><a href=\"##{id}\">#{h(t)}</a></li>" }.join}</ol></nav>
+        <nav class="toc" id="contents"><h2>Contents</h2><ol>#{contents_items}</ol></nav>
         <div class="howto" id="how-to-read"><h2>How to read this</h2>
         <p><b>RSS</b> is what the process holds in RAM; the <b>malloc heap</b> is the part glibc's malloc manages:
         its arenas' heaps and the chunks it mmapped for large requests. A chunk is <b>in use</b> (the program holds
@@ -285,6 +285,10 @@ module PtmallocDump
         <b>leaked</b> when nothing does. The scan is conservative: a stale word can make a chunk look reached.</p></div>
         </div>
       HTML
+    end
+
+    def contents_items
+      SECTIONS.filter_map { |_, id, title| %(<li><a href="##{id}">#{h(title)}</a></li>) if title }.join
     end
 
     def explorer_section

@@ -4,7 +4,7 @@ require "optparse"
 
 module PtmallocDump
   # `ptmalloc-visualize`: option parsing and dispatch. The work is done by the library.
-  class CLI
+  class VisualizeCLI
     USAGE = "Usage: ptmalloc-visualize [options] DUMP OUTDIR\n" \
             "       ptmalloc-visualize --summary|--json DUMP\n" \
             "       ptmalloc-visualize --explain ADDR [--json] DUMP\n" \
