@@ -278,17 +278,15 @@ static int read_section(const section_rule *r, const ptmd_section_hdr *sh, const
     return r->rule ? r->rule(v, name, err) : 0;
 }
 
-int ptmd_read_view(const unsigned char *data, size_t len, const char *name, ptmd_view *v, ptmd_err *err)
+/* The preamble and the end section: the file is a dump of a version this reader knows, whole, with
+ * its checksum right. Sets *body to the length before the end section and *footer to the footer. */
+static int check_frame(const unsigned char *data, size_t len, const char *name, size_t *body,
+                       const ptmd_footer **footer, ptmd_err *err)
 {
     uint32_t version, mark;
     const ptmd_section_hdr *eh;
     const ptmd_footer *f;
-    size_t off, body, i;
-    int seen[N_RULES];
-    uint64_t sections = 0;
 
-    memset(v, 0, sizeof(*v));
-    memset(seen, 0, sizeof(seen));
     if (len == 0) FAIL("%s: empty file, not a ptmalloc_dump dump", name);
     if (len < PTMD_PREAMBLE_SIZE || memcmp(data, PTMD_MAGIC, 8) != 0)
         FAIL("%s: not a ptmalloc_dump dump (bad magic)", name);
@@ -301,17 +299,30 @@ int ptmd_read_view(const unsigned char *data, size_t len, const char *name, ptmd
     if (version == 0) FAIL("%s: invalid format version 0", name);
     if (len < PTMD_PREAMBLE_SIZE + PTMD_END_SIZE || (len & 7))
         FAIL("%s: truncated (%zu bytes, no end section)", name, len);
-    body = len - PTMD_END_SIZE;
-    eh = (const ptmd_section_hdr *)(const void *)(data + body);
-    f = (const ptmd_footer *)(const void *)(data + body + sizeof(*eh));
+    *body = len - PTMD_END_SIZE;
+    eh = (const ptmd_section_hdr *)(const void *)(data + *body);
+    f = (const ptmd_footer *)(const void *)(data + *body + sizeof(*eh));
     if (eh->type != PTMD_SEC_END || eh->length != sizeof(ptmd_footer) || f->magic != PTMD_FOOTER_MAGIC)
-        FAIL("%s: truncated or damaged (no end section at byte %zu)", name, body);
-    if (f->body_length != body) FAIL("%s: truncated (the end section says %llu bytes come before it, found %zu)",
-                                     name, (unsigned long long)f->body_length, body);
+        FAIL("%s: truncated or damaged (no end section at byte %zu)", name, *body);
+    if (f->body_length != *body) FAIL("%s: truncated (the end section says %llu bytes come before it, found %zu)",
+                                      name, (unsigned long long)f->body_length, *body);
 #ifndef PTMD_FUZZ_NO_CRC   /* the fuzzer turns the checksum off so that mutations reach the structure checks */
-    if (ptmd_crc32(0, data, body) != f->crc32) FAIL("%s: checksum mismatch: the file is corrupt", name);
+    if (ptmd_crc32(0, data, *body) != f->crc32) FAIL("%s: checksum mismatch: the file is corrupt", name);
 #endif
+    *footer = f;
+    return 0;
+}
 
+/* Every section before the end one, each checked against its rule; then the required ones and the
+ * footer's counts. */
+static int read_sections(const unsigned char *data, size_t body, const ptmd_footer *f, const char *name,
+                         ptmd_view *v, ptmd_err *err)
+{
+    int seen[N_RULES];
+    uint64_t sections = 0;
+    size_t off, i;
+
+    memset(seen, 0, sizeof(seen));
     for (off = PTMD_PREAMBLE_SIZE; off < body;) {
         const ptmd_section_hdr *sh;
         const unsigned char *payload;
@@ -341,9 +352,14 @@ int ptmd_read_view(const unsigned char *data, size_t len, const char *name, ptmd
     if (v->meta->page_size < PTMD_MIN_PAGE_SIZE || v->meta->page_size > PTMD_MAX_PAGE_SIZE ||
         (v->meta->page_size & (v->meta->page_size - 1)))
         FAIL("%s: bad page size %llu", name, (unsigned long long)v->meta->page_size);
+    return 0;
+}
 
-    /* cross references: every number a later stage uses as a count, an index or a bound is checked
-     * here, against the sections it names */
+/* The arenas name their heaps, and the heaps continue the chunk table to its end. */
+static int check_arena_heaps(const ptmd_view *v, const char *name, ptmd_err *err)
+{
+    uint64_t next_chunk = 0;
+    size_t i;
     for (i = 0; i < v->n_arenas; i++) {
         const ptmd_arena_rec *a = &v->arenas[i];
         uint64_t k;
@@ -351,16 +367,20 @@ int ptmd_read_view(const unsigned char *data, size_t len, const char *name, ptmd
         for (k = a->first_heap; k < (uint64_t)a->first_heap + a->n_heaps; k++)
             if (v->heaps[k].arena != i) FAIL("%s: arena %zu names heap %llu, which belongs to another arena", name, i, (unsigned long long)k);
     }
-    {
-        uint64_t next_chunk = 0;
-        for (i = 0; i < v->n_heaps; i++) {
-            if (v->heaps[i].first_chunk != next_chunk || v->heaps[i].n_chunks > v->n_chunks - next_chunk)
-                FAIL("%s: heap %zu does not continue the chunk table", name, i);
-            next_chunk += v->heaps[i].n_chunks;
-        }
-        if (next_chunk != v->n_chunks) FAIL("%s: %llu chunks belong to no heap", name, (unsigned long long)(v->n_chunks - next_chunk));
+    for (i = 0; i < v->n_heaps; i++) {
+        if (v->heaps[i].first_chunk != next_chunk || v->heaps[i].n_chunks > v->n_chunks - next_chunk)
+            FAIL("%s: heap %zu does not continue the chunk table", name, i);
+        next_chunk += v->heaps[i].n_chunks;
     }
-    if (check_heaps(v, name, err) != 0) return -1;
+    if (next_chunk != v->n_chunks) FAIL("%s: %llu chunks belong to no heap", name, (unsigned long long)(v->n_chunks - next_chunk));
+    return 0;
+}
+
+/* The Ruby sections whole, their pages in order with sane slot counts, their names and words. */
+static int check_ruby(const ptmd_view *v, const char *name, ptmd_err *err)
+{
+    uint64_t words = 0;
+    size_t i;
     if ((v->ruby_objects || v->ruby_pages || v->ruby_words || v->ruby_names) &&
         !(v->ruby_meta && v->ruby_objects && v->ruby_pages && v->ruby_words && v->ruby_names))
         FAIL("%s: the Ruby sections are incomplete", name);
@@ -372,17 +392,30 @@ int ptmd_read_view(const unsigned char *data, size_t len, const char *name, ptmd
             FAIL("%s: Ruby page %zu has bad bounds or slot counts", name, i);
         if (i && p->start < v->ruby_pages[i - 1].end) FAIL("%s: Ruby page %zu is out of address order", name, i);
     }
-    {
-        uint64_t words = 0;
-        for (i = 0; i < v->n_ruby_objects; i++) {
-            const ptmd_ruby_object *o = &v->ruby_objects[i];
-            words += o->n_words;
-            if ((o->klass != PTMD_NO_NAME && o->klass >= v->n_ruby_names) ||
-                (o->data_type != PTMD_NO_NAME && o->data_type >= v->n_ruby_names))
-                FAIL("%s: Ruby object %zu names a class that does not exist", name, i);
-        }
-        if (words != v->n_ruby_words) FAIL("%s: the Ruby objects' words do not add up", name);
+    for (i = 0; i < v->n_ruby_objects; i++) {
+        const ptmd_ruby_object *o = &v->ruby_objects[i];
+        words += o->n_words;
+        if ((o->klass != PTMD_NO_NAME && o->klass >= v->n_ruby_names) ||
+            (o->data_type != PTMD_NO_NAME && o->data_type >= v->n_ruby_names))
+            FAIL("%s: Ruby object %zu names a class that does not exist", name, i);
     }
+    if (words != v->n_ruby_words) FAIL("%s: the Ruby objects' words do not add up", name);
+    return 0;
+}
+
+int ptmd_read_view(const unsigned char *data, size_t len, const char *name, ptmd_view *v, ptmd_err *err)
+{
+    const ptmd_footer *f = NULL;
+    size_t body = 0, i;
+
+    memset(v, 0, sizeof(*v));
+    if (check_frame(data, len, name, &body, &f, err) != 0) return -1;
+    if (read_sections(data, body, f, name, v, err) != 0) return -1;
+    /* cross references: every number a later stage uses as a count, an index or a bound is checked
+     * here, against the sections it names */
+    if (check_arena_heaps(v, name, err) != 0) return -1;
+    if (check_heaps(v, name, err) != 0) return -1;
+    if (check_ruby(v, name, err) != 0) return -1;
     if (check_rss_sections(v, name, err) != 0) return -1;
     if (check_code(v, name, err) != 0) return -1;
     if (v->trim_released && v->n_trim_released != v->n_arenas) FAIL("%s: the trim check does not cover every arena", name);
