@@ -16,9 +16,10 @@ Gem::Specification.new do |spec|
   spec.required_ruby_version = ">= 2.7"
   spec.platform = Gem::Platform::RUBY
 
-  spec.files = Dir["lib/**/*.rb", "lib/ptmalloc_dump/output/assets/*", "ext/**/*.{c,h,rb}", "ext/**/depend", "exe/*", "doc/*.md", "README.md", "LICENSE.txt"]
+  spec.files = Dir["lib/**/*.rb", "lib/ptmalloc_dump/output/assets/*", "ext/**/*.{c,h,rb}", "ext/**/depend", "exe/*",
+                   "doc/*.md", "README.md", "LICENSE.txt"]
   spec.bindir = "exe"
-  spec.executables = ["ptmalloc-dump", "ptmalloc-visualize"]
+  spec.executables = %w[ptmalloc-dump ptmalloc-visualize]
   spec.require_paths = ["lib"]
   spec.extensions = ["ext/ptmalloc_dump/extconf.rb"]
   spec.metadata["rubygems_mfa_required"] = "true"

@@ -29,8 +29,8 @@ module DumpBench
     times.sort[times.size / 2]
   end
 
-  def measure(runs)
-    Array.new(runs) { Benchmark.realtime { yield } }.then { |t| median(t) }
+  def measure(runs, &block)
+    Array.new(runs) { Benchmark.realtime(&block) }.then { |t| median(t) }
   end
 
   def ms(seconds)
@@ -80,7 +80,9 @@ module DumpBench
     puts format("%-34s %12s %9.1fx", "  references: false", ms(t_norefs), t_norefs / t_floor)
     puts format("%-34s %12s %9.1fx", "  oracles: true", ms(t_oracles), t_oracles / t_floor)
     puts format("%-34s %12s %9.1fx", "  oracles: false", ms(t_nooracles), t_nooracles / t_floor)
-    puts format("%-34s %12s", "  of which the reference scan", ms(default_dump.ruby.meta[:refs_ns] / 1e9)) if default_dump.ruby
+    if default_dump.ruby
+      puts format("%-34s %12s", "  of which the reference scan", ms(default_dump.ruby.meta[:refs_ns] / 1e9))
+    end
     puts format("%-34s %12s", "  of which the walk (in the file)", ms(dump.header[:walk_ns] / 1e9))
     puts format("%-34s %12s", "load + summary", ms(t_load))
     puts format("%-34s %12s (%.1f bytes/chunk)", "file size", PtmallocDump::FormatHelpers.human_bytes(size), size.to_f / dump.chunk_count)

@@ -88,7 +88,9 @@ module OutsideBench
   def core_bench(pid, dir, runs)
     prefix = File.join(dir, "core")
     _o, err, status = Open3.capture3("gcore", "-o", prefix, pid.to_s)
-    return puts("gcore: not available (#{err.lines.first&.strip || 'install gdb'}): no core figures") unless status.success?
+    unless status.success?
+      return puts("gcore: not available (#{err.lines.first&.strip || 'install gdb'}): no core figures")
+    end
 
     core = "#{prefix}.#{pid}"
     times = Array.new(runs) do

@@ -91,7 +91,7 @@ module PauseBench
 
   def pauses(dir, r, w)
     install_bare_fork(w)
-    MODES.each { |_, (sig, options)| PtmallocDump.install_signal_handler(sig, dir: dir, log: w, **options) }
+    MODES.each_value { |(sig, options)| PtmallocDump.install_signal_handler(sig, dir: dir, log: w, **options) }
     signals = MODES.transform_values(&:first).merge(bare_fork: BARE_FORK_SIGNAL)
     result = signals.transform_values { [] }
     SIGNALS.times do

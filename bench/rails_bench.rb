@@ -54,12 +54,12 @@ module RailsBench
       MODES.each do |mode, sig|
         log = app.log
         seen = log.scan(/paused ([\d.]+) ms/).size
-        written = log.scan(/\(walk and write\)/).size
+        written = log.scan("(walk and write)").size
         Process.kill(sig, worker)
         line = wait_for(app) { app.log.scan(/paused ([\d.]+) ms/)[seen] }
         result[mode] << Float(line.first)
         # the snapshot process's walk and write end before the next signal: it runs on the other core
-        wait_for(app) { app.log.scan(/\(walk and write\)/).size > written } if %i[fork fork_no_ruby].include?(mode)
+        wait_for(app) { app.log.scan("(walk and write)").size > written } if %i[fork fork_no_ruby].include?(mode)
         Dir.children(app.dumps).each { |f| File.delete(File.join(app.dumps, f)) if f.end_with?(".dump") }
         sleep 0.2
       end
@@ -72,7 +72,9 @@ module RailsBench
     loop do
       value = yield
       return value if value
-      raise "timed out; the server's log:\n#{app.log[-3000..]}" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+      if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+        raise "timed out; the server's log:\n#{app.log[-3000..]}"
+      end
 
       sleep 0.02
     end

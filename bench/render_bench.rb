@@ -77,7 +77,9 @@ module RenderBench
     dump.each_chunk do |c|
       break if by_page.size > sample
 
-      (c.address & ~4095).step(c.end_address - 1, 4096) { |pg| by_page[pg] << c if by_page.size <= sample || by_page.key?(pg) }
+      (c.address & ~4095).step(c.end_address - 1, 4096) do |pg|
+        by_page[pg] << c if by_page.size <= sample || by_page.key?(pg)
+      end
     end
     pages = by_page.keys.first(sample)
     dir = Dir.mktmpdir("ptmd-perpage")

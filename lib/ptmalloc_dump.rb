@@ -173,12 +173,15 @@ module PtmallocDump
     def check_symbol_free(dir, debug_dir: nil)
       with = File.join(File.expand_path(dir), "symbols.dump")
       without = File.join(File.expand_path(dir), "structure.dump")
-      pid, errors = fork_dumps([[with, SYMBOLS_MODES[:file]], [without, SYMBOLS_MODES[:heuristic]]], debug_dir, false, false)
+      pid, errors = fork_dumps([[with, SYMBOLS_MODES[:file]], [without, SYMBOLS_MODES[:heuristic]]], debug_dir,
+                               false, false)
       wait_snapshot(pid, errors)
       a = load(with)
       b = load(without)
       differences = []
-      %i[main_arena mp].each { |k| differences << "#{k}: #{a.header[k]} vs #{b.header[k]}" if a.header[k] != b.header[k] }
+      %i[main_arena mp].each do |k|
+        differences << "#{k}: #{a.header[k]} vs #{b.header[k]}" if a.header[k] != b.header[k]
+      end
       differences << "arenas differ" if a.arenas.map(&:address) != b.arenas.map(&:address)
       differences << "chunk counts #{a.chunk_count} vs #{b.chunk_count}" if a.chunk_count != b.chunk_count
       if (i = a.first_difference(b))
@@ -227,7 +230,9 @@ module PtmallocDump
     end
 
     def oracles_mode(oracles)
-      ORACLES_MODES.fetch(oracles) { raise ArgumentError, "oracles: must be true, false or :auto, not #{oracles.inspect}" }
+      ORACLES_MODES.fetch(oracles) do
+        raise ArgumentError, "oracles: must be true, false or :auto, not #{oracles.inspect}"
+      end
     end
 
     def snapshot(path, debug_dir, mode, ruby, references, oracles, wait, gc)

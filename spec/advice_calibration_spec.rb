@@ -60,10 +60,11 @@ RSpec.describe "advice that holds" do
       arena = lines.fetch(:arena_max)
       heap_gain = without[:before][:heap] - with[:before][:heap]
       rss_gain = without[:before][:rss] - with[:before][:rss]
-      puts format("MALLOC_ARENA_MAX=%d: estimate %.1f MiB (%.1f to %.1f, upper bound %.1f); measured heap %.1f MiB (%.2f of the " \
-                  "estimate), RSS %.1f MiB (%.2f)", PtmallocDump::Advice::ARENA_MAX, arena.gain / 1048576.0, arena.low / 1048576.0,
-                  arena.high / 1048576.0, arena.figure / 1048576.0, heap_gain / 1048576.0, heap_gain.fdiv(arena.gain),
-                  rss_gain / 1048576.0, rss_gain.fdiv(arena.gain))
+      puts format("MALLOC_ARENA_MAX=%d: estimate %.1f MiB (%.1f to %.1f, upper bound %.1f); measured heap %.1f MiB " \
+                  "(%.2f of the estimate), RSS %.1f MiB " \
+                  "(%.2f)", PtmallocDump::Advice::ARENA_MAX, arena.gain / 1_048_576.0, arena.low / 1_048_576.0,
+                  arena.high / 1_048_576.0, arena.figure / 1_048_576.0, heap_gain / 1_048_576.0, heap_gain.fdiv(arena.gain),
+                  rss_gain / 1_048_576.0, rss_gain.fdiv(arena.gain))
       expect(heap_gain).to be_between(arena.low, arena.high)
       expect(rss_gain).to be_between(arena.low, arena.high)
 
@@ -71,14 +72,14 @@ RSpec.describe "advice that holds" do
       trim_gain = without[:before_trim][:rss] - without[:after_trim][:rss]
       unless trim # not advised (under a MiB, or 1% of the resident heap): the estimate still holds
         est = PtmallocDump.load(path).analysis[:trim_estimate].sum
-        puts format("malloc_trim(0): not advised, estimate %.2f MiB; measured RSS %.2f MiB", est / 1048576.0, trim_gain / 1048576.0)
+        puts format("malloc_trim(0): not advised, estimate %.2f MiB; measured RSS %.2f MiB", est / 1_048_576.0, trim_gain / 1_048_576.0)
         # a quarter MiB for the pages the process itself touches meanwhile
         expect(trim_gain).to be_between(est * PtmallocDump::Advice::TRIM_RANGE.first - 262_144,
                                         est * PtmallocDump::Advice::TRIM_RANGE.last + 262_144)
         next
       end
       puts format("malloc_trim(0): estimate %.1f MiB (%.1f to %.1f); measured RSS %.1f MiB (%.2f of the estimate)",
-                  trim.gain / 1048576.0, trim.low / 1048576.0, trim.high / 1048576.0, trim_gain / 1048576.0, trim_gain.fdiv(trim.gain))
+                  trim.gain / 1_048_576.0, trim.low / 1_048_576.0, trim.high / 1_048_576.0, trim_gain / 1_048_576.0, trim_gain.fdiv(trim.gain))
       expect(trim_gain).to be_between(trim.low, trim.high)
       expect(without[:after_trim][:heap]).to be <= without[:before_trim][:heap] # trimming never grows the heap
     end
@@ -161,7 +162,7 @@ RSpec.describe "advice that holds: MALLOC_TRIM_THRESHOLD_" do
   end
 
   def mib(bytes)
-    bytes / 1048576.0
+    bytes / 1_048_576.0
   end
 
   def self.shape_name(shape)
@@ -172,7 +173,7 @@ RSpec.describe "advice that holds: MALLOC_TRIM_THRESHOLD_" do
    { "BIG" => (16 << 20).to_s, "TOTAL" => (24 << 20).to_s, "SIZE" => "3000", "THREADS" => "1" },
    { "BIG" => (12 << 20).to_s, "TOTAL" => (16 << 20).to_s, "SIZE" => "1200", "THREADS" => "3" },
    { "BIG" => (24 << 20).to_s, "TOTAL" => (40 << 20).to_s, "SIZE" => "1500", "KEEP" => "0.5" }].each do |shape|
-    it "the measured gain falls in the advised range (#{self.shape_name(shape)})" do
+    it "the measured gain falls in the advised range (#{shape_name(shape)})" do
       path = File.join(tmpdir, "top.dump")
       without = top_workload(shape.merge("DUMP" => path))
       dump = PtmallocDump.load(path)
@@ -186,8 +187,9 @@ RSpec.describe "advice that holds: MALLOC_TRIM_THRESHOLD_" do
       heap_gain = without[:after][:heap] - with[:after][:heap]
       rss_gain = without[:after][:rss] - with[:after][:rss]
       trimmed = without[:dumped][:rss] - without[:trimmed][:rss]
-      puts format("MALLOC_TRIM_THRESHOLD_=%d (threshold was %.1f MiB): estimate %.1f MiB (%.1f to %.1f); measured heap %.1f MiB " \
-                  "(%.2f of the estimate), RSS %.1f MiB (%.2f); top resident %.2f MiB, glibc's trim of it in the process %.2f MiB",
+      puts format("MALLOC_TRIM_THRESHOLD_=%d (threshold was %.1f MiB): estimate %.1f MiB (%.1f to %.1f); measured " \
+                  "heap %.1f MiB (%.2f of the estimate), RSS %.1f MiB (%.2f); top resident %.2f MiB, glibc's trim of " \
+                  "it in the process %.2f MiB",
                   advised, mib(dump.header[:trim_threshold]), mib(line.gain), mib(line.low), mib(line.high), mib(heap_gain),
                   heap_gain.fdiv(line.gain), mib(rss_gain), rss_gain.fdiv(line.gain), mib(line.figure), mib(trimmed))
       expect(heap_gain).to be_between(line.low, line.high)
@@ -204,7 +206,7 @@ RSpec.describe "advice that holds: MALLOC_TRIM_THRESHOLD_" do
   # without BIG holds its top after all: the line is then checked against glibc's own trim.)
   [{ "BIG" => (30 << 20).to_s, "TOTAL" => (40 << 20).to_s, "SIZE" => "2000", "SENTINEL" => "1" },
    { "BIG" => "0", "TOTAL" => (40 << 20).to_s, "SIZE" => "2000" }].each do |shape|
-    it "is not advised where it would not help (#{self.shape_name(shape)})" do
+    it "is not advised where it would not help (#{shape_name(shape)})" do
       path = File.join(tmpdir, "top.dump")
       without = top_workload(shape.merge("DUMP" => path))
       dump = PtmallocDump.load(path)
@@ -214,8 +216,9 @@ RSpec.describe "advice that holds: MALLOC_TRIM_THRESHOLD_" do
         # Ruby itself freed an mmapped block at its start (Ruby 3.3 does) and raised the threshold: the
         # top is held after all, and the advice's figure is what glibc's own trim in the process releases
         trimmed = without[:dumped][:rss] - without[:trimmed][:rss]
-        puts format("MALLOC_TRIM_THRESHOLD_ advised, the threshold raised by Ruby's start to %.1f MiB: top resident %.2f MiB, " \
-                    "glibc's trim in the process %.2f MiB", mib(dump.header[:trim_threshold]), mib(line.figure), mib(trimmed))
+        puts format("MALLOC_TRIM_THRESHOLD_ advised, the threshold raised by Ruby's start to %.1f MiB: top resident " \
+                    "%.2f MiB, glibc's trim in the process %.2f " \
+                    "MiB", mib(dump.header[:trim_threshold]), mib(line.figure), mib(trimmed))
         expect(trimmed).to be_within(524_288).of(line.figure)
         next
       end
@@ -228,9 +231,9 @@ RSpec.describe "advice that holds: MALLOC_TRIM_THRESHOLD_" do
       puts format("MALLOC_TRIM_THRESHOLD_ not advised (%s): with %d, measured heap %.2f MiB, RSS %.2f MiB; glibc's trim in the " \
                   "process %.2f MiB", lines.map(&:topic).join(", "), PtmallocDump::Advice::DEFAULT_TRIM_THRESHOLD, mib(heap_gain),
                   mib(rss_gain), mib(trimmed))
-      expect(heap_gain.abs).to be < 1048576
-      expect(rss_gain.abs).to be < 1048576
-      expect(trimmed.abs).to be < 1048576
+      expect(heap_gain.abs).to be < 1_048_576
+      expect(rss_gain.abs).to be < 1_048_576
+      expect(trimmed.abs).to be < 1_048_576
     end
   end
 end

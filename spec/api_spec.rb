@@ -69,9 +69,10 @@ RSpec.describe PtmallocDump do
     expect(r[:auto_entries]).to be_within(1000).of(r[:glibc_entries])
     expect(r[:auto]).to eq(oracles_captured: false, oracles_skipped: true, oracles_off: false, malloc_info: "")
     expect(r[:auto_compared]).to eq([])
-    expect(r[:auto_notes]).to eq(["glibc's #{LibcFacts.mallinfo_name} and malloc_info were not called: the free lists held #{r[:auto_entries]} chunks, " \
-                                  "more than the #{limit} oracles: :auto has glibc follow again (oracles: true calls them " \
-                                  "always): nothing to compare the walk with"])
+    expect(r[:auto_notes]).to eq(["glibc's #{LibcFacts.mallinfo_name} and malloc_info were not called: the free " \
+                                  "lists held #{r[:auto_entries]} chunks, more than the #{limit} oracles: :auto has " \
+                                  "glibc follow again (oracles: true calls them always): nothing to compare the walk " \
+                                  "with"])
     expect(r[:report]).to include("glibc&#39;s counters were not called: the free lists held #{r[:auto_entries]} chunks")
     # oracles: true calls them on the same heap, and the walk reproduces them
     expect(r[:always]).to eq(oracles_captured: true, oracles_skipped: false)

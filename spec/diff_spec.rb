@@ -4,7 +4,6 @@ require "rexml/document"
 require "spec_helper"
 
 RSpec.describe "comparing dumps and advice" do
-
   def visualize(*args)
     Open3.capture3(RbConfig.ruby, "-I", SpecHelpers::LIB, SpecHelpers::VISUALIZE, *args)
   end
@@ -106,7 +105,7 @@ RSpec.describe "comparing dumps and advice" do
         blocks.each { |blk| Fiddle::Pointer.new(blk)[0, 64 * 1024] = "c" * (64 * 1024) } if i.zero?
         PtmallocDump.dump(path, ruby: false)
         exit!(0)
-      rescue Exception => e # whatever ends the child is reported by the parent
+      rescue Exception => e # rubocop:disable Lint/RescueException -- whatever ends the child, the parent reports
         File.write("#{path}.error", "#{e.class}: #{e.message}\n#{e.backtrace.join("\n")}")
         exit!(1)
       end

@@ -289,6 +289,7 @@ RSpec.describe "PtmallocDump.dump on randomised heaps", :quiescent do
     merged_with_tls = 0
     24.times do |seed|
       break if seed >= 4 && merged_with_tls.positive?
+
       path = File.join(tmpdir, "small-mmapped-#{seed}.dump")
       code = <<~RUBY
         require "fiddle"
@@ -305,7 +306,7 @@ RSpec.describe "PtmallocDump.dump on randomised heaps", :quiescent do
         ptrs = ptrs.each_with_index.map { |p, i| i % 5 == 0 ? realloc.call(p, 4096 + rand(60 * 1024)).to_i : p }
         ptrs += Fiddle::Pointer.new(Fiddle::Handle::DEFAULT["em_blocks"])[0, 8 * 8].unpack("Q*")
         # from glibc 2.43 prev_size's low bit is MMAP_HP and the mapping ends with one more header
-        layout_243 = #{LibcFacts.glibc_version >= Gem::Version.new("2.43")}
+        layout_243 = #{LibcFacts.glibc_version >= Gem::Version.new('2.43')}
         blocks = ptrs.filter_map do |p|
           prev_size, size = Fiddle::Pointer.new(p - 16)[0, 16].unpack("QQ")
           offset = layout_243 ? prev_size & ~1 : prev_size
@@ -343,9 +344,9 @@ RSpec.describe "PtmallocDump.dump on randomised heaps", :quiescent do
       GC.disable
       lookalike = ("\\0" * 8 + [0x3002].pack("Q") + "\\0" * 7).freeze
       held = Array.new(100_000) { lookalike.b }
-      PtmallocDump.dump(#{paths["plain"].inspect}, ruby: false, oracles: true)
-      PtmallocDump.dump(#{paths["snapshot"].inspect}, ruby: false, fork: true, wait: true, oracles: true)
-      PtmallocDump.dump(#{paths["with_ruby"].inspect}, oracles: true)
+      PtmallocDump.dump(#{paths['plain'].inspect}, ruby: false, oracles: true)
+      PtmallocDump.dump(#{paths['snapshot'].inspect}, ruby: false, fork: true, wait: true, oracles: true)
+      PtmallocDump.dump(#{paths['with_ruby'].inspect}, oracles: true)
       # how many OS page starts in the object pages read as a header
       starts = 0
       ObjectSpace.each_object(String) do |s|
@@ -355,7 +356,7 @@ RSpec.describe "PtmallocDump.dump on randomised heaps", :quiescent do
       end
       puts starts
     RUBY
-    stdout, stderr, status = run_ruby("require 'fiddle'\n" + code)
+    stdout, stderr, status = run_ruby("require 'fiddle'\n#{code}")
     expect(status).to be_success, stderr
     expect(stdout.to_i).to be > 10
     paths.each_value do |path|
@@ -376,8 +377,8 @@ RSpec.describe "PtmallocDump.dump on randomised heaps", :quiescent do
       region = mmap.call(nil, 3 * 4096, 3, 0x22, -1, 0) # PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS
       region[0, 16] = [0, (1 << 63) | 2].pack("Q<Q<")
       region[4096, 16] = [0, (1 << 63) | 0x1002].pack("Q<Q<")
-      PtmallocDump.dump(#{paths["plain"].inspect}, ruby: false, oracles: true)
-      PtmallocDump.dump(#{paths["snapshot"].inspect}, ruby: false, fork: true, wait: true, oracles: true)
+      PtmallocDump.dump(#{paths['plain'].inspect}, ruby: false, oracles: true)
+      PtmallocDump.dump(#{paths['snapshot'].inspect}, ruby: false, fork: true, wait: true, oracles: true)
       puts region.to_i
     RUBY
     stdout, stderr, status = run_ruby(code, timeout: 60)

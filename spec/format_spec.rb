@@ -144,8 +144,8 @@ RSpec.describe "the dump file", :unit do
     File.symlink(File.join(tmpdir, "elsewhere"), link)
     expect { PtmallocDump.dump(link) }.to raise_error(Errno::ELOOP, /symbolic link/)
     expect(File.exist?(File.join(tmpdir, "elsewhere"))).to be(false)
-    expect { PtmallocDump.dump(tmpdir + "/") }.to raise_error(Errno::EISDIR)
-    expect { PtmallocDump.dump(File.join(tmpdir, "no", "such", "dir.dump")) }.to raise_error(Errno::ENOENT, /no\/such/)
+    expect { PtmallocDump.dump("#{tmpdir}/") }.to raise_error(Errno::EISDIR)
+    expect { PtmallocDump.dump(File.join(tmpdir, "no", "such", "dir.dump")) }.to raise_error(Errno::ENOENT, %r{no/such})
   end
 
   it "refuses a FIFO or a socket at the target path and leaves it there, in process and in fork mode", unit: false do

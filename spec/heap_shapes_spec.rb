@@ -101,8 +101,9 @@ RSpec.describe "heap shapes against gdb's walk of a core" do
 
     range = chunk.address...chunk.end_address
     found = [[held, "held"], [freed, "freed"], [dtvs, "dtv"]].flat_map do |list, what|
-      list.select { |x| range.cover?(x.ptr) }.map { |x| [x.seq, "#{what} 0x#{x.ptr.to_s(16)} #{x.size} B kind #{x.kind} " \
-                                                                    "thread #{x.thread} flags #{x.flags} seq #{x.seq}"] }
+      list.select { |x| range.cover?(x.ptr) }.map do |x|
+        [x.seq, "#{what} 0x#{x.ptr.to_s(16)} #{x.size} B kind #{x.kind} thread #{x.thread} flags #{x.flags} seq #{x.seq}"]
+      end
     end
     found.empty? ? "none" : found.sort.map(&:last).join(", ")
   end

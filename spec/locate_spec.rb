@@ -26,7 +26,7 @@ RSpec.describe "finding main_arena", :quiescent do
     Open3.popen3(RbConfig.ruby, "-I", SpecHelpers::LIB, "-rptmalloc_dump", "-e", code) do |stdin, stdout, _err, wait|
       expect(stdout.gets).to eq("ready\n")
       gdb, gdb_err, status = Open3.capture3("gdb", "-batch", "-nx", "-iex", "set debug-file-directory #{debug_dir}",
-                                             "-p", wait.pid.to_s, "-ex", "p &main_arena")
+                                            "-p", wait.pid.to_s, "-ex", "p &main_arena")
       expect(status).to be_success, gdb_err
       # "(struct malloc_state *) 0x…" with libc6-dbg; an untyped pointer with the made symbol file
       address = gdb[/^\$1 = .*?\) (0x\h+)/, 1]
@@ -69,7 +69,7 @@ RSpec.describe "finding main_arena", :quiescent do
     link_name = `readelf --string-dump=.gnu_debuglink #{info[:libc_path]} 2>/dev/null`.b[/\]\s+(\S+)/, 1]
     dir = File.join(tmpdir, "debug")
     FileUtils.mkdir_p(File.join(dir, libdir))
-    File.binwrite(File.join(dir, libdir, link_name), File.binread(debug_file) + "tampered")
+    File.binwrite(File.join(dir, libdir, link_name), "#{File.binread(debug_file)}tampered")
     expect { PtmallocDump.dump(File.join(tmpdir, "x.dump"), debug_dir: dir, symbols: :file) }
       .to raise_error(PtmallocDump::SymbolsNotFoundError)
   end

@@ -89,13 +89,14 @@ RSpec.describe "a non-contiguous main arena" do
         reused << chunk.address
       elsif chunk.address == addr - 16
         expect(%i[tcache fastbin unsorted smallbin largebin top]).to include(chunk.state),
-                                                                    "freed block 0x#{addr.to_s(16)} is #{chunk.state}"
+                                                                     "freed block 0x#{addr.to_s(16)} is #{chunk.state}"
       else
         expect(chunk).to be_free, "freed block 0x#{addr.to_s(16)} lies inside #{chunk.inspect}"
       end
     end
     expect(reused.uniq.size).to be <= 4
-    puts "#{since_first.uniq.size} chunks free in the first dump were allocated by the child since" unless since_first.empty?
+    note = "#{since_first.uniq.size} chunks free in the first dump were allocated by the child since"
+    puts note unless since_first.empty?
   end
 
   it "blocked the break, so that the main arena went on in mmapped regions" do

@@ -166,9 +166,10 @@ RSpec.describe "ptmalloc-dump --pid" do
       when /\Amallinfo2? / then report[:mallinfo2] = line.scan(/(\w+)=(\d+)/).to_h { |k, v| [k.to_sym, Integer(v)] }
       when /\A\s*</ then report[:malloc_info] << line # malloc_info XML, a tag a line
       when /\AP (\S+) (\w+)(?: (\d+))?/ then report[:pointers] << [Integer(Regexp.last_match(1)), Regexp.last_match(2).to_sym, Regexp.last_match(3)&.to_i]
-      when /\Aready threads=(\d+) pid=(\d+)/ then report[:threads] = Integer(Regexp.last_match(1))
-                                                 report[:pid] = Integer(Regexp.last_match(2))
-                                                 break
+      when /\Aready threads=(\d+) pid=(\d+)/
+        report[:threads] = Integer(Regexp.last_match(1))
+        report[:pid] = Integer(Regexp.last_match(2))
+        break
       end
     end
     raise "the heap target ended before it was ready" unless report[:threads]
@@ -196,16 +197,16 @@ RSpec.describe "ptmalloc-dump --pid" do
     figures = ->(text) { text.scan(/(\w+)="(\d+)"/).to_h { |k, v| [k.to_sym, Integer(v)] } }
     heaps = xml.scan(%r{<heap nr="(\d+)">(.*?)</heap>}m).map do |nr, body|
       { nr: Integer(nr),
-        sizes: body.scan(%r{<size ([^>]*)/>}).map { |(attrs)| figures.(attrs) },
+        sizes: body.scan(%r{<size ([^>]*)/>}).map { |(attrs)| figures.call(attrs) },
         unsorted: body[%r{<unsorted ([^>]*)/>}, 1]&.then(&figures),
         # glibc 2.43 has no fastbins and prints no fast total
         fast: body[%r{<total type="fast" ([^>]*)/>}, 1]&.then(&figures) || { count: 0, size: 0 },
-        rest: figures.(body[%r{<total type="rest" ([^>]*)/>}, 1]),
-        system: figures.(body[%r{<system type="current" ([^>]*)/>}, 1])[:size] }
+        rest: figures.call(body[%r{<total type="rest" ([^>]*)/>}, 1]),
+        system: figures.call(body[%r{<system type="current" ([^>]*)/>}, 1])[:size] }
     end
     tail = xml[xml.rindex("</heap>")..]
-    { heaps: heaps, mmap: figures.(tail[%r{<total type="mmap" ([^>]*)/>}, 1]),
-      system: figures.(tail[%r{<system type="current" ([^>]*)/>}, 1])[:size] }
+    { heaps: heaps, mmap: figures.call(tail[%r{<total type="mmap" ([^>]*)/>}, 1]),
+      system: figures.call(tail[%r{<system type="current" ([^>]*)/>}, 1])[:size] }
   end
 
   it "reproduces the target's mallinfo2 and malloc_info and finds every pointer it holds in its state, and leaves it running" do
@@ -339,7 +340,7 @@ RSpec.describe "ptmalloc-dump --pid" do
     expect(b.chunk_count).to eq(a.chunk_count)
     expect(b.first_difference(a)).to be_nil
     chunks = ->(d) { d.each_chunk.map { |c| [c.address, c.size, c.state] } }
-    expect(chunks.(b)).to eq(chunks.(a))
+    expect(chunks.call(b)).to eq(chunks.call(a))
     COUNTERS.each { |f| expect([f, b.summary[f]]).to eq([f, report[:mallinfo2].fetch(f)]) }
     expect(b.threads.map { |t| [t.tid, t.tcache, t.tcache_count] }.sort_by(&:first))
       .to eq(a.threads.map { |t| [t.tid, t.tcache, t.tcache_count] }.sort_by(&:first))
@@ -350,7 +351,7 @@ RSpec.describe "ptmalloc-dump --pid" do
     PtmallocDump.dump_core("#{prefix}.#{pid}", by_structure, debug_dir: tmpdir)
     c = PtmallocDump.load(by_structure)
     expect(c.header[:symbol_source]).to eq(:heuristic)
-    expect(chunks.(c)).to eq(chunks.(a))
+    expect(chunks.call(c)).to eq(chunks.call(a))
   end
 
   it "finds the tcache of a thread a fork left behind whose struct took a chunk 16 bytes larger than it asked for" do

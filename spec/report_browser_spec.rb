@@ -85,8 +85,8 @@ RSpec.describe "the report in a browser" do
     expect(ChunkyPNG::Image.from_blob(shot).dimension.to_a).to eq([1400, 900])
 
     on_screen = lambda do |css|
-      browser.script("return Array.from(document.querySelectorAll(#{css.to_json})).map(e => { const r = e.getBoundingClientRect(); " \
-                     "return [e.innerText, r.top >= 0 && r.bottom <= window.innerHeight] })")
+      browser.script("return Array.from(document.querySelectorAll(#{css.to_json})).map(e => { const r = " \
+                     "e.getBoundingClientRect(); return [e.innerText, r.top >= 0 && r.bottom <= window.innerHeight] })")
     end
     s = dump.summary
     lead = on_screen.call("#verdict .lead")
@@ -188,8 +188,9 @@ RSpec.describe "the report in a browser" do
                              "#{PtmallocDump::ExplorerGeometry.row_centering(view[:heaps], address, 64)})")
       geo = PtmallocDump::ExplorerGeometry.new(view[:heaps], shown["bpp"], shown["row"])
       x, y = geo.pixel_for(address)
-      drawn = browser.script("const p = document.getElementById('xp-map').getContext('2d').getImageData(#{x}, #{y}, 1, 1).data; " \
-                             "return '#' + Array.from(p.slice(0, 3)).map(v => v.toString(16).padStart(2, '0')).join('')")
+      drawn = browser.script("const p = document.getElementById('xp-map').getContext('2d').getImageData(#{x}, #{y}, " \
+                             "1, 1).data; return '#' + Array.from(p.slice(0, 3)).map(v => v.toString(16).padStart(2, " \
+                             "'0')).join('')")
       shown_address = geo.address_at(x, y)
       image, px, py = geo_png.pixel_for(shown_address, :page_map)
       png = ChunkyPNG::Color.to_hex(pngs[image[:file]][px, py], false)
@@ -230,8 +231,9 @@ RSpec.describe "the report in a browser" do
     at = PtmallocDump::ExplorerGeometry.new(view[:heaps], after["bpp"], after["row"]).pixel_for(address)
     expect(at[1]).to eq(y) # the row under the pointer still shows the address
 
-    mini = browser.script("document.getElementById('explorer').scrollIntoView(); const c = document.getElementById('xp-mini'), " \
-                          "r = c.getBoundingClientRect(); return [r.left + c.clientLeft, r.top + c.clientTop, c.width, c.height]")
+    mini = browser.script("document.getElementById('explorer').scrollIntoView(); const c = " \
+                          "document.getElementById('xp-mini'), r = c.getBoundingClientRect(); return [r.left + " \
+                          "c.clientLeft, r.top + c.clientTop, c.width, c.height]")
     left, top, mw, mh = mini
     size = view[:heaps].sum(&:size)
     y0 = (top + 100).ceil
@@ -340,7 +342,7 @@ RSpec.describe "the report in a browser" do
     browser.wait_for("return window.ptmdExplorer && window.ptmdExplorer.ready")
     expect(browser.script("return window.ptmdExplorer.state().mode")).to eq("change")
     rng = Random.new(3)
-    first_page = d.pages.each_with_index.to_h { |pm, i| [i, d.pages.first(i).sum(&:size)] }
+    first_page = d.pages.each_with_index.to_h { |_pm, i| [i, d.pages.first(i).sum(&:size)] }
     views = PtmallocDump::Explorer.new(d).views
     10.times do
       view = views.sample(random: rng)
@@ -357,8 +359,9 @@ RSpec.describe "the report in a browser" do
       expect(shown_panel["state"]).to eq(chunk.state.to_s)
       pm = d.pages[heap.index]
       change = changes.getbyte(first_page[heap.index] + (target - pm.page_base) / pm.page_size)
-      pixel = browser.script("const p = document.getElementById('xp-map').getContext('2d').getImageData(#{x}, #{y}, 1, 1).data; " \
-                             "return '#' + Array.from(p.slice(0, 3)).map(v => v.toString(16).padStart(2, '0')).join('')")
+      pixel = browser.script("const p = document.getElementById('xp-map').getContext('2d').getImageData(#{x}, #{y}, " \
+                             "1, 1).data; return '#' + Array.from(p.slice(0, 3)).map(v => v.toString(16).padStart(2, " \
+                             "'0')).join('')")
       expect(pixel).to eq(colors[change])
     end
   end
@@ -400,6 +403,7 @@ RSpec.describe "the report's explorer: holders and code owners in a browser" do
   end
 
   attr_reader :browser, :dump
+
   include ExplorerPointer
 
   def code_text(code)
@@ -557,6 +561,7 @@ RSpec.describe "the report's explorer: bins and tcache threads in a browser" do
   end
 
   attr_reader :browser, :dump
+
   include ExplorerPointer
 
   # glibc 2.36 malloc.c, x86-64: smallbin_index, largebin_index_64, bin_index, fastbin_index

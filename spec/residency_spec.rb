@@ -45,8 +45,8 @@ RSpec.describe "page residency", :quiescent do
       PtmallocDump.dump(path, ruby: false)
       exit!(0)
     end
-    Process.wait(pid)
-    expect($?.success?).to be(true)
+    _, status = Process.wait2(pid)
+    expect(status.success?).to be(true)
     dump = PtmallocDump.load(path)
     chunk = dump.chunk_containing(block)
     map = dump.pages[chunk.heap.index]

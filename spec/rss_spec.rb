@@ -101,8 +101,8 @@ RSpec.describe "the whole RSS, accounted" do
       require "fiddle"
       require "json"
       require "rspec"
-      require #{File.join(__dir__, "support", "helpers").dump}
-      require #{File.join(__dir__, "support", "native_threads").dump}
+      require #{File.join(__dir__, 'support', 'helpers').dump}
+      require #{File.join(__dir__, 'support', 'native_threads').dump}
       NativeThreads.start(0)
       NativeThreads.malloc_many(0, 200, 4000) # a thread's arena, its heap begun here
       NativeThreads.stop(0)

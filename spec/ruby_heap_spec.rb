@@ -233,7 +233,7 @@ RSpec.describe "correlating the malloc heap with Ruby's ObjectSpace" do
     kept = Array.new(1_000) { |i| "kept-#{i}-" * 150 }
     dropped = Array.new(3_000) { |i| "dropped-#{i}-" * 150 }
     dropped_addresses = dropped.map { |s| address_of(s) }
-    dropped = nil
+    dropped = nil # rubocop:disable Lint/UselessAssignment -- the strings' last reference goes
     GC.start(immediate_sweep: false)
     expect(GC.latest_gc_info(:state)).to eq(:sweeping)
     path = File.join(tmpdir, "lazy.dump")
@@ -251,7 +251,7 @@ RSpec.describe "correlating the malloc heap with Ruby's ObjectSpace" do
     dead = dropped_addresses.filter_map { |a| dump.ruby.object_at(a) }.select(&:garbage?)
     expect(dead.size).to be >= dropped_addresses.size / 2
     expect(dead.map(&:type).uniq).to eq([:T_STRING])
-    dead_set = dead.map(&:address).to_set
+    dead_set = dead.to_set(&:address)
     owned = dump.each_chunk.select { |c| c.state == :in_use && dead_set.include?(dump.ruby.owner_of(c)&.address) }
     expect(owned.size).to be >= dead.size
     expect(owned.sum(&:size)).to be >= dead.size * 1_500

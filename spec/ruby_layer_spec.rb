@@ -28,7 +28,7 @@ RSpec.describe PtmallocDump::RubyLayer do
 
   it "names what stops the Ruby pass: a missing function, another GC, a missing GC.stat key, a newer Ruby" do
     keys = GC.stat.keys
-    layer = ->(**o) { described_class.new(**{ missing_functions: [], stat_keys: keys, gc: "default", version: "3.4.1" }.merge(o)) }
+    layer = ->(**o) { described_class.new(missing_functions: [], stat_keys: keys, gc: "default", version: "3.4.1", **o) }
     expect(layer.call.problem).to be_nil
     expect(layer.call(missing_functions: ["rb_objspace_each_objects"]).problem).to include("rb_objspace_each_objects")
     expect(layer.call(gc: "mmtk").problem).to include('"mmtk"')

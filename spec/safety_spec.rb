@@ -108,7 +108,9 @@ RSpec.describe "safety in a production worker" do
       # instructions each way)
       expect(s[:fork_differences]).to eq([])
       expect(s[:in_transit].size).to be <= [5, churn / 100].max
-      puts "    fork snapshots with an mmapped chunk in transit: #{s[:in_transit].size} of #{churn}" unless s[:in_transit].empty?
+      unless s[:in_transit].empty?
+        puts "    fork snapshots with an mmapped chunk in transit: #{s[:in_transit].size} of #{churn}"
+      end
     end
   end
 

@@ -29,7 +29,7 @@ RSpec.describe "the worker recipes" do
     d = PtmallocDump.load(path)
     expect(d.header[:pid]).to eq(pid)
     expect(d.header[:fork_snapshot]).to be(fork)
-    expect(d.verify.ok?).to be(true), d.verify.differences.map(&:to_s).join("\n")
+    expect(d.verify.ok?).to be(true), d.verify.differences.join("\n")
     expect_valid_dump(d)
     expect(d.summary[:in_use_bytes]).to be > 1_000_000 # the app's data, loaded before the fork
     d
@@ -40,7 +40,7 @@ RSpec.describe "the worker recipes" do
 
   # Puma 7 and 8 require Ruby 3.0 (their gemspecs' required_ruby_version): Bundler cannot install them on
   # Ruby 2.7, where Puma 5 and 6 are the recipes run
-  PUMAS = { "puma5" => ["~> 5.6", "on_worker_boot"], "puma6" => ["~> 6.6", "on_worker_boot"] }
+  PUMAS = { "puma5" => ["~> 5.6", "on_worker_boot"], "puma6" => ["~> 6.6", "on_worker_boot"] }.freeze
   if Gem::Version.new(RUBY_VERSION) >= Gem::Version.new("3.0")
     PUMAS.merge!("puma7" => ["~> 7.0", "before_worker_boot"], "puma8" => ["~> 8.0", "before_worker_boot"])
   end
@@ -58,12 +58,12 @@ RSpec.describe "the worker recipes" do
       master = app.start("puma", "-C", "config/puma.rb", "config.ru")
       workers = app.booted(2)
       expect(workers).not_to include(master)
-      expect(app.get).to match(/\AHTTP\/1\.1 200/)
+      expect(app.get).to match(%r{\AHTTP/1\.1 200})
       expect_dump_of(app, workers.first)
       expect(app.log).to match(/the worker paused \d+\.\d ms \(signal to return\)/)
       expect(app.log).not_to match(/deprecat/i) if %w[puma7 puma8].include?(name)
       expect(Process.kill(0, workers.first)).to eq(1) # the worker lives on
-      expect(app.get).to match(/\AHTTP\/1\.1 200/)
+      expect(app.get).to match(%r{\AHTTP/1\.1 200})
     end
   end
 
@@ -77,7 +77,7 @@ RSpec.describe "the worker recipes" do
     RUBY
     app.start("unicorn", "-c", "config/unicorn.rb", "config.ru")
     workers = app.booted(2)
-    expect(app.get).to match(/\AHTTP\/1\.1 200/)
+    expect(app.get).to match(%r{\AHTTP/1\.1 200})
     expect_dump_of(app, workers.last)
   end
 
@@ -91,7 +91,7 @@ RSpec.describe "the worker recipes" do
     RUBY
     app.start("pitchfork", "-c", "config/pitchfork.rb", "config.ru")
     workers = app.booted(2)
-    expect(app.get).to match(/\AHTTP\/1\.1 200/)
+    expect(app.get).to match(%r{\AHTTP/1\.1 200})
     dumps = workers.first(2).map { |w| expect_dump_of(app, w, fork: false) }
     # in process, the dump sees which pages the worker still shares with the process it was forked from
     expect(dumps.map { |d| d.summary[:shared_bytes] }).to all(be > 0)
@@ -122,7 +122,9 @@ RSpec.describe "the worker recipes" do
     begin
       TCPSocket.open("127.0.0.1", port).close
     rescue Errno::ECONNREFUSED
-      raise "redis-server did not start on 127.0.0.1:#{port}" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+      if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+        raise "redis-server did not start on 127.0.0.1:#{port}"
+      end
 
       sleep 0.05
       retry
@@ -174,7 +176,7 @@ RSpec.describe "the worker recipes" do
     pid = app.booted(1).first
     deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 30
     begin
-      expect(app.get).to match(/\AHTTP\/1\.1 200/)
+      expect(app.get).to match(%r{\AHTTP/1\.1 200})
     rescue Errno::ECONNREFUSED
       raise if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
 
@@ -219,7 +221,7 @@ RSpec.describe "the worker recipes" do
     client.join(30)
     dumps.each do |path|
       d = PtmallocDump.load(path)
-      expect(d.verify.ok?).to be(true), d.verify.differences.map(&:to_s).join("\n")
+      expect(d.verify.ok?).to be(true), d.verify.differences.join("\n")
       expect_valid_dump(d)
     end
     samples = Array.new(latencies.size) { latencies.pop }

@@ -21,7 +21,7 @@ RSpec.describe "PtmallocDump.install_signal_handler" do
       File.write(file, "")
       expect { PtmallocDump.install_signal_handler("USR2", dir: File.join(file, "sub")) }
         .to raise_error(PtmallocDump::DumpDirectoryError,
-                        /\Aptmalloc_dump: the dump directory #{Regexp.escape(file)}\/sub does not exist and cannot be made: \S/)
+                        %r{\Aptmalloc_dump: the dump directory #{Regexp.escape(file)}/sub does not exist and cannot be made: \S})
     end
 
     it "raises for a file, and for a symbolic link to a directory" do

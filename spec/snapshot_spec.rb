@@ -45,7 +45,8 @@ RSpec.describe "fork snapshots" do
     expect(snap[:pause_ns]).to eq(snap[:before_fork_ns] + snap[:fork_ns])
     expect(PtmallocDump::TextSummary.new(dump).to_s.lines[1])
       .to eq(format("fork snapshot: the process paused %.1f ms (%.1f ms before the fork, %.1f ms the fork); its Ruby " \
-                    "heap recorded by the snapshot process\n", snap[:pause_ns] / 1e6, snap[:before_fork_ns] / 1e6, snap[:fork_ns] / 1e6))
+                    "heap recorded by the snapshot " \
+                    "process\n", snap[:pause_ns] / 1e6, snap[:before_fork_ns] / 1e6, snap[:fork_ns] / 1e6))
     meta = dump.ruby.meta
     expect(meta).to include(in_snapshot: true, pages_from_gc: false)
     # GC.stat as the child read it is the parent's at the fork: every live object (garbage the lazy
@@ -102,7 +103,7 @@ RSpec.describe "fork snapshots" do
     added = in_objects.keys - snap_objects.keys
     expect(added.size).to be_between(1, 20)
     expect(added.map { |a| in_objects[a].class_name }).to include("IO")
-    expect(snap_objects.map { |a, o| [o.type, o.class_name] }).to eq(snap_objects.keys.map { |a| [in_objects[a].type, in_objects[a].class_name] })
+    expect(snap_objects.map { |_a, o| [o.type, o.class_name] }).to eq(snap_objects.keys.map { |a| [in_objects[a].type, in_objects[a].class_name] })
     # owners by builtin type, class and typed-data name, chunk by chunk: the same bytes, but for what
     # those new objects own, and the VM's own tables (Ruby 3.3 on interns every call site's call info
     # in a table of the VM's: the calls between the two dumps may grow it)

@@ -8,7 +8,6 @@ require "zlib"
 require "spec_helper"
 
 RSpec.describe "ptmalloc-visualize" do
-
   def visualize(*args)
     Open3.capture3(RbConfig.ruby, "-I", SpecHelpers::LIB, SpecHelpers::VISUALIZE, *args)
   end
@@ -203,9 +202,10 @@ RSpec.describe "ptmalloc-visualize" do
       out, err, status = visualize("--explain", format("0x%x", address + 8), path)
       expect(status).to be_success, err
       page = PtmallocDump.load(path).ruby.pages.find { |pg| (pg.start...pg.end).cover?(address) }
-      expect(out).to start_with("#{format('0x%x', address + 8)} is in a Ruby object page (#{format('0x%x', page.start)}-" \
-                                "#{format('0x%x', page.end)}), slot #{(address - page.start) / page.stride}: " \
-                                "#<PtmallocDump::RubyObject #{format('0x%x', address)} T_OBJECT Object>")
+      expect(out).to start_with("#{format('0x%x', address + 8)} is in a Ruby object page " \
+                                "(#{format('0x%x', page.start)}-#{format('0x%x', page.end)}), slot " \
+                                "#{(address - page.start) / page.stride}: #<PtmallocDump::RubyObject " \
+                                "#{format('0x%x', address)} T_OBJECT Object>")
       expect(obj).to be_an(Object)
       _o, err, status = visualize("--explain", "nowhere", dump_path)
       expect(status.exitstatus).to eq(2)
@@ -224,7 +224,7 @@ RSpec.describe "ptmalloc-visualize" do
           PtmallocDump.dump(path)
           keep.clear
           exit!(0)
-        rescue Exception => e # whatever ends the child is reported by the parent
+        rescue Exception => e # rubocop:disable Lint/RescueException -- whatever ends the child, the parent reports
           File.write("#{path}.error", "#{e.class}: #{e.message}")
           exit!(1)
         end

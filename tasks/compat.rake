@@ -243,7 +243,7 @@ module Compat
 
     # Runs script/compat/inside.sh in the chroot with a clean environment; nothing it started stays.
     def inside(log, *args)
-      env = CHROOT_ENV + ENV.select { |k, _| k == "PTMALLOC_DUMP_COMPAT_TIMEOUT" }.map { |k, v| "#{k}=#{v}" }
+      env = CHROOT_ENV + ENV.slice("PTMALLOC_DUMP_COMPAT_TIMEOUT").map { |k, v| "#{k}=#{v}" }
       env << "PTMALLOC_DUMP_COMPAT_RUBY=#{ruby}" if ruby
       Compat.logged(log, "chroot", root, "/usr/bin/env", "-i", *env, "/bin/bash", INSIDE, *args)
     ensure
@@ -308,7 +308,9 @@ module Compat
 
     def remove(path)
       return unless File.exist?(path)
-      raise Error, "#{path} still has mounts: #{Compat.mounts_under(path).join(', ')}" unless Compat.mounts_under(path).empty?
+      unless Compat.mounts_under(path).empty?
+        raise Error, "#{path} still has mounts: #{Compat.mounts_under(path).join(', ')}"
+      end
 
       fail_with("could not remove #{path}") unless system("rm", "-rf", "--one-file-system", path)
     end
@@ -330,7 +332,7 @@ module Compat
     end
 
     def id
-      "#{@chroot.id}-#{@variant}-libc6-dbg#{'-smoke' if @smoke}"
+      "#{@chroot.id}-#{@variant}-libc6-dbg#{@smoke ? '-smoke' : ''}"
     end
 
     def log
@@ -392,13 +394,13 @@ module Compat
 
     def write(smoke)
       lines = [HEADER, HEADER.map { "---" }, *records(smoke).map { |r| row(r) }].map { |cells| "| #{cells.join(' | ')} |\n" }
-      File.write(path(smoke), "# rake compat#{':smoke' if smoke}\n\n#{lines.join}")
+      File.write(path(smoke), "# rake compat#{smoke ? ':smoke' : ''}\n\n#{lines.join}")
       lines.join
     end
 
     def records(smoke)
-      Dir[File.join(OUT, runs_dir(smoke), "*.json")].map { |f| JSON.parse(File.read(f)) }
-                                          .sort_by { |r| [RELEASES.index(r["release"]).to_i, r["extra_ruby"].to_s, VARIANTS.index(r["libc6_dbg"]).to_i] }
+      runs = Dir[File.join(OUT, runs_dir(smoke), "*.json")].map { |f| JSON.parse(File.read(f)) }
+      runs.sort_by { |r| [RELEASES.index(r["release"]).to_i, r["extra_ruby"].to_s, VARIANTS.index(r["libc6_dbg"]).to_i] }
     end
 
     def row(run)
@@ -423,8 +425,8 @@ rescue Compat::Error => e
 end
 
 namespace :compat do
-  desc "The rows of rake compat (same chroots and variables), each running only the specs of what a capture " \
-       "change can break: capture, Ruby pass, owners, RSS, outside dumps, API and #{Compat::SMOKE_SHAPES} heap shapes " \
+  desc "The rows of rake compat (same chroots and variables), each running only the specs of what a capture change " \
+       "can break: capture, Ruby pass, owners, RSS, outside dumps, API and #{Compat::SMOKE_SHAPES} heap shapes " \
        "(results in tmp/compat/smoke.md)"
   task :smoke, [:dir] do |_t, args|
     Compat.run(args[:dir] || Compat.default_dir, smoke: true)

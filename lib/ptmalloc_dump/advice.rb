@@ -13,9 +13,9 @@ module PtmallocDump
     ARENA_MAX = 2
     # Each range's margins around its estimate, from spec/advice_calibration_spec.rb's runs (README
     # gives the measured ratios).
-    ARENA_RANGE = (0.8..1.2)
-    TRIM_RANGE = (0.8..1.2)
-    TRIM_THRESHOLD_RANGE = (0.9..1.1)
+    ARENA_RANGE = (0.8..1.2).freeze
+    TRIM_RANGE = (0.8..1.2).freeze
+    TRIM_THRESHOLD_RANGE = (0.9..1.1).freeze
     # glibc's DEFAULT_TRIM_THRESHOLD and DEFAULT_MMAP_THRESHOLD (malloc/malloc.c), the least
     # MALLOC_TRIM_THRESHOLD_ advised.
     DEFAULT_TRIM_THRESHOLD = 128 * 1024
@@ -60,8 +60,8 @@ module PtmallocDump
       high = (est * TRIM_RANGE.last).ceil
       Line.new(:malloc_trim, est, :bytes, est,
                "malloc_trim(0) would return #{b(est)} of resident memory now (whole pages inside free chunks and the " \
-               "main arena's top): call it periodically, for example after a major GC, to gain about #{human_bytes(est)} " \
-               "(#{human_bytes(low)} to #{human_bytes(high)} of RSS)#{checked}.", low, high)
+               "main arena's top): call it periodically, for example after a major GC, to gain about " \
+               "#{human_bytes(est)} (#{human_bytes(low)} to #{human_bytes(high)} of RSS)#{checked}.", low, high)
     end
 
     # MALLOC_ARENA_MAX=ARENA_MAX leaves ARENA_MAX arenas for every thread, the main one included: the
@@ -81,10 +81,11 @@ module PtmallocDump
       return nil if high < 4 * MIB
 
       Line.new(:arena_max, held, :bytes, est,
-               "#{others.size + 1} arenas; the #{others.size} besides the main arena hold #{b(held)} free but resident: " \
-               "MALLOC_ARENA_MAX=#{ARENA_MAX} makes threads share #{ARENA_MAX} arenas so they reuse each other's free memory; " \
-               "each arena left keeps some, so expect about #{human_bytes(est)} less heap and RSS " \
-               "(#{human_bytes(low)} to #{human_bytes(high)}; all #{human_bytes(held)} only if every thread's free memory were reused).",
+               "#{others.size + 1} arenas; the #{others.size} besides the main arena hold #{b(held)} free but " \
+               "resident: MALLOC_ARENA_MAX=#{ARENA_MAX} makes threads share #{ARENA_MAX} arenas so they reuse each " \
+               "other's free memory; each arena left keeps some, so expect about #{human_bytes(est)} less heap and " \
+               "RSS (#{human_bytes(low)} to #{human_bytes(high)}; all #{human_bytes(held)} only if every thread's " \
+               "free memory were reused).",
                low, high, { "MALLOC_ARENA_MAX" => ARENA_MAX.to_s })
     end
 
@@ -114,11 +115,12 @@ module PtmallocDump
       high = (releasable * TRIM_THRESHOLD_RANGE.last).ceil
       Line.new(:trim_threshold, releasable, :bytes, est,
                "#{held.size == 1 ? "An arena's top chunk holds" : "#{held.size} arenas' top chunks hold"} " \
-               "#{b(releasable)} resident that free() keeps because #{held.size == 1 ? 'it is' : 'each is'} below the trim " \
-               "threshold (#{human_bytes(threshold)}#{grown_note(threshold)}): MALLOC_TRIM_THRESHOLD_=#{advised} makes free() " \
-               "give back any top it leaves at #{human_bytes(advised)} or more#{thread_note(held)}, so expect about " \
-               "#{human_bytes(est)} less heap and RSS (#{human_bytes(low)} to #{human_bytes(high)}), at the cost of a system " \
-               "call and fresh page faults when top grows again.#{mmap_note}#{bins_note(releasable)}",
+               "#{b(releasable)} resident that free() keeps because #{held.size == 1 ? 'it is' : 'each is'} below " \
+               "the trim threshold (#{human_bytes(threshold)}#{grown_note(threshold)}): " \
+               "MALLOC_TRIM_THRESHOLD_=#{advised} makes free() give back any top it leaves at " \
+               "#{human_bytes(advised)} or more#{thread_note(held)}, so expect about #{human_bytes(est)} less heap " \
+               "and RSS (#{human_bytes(low)} to #{human_bytes(high)}), at the cost of a system call and fresh page " \
+               "faults when top grows again.#{mmap_note}#{bins_note(releasable)}",
                low, high, { "MALLOC_TRIM_THRESHOLD_" => advised.to_s })
     end
 
@@ -132,7 +134,7 @@ module PtmallocDump
 
         heap = a.heaps.find { |h| h.range.cover?(a.top) }
         # systrim only moves the break: a main arena that went on in mmapped regions is not trimmed
-        next unless heap && (a.main? ? heap.kind == :sbrk : heap.kind == :mmap_heap)
+        next unless heap && (heap.kind == (a.main? ? :sbrk : :mmap_heap))
 
         # in pages; systrim rounds to mp_.thp_pagesize instead with glibc.malloc.hugetlb=1 (2.35+), which
         # the dump does not record
@@ -161,7 +163,9 @@ module PtmallocDump
 
     def mmap_note
       mmap = @dump.header[:mmap_threshold]
-      return " Setting it also stops the mmap threshold's growth (#{human_bytes(mmap)} now)." if mmap <= DEFAULT_TRIM_THRESHOLD
+      if mmap <= DEFAULT_TRIM_THRESHOLD
+        return " Setting it also stops the mmap threshold's growth (#{human_bytes(mmap)} now)."
+      end
 
       " Setting it also stops the mmap threshold's growth: blocks over 128 KiB are then mmapped, where today's " \
         "threshold (#{human_bytes(mmap)}) puts those below it in the heap; MALLOC_MMAP_THRESHOLD_=#{mmap} keeps that."
@@ -185,8 +189,8 @@ module PtmallocDump
 
       Line.new(:pinned_pages, bytes, :bytes, bytes,
                "#{@a[:pinned_page_count]} pages (#{b(bytes)}) stay resident for less than 10% live data each: " \
-               "fragmentation a compacting or size-segregated allocator (jemalloc) avoids; up to #{human_bytes(bytes)} " \
-               "could be released.")
+               "fragmentation a compacting or size-segregated allocator (jemalloc) avoids; up to " \
+               "#{human_bytes(bytes)} could be released.")
     end
 
     def small_free
@@ -194,9 +198,9 @@ module PtmallocDump
       return nil if small < 4 * MIB || small * 4 < @s[:resident_bytes]
 
       Line.new(:small_free_chunks, small, :bytes, small,
-               "#{b(small)} of free memory is in chunks smaller than a page, which no trim can release; it is reused only by " \
-               "requests that fit. Fewer long-lived objects among short-lived ones (or jemalloc) would give back up to " \
-               "#{human_bytes(small)}.")
+               "#{b(small)} of free memory is in chunks smaller than a page, which no trim can release; it is reused " \
+               "only by requests that fit. Fewer long-lived objects among short-lived ones (or jemalloc) would give " \
+               "back up to #{human_bytes(small)}.")
     end
 
     def mmap_threshold
@@ -206,9 +210,10 @@ module PtmallocDump
       return nil if near.size < 8
 
       Line.new(:mmap_threshold, near.size, :chunks, bytes,
-               "#{near.size} mmapped chunks (#{b(bytes)}) are within twice the mmap threshold (#{human_bytes(threshold)}): " \
-               "each malloc and free of them is an mmap and munmap. MALLOC_MMAP_THRESHOLD_=#{2 * threshold} keeps them " \
-               "in the heap, saving those system calls for up to #{human_bytes(bytes)} more heap.", nil, nil,
+               "#{near.size} mmapped chunks (#{b(bytes)}) are within twice the mmap threshold " \
+               "(#{human_bytes(threshold)}): each malloc and free of them is an mmap and munmap. " \
+               "MALLOC_MMAP_THRESHOLD_=#{2 * threshold} keeps them in the heap, saving those system calls for up to " \
+               "#{human_bytes(bytes)} more heap.", nil, nil,
                { "MALLOC_MMAP_THRESHOLD_" => (2 * threshold).to_s })
     end
 
@@ -218,7 +223,8 @@ module PtmallocDump
 
       Line.new(:tcache, bytes, :bytes, bytes,
                "Threads' tcaches hold #{b(bytes)} in #{@s[:tcache_count]} free chunks that no other thread can use: " \
-               "a smaller GLIBC_TUNABLES=glibc.malloc.tcache_count would return up to #{human_bytes(bytes)} to the arenas.")
+               "a smaller GLIBC_TUNABLES=glibc.malloc.tcache_count would return up to #{human_bytes(bytes)} to the " \
+               "arenas.")
     end
   end
 end

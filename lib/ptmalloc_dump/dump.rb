@@ -6,7 +6,8 @@ module PtmallocDump
   class Dump
     # code => name, as the file stores them
     SYMBOL_SOURCES = Format::SYMBOL_SOURCES.each_with_index.filter_map { |name, code| [code, name] if name }.to_h.freeze
-    RESIDENCY_SOURCES = Format::RESIDENCY_SOURCES.each_with_index.filter_map { |name, code| [code, name] if name }.to_h.freeze
+    RESIDENCY_SOURCES =
+      Format::RESIDENCY_SOURCES.each_with_index.filter_map { |name, code| [code, name] if name }.to_h.freeze
 
     # Loads and validates a dump.
     #
@@ -97,7 +98,9 @@ module PtmallocDump
     def no_ruby_reason
       return nil if _ruby?
       return "the Ruby pass was skipped: #{header[:ruby_layer_reason]}" if header[:ruby_layer] == :skipped
-      return "the dump was taken from outside the process (#{header[:source]}): Ruby objects need the in-process dump" if header[:source] != :self
+      if header[:source] != :self
+        return "the dump was taken from outside the process (#{header[:source]}): Ruby objects need the in-process dump"
+      end
 
       "the dump was taken with ruby: false"
     end
@@ -163,7 +166,9 @@ module PtmallocDump
 
     # @return [Array<PageMap>] page residency, one per heap (same order as {#heaps})
     def pages
-      @pages ||= heaps.map { |h| PageMap.new(h, heap_records[h.index][:page_base], header[:page_size], _pages(h.index)) }
+      @pages ||= heaps.map do |h|
+        PageMap.new(h, heap_records[h.index][:page_base], header[:page_size], _pages(h.index))
+      end
     end
 
     # @return [Array<ThreadInfo>] threads found and their tcaches
@@ -385,7 +390,8 @@ module PtmallocDump
       end
       @heaps = heap_recs.map do |h|
         arena = h[:arena] && @arenas[h[:arena]]
-        heap = Heap.new(h[:index], h[:kind], arena, h[:start], h[:end], h[:reserved_end], h[:chunk_count], h[:truncated])
+        heap = Heap.new(h[:index], h[:kind], arena, h[:start], h[:end], h[:reserved_end], h[:chunk_count],
+                        h[:truncated])
         arena.heaps << heap if arena
         heap
       end

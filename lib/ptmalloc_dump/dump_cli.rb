@@ -67,15 +67,17 @@ module PtmallocDump
         @out.puts JSON.pretty_generate(JsonSummary.new(PtmallocDump.load(summary[:path])).to_h)
         return
       end
+      mib = summary[:copied_bytes] / 1_048_576.0
       source = if @options[:pid]
                  format("process %<pid>d stopped for %<pause>.1f ms (%<mib>.1f MiB copied)",
-                        pid: @options[:pid], pause: summary[:pause_ns] / 1e6, mib: summary[:copied_bytes] / 1_048_576.0)
+                        pid: @options[:pid], pause: summary[:pause_ns] / 1e6, mib: mib)
                else
-                 format("core file %<core>s (%<mib>.1f MiB read)", core: @argv[0], mib: summary[:copied_bytes] / 1_048_576.0)
+                 format("core file %<core>s (%<mib>.1f MiB read)", core: @argv[0], mib: mib)
                end
       @out.puts format("%<path>s: %<source>s; %<arenas>d arena(s), %<chunks>d chunks, %<used>d bytes in use, " \
-                       "%<free>d free", path: summary[:path], source: source, arenas: summary[:arena_count],
-                                        chunks: summary[:chunk_count], used: summary[:uordblks], free: summary[:fordblks])
+                       "%<free>d free",
+                       path: summary[:path], source: source, arenas: summary[:arena_count],
+                       chunks: summary[:chunk_count], used: summary[:uordblks], free: summary[:fordblks])
     end
   end
 end

@@ -8,7 +8,7 @@ module PtmallocDump
     HeapInfo = Struct.new(:nr, :fastbins, :bins, :unsorted, :fast_count, :fast_size, :rest_count,
                           :rest_size, :system_current, :system_max, keyword_init: true)
 
-    ATTR = /(\w+)="(\d+)"/
+    ATTR = /(\w+)="(\d+)"/.freeze
     # What every <size> and <unsorted> element carries.
     SIZE_ATTRS = %i[from to total count].freeze
 
@@ -41,10 +41,12 @@ module PtmallocDump
       fast = []
       bins = []
       unsorted = nil
-      sizes.scan(/<(size|unsorted) ([^>]*)\/>/) do |tag, attrs|
+      sizes.scan(%r{<(size|unsorted) ([^>]*)/>}) do |tag, attrs|
         h = attrs.scan(ATTR).to_h { |k, v| [k.to_sym, v.to_i] }
         missing = SIZE_ATTRS - h.keys
-        raise FormatError, "malloc_info heap #{nr}: <#{tag} #{attrs}/> lacks #{missing.join(", ")}" unless missing.empty?
+        unless missing.empty?
+          raise FormatError, "malloc_info heap #{nr}: <#{tag} #{attrs}/> lacks #{missing.join(', ')}"
+        end
 
         if tag == "unsorted" then unsorted = h
         elsif h[:to] <= 176 && h[:from] == h[:to] - 15 then fast << h
@@ -63,7 +65,7 @@ module PtmallocDump
     end
 
     def attr(nr, body, tag, type, name)
-      m = body.match(/<#{tag} type="#{type}"([^>]*)\/>/)
+      m = body.match(%r{<#{tag} type="#{type}"([^>]*)/>})
       value = m && m[1][/#{name}="(\d+)"/, 1]
       raise FormatError, "malloc_info heap #{nr}: no #{name} in <#{tag} type=\"#{type}\"/>" unless value
 

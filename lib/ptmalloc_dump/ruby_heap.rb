@@ -182,7 +182,10 @@ module PtmallocDump
     def summary
       @summary ||= begin
         s = _summary
-        top = ->(h, n) { h.sort_by { |_, (bytes, _)| -bytes }.first(n).to_h { |k, (bytes, chunks)| [k, { bytes: bytes, chunks: chunks }] } }
+        top = lambda do |h, n|
+          largest = h.sort_by { |_, (bytes, _)| -bytes }.first(n)
+          largest.to_h { |k, (bytes, chunks)| [k, { bytes: bytes, chunks: chunks }] }
+        end
         {
           by_type: top.call(s[:by_type], 64),
           by_class: top.call(s[:by_class], 50).to_h { |k, e| [k, e.merge(garbage_bytes: s[:by_class][k][2])] },
@@ -234,7 +237,8 @@ module PtmallocDump
 
     def build(index, tuple)
       address, type, klass, dtype, imemo, old, garbage = tuple
-      RubyObject.new(index, address, type, klass ? names[klass] : "(hidden)", dtype && names[dtype], imemo, old, garbage)
+      class_name = klass ? names[klass] : "(hidden)"
+      RubyObject.new(index, address, type, class_name, dtype && names[dtype], imemo, old, garbage)
     end
   end
 end

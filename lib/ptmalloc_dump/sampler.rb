@@ -93,7 +93,7 @@ module PtmallocDump
     # @param to [String] the JSON Lines file (read by `ptmalloc-visualize --timeline`)
     # @param smaps [Boolean] as for {stats}
     # @return [Sampler]
-    def sample(every: 60, to:, smaps: false)
+    def sample(to:, every: 60, smaps: false)
       @samplers ||= {}
       path = File.expand_path(to.to_s)
       sampler = @samplers[path]

@@ -43,10 +43,15 @@ module PtmallocDump
       def check_options(options)
         known = PtmallocDump.method(:dump).parameters.filter_map { |kind, key| key if %i[key keyreq].include?(kind) }
         unknown = options.keys - known
-        raise ArgumentError, "unknown dump option(s) #{unknown.join(', ')}; known: #{(known - OWN_OPTIONS).join(', ')}" if unknown.any?
+        if unknown.any?
+          raise ArgumentError,
+                "unknown dump option(s) #{unknown.join(', ')}; known: #{(known - OWN_OPTIONS).join(', ')}"
+        end
 
         own = options.keys & OWN_OPTIONS
-        raise ArgumentError, "#{own.join(', ')}: set by the handler itself (fork: is the handler's own option)" if own.any?
+        return if own.empty?
+
+        raise ArgumentError, "#{own.join(', ')}: set by the handler itself (fork: is the handler's own option)"
       end
 
       def check_dir(dir)
@@ -72,7 +77,8 @@ module PtmallocDump
       def make_dir(path)
         FileUtils.mkdir_p(path, mode: 0o700)
       rescue SystemCallError => e
-        raise DumpDirectoryError, "ptmalloc_dump: the dump directory #{path} does not exist and cannot be made: #{e.message}"
+        raise DumpDirectoryError,
+              "ptmalloc_dump: the dump directory #{path} does not exist and cannot be made: #{e.message}"
       end
 
       def run(signo, state, dir, fork, log, dump_options)
@@ -97,7 +103,10 @@ module PtmallocDump
         if fork
           # the previous snapshot process may still be writing: this request gets its own all the same
           busy = state[:snapshot]&.alive? && state[:snapshot_pid]
-          say(log, "ptmalloc_dump: #{Signal.signame(signo)} arrived while snapshot process #{busy} was still writing; starting another") if busy
+          if busy
+            say(log, "ptmalloc_dump: #{Signal.signame(signo)} arrived while snapshot process #{busy} was still " \
+                     "writing; starting another")
+          end
           begin
             pid = PtmallocDump.dump(path, fork: true, **dump_options)
           rescue HeapDamagedError => e
@@ -107,8 +116,8 @@ module PtmallocDump
           returned = now_ns
           state[:snapshot_pid] = pid
           state[:snapshot] = watch(pid, path, returned, log)
-          say(log, "ptmalloc_dump: snapshot process #{pid} is writing #{path}; the worker paused #{ms(returned - arrived)} " \
-                   "(signal to return)")
+          say(log, "ptmalloc_dump: snapshot process #{pid} is writing #{path}; the worker paused " \
+                   "#{ms(returned - arrived)} (signal to return)")
         else
           dump_in_process(path, arrived, log, dump_options)
         end
@@ -118,7 +127,8 @@ module PtmallocDump
 
       def dump_in_process(path, arrived, log, dump_options)
         s = PtmallocDump.dump(path, **dump_options)
-        say(log, "ptmalloc_dump: wrote #{path}: #{line(s)}; the worker paused #{ms(now_ns - arrived)} (signal to return)")
+        say(log, "ptmalloc_dump: wrote #{path}: #{line(s)}; the worker paused #{ms(now_ns - arrived)} " \
+                 "(signal to return)")
       end
 
       # Reaps the snapshot process and logs when it is done: its walk and write happen there, after

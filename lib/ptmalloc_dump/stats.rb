@@ -34,16 +34,16 @@ module PtmallocDump
           # everything is in place before the native reading: from it to the caller, nothing allocates
           n = @lock.synchronize { PtmallocDump._stats_fill(malloc, arenas) }
           reading[:ring_ok] = n >= 0
-          return reading if n.negative? || n <= arenas.size && trim(arenas, n)
+          return reading if n.negative?
+
+          if n <= arenas.size
+            arenas.pop while arenas.size > n
+            return reading
+          end
 
           @arena_hint = n + 4
         end
         reading
-      end
-
-      def trim(arenas, n)
-        arenas.pop while arenas.size > n
-        true
       end
 
       def status_figures
@@ -101,4 +101,3 @@ module PtmallocDump
     end
   end
 end
-

@@ -60,7 +60,7 @@ module PtmallocDump
     # @return [Array<Float>] first and last reading's time (Unix seconds)
     def span
       times = @series.values.flatten.map { |r| r[:time] }
-      [times.min, times.max]
+      times.minmax
     end
 
     # @param pid [Integer]
@@ -100,7 +100,9 @@ module PtmallocDump
         next if line.strip.empty?
 
         r = JSON.parse(line, symbolize_names: true)
-        raise FormatError, "#{path}:#{n}: not a reading of PtmallocDump.stats" unless r.is_a?(Hash) && r[:time] && r[:pid]
+        unless r.is_a?(Hash) && r[:time] && r[:pid]
+          raise FormatError, "#{path}:#{n}: not a reading of PtmallocDump.stats"
+        end
 
         @series[r[:pid]] << r
       rescue JSON::ParserError => e

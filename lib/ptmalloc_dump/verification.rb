@@ -52,18 +52,21 @@ module PtmallocDump
         check_mallinfo(dump.header[:mallinfo2], dump.header[:mallinfo_32bit] ? 0xffff_ffff : -1, MALLINFO_FIELDS)
         check_malloc_info(dump.malloc_info_figures)
       elsif dump.header[:source] != :self
-        @notes << "glibc's #{mallinfo_name} and malloc_info cannot be called in another process: nothing to compare the walk with"
+        @notes << "glibc's #{mallinfo_name} and malloc_info cannot be called in another process: nothing to " \
+                  "compare the walk with"
       elsif dump.header[:oracles_off]
-        @notes << "glibc's #{mallinfo_name} and malloc_info were not called (oracles: false): nothing to compare the walk with"
+        @notes << "glibc's #{mallinfo_name} and malloc_info were not called (oracles: false): nothing to compare " \
+                  "the walk with"
       elsif dump.header[:oracles_skipped]
-        @notes << "glibc's #{mallinfo_name} and malloc_info were not called: the free lists held #{self.class.list_entries(dump)} " \
-                  "chunks, more than the #{ORACLES_AUTO_MAX_ENTRIES} oracles: :auto has glibc follow again " \
-                  "(oracles: true calls them always): nothing to compare the walk with"
+        @notes << "glibc's #{mallinfo_name} and malloc_info were not called: the free lists held " \
+                  "#{self.class.list_entries(dump)} chunks, more than the #{ORACLES_AUTO_MAX_ENTRIES} oracles: :auto " \
+                  "has glibc follow again (oracles: true calls them always): nothing to compare the walk with"
       elsif dump.header[:oracles_outgrown]
         @differences << Difference.new("glibc", :counters, "not kept: malloc_info()'s output outgrew the room " \
                                                            "reserved for it (the next dump reserves more)", nil)
       else
-        @differences << Difference.new("glibc", :counters, "not captured: a list of the heap is corrupt and glibc would crash reading it", nil)
+        why = "not captured: a list of the heap is corrupt and glibc would crash reading it"
+        @differences << Difference.new("glibc", :counters, why, nil)
       end
     end
 
@@ -97,7 +100,9 @@ module PtmallocDump
     end
 
     def to_s
-      return (["verified: the walk reproduces #{@compared.join(' and ')} exactly"] + notes).join("\n") if ok? && @compared.any?
+      if ok? && @compared.any?
+        return (["verified: the walk reproduces #{@compared.join(' and ')} exactly"] + notes).join("\n")
+      end
 
       (differences.map(&:to_s) + anomalies.map { |a| "anomaly: #{a}" } + notes).join("\n")
     end
@@ -151,7 +156,9 @@ module PtmallocDump
     # (their count agrees).
     def mremap_overcount?(scope, field, mmapped_mem, n_mmaps, s)
       extra = mmapped_mem - s[:hblkhd]
-      return false unless @dump.header[:mremap_overcounts] && extra.positive? && (extra % 16).zero? && n_mmaps == s[:hblks]
+      unless @dump.header[:mremap_overcounts] && extra.positive? && (extra % 16).zero? && n_mmaps == s[:hblks]
+        return false
+      end
 
       @notes << "#{scope} #{field}: glibc says #{mmapped_mem}, the mappings hold #{s[:hblkhd]}: " \
                 "glibc's mremap_chunk counted #{extra / 16} remap(s) 16 bytes too large"
@@ -175,7 +182,8 @@ module PtmallocDump
         differ(scope, :system_current, heap.system_current, arena[:arena])
         differ(scope, :fastbins, histogram(heap.fastbins), histogram(arena[:fastbins], fast: true))
         differ(scope, :bins, histogram(heap.bins), histogram(arena[:bins]))
-        differ(scope, :unsorted, heap.unsorted && histogram([heap.unsorted]), arena[:unsorted].empty? ? nil : histogram(arena[:unsorted]))
+        listed = arena[:unsorted].empty? ? nil : histogram(arena[:unsorted])
+        differ(scope, :unsorted, heap.unsorted && histogram([heap.unsorted]), listed)
         @consistent_arenas << arena[:index] if @differences.size == before
       end
     end
@@ -186,7 +194,9 @@ module PtmallocDump
       s = @dump.summary
       count, size, system = totals.values_at(:total_mmap_count, :total_mmap_size, :system_current_size)
       differ("malloc_info", :mmap_count, count, s[:hblks]) if count
-      differ("malloc_info", :mmap_size, size, s[:hblkhd]) if size && !mremap_overcount?("malloc_info", :mmap_size, size, count, s)
+      if size && !mremap_overcount?("malloc_info", :mmap_size, size, count, s)
+        differ("malloc_info", :mmap_size, size, s[:hblkhd])
+      end
       differ("malloc_info", :system_current, system, arenas.sum { |a| a[:arena] }) if system
     end
 

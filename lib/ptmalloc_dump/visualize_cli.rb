@@ -36,9 +36,6 @@ module PtmallocDump
       @err.puts "ptmalloc-visualize: #{e.message}"
       @err.puts USAGE
       2
-    rescue FormatError => e
-      @err.puts "ptmalloc-visualize: #{e.message}"
-      1
     rescue SystemCallError, IOError, Error => e
       @err.puts "ptmalloc-visualize: #{e.message}"
       1
@@ -53,15 +50,21 @@ module PtmallocDump
         o.banner = USAGE
         o.separator ""
         o.on("--summary", "Print the text summary of DUMP and exit") { @options[:mode] = :summary }
-        o.on("--json", "Print the summary of DUMP as JSON and exit (with --explain: the explanation)") { @options[:json] = true }
+        o.on("--json", "Print the summary of DUMP as JSON and exit (with --explain: the explanation)") do
+          @options[:json] = true
+        end
         o.on("--explain ADDR", "Say what ADDR (hex or decimal) is in DUMP: heap, chunk, state, owner, page") do |a|
           @options[:mode] = :explain
           @options[:address] = parse_address(a)
         end
         o.on("--diff", "Compare two dumps of one process: OLD NEW OUTDIR") { @options[:mode] = :diff }
         o.on("--compare", "Compare dumps of several workers: DUMP... OUTDIR") { @options[:mode] = :compare }
-        o.on("--timeline", "Chart readings over time (PtmallocDump.sample's files, and dumps): FILE... OUTDIR") { @options[:mode] = :timeline }
-        o.on("-f", "--force", "Write into OUTDIR even if it is not empty; --diff dumps of different processes") { @options[:force] = true }
+        o.on("--timeline", "Chart readings over time (PtmallocDump.sample's files, and dumps): FILE... OUTDIR") do
+          @options[:mode] = :timeline
+        end
+        o.on("-f", "--force", "Write into OUTDIR even if it is not empty; --diff dumps of different processes") do
+          @options[:force] = true
+        end
         o.on("-v", "--version", "Print the version") do
           @out.puts "ptmalloc-visualize #{VERSION}"
           throw :done
@@ -115,7 +118,8 @@ module PtmallocDump
       ComparisonReport.new(outdir).write_diff(d)
       g = d.growth
       @out.puts "malloc heap #{format('%+d', g[:arena])} B, in use #{format('%+d', g[:in_use_bytes])} B, " \
-                "free but resident #{format('%+d', g[:free_resident_bytes])} B, mmapped chunks #{format('%+d', g[:hblkhd])} B"
+                "free but resident #{format('%+d', g[:free_resident_bytes])} B, " \
+                "mmapped chunks #{format('%+d', g[:hblkhd])} B"
       @out.puts "wrote #{File.join(outdir, 'index.html')}"
       0
     end
@@ -128,14 +132,17 @@ module PtmallocDump
       prepare_outdir(outdir)
       ComparisonReport.new(outdir).write_fleet(fleet)
       d = fleet.most_deviant
-      @out.puts "deviates most: pid #{d[:pid]} (#{ComparisonReport.label(d[:figure])} #{d[:value]} B, median #{d[:median]} B)"
+      @out.puts "deviates most: pid #{d[:pid]} (#{ComparisonReport.label(d[:figure])} #{d[:value]} B, " \
+                "median #{d[:median]} B)"
       reasons = ComparisonReport.deviation_reasons(fleet)
-      @out.puts "  above the median worker: #{reasons.map { |what, b| "#{what} +#{b} B" }.join(', ')}" unless reasons.empty?
+      unless reasons.empty?
+        @out.puts "  above the median worker: #{reasons.map { |what, b| "#{what} +#{b} B" }.join(', ')}"
+      end
       fleet.dumps.each do |dump|
         o = ComparisonReport.owners_of(dump)
         top = (o[:classes].empty? ? o[:types] : o[:classes]).map { |n, b| "#{n} #{b} B" }.join(", ")
-        @out.puts "  pid #{dump.header[:pid]}: #{top.empty? ? 'no Ruby data' : top}#{o[:native] ? ", native #{o[:native]} B" : ''}" \
-                  "#{o[:leaked] ? ", leaked #{o[:leaked]} B" : ''}"
+        @out.puts "  pid #{dump.header[:pid]}: #{top.empty? ? 'no Ruby data' : top}" \
+                  "#{o[:native] ? ", native #{o[:native]} B" : ''}#{o[:leaked] ? ", leaked #{o[:leaked]} B" : ''}"
       end
       @out.puts "wrote #{File.join(outdir, 'index.html')}"
       0

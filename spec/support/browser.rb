@@ -160,7 +160,7 @@ class Browser
   def wait_ready
     deadline = Time.now + 30
     loop do
-      return if request(:get, "/status").dig("ready")
+      return if request(:get, "/status")["ready"]
     rescue SystemCallError, EOFError, Net::ReadTimeout
       raise "chromedriver did not start" if Time.now > deadline
 

@@ -10,39 +10,49 @@ require "zlib"
 # set to an edge value, the checksum recomputed, and every reader path run on the file.
 module FieldSweep
   SECTION_HEADER = "LLQQ"
+
+  # [field, directive] pairs: the u64 fields, then the u32 ones.
+  def self.fields(u64, u32 = [])
+    u64.map { |f| [f, "Q"] } + u32.map { |f| [f, "L"] }
+  end
+
   # Record layouts of format.h, field by field (pack directives, little-endian).
   LAYOUTS = {
-    1 => ["meta", %w[pid ppid time_sec time_nsec page_size main_arena mp_addr libc_base sbrk_base heap_max_size
-                     mmap_threshold trim_threshold top_pad arena_max arena_test n_mmaps mmapped_mem max_mmapped_mem
-                     tcache_bins tcache_count tcache_max_bytes walk_ns residency_ns lock_wait_ns].map { |f| [f, "Q"] } +
-                 %w[symbol_source residency_source glibc_major glibc_minor flags thread_count].map { |f| [f, "L"] }],
-    3 => ["mallinfo2", %w[arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost].map { |f| [f, "Q"] }],
-    5 => ["arena", %w[address top top_size last_remainder system_mem max_system_mem next next_free attached_threads].map { |f| [f, "Q"] } +
-                   %w[flags glibc_flags first_heap n_heaps].map { |f| [f, "L"] }],
-    6 => ["heap", %w[start end reserved_end prev mprotect_size first_chunk n_chunks first_page n_pages page_base].map { |f| [f, "Q"] } +
-                  %w[arena kind flags reserved].map { |f| [f, "L"] }],
+    1 => ["meta", fields(%w[pid ppid time_sec time_nsec page_size main_arena mp_addr libc_base sbrk_base heap_max_size
+                            mmap_threshold trim_threshold top_pad arena_max arena_test n_mmaps mmapped_mem
+                            max_mmapped_mem tcache_bins tcache_count tcache_max_bytes walk_ns residency_ns
+                            lock_wait_ns],
+                         %w[symbol_source residency_source glibc_major glibc_minor flags thread_count])],
+    3 => ["mallinfo2", fields(%w[arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost])],
+    5 => ["arena", fields(%w[address top top_size last_remainder system_mem max_system_mem next next_free
+                             attached_threads],
+                          %w[flags glibc_flags first_heap n_heaps])],
+    6 => ["heap", fields(%w[start end reserved_end prev mprotect_size first_chunk n_chunks first_page n_pages page_base],
+                         %w[arena kind flags reserved])],
     7 => ["chunk", [%w[word Q]]],
     8 => ["page", [%w[flags C]]],
-    9 => ["thread", %w[pthread tcache arena tcache_bytes].map { |f| [f, "Q"] } + %w[tid flags tcache_count reserved].map { |f| [f, "L"] }],
+    9 => ["thread", fields(%w[pthread tcache arena tcache_bytes], %w[tid flags tcache_count reserved])],
     10 => ["anomaly", [%w[address Q], %w[detail Q], %w[kind L], %w[arena L]]],
-    11 => ["ruby_meta", %w[heap_allocated_pages heap_live_slots heap_free_slots total_allocated_objects pass_ns refs_ns].map { |f| [f, "Q"] } +
-                        [%w[flags L], %w[heap_tomb_pages L]]],
+    11 => ["ruby_meta", fields(%w[heap_allocated_pages heap_live_slots heap_free_slots total_allocated_objects pass_ns
+                                  refs_ns],
+                               %w[flags heap_tomb_pages])],
     12 => ["ruby_page", [%w[start Q], %w[end Q], %w[stride L], %w[total L], %w[live L], %w[free L], %w[reserved Q]]],
-    13 => ["ruby_object", [%w[address Q], %w[klass L], %w[data_type L], %w[type C], %w[subtype C], %w[n_words S], %w[flags L]]],
+    13 => ["ruby_object",
+           [%w[address Q], %w[klass L], %w[data_type L], %w[type C], %w[subtype C], %w[n_words S], %w[flags L]]],
     14 => ["ruby_word", [%w[word Q]]],
     16 => ["ref", [%w[from L], %w[to L]]],
     17 => ["trim_check", [%w[released Q]]],
-    18 => ["mapping", %w[start end rss private_bytes shared_bytes swap anonymous offset inode].map { |f| [f, "Q"] } +
-                      %w[path_off path_len prot kind].map { |f| [f, "L"] }],
-    19 => ["gc", %w[count major_gc_count minor_gc_count total_allocated_objects total_freed_objects old_objects
-                    old_objects_limit heap_live_slots malloc_increase_bytes oldmalloc_increase_bytes time_ms].map { |f| [f, "Q"] } +
-                 [%w[flags L], %w[reserved L]]],
+    18 => ["mapping", fields(%w[start end rss private_bytes shared_bytes swap anonymous offset inode],
+                             %w[path_off path_len prot kind])],
+    19 => ["gc", fields(%w[count major_gc_count minor_gc_count total_allocated_objects total_freed_objects old_objects
+                           old_objects_limit heap_live_slots malloc_increase_bytes oldmalloc_increase_bytes time_ms],
+                        %w[flags reserved])],
     22 => ["ruby_code", [%w[address Q], %w[module L], %w[method L], %w[path L], %w[line L], %w[kind L], %w[reserved L]]],
     23 => ["ruby_page_rss", [%w[bytes Q]]]
   }.freeze
   # Sections whose records follow a fixed head: the head's layout (swept as one record).
   HEADS = {
-    18 => ["mappings_head", %w[vm_rss rss_anon rss_file rss_shmem read_ns paths_len].map { |f| [f, "Q"] } + [%w[flags L], %w[reserved L]]]
+    18 => ["mappings_head", fields(%w[vm_rss rss_anon rss_file rss_shmem read_ns paths_len], %w[flags reserved])]
   }.freeze
   SIZES = { "Q" => 8, "L" => 4, "S" => 2, "C" => 1 }.freeze
 
@@ -121,8 +131,11 @@ module FieldSweep
     [["--summary", path], ["--json", path], [path, File.join(dir, "render")],
      ["--diff", "--force", original, path, File.join(dir, "diff")],
      ["--compare", original, path, File.join(dir, "compare")]].each do |argv|
-      status = catch(:done) { PtmallocDump::VisualizeCLI.new(argv, out: StringIO.new, err: err = StringIO.new).run } || 0
-      raise "ptmalloc-visualize #{argv.first}: exit #{status}: #{err.string}" unless status.zero? || err.string.lines.size == 1
+      err = StringIO.new
+      status = catch(:done) { PtmallocDump::VisualizeCLI.new(argv, out: StringIO.new, err: err).run } || 0
+      unless status.zero? || err.string.lines.size == 1
+        raise "ptmalloc-visualize #{argv.first}: exit #{status}: #{err.string}"
+      end
     end
     :read
   end

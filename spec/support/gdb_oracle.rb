@@ -41,9 +41,10 @@ module GdbOracle
       @all = batch
       @log = "#{jobs}.log"
       debug = GdbOracle.debug_dir ? ["-ex", "set debug-file-directory #{GdbOracle.debug_dir}"] : []
-      @pid = @batch.empty? ? nil : Process.spawn({ "HEAP_WALK_JOBS" => jobs }, "gdb", "-nx", "-batch", *debug,
-                                                  "-ex", "file #{RbConfig.ruby}", "-x", SCRIPT,
-                                                  out: @log, err: @log)
+      @pid = unless @batch.empty?
+               Process.spawn({ "HEAP_WALK_JOBS" => jobs }, "gdb", "-nx", "-batch", *debug,
+                             "-ex", "file #{RbConfig.ruby}", "-x", SCRIPT, out: @log, err: @log)
+             end
     end
 
     # @return [Array<Array(Hash, Walk)>] each shape's files and gdb's walk (nil when it has no core)

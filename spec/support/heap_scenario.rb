@@ -26,14 +26,14 @@ class HeapScenario
   # Mallocs, then frees half of it. A block given runs between the two (nothing is freed yet).
   def build
     sizes = Array.new(@allocations) { random_size }
-    sizes.chunk_while { @rng.rand < 0.8 }.each do |batch|
+    sizes.chunk_while { |_, _| @rng.rand < 0.8 }.each do |batch|
       NativeThreads.malloc(random_thread, batch).zip(batch) { |addr, size| @live[addr] = size }
     end
     yield if block_given?
-    to_free = @live.keys.shuffle(random: @rng).first(@live.size / 2)
+    to_free = @live.keys.shuffle(random: @rng).first(@live.size / 2) # rubocop:disable Style/Sample -- the seed's shapes
     # every free is prepared before the first one runs, and the record of what is freed too: an
     # allocation between a free and the dump may legitimately reuse the freed chunk
-    threads = to_free.chunk_while { @rng.rand < 0.8 }.flat_map { |batch| [random_thread] * batch.size }
+    threads = to_free.chunk_while { |_, _| @rng.rand < 0.8 }.flat_map { |batch| [random_thread] * batch.size }
     plan = NativeThreads.prepare_free_plan(threads, to_free)
     to_free.each { |a| @freed[a] = @live[a] }
     to_free.zip(threads) { |a, t| @freed_by[a] = t }

@@ -121,7 +121,9 @@ module HeapShapes
   def self.finish_one(by_seed, files, walk)
     yield by_seed.fetch(files[:seed]), files, walk
   ensure
-    files.values_at(:dump, :core, :records, :error_file).each { |f| File.delete(f) if f.is_a?(String) && File.exist?(f) }
+    files.values_at(:dump, :core, :records, :error_file).each do |f|
+      File.delete(f) if f.is_a?(String) && File.exist?(f)
+    end
   end
 
   REC = "QQLlLL"

@@ -3,6 +3,8 @@
 require "open3"
 require "rbconfig"
 
+# What every spec shares: the tree's paths, Ruby children, temporary directories, fixtures and the
+# structural checks of a dump.
 module SpecHelpers
   ROOT = File.expand_path("../..", __dir__)
   LIB = File.join(ROOT, "lib")

@@ -47,7 +47,7 @@ module LibcFacts
   def debuglink
     @debuglink ||= begin
       out = IO.popen(["readelf", "--wide", "--hex-dump=.gnu_debuglink", libc_path], err: File::NULL, &:read).b
-      bytes = [out.scan(/^\s+0x\h+ ((?:\h{2,8} ){1,4})/).flatten.join.delete(" ")].pack("H*")
+      bytes = [out.scan(/^\s+0x\h+ ((?:\h{2,8} ){1,4})/).join.delete(" ")].pack("H*")
       name = bytes[/\A[^\0]+/]
       [name, bytes[(name.size + 4) & ~3, 4].unpack1("V")]
     end
@@ -60,11 +60,11 @@ module LibcFacts
 
   # The debug file the distribution installed (libc6-dbg), or nil.
   def installed_symbol_file
-    return @installed if defined?(@installed)
+    return @installed_symbol_file if defined?(@installed_symbol_file)
 
     candidates = ["/usr/lib/debug/.build-id/#{build_id[0, 2]}/#{build_id[2..]}.debug"]
     candidates << File.join("/usr/lib/debug", File.dirname(File.realpath(libc_path)), debuglink[0]) if debuglink[0]
-    @installed = candidates.find { |p| File.exist?(p) }
+    @installed_symbol_file = candidates.find { |p| File.exist?(p) }
   end
 
   def symbols_installed?
@@ -88,7 +88,9 @@ module LibcFacts
   def tls_offsets
     @tls_offsets ||= begin
       out = Fiddle::Pointer.malloc(24, Fiddle::RUBY_FREE)
-      raise "libc's thread_arena and tcache were not found in its TLS block" unless TLS_OFFSETS.call(main_arena, out).zero?
+      unless TLS_OFFSETS.call(main_arena, out).zero?
+        raise "libc's thread_arena and tcache were not found in its TLS block"
+      end
 
       arena, tcache, = out[0, 24].unpack("Q<3")
       { thread_arena: arena, tcache: tcache }

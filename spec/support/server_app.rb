@@ -94,7 +94,9 @@ class ServerApp
     loop do
       pids = Dir.exist?(dir) ? Dir.children(dir).map(&:to_i) : []
       return pids if pids.size >= count
-      raise "#{count} worker(s) did not boot in #{timeout} s; the server's log:\n#{log}" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+      if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+        raise "#{count} worker(s) did not boot in #{timeout} s; the server's log:\n#{log}"
+      end
       raise "the server exited; its log:\n#{log}" if @pids.any? { |p| Process.wait(p, Process::WNOHANG) }
 
       sleep 0.1
@@ -115,7 +117,9 @@ class ServerApp
       fresh = Dir.children(@dumps) - before
       done = fresh.find { |f| f.start_with?("ptmalloc-#{pid}-") && f.end_with?(".dump") }
       return File.join(@dumps, done) if done
-      raise "no dump of #{pid} in #{timeout} s; the server's log:\n#{log}" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+      if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+        raise "no dump of #{pid} in #{timeout} s; the server's log:\n#{log}"
+      end
 
       sleep 0.05
     end

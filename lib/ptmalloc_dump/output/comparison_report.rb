@@ -188,8 +188,12 @@ module PtmallocDump
     def extra_growth(owners)
       parts = []
       parts << " Leaked: #{h(signed(owners[:leaked]))}." if owners[:leaked].is_a?(Integer)
-      parts << " Held by old objects: #{h(signed(owners[:old]))}, by young ones: #{h(signed(owners[:young]))}." if owners[:old].is_a?(Integer) && owners[:young].is_a?(Integer)
-      parts << " By garbage awaiting the lazy sweep: #{h(signed(owners[:garbage]))}." if owners[:garbage].is_a?(Integer) && !owners[:garbage].zero?
+      if owners[:old].is_a?(Integer) && owners[:young].is_a?(Integer)
+        parts << " Held by old objects: #{h(signed(owners[:old]))}, by young ones: #{h(signed(owners[:young]))}."
+      end
+      if owners[:garbage].is_a?(Integer) && !owners[:garbage].zero?
+        parts << " By garbage awaiting the lazy sweep: #{h(signed(owners[:garbage]))}."
+      end
       parts.join
     end
 

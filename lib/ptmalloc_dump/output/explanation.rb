@@ -43,9 +43,11 @@ module PtmallocDump
       e = to_h
       lines = []
       hp = e[:heap]
-      heap = hp && "heap #{hp[:index]} (#{hp[:kind]}#{hp[:arena] ? " of arena #{hp[:arena]}" : ''}, #{hp[:start]}-#{hp[:end]})"
+      heap = hp && "heap #{hp[:index]} (#{hp[:kind]}#{hp[:arena] ? " of arena #{hp[:arena]}" : ''}, " \
+                   "#{hp[:start]}-#{hp[:end]})"
       if (s = e[:ruby_slot])
-        lines << "#{e[:address]} is in a Ruby object page (#{s[:page]}), slot #{s[:slot]}: #{s[:object] || 'a free slot'}"
+        lines << "#{e[:address]} is in a Ruby object page (#{s[:page]}), slot #{s[:slot]}: " \
+                 "#{s[:object] || 'a free slot'}"
         lines << row("heap", "the page is a malloc chunk in #{heap}") if heap
       elsif heap
         lines << "#{e[:address]} is in #{heap}"
@@ -53,7 +55,8 @@ module PtmallocDump
         lines << "#{e[:address]} is in no heap, mmapped chunk or Ruby object page of this dump"
       end
       if (c = e[:chunk])
-        lines << row("chunk", "#{c[:address]}, #{c[:size]} B#{c[:size] >= 1024 ? " (#{human_bytes(c[:size])})" : ''}, the address is #{c[:where]}")
+        size = c[:size] >= 1024 ? " (#{human_bytes(c[:size])})" : ""
+        lines << row("chunk", "#{c[:address]}, #{c[:size]} B#{size}, the address is #{c[:where]}")
         lines << row("state", [c[:state], *c[:flags]].join("; "))
         lines << row("bin", c[:bin]) if c[:bin]
         lines << row("owner", e[:owner][:text])
@@ -62,7 +65,10 @@ module PtmallocDump
       elsif e[:heap]
         lines << row("chunk", "none: the walk did not reach this address")
       end
-      lines << row("page", "#{e[:page][:address]}: #{e[:page][:residency]}#{e[:page][:exclusive] == false ? ', shared with a parent' : ''}") if e[:page]
+      if e[:page]
+        shared = e[:page][:exclusive] == false ? ", shared with a parent" : ""
+        lines << row("page", "#{e[:page][:address]}: #{e[:page][:residency]}#{shared}")
+      end
       if (r = e[:references])
         lines << row("points at", list(r[:points_at]))
         lines << row("pointed at by", list(r[:pointed_at_by]))
@@ -165,7 +171,8 @@ module PtmallocDump
         out << to if from == index
         into << from if to == index
       end
-      { points_at: out.map { |i| hex(@dump.chunk_by_index(i).address) }, pointed_at_by: into.map { |i| hex(@dump.chunk_by_index(i).address) } }
+      address = ->(i) { hex(@dump.chunk_by_index(i).address) }
+      { points_at: out.map(&address), pointed_at_by: into.map(&address) }
     end
 
     def chunk_index(chunk)

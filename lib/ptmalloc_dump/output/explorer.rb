@@ -89,7 +89,9 @@ module PtmallocDump
         { group: h.index, heaps: [h], label: "heap #{h.index}: #{where}, #{FormatHelpers.hex(h.start)}, #{FormatHelpers.human_bytes(h.size)}" }
       end
       mm = @dump.heaps.select { |h| h.kind == :mmapped_chunk }
-      arena << { group: :mmapped, heaps: mm, label: "#{mm.size} mmapped chunk(s), #{FormatHelpers.human_bytes(mm.sum(&:size))}" } unless mm.empty?
+      unless mm.empty?
+        arena << { group: :mmapped, heaps: mm, label: "#{mm.size} mmapped chunk(s), #{FormatHelpers.human_bytes(mm.sum(&:size))}" }
+      end
       arena
     end
 

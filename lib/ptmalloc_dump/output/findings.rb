@@ -27,7 +27,8 @@ module PtmallocDump
 
     # @return [Array<Finding>] every finding that applies, in no particular order
     def all
-      [free_resident, leaked, by_module, native, top_class, garbage, mmapped, ruby_pages].compact.reject { |f| f.bytes.zero? }
+      all = [free_resident, leaked, by_module, native, top_class, garbage, mmapped, ruby_pages]
+      all.compact.reject { |f| f.bytes.zero? }
     end
 
     private
@@ -39,9 +40,9 @@ module PtmallocDump
               elsif trim.positive? then "; malloc_trim(0) would give back #{human_bytes(trim)} now"
               else ""
               end
-      Finding.new(:free_resident, @s[:free_resident_bytes],
-                  "#{human_bytes(@s[:free_resident_bytes])} of malloc memory is free but resident in #{arenas} arena(s) " \
-                  "(#{percent(@s[:free_resident_bytes], @s[:resident_bytes])} of resident malloc memory)#{extra}.", "reclaimable")
+      text = "#{human_bytes(@s[:free_resident_bytes])} of malloc memory is free but resident in #{arenas} arena(s) " \
+             "(#{percent(@s[:free_resident_bytes], @s[:resident_bytes])} of resident malloc memory)#{extra}."
+      Finding.new(:free_resident, @s[:free_resident_bytes], text, "reclaimable")
     end
 
     def leaked
@@ -50,15 +51,18 @@ module PtmallocDump
 
       big = Array(o[:leaked_by_size]).max_by { |e| e[:bytes] }
       how = big ? ", most in #{big[:count]} block(s) of #{human_bytes(big[:size])}" : ""
-      Finding.new(:leaked, o[:leaked][:bytes],
-                  "#{human_bytes(o[:leaked][:bytes])} in #{o[:leaked][:count]} block(s) is leaked: nothing points at it#{how}.", "owners")
+      text = "#{human_bytes(o[:leaked][:bytes])} in #{o[:leaked][:count]} block(s) is leaked: " \
+             "nothing points at it#{how}."
+      Finding.new(:leaked, o[:leaked][:bytes], text, "owners")
     end
 
     def by_module
       name, e = @s.dig(:ruby, :by_module)&.max_by { |_, v| v[:bytes] }
       return nil unless name
 
-      Finding.new(:module, e[:bytes], "#{human_bytes(e[:bytes])} in #{e[:chunks]} chunk(s) is held by #{name} (its code and the objects it owns).", "owners")
+      text = "#{human_bytes(e[:bytes])} in #{e[:chunks]} chunk(s) is held by #{name} " \
+             "(its code and the objects it owns)."
+      Finding.new(:module, e[:bytes], text, "owners")
     end
 
     def native
@@ -69,12 +73,13 @@ module PtmallocDump
       if o && o[:anchored]
         name, bytes = Array(o[:anchored_by]).max_by { |_, b| b }
         by = name ? ", most by #{name} (#{human_bytes(bytes)})" : ""
-        return Finding.new(:anchored, o[:anchored][:bytes],
-                           "#{human_bytes(o[:anchored][:bytes])} in #{o[:anchored][:count]} block(s) is held by native code#{by}.", "owners")
+        text = "#{human_bytes(o[:anchored][:bytes])} in #{o[:anchored][:count]} block(s) is held by native code#{by}."
+        return Finding.new(:anchored, o[:anchored][:bytes], text, "owners")
       end
-      Finding.new(:native, r[:unattributed_bytes],
-                  "#{human_bytes(r[:unattributed_bytes])} in use is native: no Ruby object points at it " \
-                  "(#{percent(r[:unattributed_bytes], @s[:in_use_bytes] + @s[:mmapped_bytes])} of the memory in use).", "owners")
+      share = percent(r[:unattributed_bytes], @s[:in_use_bytes] + @s[:mmapped_bytes])
+      text = "#{human_bytes(r[:unattributed_bytes])} in use is native: no Ruby object points at it " \
+             "(#{share} of the memory in use)."
+      Finding.new(:native, r[:unattributed_bytes], text, "owners")
     end
 
     # The class whose live objects own the most: the bytes of garbage awaiting the lazy sweep are
@@ -88,8 +93,8 @@ module PtmallocDump
       text = if garbage.zero?
                "#{human_bytes(live)} in #{e[:chunks]} chunk(s) is owned by #{name} objects, the largest class."
              else
-               "#{human_bytes(live)} is owned by live #{name} objects, the largest class; its dead objects awaiting the " \
-                 "lazy sweep hold #{human_bytes(garbage)} more."
+               "#{human_bytes(live)} is owned by live #{name} objects, the largest class; its dead objects awaiting " \
+                 "the lazy sweep hold #{human_bytes(garbage)} more."
              end
       Finding.new(:class, live, text, "owners")
     end
@@ -98,15 +103,17 @@ module PtmallocDump
       r = @s[:ruby]
       return nil unless r && r[:garbage_bytes].to_i.positive?
 
-      Finding.new(:garbage, r[:garbage_bytes], "#{human_bytes(r[:garbage_bytes])} in use belongs to #{r[:garbage_objects]} dead Ruby " \
-                                               "object(s) the pending lazy sweep has not freed yet: no leak, freed as Ruby goes on allocating.", "owners")
+      text = "#{human_bytes(r[:garbage_bytes])} in use belongs to #{r[:garbage_objects]} dead Ruby object(s) the " \
+             "pending lazy sweep has not freed yet: no leak, freed as Ruby goes on allocating."
+      Finding.new(:garbage, r[:garbage_bytes], text, "owners")
     end
 
     def mmapped
       return nil if @s[:hblks].zero?
 
-      Finding.new(:mmapped, @s[:hblkhd], "#{human_bytes(@s[:hblkhd])} is in #{@s[:hblks]} mmapped chunk(s) (requests above the " \
-                                         "mmap threshold, #{human_bytes(@dump.header[:mmap_threshold])}).", "arenas")
+      text = "#{human_bytes(@s[:hblkhd])} is in #{@s[:hblks]} mmapped chunk(s) (requests above the mmap threshold, " \
+             "#{human_bytes(@dump.header[:mmap_threshold])})."
+      Finding.new(:mmapped, @s[:hblkhd], text, "arenas")
     end
 
     def ruby_pages

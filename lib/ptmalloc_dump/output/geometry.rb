@@ -53,9 +53,7 @@ module PtmallocDump
       kind == :page_map ? units : units * (@page_size / Render::BYTES_PER_PIXEL)
     end
   end
-end
 
-module PtmallocDump
   # Where the report's heap explorer draws an address, and which address a pixel of it shows. A view
   # is one arena heap, or all mmapped chunks laid end to end in file order ({Explorer#views}); its
   # bytes run left to right in rows of `width` pixels, `bytes_per_pixel` bytes to a pixel, and the

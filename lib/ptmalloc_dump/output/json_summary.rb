@@ -4,9 +4,9 @@ require_relative "findings"
 
 module PtmallocDump
   # The summary as plain data for JSON: the header (without the malloc_info XML), {Dump#summary}
-  # unchanged, the verification result, the findings ({Findings#top}) and the advice. JSON carries UTF-8 only: a string from the dump that is not
-  # valid UTF-8 (a path or class name in another encoding, a damaged file) has those bytes replaced with
-  # U+FFFD.
+  # unchanged, the verification result, the findings ({Findings#top}) and the advice. JSON carries
+  # UTF-8 only: a string from the dump that is not valid UTF-8 (a path or class name in another
+  # encoding, a damaged file) has those bytes replaced with U+FFFD.
   class JsonSummary
     def initialize(dump)
       @dump = dump

@@ -69,8 +69,8 @@ module PtmallocDump
         pages = r[:ruby_pages_in_malloc_bytes].to_i
         in_use = r[:owned_bytes] + pages + r[:unattributed_bytes]
         pages_text = pages.positive? ? ", #{human_bytes(pages)} their object pages" : ""
-        return "#{human_bytes(r[:owned_bytes])} of the #{human_bytes(in_use)} in use (heap and mmapped chunks) owned by " \
-               "#{r[:objects]} Ruby objects#{garbage}#{pages_text}, #{human_bytes(r[:unattributed_bytes])} native"
+        return "#{human_bytes(r[:owned_bytes])} of the #{human_bytes(in_use)} in use (heap and mmapped chunks) owned " \
+               "by #{r[:objects]} Ruby objects#{garbage}#{pages_text}, #{human_bytes(r[:unattributed_bytes])} native"
       end
 
       "none: #{@dump.no_ruby_reason}"

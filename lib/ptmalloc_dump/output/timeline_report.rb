@@ -101,7 +101,7 @@ module PtmallocDump
       lines = []
       max = 1
       @pids.each do |pid|
-        figures.each { |f| @t.points(pid, f).each { |_, v| max = v if v > max } }
+        figures.each { |f| @t.points(pid, f).each { |(_, v)| max = v if v > max } }
       end
       x = ->(t) { PAD[:left] + (t - @t0) / (@t1 - @t0) * (W - PAD[:left] - PAD[:right]) }
       y = ->(v) { H - PAD[:bottom] - v.to_f / max * (H - PAD[:top] - PAD[:bottom]) }
@@ -110,7 +110,7 @@ module PtmallocDump
           pts = @t.points(pid, f)
           next if pts.empty?
 
-          d = pts.map { |t, v| format("%.1f,%.1f", x.(t), y.(v)) }.join(" ")
+          d = pts.map { |t, v| format("%.1f,%.1f", x.call(t), y.call(v)) }.join(" ")
           lines << %(<polyline fill="none" stroke="#{COLORS[f]}" stroke-width="1.5" stroke-dasharray="#{DASHES[i % DASHES.size]}" ) +
                    %(points="#{d}"><title>pid #{pid} #{h(Timeline::LABELS[f])}</title></polyline>)
           tr = @t.trends.find { |z| z.pid == pid && z.figure == f }
@@ -133,8 +133,8 @@ module PtmallocDump
       t_b = pts.last[0]
       v_a = tr.mean - tr.slope * ((t_b - t_a) / 2.0)
       v_b = tr.mean + tr.slope * ((t_b - t_a) / 2.0)
-      %(<line x1="#{format('%.1f', x.(t_a))}" y1="#{format('%.1f', y.(v_a))}" x2="#{format('%.1f', x.(t_b))}" ) +
-        %(y2="#{format('%.1f', y.(v_b))}" stroke="#888" stroke-width="1" stroke-dasharray="4 4"><title>#{h(tr)}</title></line>)
+      %(<line x1="#{format('%.1f', x.call(t_a))}" y1="#{format('%.1f', y.call(v_a))}" x2="#{format('%.1f', x.call(t_b))}" ) +
+        %(y2="#{format('%.1f', y.call(v_b))}" stroke="#888" stroke-width="1" stroke-dasharray="4 4"><title>#{h(tr)}</title></line>)
     end
 
     def axes(max, x, y)
@@ -142,16 +142,16 @@ module PtmallocDump
              %(<line x1="#{PAD[:left]}" y1="#{PAD[:top]}" x2="#{PAD[:left]}" y2="#{H - PAD[:bottom]}" stroke="#000"/>)]
       5.times do |i|
         v = max * i / 4.0
-        out << %(<text x="#{PAD[:left] - 6}" y="#{format('%.1f', y.(v) + 4)}" text-anchor="end">#{h(human_bytes(v.round))}</text>)
+        out << %(<text x="#{PAD[:left] - 6}" y="#{format('%.1f', y.call(v) + 4)}" text-anchor="end">#{h(human_bytes(v.round))}</text>)
         t = @t0 + (@t1 - @t0) * i / 4.0
-        out << %(<text x="#{format('%.1f', x.(t))}" y="#{H - PAD[:bottom] + 16}" text-anchor="middle">#{Time.at(t).utc.strftime('%H:%M:%S')}</text>)
+        out << %(<text x="#{format('%.1f', x.call(t))}" y="#{H - PAD[:bottom] + 16}" text-anchor="middle">#{Time.at(t).utc.strftime('%H:%M:%S')}</text>)
       end
       out.join("\n")
     end
 
     def markers(x)
       @t.markers.select { |m| m.time.between?(@t0, @t1) }.map do |m|
-        px = format("%.1f", x.(m.time))
+        px = format("%.1f", x.call(m.time))
         mark = %(<line x1="#{px}" y1="#{PAD[:top]}" x2="#{px}" y2="#{H - PAD[:bottom]}" stroke="#8e44ad" stroke-width="2">) +
                %(<title>dump #{h(File.basename(m.path))} (pid #{m.pid})</title></line>)
         m.report ? %(<a href="#{h(rel(m.report))}">#{mark}</a>) : mark
