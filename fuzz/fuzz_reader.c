@@ -33,48 +33,58 @@ typedef struct {
     uint16_t off, size;
 } field;
 
-#define F(type, name) { offsetof(type, name), sizeof(((type *)0)->name) }
+#define F(type, name)                                                                                                  \
+    {                                                                                                                  \
+        offsetof(type, name), sizeof(((type *)0)->name)                                                                \
+    }
 
 static const field meta_fields[] = {
-    F(ptmd_meta, pid), F(ptmd_meta, time_sec), F(ptmd_meta, page_size), F(ptmd_meta, main_arena), F(ptmd_meta, sbrk_base),
-    F(ptmd_meta, heap_max_size), F(ptmd_meta, n_mmaps), F(ptmd_meta, mmapped_mem), F(ptmd_meta, tcache_bins),
-    F(ptmd_meta, tcache_count), F(ptmd_meta, symbol_source), F(ptmd_meta, residency_source), F(ptmd_meta, glibc_major),
-    F(ptmd_meta, glibc_minor), F(ptmd_meta, flags), F(ptmd_meta, thread_count),
+    F(ptmd_meta, pid),         F(ptmd_meta, time_sec),      F(ptmd_meta, page_size),     F(ptmd_meta, main_arena),
+    F(ptmd_meta, sbrk_base),   F(ptmd_meta, heap_max_size), F(ptmd_meta, n_mmaps),       F(ptmd_meta, mmapped_mem),
+    F(ptmd_meta, tcache_bins), F(ptmd_meta, tcache_count),  F(ptmd_meta, symbol_source), F(ptmd_meta, residency_source),
+    F(ptmd_meta, glibc_major), F(ptmd_meta, glibc_minor),   F(ptmd_meta, flags),         F(ptmd_meta, thread_count),
 };
 static const field arenas_fields[] = {
-    F(ptmd_arena_rec, address), F(ptmd_arena_rec, top), F(ptmd_arena_rec, top_size), F(ptmd_arena_rec, last_remainder),
-    F(ptmd_arena_rec, system_mem), F(ptmd_arena_rec, next), F(ptmd_arena_rec, flags), F(ptmd_arena_rec, first_heap),
-    F(ptmd_arena_rec, n_heaps),
+    F(ptmd_arena_rec, address),        F(ptmd_arena_rec, top),        F(ptmd_arena_rec, top_size),
+    F(ptmd_arena_rec, last_remainder), F(ptmd_arena_rec, system_mem), F(ptmd_arena_rec, next),
+    F(ptmd_arena_rec, flags),          F(ptmd_arena_rec, first_heap), F(ptmd_arena_rec, n_heaps),
 };
 static const field heaps_fields[] = {
-    F(ptmd_heap_rec, start), F(ptmd_heap_rec, end), F(ptmd_heap_rec, reserved_end), F(ptmd_heap_rec, first_chunk),
-    F(ptmd_heap_rec, n_chunks), F(ptmd_heap_rec, first_page), F(ptmd_heap_rec, n_pages), F(ptmd_heap_rec, page_base),
-    F(ptmd_heap_rec, arena), F(ptmd_heap_rec, kind), F(ptmd_heap_rec, flags),
+    F(ptmd_heap_rec, start),       F(ptmd_heap_rec, end),       F(ptmd_heap_rec, reserved_end),
+    F(ptmd_heap_rec, first_chunk), F(ptmd_heap_rec, n_chunks),  F(ptmd_heap_rec, first_page),
+    F(ptmd_heap_rec, n_pages),     F(ptmd_heap_rec, page_base), F(ptmd_heap_rec, arena),
+    F(ptmd_heap_rec, kind),        F(ptmd_heap_rec, flags),
 };
 static const field threads_fields[] = {
-    F(ptmd_thread_rec, pthread), F(ptmd_thread_rec, tcache), F(ptmd_thread_rec, tcache_bytes), F(ptmd_thread_rec, tid),
-    F(ptmd_thread_rec, flags), F(ptmd_thread_rec, tcache_count),
+    F(ptmd_thread_rec, pthread), F(ptmd_thread_rec, tcache), F(ptmd_thread_rec, tcache_bytes),
+    F(ptmd_thread_rec, tid),     F(ptmd_thread_rec, flags),  F(ptmd_thread_rec, tcache_count),
 };
 static const field anomalies_fields[] = {
-    F(ptmd_anomaly_rec, address), F(ptmd_anomaly_rec, detail), F(ptmd_anomaly_rec, kind), F(ptmd_anomaly_rec, arena),
+    F(ptmd_anomaly_rec, address),
+    F(ptmd_anomaly_rec, detail),
+    F(ptmd_anomaly_rec, kind),
+    F(ptmd_anomaly_rec, arena),
 };
 static const field ruby_meta_fields[] = {
-    F(ptmd_ruby_meta, heap_allocated_pages), F(ptmd_ruby_meta, heap_live_slots), F(ptmd_ruby_meta, flags),
+    F(ptmd_ruby_meta, heap_allocated_pages),
+    F(ptmd_ruby_meta, heap_live_slots),
+    F(ptmd_ruby_meta, flags),
     F(ptmd_ruby_meta, heap_tomb_pages),
 };
 static const field ruby_pages_fields[] = {
-    F(ptmd_ruby_page, start), F(ptmd_ruby_page, end), F(ptmd_ruby_page, stride), F(ptmd_ruby_page, total),
-    F(ptmd_ruby_page, live), F(ptmd_ruby_page, free),
+    F(ptmd_ruby_page, start), F(ptmd_ruby_page, end),  F(ptmd_ruby_page, stride),
+    F(ptmd_ruby_page, total), F(ptmd_ruby_page, live), F(ptmd_ruby_page, free),
 };
 static const field ruby_objects_fields[] = {
-    F(ptmd_ruby_object, address), F(ptmd_ruby_object, klass), F(ptmd_ruby_object, data_type), F(ptmd_ruby_object, type),
-    F(ptmd_ruby_object, subtype), F(ptmd_ruby_object, n_words),
+    F(ptmd_ruby_object, address), F(ptmd_ruby_object, klass),   F(ptmd_ruby_object, data_type),
+    F(ptmd_ruby_object, type),    F(ptmd_ruby_object, subtype), F(ptmd_ruby_object, n_words),
 };
 static const field refs_fields[] = { F(ptmd_ref, from), F(ptmd_ref, to) };
 static const field mappings_fields[] = {
-    F(ptmd_mapping_rec, start), F(ptmd_mapping_rec, end), F(ptmd_mapping_rec, rss), F(ptmd_mapping_rec, private_bytes),
-    F(ptmd_mapping_rec, shared_bytes), F(ptmd_mapping_rec, swap), F(ptmd_mapping_rec, path_off),
-    F(ptmd_mapping_rec, path_len), F(ptmd_mapping_rec, prot), F(ptmd_mapping_rec, kind),
+    F(ptmd_mapping_rec, start),         F(ptmd_mapping_rec, end),          F(ptmd_mapping_rec, rss),
+    F(ptmd_mapping_rec, private_bytes), F(ptmd_mapping_rec, shared_bytes), F(ptmd_mapping_rec, swap),
+    F(ptmd_mapping_rec, path_off),      F(ptmd_mapping_rec, path_len),     F(ptmd_mapping_rec, prot),
+    F(ptmd_mapping_rec, kind),
 };
 static const field mappings_head_fields[] = { F(ptmd_mappings_head, vm_rss), F(ptmd_mappings_head, paths_len) };
 static const field gc_fields[] = { F(ptmd_gc_rec, count), F(ptmd_gc_rec, flags) };
@@ -82,17 +92,28 @@ static const field source_fields[] = { F(ptmd_source_rec, kind), F(ptmd_source_r
                                        F(ptmd_source_rec, attempts), F(ptmd_source_rec, reserved) };
 static const field snapshot_fields[] = { F(ptmd_snapshot_rec, before_fork_ns), F(ptmd_snapshot_rec, flags),
                                          F(ptmd_snapshot_rec, reserved) };
-static const field roots_fields[] = { F(ptmd_root_rec, start), F(ptmd_root_rec, end), F(ptmd_root_rec, kind),
-                                     F(ptmd_root_rec, tid), { offsetof(ptmd_root_rec, name) + PTMD_ROOT_NAME_MAX - 1, 1 } };
+static const field roots_fields[] = { F(ptmd_root_rec, start),
+                                      F(ptmd_root_rec, end),
+                                      F(ptmd_root_rec, kind),
+                                      F(ptmd_root_rec, tid),
+                                      { offsetof(ptmd_root_rec, name) + PTMD_ROOT_NAME_MAX - 1, 1 } };
 static const field root_refs_fields[] = { F(ptmd_root_ref, where), F(ptmd_root_ref, root), F(ptmd_root_ref, chunk) };
 static const field ruby_code_fields[] = {
-    F(ptmd_ruby_code, address), F(ptmd_ruby_code, module), F(ptmd_ruby_code, method), F(ptmd_ruby_code, path),
-    F(ptmd_ruby_code, line), F(ptmd_ruby_code, kind),
+    F(ptmd_ruby_code, address), F(ptmd_ruby_code, module), F(ptmd_ruby_code, method),
+    F(ptmd_ruby_code, path),    F(ptmd_ruby_code, line),   F(ptmd_ruby_code, kind),
 };
 static const field tcache_entries_fields[] = {
-    F(ptmd_tcache_entry, chunk), F(ptmd_tcache_entry, thread), F(ptmd_tcache_entry, bin), F(ptmd_tcache_entry, position),
+    F(ptmd_tcache_entry, chunk),
+    F(ptmd_tcache_entry, thread),
+    F(ptmd_tcache_entry, bin),
+    F(ptmd_tcache_entry, position),
 };
-#define WORD { { 0, 8 } }
+#define WORD                                                                                                           \
+    {                                                                                                                  \
+        {                                                                                                              \
+            0, 8                                                                                                       \
+        }                                                                                                              \
+    }
 static const field mallinfo2_fields[] = WORD, chunk_words_fields[] = WORD, ruby_words_fields[] = WORD,
                    trim_released_fields[] = WORD, ruby_page_rss_fields[] = WORD, pages_fields[] = { { 0, 1 } };
 #define int_refs_fields refs_fields
@@ -102,7 +123,7 @@ typedef struct {
     size_t rec;
     const field *fields;
     size_t n_fields;
-    size_t skip;                /* bytes before the first record (the MAPPINGS head) */
+    size_t skip; /* bytes before the first record (the MAPPINGS head) */
 } record_layout;
 
 /* Every section of fixed records, from PTMD_SECTIONS: its records' fields are <view field>_fields. */
@@ -112,9 +133,9 @@ typedef struct {
 #define LAYOUT_PAIRS(...)
 #define LAYOUT_TEXT(...)
 #define LAYOUT_NAMES(...)
-#define LAYOUT_MAPPINGS(constant, record, head, f, n, paths)                                                       \
-    { constant, sizeof(*((ptmd_view *)0)->head), head##_fields, N_FIELDS(head##_fields), 0 },                      \
-    { constant, sizeof(record), f##_fields, N_FIELDS(f##_fields), sizeof(*((ptmd_view *)0)->head) },
+#define LAYOUT_MAPPINGS(constant, record, head, f, n, paths)                                                           \
+    { constant, sizeof(*((ptmd_view *)0)->head), head##_fields, N_FIELDS(head##_fields), 0 },                          \
+        { constant, sizeof(record), f##_fields, N_FIELDS(f##_fields), sizeof(*((ptmd_view *)0)->head) },
 #define LAYOUT(constant, value, name, required, record, rule, shape, ...) LAYOUT_##shape(constant, record, __VA_ARGS__)
 static const record_layout layouts[] = { PTMD_SECTIONS(LAYOUT) };
 
@@ -341,7 +362,7 @@ static void owners(const ptmd_view *v)
 
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 {
-    unsigned char *copy = malloc(size + 8);     /* the reader wants 8-byte alignment, as a file load gives */
+    unsigned char *copy = malloc(size + 8); /* the reader wants 8-byte alignment, as a file load gives */
     ptmd_view v;
     ptmd_err err;
     if (!copy) return 0;

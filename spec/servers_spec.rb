@@ -40,10 +40,12 @@ RSpec.describe "the worker recipes" do
 
   # Puma 7 and 8 require Ruby 3.0 (their gemspecs' required_ruby_version): Bundler cannot install them on
   # Ruby 2.7, where Puma 5 and 6 are the recipes run
-  PUMAS = { "puma5" => ["~> 5.6", "on_worker_boot"], "puma6" => ["~> 6.6", "on_worker_boot"] }.freeze
-  if Gem::Version.new(RUBY_VERSION) >= Gem::Version.new("3.0")
-    PUMAS.merge!("puma7" => ["~> 7.0", "before_worker_boot"], "puma8" => ["~> 8.0", "before_worker_boot"])
-  end
+  PUMAS = { "puma5" => ["~> 5.6", "on_worker_boot"], "puma6" => ["~> 6.6", "on_worker_boot"] }
+          .merge(if Gem::Version.new(RUBY_VERSION) >= Gem::Version.new("3.0")
+                   { "puma7" => ["~> 7.0", "before_worker_boot"], "puma8" => ["~> 8.0", "before_worker_boot"] }
+                 else
+                   {}
+                 end).freeze
   NEWEST_PUMA = PUMAS.keys.last
   PUMAS.each do |name, (version, hook)|
     it "#{name}: #{hook} installs the handler in each worker; a signal to a worker dumps it" do

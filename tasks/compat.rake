@@ -6,9 +6,9 @@ require "open3"
 require "tempfile"
 require "time"
 
-# `rake compat`: the whole suite (`bundle exec rake`) inside Debian releases built with debootstrap,
-# each with and without libc's debug symbols, and sid once more with a newer Ruby from experimental
-# (PTMALLOC_DUMP_COMPAT_RUBY). `rake compat:smoke`: the same rows, each with the specs of what a
+# `rake compat`: the whole suite (`bundle exec rake unit spec`, the README's test command but the
+# linters) inside Debian releases built with debootstrap, each with and without libc's debug symbols,
+# and sid once more with a newer Ruby from experimental (PTMALLOC_DUMP_COMPAT_RUBY). `rake compat:smoke`: the same rows, each with the specs of what a
 # capture change can break (SMOKE_SPECS, 20 heap shapes). The chroots are kept in a directory of your
 # choice and reused; the results go to tmp/compat/results.md (smoke.md), one log per run to
 # tmp/compat/logs/.
@@ -341,7 +341,11 @@ module Compat
 
     def call
       FileUtils.rm_f([log, *OUTPUTS.map { |f| @chroot.src_path(f) }])
-      what = @smoke ? "rspec #{SMOKE_SPECS.size} spec files (SHAPES=#{SMOKE_SHAPES})" : "bundle exec rake"
+      what = if @smoke
+               "rake unit, rspec #{SMOKE_SPECS.size} spec files (SHAPES=#{SMOKE_SHAPES})"
+             else
+               "bundle exec rake unit spec"
+             end
       puts "rake compat: #{@chroot.id}, #{@variant} libc6-dbg: #{what} (log: #{log})"
       started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
       test = @smoke ? ["test-smoke", SMOKE_SHAPES.to_s, *SMOKE_SPECS] : ["test"]

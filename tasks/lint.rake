@@ -3,7 +3,7 @@
 # The Ruby (RuboCop, .rubocop.yml) and the C (clang-format, .clang-format): `rake lint` changes nothing,
 # it says what does not follow the configuration.
 LINT_RUBY = %w[lib exe spec tasks bench script Rakefile Gemfile ptmalloc_dump.gemspec].freeze
-LINT_C = Dir["ext/**/*.{c,h}", "fuzz/*.c"].sort
+LINT_C = Dir["ext/**/*.{c,h}", "fuzz/*.c", "test/unit/*.{c,h}"].sort
 
 namespace :lint do
   desc "RuboCop over the Ruby files (.rubocop.yml)"

@@ -10,17 +10,17 @@
 extern unsigned long unit_checks, unit_failures;
 extern const char *unit_case;
 
-#define CHECK(cond, ...)                                                                              \
-    do {                                                                                              \
-        unit_checks++;                                                                                \
-        if (!(cond)) {                                                                                \
-            unit_failures++;                                                                          \
-            fprintf(stderr, "%s:%d: %s: check failed: %s: ", __FILE__, __LINE__, unit_case, #cond);  \
-            fprintf(stderr, __VA_ARGS__);                                                             \
-            fputc('\n', stderr);                                                                      \
-        }                                                                                             \
+#define CHECK(cond, ...)                                                                                               \
+    do {                                                                                                               \
+        unit_checks++;                                                                                                 \
+        if (!(cond)) {                                                                                                 \
+            unit_failures++;                                                                                           \
+            fprintf(stderr, "%s:%d: %s: check failed: %s: ", __FILE__, __LINE__, unit_case, #cond);                    \
+            fprintf(stderr, __VA_ARGS__);                                                                              \
+            fputc('\n', stderr);                                                                                       \
+        }                                                                                                              \
     } while (0)
-#define CHECK_EQ(a, b)                                                                                \
+#define CHECK_EQ(a, b)                                                                                                 \
     CHECK((uint64_t)(a) == (uint64_t)(b), "%s is %" PRIu64 ", expected %" PRIu64, #a, (uint64_t)(a), (uint64_t)(b))
 
 /* The test groups (one file each). */

@@ -23,7 +23,10 @@ uint64_t synth_random(uint64_t *state)
     return *state = x;
 }
 
-static uint64_t below(uint64_t *r, uint64_t n) { return n ? synth_random(r) % n : 0; }
+static uint64_t below(uint64_t *r, uint64_t n)
+{
+    return n ? synth_random(r) % n : 0;
+}
 
 static uint64_t random_size(uint64_t *r)
 {
@@ -69,7 +72,9 @@ static void add_heap(synth *s, uint64_t *r, const synth_opts *o, uint64_t start,
     h->first_page = v->n_pages;
     for (i = 0; i < h->n_pages && v->n_pages < SYNTH_MAX_PAGES; i++) {
         uint64_t k = below(r, 8);
-        s->pages[v->n_pages++] = (uint8_t)((k < 6 ? PTMD_PAGE_PRESENT : k == 6 ? PTMD_PAGE_SWAPPED : 0) |
+        s->pages[v->n_pages++] = (uint8_t)((k < 6    ? PTMD_PAGE_PRESENT
+                                            : k == 6 ? PTMD_PAGE_SWAPPED
+                                                     : 0) |
                                            (below(r, 4) ? PTMD_PAGE_EXCLUSIVE : 0));
     }
     v->n_heaps++;
@@ -251,11 +256,11 @@ void synth_build(synth *s, uint64_t seed, const synth_opts *o)
     memset(v, 0, sizeof(*v));
     memset(&s->meta, 0, sizeof(s->meta));
     memset(&s->mallinfo2, 0, sizeof(s->mallinfo2));
-    v->sections = PTMD_SECTION_BIT(PTMD_SEC_META) | PTMD_SECTION_BIT(PTMD_SEC_STRINGS) |
-                  PTMD_SECTION_BIT(PTMD_SEC_MALLINFO2) | PTMD_SECTION_BIT(PTMD_SEC_MALLOC_INFO) |
-                  PTMD_SECTION_BIT(PTMD_SEC_ARENAS) | PTMD_SECTION_BIT(PTMD_SEC_HEAPS) | PTMD_SECTION_BIT(PTMD_SEC_CHUNKS) |
-                  PTMD_SECTION_BIT(PTMD_SEC_PAGES) | PTMD_SECTION_BIT(PTMD_SEC_THREADS) |
-                  PTMD_SECTION_BIT(PTMD_SEC_ANOMALIES) | PTMD_SECTION_BIT(PTMD_SEC_TRIM_CHECK);
+    v->sections =
+        PTMD_SECTION_BIT(PTMD_SEC_META) | PTMD_SECTION_BIT(PTMD_SEC_STRINGS) | PTMD_SECTION_BIT(PTMD_SEC_MALLINFO2) |
+        PTMD_SECTION_BIT(PTMD_SEC_MALLOC_INFO) | PTMD_SECTION_BIT(PTMD_SEC_ARENAS) | PTMD_SECTION_BIT(PTMD_SEC_HEAPS) |
+        PTMD_SECTION_BIT(PTMD_SEC_CHUNKS) | PTMD_SECTION_BIT(PTMD_SEC_PAGES) | PTMD_SECTION_BIT(PTMD_SEC_THREADS) |
+        PTMD_SECTION_BIT(PTMD_SEC_ANOMALIES) | PTMD_SECTION_BIT(PTMD_SEC_TRIM_CHECK);
     add_heap(s, &r, o, MAIN_START + 16 * below(&r, 4), 0, PTMD_HEAP_SBRK);
     add_arena(s, 0, 0x7f00001000ull, 1);
     if (o->arenas > 1) {
@@ -275,7 +280,7 @@ void synth_build(synth *s, uint64_t seed, const synth_opts *o)
     s->meta.residency_source = PTMD_RESIDENCY_PAGEMAP;
     s->meta.glibc_major = 2;
     s->meta.glibc_minor = 36;
-    s->meta.flags = PTMD_MF_TCACHE | PTMD_MF_MP | PTMD_MF_NO_ORACLES;     /* MALLINFO2 zero, MALLOC_INFO empty */
+    s->meta.flags = PTMD_MF_TCACHE | PTMD_MF_MP | PTMD_MF_NO_ORACLES; /* MALLINFO2 zero, MALLOC_INFO empty */
     s->meta.n_mmaps = (uint64_t)o->mmapped;
     memcpy(s->strings, "\1\0k\1\0\0\0v", 8);
     for (k = 0; k < SYNTH_MAX_CHUNKS && (size_t)k < v->n_chunks; k++) s->words[k] = s->chunks[k].word;

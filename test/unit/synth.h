@@ -14,10 +14,10 @@
 #define SYNTH_NAMES_BYTES 4096
 
 typedef struct {
-    int ruby;                       /* the Ruby sections, references and roots */
-    int outside;                    /* a SOURCE section (a dump of another process) */
-    int arenas;                     /* 1 or 2 */
-    int mmapped;                    /* mmapped chunks */
+    int ruby;    /* the Ruby sections, references and roots */
+    int outside; /* a SOURCE section (a dump of another process) */
+    int arenas;  /* 1 or 2 */
+    int mmapped; /* mmapped chunks */
     int max_chunks_per_heap;
 } synth_opts;
 

@@ -40,7 +40,7 @@ static void summary(const ptmd_view *v, uint64_t seed)
             b.bytes[st] += size;
             if (hp->kind != PTMD_HEAP_MMAPPED_CHUNK) b.arena += size;
             if (ptmd_state_is_free(st) && st != PTMD_ST_TOP && size > b.largest_free) b.largest_free = size;
-            for (a = c->addr; a < c->addr + size; a++) {     /* byte by byte */
+            for (a = c->addr; a < c->addr + size; a++) { /* byte by byte */
                 uint8_t f = page_flags(v, hp, a);
                 if (f & PTMD_PAGE_PRESENT) {
                     b.resident_bytes++;
@@ -66,7 +66,8 @@ static void summary(const ptmd_view *v, uint64_t seed)
     CHECK_EQ(t.absent_bytes, b.absent_bytes);
     CHECK_EQ(t.free_resident_bytes, b.free_resident_bytes);
     CHECK_EQ(t.largest_free, b.largest_free);
-    CHECK_EQ(t.ordblks, b.count[PTMD_ST_UNSORTED] + b.count[PTMD_ST_SMALLBIN] + b.count[PTMD_ST_LARGEBIN] + v->n_arenas);
+    CHECK_EQ(t.ordblks,
+             b.count[PTMD_ST_UNSORTED] + b.count[PTMD_ST_SMALLBIN] + b.count[PTMD_ST_LARGEBIN] + v->n_arenas);
     CHECK_EQ(t.fordblks + t.uordblks, b.arena);
     CHECK(t.chunk_count == v->n_chunks, "seed %llu: every chunk counted", (unsigned long long)seed);
 }
@@ -149,8 +150,9 @@ static void attribution(const ptmd_view *v, uint64_t seed)
         }
     }
     for (i = 0; i < nc; i++) {
-        if (oracle[i]) CHECK(a.owner[i] == oracle[i] && a.direct[i], "seed %llu: chunk %zu is object %u's, found %u",
-                             (unsigned long long)seed, i, oracle[i] - 1, a.owner[i]);
+        if (oracle[i])
+            CHECK(a.owner[i] == oracle[i] && a.direct[i], "seed %llu: chunk %zu is object %u's, found %u",
+                  (unsigned long long)seed, i, oracle[i] - 1, a.owner[i]);
         CHECK(!a.owner[i] || ptmd_rec_is_allocated(&v->chunks[i]), "only allocated chunks have owners");
     }
     /* what spreads: owned chunks other than the buffers of strings, arrays and objects */
@@ -167,8 +169,9 @@ static void attribution(const ptmd_view *v, uint64_t seed)
     }
     for (i = 0; i < nc; i++)
         if (!oracle[i])
-            CHECK((a.owner[i] != 0) == (reach[i] != 0), "seed %llu: chunk %zu owned through references: %u, reached: %u",
-                  (unsigned long long)seed, i, a.owner[i], reach[i]);
+            CHECK((a.owner[i] != 0) == (reach[i] != 0),
+                  "seed %llu: chunk %zu owned through references: %u, reached: %u", (unsigned long long)seed, i,
+                  a.owner[i], reach[i]);
 out:
     free(oracle);
     free(reach);
@@ -193,9 +196,11 @@ static void diff(uint64_t seed, const synth_opts *o)
     CHECK_EQ(t.same_count, a->n_chunks);
     CHECK_EQ(t.new_count + t.gone_count, 0);
     CHECK_EQ(t.pages[PTMD_PCHG_UNCHANGED], a->n_pages);
-    ptmd_rec_set_state(&T.chunks[k], ptmd_rec_state(&T.chunks[k]) == PTMD_ST_IN_USE ? PTMD_ST_SMALLBIN : PTMD_ST_IN_USE);
+    ptmd_rec_set_state(&T.chunks[k],
+                       ptmd_rec_state(&T.chunks[k]) == PTMD_ST_IN_USE ? PTMD_ST_SMALLBIN : PTMD_ST_IN_USE);
     ptmd_page_usage_fill(b, ub);
-    CHECK(ptmd_first_difference(a, b) == (long)k, "seed %llu: chunk %zu is the first difference", (unsigned long long)seed, k);
+    CHECK(ptmd_first_difference(a, b) == (long)k, "seed %llu: chunk %zu is the first difference",
+          (unsigned long long)seed, k);
     ptmd_diff(a, ua, b, ub, &t, change);
     CHECK_EQ(t.same_count, a->n_chunks - 1);
     CHECK_EQ(t.new_count, 1);

@@ -36,7 +36,9 @@ static int same_payload(const ptmd_view *a, const ptmd_view *b, uint32_t type)
 
 static void round_trips(void)
 {
-    static const synth_opts opts[] = { { 0, 0, 1, 0, 8 }, { 1, 0, 2, 2, 40 }, { 0, 1, 2, 1, 100 }, { 1, 0, 1, 3, 200 } };
+    static const synth_opts opts[] = {
+        { 0, 0, 1, 0, 8 }, { 1, 0, 2, 2, 40 }, { 0, 1, 2, 1, 100 }, { 1, 0, 1, 3, 200 }
+    };
     uint64_t seed;
     unit_case = "round trip";
     for (seed = 1; seed <= 120; seed++) {
@@ -161,7 +163,7 @@ static void refusals(void)
     expect_refused(image, len, "Ruby objects without their pages", "the Ruby sections are incomplete");
 
     len = fresh(7, 1);
-    header_of(image, len, PTMD_SEC_STRINGS)->type = 300;    /* an unknown type is skipped */
+    header_of(image, len, PTMD_SEC_STRINGS)->type = 300; /* an unknown type is skipped */
     synth_reseal(image, len);
     CHECK(read_image(image, len, &v, &err) == 0 && !v.strings && !ptmd_view_has(&v, PTMD_SEC_STRINGS),
           "a section of unknown type is skipped: %s", err.msg);
@@ -193,12 +195,12 @@ static void damage_sweep(void)
             synth_reseal(copy, len);
             rc = read_image(copy, len, &v, &err);
             CHECK(rc == 0 || (rc == -1 && err.code == PTMD_E_FORMAT && err.msg[0]),
-                  "word %zu set to %#llx: read, or refused with a message (rc %d)", off, (unsigned long long)edges[e], rc);
+                  "word %zu set to %#llx: read, or refused with a message (rc %d)", off, (unsigned long long)edges[e],
+                  rc);
             if (rc == 0) {
                 exercise(&v);
                 read_ok++;
-            }
-            else refused++;
+            } else refused++;
         }
     CHECK(read_ok > 0 && refused > 0, "some damaged files read (%lu), some are refused (%lu)", read_ok, refused);
 }

@@ -4,7 +4,7 @@
 
 #include <string.h>
 
-#define PTMD_MALLOC_CHUNK_SIZE 48      /* sizeof (struct malloc_chunk) on 64-bit, used by mtrim */
+#define PTMD_MALLOC_CHUNK_SIZE 48 /* sizeof (struct malloc_chunk) on 64-bit, used by mtrim */
 
 const char *const ptmd_page_class_names[PTMD_PC_COUNT] = { PTMD_PAGE_CLASSES(PTMD_ENUM_NAME) };
 
@@ -12,7 +12,6 @@ static uint64_t page_size_of(const ptmd_view *v)
 {
     return v->meta && v->meta->page_size ? v->meta->page_size : 4096;
 }
-
 
 void ptmd_page_usage_fill(const ptmd_view *v, ptmd_page_usage *usage)
 {
@@ -176,8 +175,8 @@ void ptmd_trim_estimate(const ptmd_view *v, uint64_t *per_arena)
          * take runs of adjacent arena-free chunks; a run that reaches top joins it */
         for (i = hp->first_chunk; i <= end; i++) {
             int st = i < end ? ptmd_rec_state(&v->chunks[i]) : -1;
-            int arena_free = st == PTMD_ST_FASTBIN || st == PTMD_ST_UNSORTED || st == PTMD_ST_SMALLBIN ||
-                             st == PTMD_ST_LARGEBIN;
+            int arena_free =
+                st == PTMD_ST_FASTBIN || st == PTMD_ST_UNSORTED || st == PTMD_ST_SMALLBIN || st == PTMD_ST_LARGEBIN;
             if (arena_free) {
                 if (!run_size) run_lo = v->chunks[i].addr;
                 run_size += ptmd_rec_size(&v->chunks[i]);

@@ -6,21 +6,21 @@
 #include "analysis/summary.h"
 
 /* What a page holds, for the page map (a list as in format.h). */
-#define PTMD_PAGE_CLASSES(X)                                                                       \
-    X(PTMD_PC_UNTOUCHED, 0, "untouched")   /* not resident, holds allocated bytes (never written, or dropped) */ \
-    X(PTMD_PC_IN_USE, 1, "in_use")         /* resident, only in-use chunks (and metadata) */       \
-    X(PTMD_PC_MIXED, 2, "mixed")           /* resident, in-use and free bytes, in-use >= 10% */    \
-    X(PTMD_PC_PINNED, 3, "pinned")         /* resident, in-use bytes under 10% keep it from being released */ \
-    X(PTMD_PC_FREE_RESIDENT, 4, "free_resident") /* resident, free chunks only: the bloat */        \
-    X(PTMD_PC_TOP, 5, "top")               /* resident, part of top */                             \
-    X(PTMD_PC_RELEASED, 6, "released")     /* free and not resident (released, or never touched) */ \
-    X(PTMD_PC_SWAPPED, 7, "swapped")       /* in swap */                                           \
-    X(PTMD_PC_META, 8, "meta")             /* allocator metadata only */
+#define PTMD_PAGE_CLASSES(X)                                                                                           \
+    X(PTMD_PC_UNTOUCHED, 0, "untouched")         /* not resident, holds allocated bytes (never written, or dropped) */ \
+    X(PTMD_PC_IN_USE, 1, "in_use")               /* resident, only in-use chunks (and metadata) */                     \
+    X(PTMD_PC_MIXED, 2, "mixed")                 /* resident, in-use and free bytes, in-use >= 10% */                  \
+    X(PTMD_PC_PINNED, 3, "pinned")               /* resident, in-use bytes under 10% keep it from being released */    \
+    X(PTMD_PC_FREE_RESIDENT, 4, "free_resident") /* resident, free chunks only: the bloat */                           \
+    X(PTMD_PC_TOP, 5, "top")                     /* resident, part of top */                                           \
+    X(PTMD_PC_RELEASED, 6, "released")           /* free and not resident (released, or never touched) */              \
+    X(PTMD_PC_SWAPPED, 7, "swapped")             /* in swap */                                                         \
+    X(PTMD_PC_META, 8, "meta")                   /* allocator metadata only */
 typedef enum { PTMD_PAGE_CLASSES(PTMD_ENUM_CONSTANT) PTMD_PC_COUNT = 9 } ptmd_page_class;
 extern const char *const ptmd_page_class_names[PTMD_PC_COUNT];
 
 typedef struct {
-    uint32_t in_use, free, top, meta;   /* bytes of the page by what holds them */
+    uint32_t in_use, free, top, meta; /* bytes of the page by what holds them */
 } ptmd_page_usage;
 
 /* usage[0 .. v->n_pages) (same indexing as the PAGES section). */
@@ -33,8 +33,8 @@ void ptmd_page_class_counts(const ptmd_view *v, const ptmd_page_usage *usage, ui
                             uint64_t pages[PTMD_PC_COUNT], uint64_t shared[PTMD_PC_COUNT]);
 
 typedef struct {
-    uint64_t start, end;            /* a maximal run of adjacent free chunks */
-    uint64_t resident;              /* bytes of it on resident pages */
+    uint64_t start, end; /* a maximal run of adjacent free chunks */
+    uint64_t resident;   /* bytes of it on resident pages */
     uint32_t heap, chunks;
 } ptmd_free_run;
 
@@ -42,11 +42,11 @@ typedef struct {
 size_t ptmd_largest_free_runs(const ptmd_view *v, ptmd_free_run *out, size_t n);
 
 typedef struct {
-    uint64_t address;               /* the page */
+    uint64_t address; /* the page */
     uint32_t heap;
-    uint32_t in_use;                /* in-use bytes on it */
-    uint64_t first_chunk;           /* index of the first in-use chunk touching it */
-    uint32_t n_chunks;              /* in-use chunks touching it */
+    uint32_t in_use;      /* in-use bytes on it */
+    uint64_t first_chunk; /* index of the first in-use chunk touching it */
+    uint32_t n_chunks;    /* in-use chunks touching it */
     uint32_t reserved;
 } ptmd_pinned_page;
 

@@ -58,7 +58,7 @@ int ptmd_attribute(const ptmd_view *v, ptmd_attribution *a)
                 a->direct_count++;
             } else if (a->owner[ci] != (uint32_t)(i + 1) && a->owner[ci] != UINT32_MAX) {
                 if (a->direct[ci] == 1) a->ambiguous++;
-                a->direct[ci] = 2;       /* counted once */
+                a->direct[ci] = 2; /* counted once */
             }
         }
     }

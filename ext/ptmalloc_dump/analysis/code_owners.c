@@ -107,7 +107,8 @@ int ptmd_code_owners(const ptmd_view *v, const ptmd_attribution *a, ptmd_code_to
             last_owner = o;
             rec = ptmd_code_record(v, v->ruby_objects[o - 1].address);
         }
-        if (rec < 0 || v->ruby_code[rec].kind == PTMD_CODE_VM_TABLE || (module = v->ruby_code[rec].module) == PTMD_NO_NAME)
+        if (rec < 0 || v->ruby_code[rec].kind == PTMD_CODE_VM_TABLE ||
+            (module = v->ruby_code[rec].module) == PTMD_NO_NAME)
             continue;
         charge(out, i, (size_t)rec, module, size);
         out->bytes += size;

@@ -7,11 +7,11 @@
 #include "analysis/attribution.h"
 
 typedef struct {
-    uint64_t *name_bytes, *name_chunks;     /* v->n_ruby_code_names entries each: per module or VM table name */
-    uint64_t *record_bytes;                 /* v->n_ruby_code entries: per code record */
-    uint64_t bytes, chunks;                 /* all the chunks charged to a module */
-    uint64_t vm_bytes, vm_chunks;           /* all the chunks charged to a VM table */
-    uint32_t *chunk_record;                 /* NULL, or v->n_chunks entries: the code record each chunk is
+    uint64_t *name_bytes, *name_chunks; /* v->n_ruby_code_names entries each: per module or VM table name */
+    uint64_t *record_bytes;             /* v->n_ruby_code entries: per code record */
+    uint64_t bytes, chunks;             /* all the chunks charged to a module */
+    uint64_t vm_bytes, vm_chunks;       /* all the chunks charged to a VM table */
+    uint32_t *chunk_record;             /* NULL, or v->n_chunks entries: the code record each chunk is
                                              * charged to, PTMD_NO_NAME for none */
 } ptmd_code_totals;
 

@@ -19,8 +19,8 @@ long ptmd_first_difference(const ptmd_view *a, const ptmd_view *b)
 typedef struct {
     const ptmd_view *v;
     const uint32_t *order;
-    size_t h;           /* position in order */
-    uint64_t c;         /* chunk index, or the end of the current heap */
+    size_t h;   /* position in order */
+    uint64_t c; /* chunk index, or the end of the current heap */
 } cursor;
 
 static const ptmd_chunk_rec *cur(cursor *k)
@@ -50,20 +50,28 @@ static long page_at(const ptmd_view *v, const uint32_t *order, uint64_t addr)
 }
 
 void ptmd_diff(const ptmd_view *a, const ptmd_page_usage *ua, const ptmd_view *b, const ptmd_page_usage *ub,
-              ptmd_diff_totals *t, uint8_t *change)
+               ptmd_diff_totals *t, uint8_t *change)
 {
-    const uint32_t *oa = a->heap_order, *ob = b->heap_order;   /* heaps never overlap: in this order their chunks are sorted */
+    const uint32_t *oa = a->heap_order,
+                   *ob = b->heap_order; /* heaps never overlap: in this order their chunks are sorted */
     cursor ka, kb;
     const ptmd_chunk_rec *x, *y;
     size_t h;
     memset(t, 0, sizeof(*t));
-    ka.v = a; ka.order = oa; ka.h = 0; ka.c = 0;
-    kb.v = b; kb.order = ob; kb.h = 0; kb.c = 0;
+    ka.v = a;
+    ka.order = oa;
+    ka.h = 0;
+    ka.c = 0;
+    kb.v = b;
+    kb.order = ob;
+    kb.h = 0;
+    kb.c = 0;
     x = cur(&ka);
     y = cur(&kb);
     while (x || y) {
         if (x && y && x->addr == y->addr) {
-            if (x->word == y->word || (ptmd_rec_size(x) == ptmd_rec_size(y) && ptmd_rec_state(x) == ptmd_rec_state(y))) {
+            if (x->word == y->word ||
+                (ptmd_rec_size(x) == ptmd_rec_size(y) && ptmd_rec_state(x) == ptmd_rec_state(y))) {
                 t->same_count++;
                 t->same_bytes += ptmd_rec_size(y);
             } else {

@@ -5,21 +5,21 @@
 #include "analysis/analysis.h"
 
 /* What changed on a page of the newer dump (a list as in format.h). */
-#define PTMD_PAGE_CHANGES(X)                                                                       \
-    X(PTMD_PCHG_UNCHANGED, 0, "unchanged")                                                         \
-    X(PTMD_PCHG_NEW_IN_USE, 1, "new_in_use")     /* holds live data now, did not before (or was not there) */ \
-    X(PTMD_PCHG_NEW_FREE_RESIDENT, 2, "new_free_resident") /* free but resident now, held live data before */ \
-    X(PTMD_PCHG_RELEASED, 3, "released")         /* resident before, not now */                    \
-    X(PTMD_PCHG_NEW_PAGE, 4, "new_page")         /* a page the older dump did not have, holding no live data */
+#define PTMD_PAGE_CHANGES(X)                                                                                           \
+    X(PTMD_PCHG_UNCHANGED, 0, "unchanged")                                                                             \
+    X(PTMD_PCHG_NEW_IN_USE, 1, "new_in_use") /* holds live data now, did not before (or was not there) */              \
+    X(PTMD_PCHG_NEW_FREE_RESIDENT, 2, "new_free_resident") /* free but resident now, held live data before */          \
+    X(PTMD_PCHG_RELEASED, 3, "released")                   /* resident before, not now */                              \
+    X(PTMD_PCHG_NEW_PAGE, 4, "new_page") /* a page the older dump did not have, holding no live data */
 enum { PTMD_PAGE_CHANGES(PTMD_ENUM_CONSTANT) PTMD_PCHG_COUNT = 5 };
 extern const char *const ptmd_page_change_names[PTMD_PCHG_COUNT];
 
 typedef struct {
-    uint64_t same_count, same_bytes;    /* same address, size and state in both */
-    uint64_t new_count, new_bytes;      /* only in the newer dump (as that address/size/state) */
-    uint64_t gone_count, gone_bytes;    /* only in the older dump */
-    uint64_t pages[PTMD_PCHG_COUNT];    /* pages of the newer dump by change */
-    uint64_t became_resident;           /* pages resident now that were not (or did not exist) */
+    uint64_t same_count, same_bytes; /* same address, size and state in both */
+    uint64_t new_count, new_bytes;   /* only in the newer dump (as that address/size/state) */
+    uint64_t gone_count, gone_bytes; /* only in the older dump */
+    uint64_t pages[PTMD_PCHG_COUNT]; /* pages of the newer dump by change */
+    uint64_t became_resident;        /* pages resident now that were not (or did not exist) */
 } ptmd_diff_totals;
 
 /* change[0 .. b->n_pages): a PTMD_PCHG_* per page of b. */
@@ -28,6 +28,6 @@ typedef struct {
 long ptmd_first_difference(const ptmd_view *a, const ptmd_view *b);
 
 void ptmd_diff(const ptmd_view *a, const ptmd_page_usage *ua, const ptmd_view *b, const ptmd_page_usage *ub,
-              ptmd_diff_totals *t, uint8_t *change);
+               ptmd_diff_totals *t, uint8_t *change);
 
 #endif

@@ -75,8 +75,8 @@ static void visit(const ptmd_view *v, const graph *g, uint32_t from, ptmd_owners
 
 /* Marks everything reachable from queue[0..qt) that is still unmarked (kind NONE on an allocated
  * chunk) as `kind`, carrying the anchor along. */
-static void spread(const ptmd_view *v, const ptmd_attribution *a, const graph *addr, const graph *ints,
-                   ptmd_owners *o, uint32_t *queue, size_t qt, uint8_t kind)
+static void spread(const ptmd_view *v, const ptmd_attribution *a, const graph *addr, const graph *ints, ptmd_owners *o,
+                   uint32_t *queue, size_t qt, uint8_t kind)
 {
     size_t qh = 0;
     while (qh < qt) {

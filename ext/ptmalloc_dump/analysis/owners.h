@@ -6,20 +6,20 @@
 
 #include "analysis/attribution.h"
 
-#define PTMD_OWNER_KINDS(X)                                                                        \
-    X(PTMD_OK_NONE, 0, "none")           /* not an allocated chunk */                              \
-    X(PTMD_OK_RUBY, 1, "ruby")           /* owned by, or reachable from, a Ruby object */          \
-    X(PTMD_OK_ANCHORED, 2, "anchored")   /* reachable from a root, through native chunks only */   \
-    X(PTMD_OK_LEAKED, 3, "leaked")       /* reachable from no root and no Ruby object */
+#define PTMD_OWNER_KINDS(X)                                                                                            \
+    X(PTMD_OK_NONE, 0, "none")         /* not an allocated chunk */                                                    \
+    X(PTMD_OK_RUBY, 1, "ruby")         /* owned by, or reachable from, a Ruby object */                                \
+    X(PTMD_OK_ANCHORED, 2, "anchored") /* reachable from a root, through native chunks only */                         \
+    X(PTMD_OK_LEAKED, 3, "leaked")     /* reachable from no root and no Ruby object */
 enum { PTMD_OWNER_KINDS(PTMD_ENUM_CONSTANT) PTMD_OK_COUNT = 4 };
 extern const char *const ptmd_owner_kind_names[PTMD_OK_COUNT];
 
 #define PTMD_NO_ANCHOR 0xffffffffu
 
 typedef struct {
-    uint8_t *kind;            /* per chunk: PTMD_OK_* */
-    uint32_t *anchor;         /* per chunk: the root an anchored chunk is reached from, else PTMD_NO_ANCHOR */
-    uint8_t *direct;          /* per chunk: 1 when a word of that root holds its address itself */
+    uint8_t *kind;    /* per chunk: PTMD_OK_* */
+    uint32_t *anchor; /* per chunk: the root an anchored chunk is reached from, else PTMD_NO_ANCHOR */
+    uint8_t *direct;  /* per chunk: 1 when a word of that root holds its address itself */
 } ptmd_owners;
 
 /* 1 when the dump recorded what the classification needs (the ROOTS section). */

@@ -5,27 +5,27 @@
 #include "analysis/diff.h"
 
 static const ptmd_rgb state_colors[PTMD_ST_COUNT] = {
-    { 0x3b, 0x73, 0xb9 },   /* in_use: blue */
-    { 0x8e, 0x44, 0xad },   /* tcache: purple */
-    { 0xc0, 0x39, 0x8b },   /* fastbin: magenta */
-    { 0xf1, 0xc4, 0x0f },   /* unsorted: yellow */
-    { 0xe6, 0x7e, 0x22 },   /* smallbin: orange */
-    { 0xc0, 0x4b, 0x00 },   /* largebin: dark orange */
-    { 0x27, 0xae, 0x60 },   /* top: green */
-    { 0x16, 0xa0, 0x85 },   /* mmapped: teal */
-    { 0x7f, 0x8c, 0x8d },   /* meta: grey */
+    { 0x3b, 0x73, 0xb9 }, /* in_use: blue */
+    { 0x8e, 0x44, 0xad }, /* tcache: purple */
+    { 0xc0, 0x39, 0x8b }, /* fastbin: magenta */
+    { 0xf1, 0xc4, 0x0f }, /* unsorted: yellow */
+    { 0xe6, 0x7e, 0x22 }, /* smallbin: orange */
+    { 0xc0, 0x4b, 0x00 }, /* largebin: dark orange */
+    { 0x27, 0xae, 0x60 }, /* top: green */
+    { 0x16, 0xa0, 0x85 }, /* mmapped: teal */
+    { 0x7f, 0x8c, 0x8d }, /* meta: grey */
 };
 
 static const ptmd_rgb page_colors[PTMD_PC_COUNT] = {
-    { 0xc9, 0xd3, 0xdd },   /* untouched: pale blue-grey */
-    { 0x2e, 0x6b, 0xb0 },   /* in_use: blue */
-    { 0x8f, 0xb3, 0xdc },   /* mixed: light blue */
-    { 0xff, 0x9f, 0x1c },   /* pinned: amber */
-    { 0xe3, 0x1a, 0x1c },   /* free_resident: red, the bloat */
-    { 0x2c, 0xa2, 0x5f },   /* top: green */
-    { 0xf2, 0xf2, 0xf2 },   /* released: near white */
-    { 0x8c, 0x56, 0x4b },   /* swapped: brown */
-    { 0x5a, 0x64, 0x6a },   /* meta: dark grey */
+    { 0xc9, 0xd3, 0xdd }, /* untouched: pale blue-grey */
+    { 0x2e, 0x6b, 0xb0 }, /* in_use: blue */
+    { 0x8f, 0xb3, 0xdc }, /* mixed: light blue */
+    { 0xff, 0x9f, 0x1c }, /* pinned: amber */
+    { 0xe3, 0x1a, 0x1c }, /* free_resident: red, the bloat */
+    { 0x2c, 0xa2, 0x5f }, /* top: green */
+    { 0xf2, 0xf2, 0xf2 }, /* released: near white */
+    { 0x8c, 0x56, 0x4b }, /* swapped: brown */
+    { 0x5a, 0x64, 0x6a }, /* meta: dark grey */
 };
 
 /* Owner map colours (attribution.h's PTMD_OWN_*): 0 free (any free state), 1 string, 2 array, 3 hash,
@@ -88,7 +88,19 @@ const ptmd_rgb *ptmd_palette(void)
     return palette;
 }
 
-ptmd_rgb ptmd_state_color(int state) { return state_colors[state]; }
-ptmd_rgb ptmd_page_color(int pc) { return page_colors[pc]; }
-ptmd_rgb ptmd_owner_color(int owner) { return owner_colors[owner]; }
-ptmd_rgb ptmd_diff_color(int change) { return diff_colors[change]; }
+ptmd_rgb ptmd_state_color(int state)
+{
+    return state_colors[state];
+}
+ptmd_rgb ptmd_page_color(int pc)
+{
+    return page_colors[pc];
+}
+ptmd_rgb ptmd_owner_color(int owner)
+{
+    return owner_colors[owner];
+}
+ptmd_rgb ptmd_diff_color(int change)
+{
+    return diff_colors[change];
+}

@@ -5,7 +5,7 @@
 
 #include <stdint.h>
 
-#define PTMD_OWNER_MAX 16          /* owner categories (0 = no owner layer for this chunk) */
+#define PTMD_OWNER_MAX 16 /* owner categories (0 = no owner layer for this chunk) */
 
 /* Palette layout (index -> colour), shared with the report's legend:
  *   0                       background
@@ -14,10 +14,10 @@
  *   40 + class*2 + shared             page map classes (shared: still shared with a parent)
  *   64 + owner*4 + shade*2 + dim      owner map: in-use chunks by owner (owner 1..15), owner 0 = free
  * The Ruby pages map uses the owner colours of the object types for live slots, background for free. */
-#define PTMD_PAL_STATE(st, shade, dim) (1 + (st) * 4 + (shade) * 2 + (dim))
-#define PTMD_PAL_PAGE(pc, shared) (40 + (pc) * 2 + (shared))
-#define PTMD_PAL_OWNER(o, shade, dim) (64 + (o) * 4 + (shade) * 2 + (dim))
-#define PTMD_PAL_DIFF(c) (128 + (c))      /* diff maps: diff.h's PTMD_PCHG_* */
+#define PTMD_PAL_STATE(st, shade, dim) (1 + (st)*4 + (shade)*2 + (dim))
+#define PTMD_PAL_PAGE(pc, shared) (40 + (pc)*2 + (shared))
+#define PTMD_PAL_OWNER(o, shade, dim) (64 + (o)*4 + (shade)*2 + (dim))
+#define PTMD_PAL_DIFF(c) (128 + (c)) /* diff maps: diff.h's PTMD_PCHG_* */
 #define PTMD_PAL_SIZE (128 + 8)
 
 typedef struct {

@@ -21,8 +21,8 @@ const char *const ptmd_image_kind_names[PTMD_IMG_COUNT] = { PTMD_IMAGE_KINDS(PTM
 /* ---- groups: each arena heap alone, and all mmapped chunks together ----------------------- */
 
 typedef struct {
-    int32_t id;             /* heap index or -1 */
-    size_t first, count;    /* heaps [first, first+count) of the group when id == -1, else the heap */
+    int32_t id;          /* heap index or -1 */
+    size_t first, count; /* heaps [first, first+count) of the group when id == -1, else the heap */
 } group;
 
 static size_t groups_of(const ptmd_view *v, group *out, size_t max)
@@ -157,8 +157,7 @@ static void paint_page_map(const ptmd_view *v, const ptmd_page_usage *usage, con
             row = (unit - u0) / PTMD_PAGE_MAP_CELLS_PER_ROW;
             col = (unit - u0) % PTMD_PAGE_MAP_CELLS_PER_ROW;
             for (y = 0; y < cell; y++)
-                for (x = 0; x < cell; x++)
-                    /* shared pages get a checker of the darker shade */
+                for (x = 0; x < cell; x++) /* shared pages get a checker of the darker shade */
                     px[(row * cell + y) * width + col * cell + x] =
                         change ? (uint8_t)PTMD_PAL_DIFF(change[hp->first_page + p] % PTMD_PCHG_COUNT)
                                : (uint8_t)PTMD_PAL_PAGE(pc, sh && ((x + y) & 1) == 0);
@@ -212,8 +211,9 @@ static void paint_byte_map(const ptmd_view *v, const group *g, uint64_t u0, uint
                 uint64_t page = (a - hp->page_base) / ps, pe = hp->page_base + (page + 1) * ps;
                 uint64_t se = pe < e ? pe : e, g0, g1;
                 int dim = !(v->pages[hp->first_page + page] & PTMD_PAGE_PRESENT);
-                uint8_t color = (uint8_t)(own ? PTMD_PAL_OWNER(own, shade, dim)
-                                          : free_chunk ? PTMD_PAL_OWNER(0, shade, dim) : PTMD_PAL_STATE(st, shade, dim));
+                uint8_t color = (uint8_t)(own          ? PTMD_PAL_OWNER(own, shade, dim)
+                                          : free_chunk ? PTMD_PAL_OWNER(0, shade, dim)
+                                                       : PTMD_PAL_STATE(st, shade, dim));
                 g0 = off + (a - hp->page_base) / PTMD_BYTE_MAP_BYTES_PER_PX - u0;
                 g1 = off + (se - hp->page_base + PTMD_BYTE_MAP_BYTES_PER_PX - 1) / PTMD_BYTE_MAP_BYTES_PER_PX - u0;
                 memset(px + g0, color, (size_t)(g1 - g0));
@@ -240,7 +240,10 @@ static void paint_ruby_pages(const ptmd_view *v, const uint8_t *owner_types, uin
             size_t mid = lo + (hi - lo) / 2;
             if (a < v->ruby_pages[mid].start) hi = mid;
             else if (a >= v->ruby_pages[mid].end) lo = mid + 1;
-            else { lo = mid; break; }
+            else {
+                lo = mid;
+                break;
+            }
         }
         if (lo >= v->n_ruby_pages || lo < r0 || lo >= r1) continue;
         pg = &v->ruby_pages[lo];
@@ -277,8 +280,10 @@ static size_t plan(const ptmd_view *v, const ptmd_render_opts *o, const group *g
         int kind;
         for (kind = PTMD_IMG_PAGE_MAP; kind <= PTMD_IMG_DIFF_MAP; kind++) {
             const int pm = kind == PTMD_IMG_PAGE_MAP || kind == PTMD_IMG_DIFF_MAP;
-            const char *tag = kind == PTMD_IMG_PAGE_MAP ? "pages" : kind == PTMD_IMG_BYTE_MAP ? "bytes"
-                            : kind == PTMD_IMG_OWNER_MAP ? "owners" : "diff";
+            const char *tag = kind == PTMD_IMG_PAGE_MAP    ? "pages"
+                              : kind == PTMD_IMG_BYTE_MAP  ? "bytes"
+                              : kind == PTMD_IMG_OWNER_MAP ? "owners"
+                                                           : "diff";
             if (kind == PTMD_IMG_OWNER_MAP && !o->owner) continue;
             if (kind == PTMD_IMG_RUBY_PAGES) continue;
             /* a diff renders its diff maps only; a report everything else */
@@ -305,10 +310,8 @@ static size_t plan(const ptmd_view *v, const ptmd_render_opts *o, const group *g
                     im->width = width;
                     im->height = (uint32_t)(((cnt + per_row - 1) / per_row) * cell);
                     if (im->height == 0) im->height = cell;
-                    if (gs[gi].id >= 0)
-                        snprintf(im->file, sizeof(im->file), "heap%d-%s-%u.png", gs[gi].id, tag, tile);
-                    else
-                        snprintf(im->file, sizeof(im->file), "mmapped-%s-%u.png", tag, tile);
+                    if (gs[gi].id >= 0) snprintf(im->file, sizeof(im->file), "heap%d-%s-%u.png", gs[gi].id, tag, tile);
+                    else snprintf(im->file, sizeof(im->file), "mmapped-%s-%u.png", tag, tile);
                 }
                 n++;
                 u += per_tile;
@@ -322,7 +325,8 @@ static size_t plan(const ptmd_view *v, const ptmd_render_opts *o, const group *g
         uint64_t rows_per_tile = PTMD_MAX_IMAGE_ROWS / 2, r;
         size_t i;
         for (i = 0; i < v->n_ruby_pages; i++) {
-            uint64_t s = (v->ruby_pages[i].end - v->ruby_pages[i].start) / (v->ruby_pages[i].stride ? v->ruby_pages[i].stride : 1);
+            uint64_t s = (v->ruby_pages[i].end - v->ruby_pages[i].start) /
+                         (v->ruby_pages[i].stride ? v->ruby_pages[i].stride : 1);
             if (s > slots) slots = (uint32_t)s;
         }
         if (slots > 4096) slots = 4096;
@@ -359,8 +363,8 @@ size_t ptmd_render_count(const ptmd_view *v, const ptmd_render_opts *o)
     return n;
 }
 
-long ptmd_render(const ptmd_view *v, const ptmd_page_usage *usage, const ptmd_render_opts *o,
-                 ptmd_image *images, size_t max_images, ptmd_err *err)
+long ptmd_render(const ptmd_view *v, const ptmd_page_usage *usage, const ptmd_render_opts *o, ptmd_image *images,
+                 size_t max_images, ptmd_err *err)
 {
     size_t n, i, ng = groups_of(v, NULL, 0);
     group *gs = calloc(ng ? ng : 1, sizeof(group));
@@ -388,7 +392,8 @@ long ptmd_render(const ptmd_view *v, const ptmd_page_usage *usage, const ptmd_re
         else if (im->kind == PTMD_IMG_RUBY_PAGES)
             paint_ruby_pages(v, o->owner_types, im->first_unit, im->first_unit + im->n_units, px, im->width);
         else
-            paint_byte_map(v, g, im->first_unit, im->first_unit + im->n_units, o->owner, im->kind == PTMD_IMG_OWNER_MAP, px);
+            paint_byte_map(v, g, im->first_unit, im->first_unit + im->n_units, o->owner, im->kind == PTMD_IMG_OWNER_MAP,
+                           px);
         snprintf(path, sizeof(path), "%s/%s", o->outdir, im->file);
         if (write_png(path, px, im->width, im->height, err) != 0) {
             free(px);

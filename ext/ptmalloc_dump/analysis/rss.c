@@ -101,7 +101,7 @@ int ptmd_rss_account(const ptmd_view *v, ptmd_rss *out, uint64_t *file_bytes)
     for (i = 0; i < v->n_heaps; i++) heap_pages(v, &v->heaps[i], out, known);
     for (i = 0; i < v->n_ruby_page_rss; i++) {
         long m;
-        if (v->heap_order && in_a_heap(v, v->ruby_pages[i].start)) continue;  /* a malloc chunk: counted with its heap */
+        if (v->heap_order && in_a_heap(v, v->ruby_pages[i].start)) continue; /* a malloc chunk: counted with its heap */
         out->part[PTMD_RSS_RUBY_PAGES] += v->ruby_page_rss[i];
         if ((m = mapping_of(v, v->ruby_pages[i].start)) >= 0) known[m] += v->ruby_page_rss[i];
     }
@@ -113,14 +113,11 @@ int ptmd_rss_account(const ptmd_view *v, ptmd_rss *out, uint64_t *file_bytes)
             out->part[PTMD_RSS_FILE] += rest;
             file_bytes[i] = rest;
             break;
-        case PTMD_MK_STACK:
-            out->part[PTMD_RSS_STACKS] += rest;
-            break;
+        case PTMD_MK_STACK: out->part[PTMD_RSS_STACKS] += rest; break;
         case PTMD_MK_ANON:
             out->part[!known[i] && is_stack(v, i) ? PTMD_RSS_STACKS : PTMD_RSS_OTHER_ANON] += rest;
             break;
-        default:
-            out->part[PTMD_RSS_OTHER_ANON] += rest;
+        default: out->part[PTMD_RSS_OTHER_ANON] += rest;
         }
     }
     free(known);

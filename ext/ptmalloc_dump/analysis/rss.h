@@ -5,22 +5,22 @@
 
 #include "analysis/summary.h"
 
-#define PTMD_RSS_PARTS(X)                                                                          \
-    X(PTMD_RSS_MALLOC_IN_USE, 0, "malloc_in_use")                                                  \
-    X(PTMD_RSS_MALLOC_FREE, 1, "malloc_free_resident")      /* free chunks' resident pages */       \
-    X(PTMD_RSS_MALLOC_META, 2, "malloc_metadata")           /* heap_info, arenas, tcache structs, fenceposts */ \
-    X(PTMD_RSS_MMAPPED, 3, "mmapped_chunks")                                                       \
-    X(PTMD_RSS_RUBY_PAGES, 4, "ruby_pages")                 /* Ruby's object pages outside malloc */ \
-    X(PTMD_RSS_STACKS, 5, "stacks")                         /* thread and fiber stacks */           \
-    X(PTMD_RSS_FILE, 6, "file_backed")                                                             \
+#define PTMD_RSS_PARTS(X)                                                                                              \
+    X(PTMD_RSS_MALLOC_IN_USE, 0, "malloc_in_use")                                                                      \
+    X(PTMD_RSS_MALLOC_FREE, 1, "malloc_free_resident") /* free chunks' resident pages */                               \
+    X(PTMD_RSS_MALLOC_META, 2, "malloc_metadata")      /* heap_info, arenas, tcache structs, fenceposts */             \
+    X(PTMD_RSS_MMAPPED, 3, "mmapped_chunks")                                                                           \
+    X(PTMD_RSS_RUBY_PAGES, 4, "ruby_pages") /* Ruby's object pages outside malloc */                                   \
+    X(PTMD_RSS_STACKS, 5, "stacks")         /* thread and fiber stacks */                                              \
+    X(PTMD_RSS_FILE, 6, "file_backed")                                                                                 \
     X(PTMD_RSS_OTHER_ANON, 7, "other_anonymous")
 enum { PTMD_RSS_PARTS(PTMD_ENUM_CONSTANT) PTMD_RSS_COUNT = 8 };
 extern const char *const ptmd_rss_part_names[PTMD_RSS_COUNT];
 
 typedef struct {
     uint64_t part[PTMD_RSS_COUNT];
-    uint64_t total;                 /* the parts' sum */
-    uint64_t vm_rss;                /* the kernel's VmRSS at the capture */
+    uint64_t total;  /* the parts' sum */
+    uint64_t vm_rss; /* the kernel's VmRSS at the capture */
 } ptmd_rss;
 
 /* Fills out and file_bytes[0 .. v->n_mappings) (the bytes each file-backed mapping adds to

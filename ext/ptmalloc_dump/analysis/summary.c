@@ -35,7 +35,8 @@ void ptmd_summarize(const ptmd_view *v, ptmd_totals *total, ptmd_arena_summary *
     for (h = 0; h < v->n_heaps; h++) {
         const ptmd_heap_rec *hp = &v->heaps[h];
         ptmd_arena_summary *as = hp->arena < v->n_arenas ? &per_arena[hp->arena] : NULL;
-        const uint8_t *pages = v->pages && hp->first_page + hp->n_pages <= v->n_pages ? v->pages + hp->first_page : NULL;
+        const uint8_t *pages =
+            v->pages && hp->first_page + hp->n_pages <= v->n_pages ? v->pages + hp->first_page : NULL;
         uint64_t i, end = hp->first_chunk + hp->n_chunks;
         /* what the heap's first meta chunk holds below an unaligned sbrk_base is not glibc's */
         uint64_t pad = hp->kind == PTMD_HEAP_SBRK && v->meta ? ptmd_sbrk_pad(hp->start, v->meta->sbrk_base) : 0;
@@ -61,7 +62,8 @@ void ptmd_summarize(const ptmd_view *v, ptmd_totals *total, ptmd_arena_summary *
                     uint8_t f = pages[p];
                     if (f & PTMD_PAGE_PRESENT) {
                         res += ov;
-                        if (!(f & PTMD_PAGE_EXCLUSIVE) && v->meta && v->meta->residency_source == PTMD_RESIDENCY_PAGEMAP &&
+                        if (!(f & PTMD_PAGE_EXCLUSIVE) && v->meta &&
+                            v->meta->residency_source == PTMD_RESIDENCY_PAGEMAP &&
                             !(v->meta->flags & PTMD_MF_FORK_CHILD))
                             shr += ov;
                     } else if (f & PTMD_PAGE_SWAPPED) swp += ov;

@@ -14,7 +14,7 @@ typedef struct {
     uint64_t resident_bytes, swapped_bytes, absent_bytes, shared_bytes;
     /* free chunks (tcache, fastbin, bins, top) by residency: free_resident is the bloat */
     uint64_t free_resident_bytes, free_swapped_bytes, free_released_bytes;
-    uint64_t largest_free;          /* largest free chunk other than top */
+    uint64_t largest_free; /* largest free chunk other than top */
     uint64_t heap_count, chunk_count;
     /* malloc_info's "rest" size: top plus the bin chunks' sizes with their flag bits (it reads
      * chunksize_nomask) */
@@ -27,12 +27,11 @@ typedef struct {
 
 typedef struct {
     ptmd_totals t;
-    ptmd_binstat fast[10];          /* per fastbin index */
-    ptmd_binstat bins[128];         /* bins[1] unsorted, 2..63 small, 64..126 large (bin_index) */
+    ptmd_binstat fast[10];  /* per fastbin index */
+    ptmd_binstat bins[128]; /* bins[1] unsorted, 2..63 small, 64..126 large (bin_index) */
 } ptmd_arena_summary;
 
 /* Fills *total and per_arena[0 .. v->n_arenas). */
 void ptmd_summarize(const ptmd_view *v, ptmd_totals *total, ptmd_arena_summary *per_arena);
-
 
 #endif

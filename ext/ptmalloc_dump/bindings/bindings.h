@@ -46,8 +46,8 @@ VALUE ptmd_rb_snapshot(const ptmd_view *v);
 const ptmd_view *ptmd_rb_dump_view(VALUE dump);
 const ptmd_page_usage *ptmd_rb_dump_usage(VALUE dump);
 const ptmd_attribution *ptmd_rb_dump_attribution(VALUE dump);
-const uint32_t *ptmd_rb_dump_object_order(VALUE dump);   /* Ruby object indices by address */
-const ptmd_owners *ptmd_rb_dump_owners(VALUE dump);       /* NULL when the dump has no roots */
+const uint32_t *ptmd_rb_dump_object_order(VALUE dump); /* Ruby object indices by address */
+const ptmd_owners *ptmd_rb_dump_owners(VALUE dump);    /* NULL when the dump has no roots */
 /* A binary String of one u32 per chunk: the RUBY_CODE record the chunk is charged to
  * (analysis/code_owners.c), PTMD_NO_NAME for none; nil when the dump has no code records. */
 VALUE ptmd_rb_code_charges(VALUE dump);

@@ -13,9 +13,9 @@
 #include <unistd.h>
 
 typedef struct {
-    unsigned char *data;    /* anonymous mapping holding the whole file */
+    unsigned char *data; /* anonymous mapping holding the whole file */
     size_t len, cap;
-    void *index;            /* chunk records with their addresses and the heap order, mmapped */
+    void *index; /* chunk records with their addresses and the heap order, mmapped */
     size_t index_cap;
     ptmd_view view;
     ptmd_page_usage *usage; /* per page, computed on first use */
@@ -200,12 +200,30 @@ bad:
     return Qnil;
 }
 
-static VALUE dump_meta(VALUE self) { return ptmd_rb_meta(ptmd_rb_dump_view(self)); }
-static VALUE dump_mallinfo2(VALUE self) { return ptmd_rb_mallinfo2(ptmd_rb_dump_view(self)); }
-static VALUE dump_arena_records(VALUE self) { return ptmd_rb_arena_records(ptmd_rb_dump_view(self)); }
-static VALUE dump_heap_records(VALUE self) { return ptmd_rb_heap_records(ptmd_rb_dump_view(self)); }
-static VALUE dump_thread_records(VALUE self) { return ptmd_rb_thread_records(ptmd_rb_dump_view(self)); }
-static VALUE dump_anomaly_records(VALUE self) { return ptmd_rb_anomaly_records(ptmd_rb_dump_view(self)); }
+static VALUE dump_meta(VALUE self)
+{
+    return ptmd_rb_meta(ptmd_rb_dump_view(self));
+}
+static VALUE dump_mallinfo2(VALUE self)
+{
+    return ptmd_rb_mallinfo2(ptmd_rb_dump_view(self));
+}
+static VALUE dump_arena_records(VALUE self)
+{
+    return ptmd_rb_arena_records(ptmd_rb_dump_view(self));
+}
+static VALUE dump_heap_records(VALUE self)
+{
+    return ptmd_rb_heap_records(ptmd_rb_dump_view(self));
+}
+static VALUE dump_thread_records(VALUE self)
+{
+    return ptmd_rb_thread_records(ptmd_rb_dump_view(self));
+}
+static VALUE dump_anomaly_records(VALUE self)
+{
+    return ptmd_rb_anomaly_records(ptmd_rb_dump_view(self));
+}
 
 static VALUE dump_malloc_info(VALUE self)
 {
@@ -263,7 +281,8 @@ static VALUE dump_each_chunk(VALUE self, VALUE heaps, VALUE arenas)
         VALUE heap = rb_ary_entry(heaps, (long)h);
         VALUE arena = hp->arena == PTMD_NO_ARENA ? Qnil : rb_ary_entry(arenas, hp->arena);
         uint64_t i;
-        for (i = hp->first_chunk; i < hp->first_chunk + hp->n_chunks; i++) rb_yield(make_chunk(klass, v, i, arena, heap));
+        for (i = hp->first_chunk; i < hp->first_chunk + hp->n_chunks; i++)
+            rb_yield(make_chunk(klass, v, i, arena, heap));
     }
     return self;
 }
@@ -349,10 +368,12 @@ static VALUE dump_size_classes(VALUE self)
     ptmd_size_classes_fill(ptmd_rb_dump_view(self), &sc);
     for (i = 0; i < PTMD_EXACT_CLASSES; i++)
         if (sc.exact_count[i])
-            rb_hash_aset(h, PTMD_U64(i * 16), rb_ary_new_from_args(2, PTMD_U64(sc.exact_count[i]), PTMD_U64(sc.exact_bytes[i])));
+            rb_hash_aset(h, PTMD_U64(i * 16),
+                         rb_ary_new_from_args(2, PTMD_U64(sc.exact_count[i]), PTMD_U64(sc.exact_bytes[i])));
     for (i = 0; i < 64; i++)
         if (sc.pow2_count[i])
-            rb_hash_aset(h, PTMD_U64(1ull << i), rb_ary_new_from_args(2, PTMD_U64(sc.pow2_count[i]), PTMD_U64(sc.pow2_bytes[i])));
+            rb_hash_aset(h, PTMD_U64(1ull << i),
+                         rb_ary_new_from_args(2, PTMD_U64(sc.pow2_count[i]), PTMD_U64(sc.pow2_bytes[i])));
     return h;
 }
 
@@ -375,12 +396,30 @@ static VALUE dump_trim_released(VALUE self)
     return ary;
 }
 
-static VALUE dump_rss(VALUE self) { return ptmd_rb_rss(ptmd_rb_dump_view(self)); }
-static VALUE dump_mappings(VALUE self) { return ptmd_rb_mappings(ptmd_rb_dump_view(self)); }
-static VALUE dump_mappings_head(VALUE self) { return ptmd_rb_mappings_head(ptmd_rb_dump_view(self)); }
-static VALUE dump_gc(VALUE self) { return ptmd_rb_gc(ptmd_rb_dump_view(self)); }
-static VALUE dump_source(VALUE self) { return ptmd_rb_source(ptmd_rb_dump_view(self)); }
-static VALUE dump_snapshot(VALUE self) { return ptmd_rb_snapshot(ptmd_rb_dump_view(self)); }
+static VALUE dump_rss(VALUE self)
+{
+    return ptmd_rb_rss(ptmd_rb_dump_view(self));
+}
+static VALUE dump_mappings(VALUE self)
+{
+    return ptmd_rb_mappings(ptmd_rb_dump_view(self));
+}
+static VALUE dump_mappings_head(VALUE self)
+{
+    return ptmd_rb_mappings_head(ptmd_rb_dump_view(self));
+}
+static VALUE dump_gc(VALUE self)
+{
+    return ptmd_rb_gc(ptmd_rb_dump_view(self));
+}
+static VALUE dump_source(VALUE self)
+{
+    return ptmd_rb_source(ptmd_rb_dump_view(self));
+}
+static VALUE dump_snapshot(VALUE self)
+{
+    return ptmd_rb_snapshot(ptmd_rb_dump_view(self));
+}
 
 static VALUE dump_file_size(VALUE self)
 {

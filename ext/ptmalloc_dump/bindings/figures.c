@@ -108,7 +108,8 @@ static VALUE page_classes(const ptmd_view *v, const ptmd_page_usage *usage, VALU
     ptmd_page_class_counts(v, usage, per_heap, pages, shared);
     for (h = 0; h < v->n_heaps; h++) {
         VALUE e = rb_hash_new();
-        for (i = 0; i < PTMD_PC_COUNT; i++) PTMD_SET(e, ptmd_page_class_names[i], PTMD_U64(per_heap[h * PTMD_PC_COUNT + i]));
+        for (i = 0; i < PTMD_PC_COUNT; i++)
+            PTMD_SET(e, ptmd_page_class_names[i], PTMD_U64(per_heap[h * PTMD_PC_COUNT + i]));
         rb_ary_push(heaps, e);
     }
     xfree(per_heap);
@@ -155,7 +156,8 @@ static void pinned_pages(const ptmd_view *v, const ptmd_page_usage *usage, VALUE
         PTMD_SET(e, "in_use", UINT2NUM(pins[i].in_use));
         PTMD_SET(e, "chunk_count", UINT2NUM(pins[i].n_chunks));
         for (k = 0; k < nc; k++)
-            rb_ary_push(list, rb_ary_new_from_args(2, PTMD_U64(v->chunks[chunks[k]].addr), PTMD_U64(ptmd_rec_size(&v->chunks[chunks[k]]))));
+            rb_ary_push(list, rb_ary_new_from_args(2, PTMD_U64(v->chunks[chunks[k]].addr),
+                                                   PTMD_U64(ptmd_rec_size(&v->chunks[chunks[k]]))));
         PTMD_SET(e, "chunks", list);
         rb_ary_push(ary, e);
     }
@@ -173,7 +175,8 @@ static void free_histogram(const ptmd_view *v, VALUE out)
     for (i = 0; i < PTMD_HIST_BUCKETS; i++) {
         all += bytes[i];
         if ((1ull << (i + 1)) <= ps) small += bytes[i];
-        if (counts[i]) rb_ary_push(ary, rb_ary_new_from_args(3, PTMD_U64(1ull << i), PTMD_U64(counts[i]), PTMD_U64(bytes[i])));
+        if (counts[i])
+            rb_ary_push(ary, rb_ary_new_from_args(3, PTMD_U64(1ull << i), PTMD_U64(counts[i]), PTMD_U64(bytes[i])));
     }
     PTMD_SET(out, "free_histogram", ary);
     PTMD_SET(out, "free_bytes_below_page", PTMD_U64(small));
@@ -334,8 +337,10 @@ VALUE ptmd_rb_thread_records(const ptmd_view *v)
         PTMD_SET(h, "tcache_bytes", PTMD_U64(t->tcache_bytes));
         PTMD_SET(h, "current", PTMD_BOOL(t->flags & PTMD_TF_CURRENT));
         PTMD_SET(h, "exiting", PTMD_BOOL(t->flags & PTMD_TF_EXITING));
-        PTMD_SET(h, "found_by", (t->flags & PTMD_TF_TLS) ? PTMD_SYM("tls")
-                           : (t->flags & PTMD_TF_SCAN) ? PTMD_SYM("scan") : Qnil);
+        PTMD_SET(h, "found_by",
+                 (t->flags & PTMD_TF_TLS)    ? PTMD_SYM("tls")
+                 : (t->flags & PTMD_TF_SCAN) ? PTMD_SYM("scan")
+                                             : Qnil);
         rb_ary_push(ary, h);
     }
     return ary;
@@ -445,7 +450,10 @@ VALUE ptmd_rb_mappings_head(const ptmd_view *v)
  * a process that dumped itself. */
 VALUE ptmd_rb_source(const ptmd_view *v)
 {
-    static const struct { uint32_t bit; const char *name; } flags[] = {
+    static const struct {
+        uint32_t bit;
+        const char *name;
+    } flags[] = {
 #define PTMD_SOURCE_FLAG_ENTRY(c, value, name) { value, name },
         PTMD_SOURCE_FLAGS(PTMD_SOURCE_FLAG_ENTRY)
 #undef PTMD_SOURCE_FLAG_ENTRY
@@ -457,7 +465,7 @@ VALUE ptmd_rb_source(const ptmd_view *v)
     h = rb_hash_new();
     missing = rb_ary_new();
     for (i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
-        if (s->flags & flags[i].bit) rb_ary_push(missing, PTMD_SYM(flags[i].name + 3));     /* past "no_" */
+        if (s->flags & flags[i].bit) rb_ary_push(missing, PTMD_SYM(flags[i].name + 3)); /* past "no_" */
     PTMD_SET(h, "kind", PTMD_SYM(ptmd_source_kind_names[s->kind]));
     PTMD_SET(h, "pid", PTMD_U64(s->pid));
     PTMD_SET(h, "pause_ns", PTMD_U64(s->pause_ns));

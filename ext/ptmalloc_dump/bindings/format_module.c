@@ -15,11 +15,10 @@ static VALUE names(const char *const *list, size_t n)
 
 #define NAMES(list) names((list), sizeof(list) / sizeof((list)[0]))
 #define PTMD_FLAG_PAIR(constant, value, name) rb_hash_aset(h, PTMD_SYM(name), UINT2NUM(value));
-#define FLAGS(const_name, list)                                                                    \
-    do {                                                                                           \
-        VALUE h = rb_hash_new();                                                                   \
-        list(PTMD_FLAG_PAIR)                                                                       \
-        rb_define_const(mFormat, const_name, rb_obj_freeze(h));                                    \
+#define FLAGS(const_name, list)                                                                                        \
+    do {                                                                                                               \
+        VALUE h = rb_hash_new();                                                                                       \
+        list(PTMD_FLAG_PAIR) rb_define_const(mFormat, const_name, rb_obj_freeze(h));                                   \
     } while (0)
 
 void ptmd_format_module_init(void)

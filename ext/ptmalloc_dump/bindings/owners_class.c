@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define PTMD_LEAK_SIZES 20        /* sizes of leaked chunks listed, most bytes first */
-#define PTMD_LEAK_SAMPLES 5       /* addresses listed per size */
+#define PTMD_LEAK_SIZES 20  /* sizes of leaked chunks listed, most bytes first */
+#define PTMD_LEAK_SAMPLES 5 /* addresses listed per size */
 
 static VALUE kind_sym(int k)
 {
@@ -140,7 +140,8 @@ static VALUE dump_owner_of(VALUE self, VALUE address)
     r = o->anchor[ci];
     if (r >= v->n_roots) return rb_ary_new_from_args(4, kind_sym(o->kind[ci]), Qnil, Qnil, Qfalse);
     return rb_ary_new_from_args(4, kind_sym(o->kind[ci]), root_name(v, r),
-                                PTMD_SYM(PTMD_NAME_OF(ptmd_root_kind_names, v->roots[r].kind)), PTMD_BOOL(o->direct[ci]));
+                                PTMD_SYM(PTMD_NAME_OF(ptmd_root_kind_names, v->roots[r].kind)),
+                                PTMD_BOOL(o->direct[ci]));
 }
 
 static VALUE sources_of(const ptmd_view *v, const ptmd_ref *refs, size_t n, uint32_t to)
@@ -182,7 +183,8 @@ static VALUE dump_referrers(VALUE self, VALUE address)
     roots = rb_ary_new();
     for (i = 0; i < v->n_root_refs; i++)
         if (v->root_refs[i].chunk == (uint32_t)ci)
-            rb_ary_push(roots, rb_ary_new_from_args(2, root_name(v, v->root_refs[i].root), PTMD_U64(v->root_refs[i].where)));
+            rb_ary_push(roots,
+                        rb_ary_new_from_args(2, root_name(v, v->root_refs[i].root), PTMD_U64(v->root_refs[i].where)));
     return rb_ary_new_from_args(4, sources_of(v, v->refs, v->n_refs, (uint32_t)ci),
                                 sources_of(v, v->int_refs, v->n_int_refs, (uint32_t)ci), roots,
                                 objects_holding(v, v->chunks[ci].addr + 16));

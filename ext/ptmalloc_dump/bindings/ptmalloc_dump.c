@@ -19,7 +19,7 @@ typedef struct {
     ptmd_dump_opts opts;
     const char *strings[64];
     int ruby;
-    int full_gc;                    /* gc: true: a full GC before the Ruby pass */
+    int full_gc; /* gc: true: a full GC before the Ruby pass */
     ptmd_err err;
     int rc;
 } dump_call;
@@ -37,7 +37,7 @@ static void full_gc(dump_call *c)
 static void ruby_pass(dump_call *c)
 {
     full_gc(c);
-    c->d.ruby.page_size = ptmd_ruby_heap_page_size();   /* for the mmapped-chunk scan */
+    c->d.ruby.page_size = ptmd_ruby_heap_page_size(); /* for the mmapped-chunk scan */
     if (c->ruby) ptmd_ruby_pass(&c->d.ruby);
 }
 
@@ -141,7 +141,7 @@ static VALUE rb_ptmd_dump(VALUE self, VALUE path, VALUE debug_dir, VALUE strings
 typedef struct {
     dump_call *c;
     int pid;
-    const char *core;               /* a core file instead of a live process */
+    const char *core; /* a core file instead of a live process */
 } process_call;
 
 /* Another process's dump touches no Ruby object and this process's heap only through mmap: other
@@ -289,7 +289,7 @@ static VALUE rb_ptmd_dump_fork(VALUE self, VALUE targets, VALUE debug_dir, VALUE
         f.opts[i].report_stderr = RTEST(report);
     }
     rb_protect(fork_body, (VALUE)&f, &state);
-    end_call(c, state);            /* the parent's copy of the dump state; the child has its own */
+    end_call(c, state); /* the parent's copy of the dump state; the child has its own */
     RB_GC_GUARD(targets);
     RB_GC_GUARD(debug_dir);
     RB_GC_GUARD(strings);

@@ -33,7 +33,10 @@ static VALUE render(const ptmd_view *v, const ptmd_page_usage *usage, ptmd_rende
         VALUE e = rb_hash_new();
         PTMD_SET(e, "file", rb_str_new_cstr(im->file));
         PTMD_SET(e, "kind", PTMD_SYM(PTMD_NAME_OF(ptmd_image_kind_names, im->kind)));
-        PTMD_SET(e, "group", im->group == -1 ? PTMD_SYM("mmapped") : im->group == -2 ? PTMD_SYM("ruby") : INT2NUM(im->group));
+        PTMD_SET(e, "group",
+                 im->group == -1   ? PTMD_SYM("mmapped")
+                 : im->group == -2 ? PTMD_SYM("ruby")
+                                   : INT2NUM(im->group));
         PTMD_SET(e, "tile", UINT2NUM(im->tile));
         PTMD_SET(e, "first_unit", PTMD_U64(im->first_unit));
         PTMD_SET(e, "units", PTMD_U64(im->n_units));
@@ -63,7 +66,7 @@ static VALUE render_maps(VALUE self, VALUE dump, VALUE outdir, VALUE owners, VAL
     o.progress_fd = NIL_P(progress_fd) ? -1 : NUM2INT(progress_fd);
     if (RTEST(owners) && v->ruby_meta) {
         size_t i;
-        o.owner = ptmd_rb_dump_attribution(dump)->category;   /* computed before anything is allocated here */
+        o.owner = ptmd_rb_dump_attribution(dump)->category; /* computed before anything is allocated here */
         types = ALLOC_N(uint8_t, v->n_ruby_objects ? v->n_ruby_objects : 1);
         for (i = 0; i < v->n_ruby_objects; i++) types[i] = (uint8_t)ptmd_owner_category(v->ruby_objects[i].type);
         o.owner_types = types;
@@ -253,7 +256,8 @@ void ptmd_render_module_init(void)
     rb_define_module_function(mRender, "diff_maps", render_diff_maps, 3);
     rb_define_module_function(mRender, "palette", render_palette, 0);
     rb_define_module_function(mRender, "explorer_data", render_explorer_data, 1);
-    rb_define_const(mRender, "OWNER_CATEGORIES", rb_const_get(rb_const_get(ptmd_mPtmallocDump, rb_intern("Format")), rb_intern("OWNER_CATEGORIES")));
+    rb_define_const(mRender, "OWNER_CATEGORIES",
+                    rb_const_get(rb_const_get(ptmd_mPtmallocDump, rb_intern("Format")), rb_intern("OWNER_CATEGORIES")));
     rb_define_const(mRender, "BYTES_PER_PIXEL", INT2NUM(PTMD_BYTE_MAP_BYTES_PER_PX));
     rb_define_const(mRender, "PAGE_CELLS_PER_ROW", INT2NUM(PTMD_PAGE_MAP_CELLS_PER_ROW));
     rb_define_const(mRender, "BYTE_MAP_PAGES_PER_ROW", INT2NUM(PTMD_BYTE_MAP_PAGES_PER_ROW));

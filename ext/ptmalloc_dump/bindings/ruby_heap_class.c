@@ -7,7 +7,6 @@
 
 #include <string.h>
 
-
 static const char *type_name(int t)
 {
     switch (t) {
@@ -35,10 +34,10 @@ static const char *type_name(int t)
 }
 
 /* imemo_type of Ruby 2.7 .. 3.4 (internal/imemo.h; 2.7: internal.h, up to parser_strterm) */
-static const char *const imemo_names[16] = {
-    "env", "cref", "svar", "throw_data", "ifunc", "memo", "ment", "iseq", "tmpbuf", "ast",
-    "parser_strterm", "callinfo", "callcache", "constcache", "imemo14", "imemo15"
-};
+static const char *const imemo_names[16] = { "env",       "cref",       "svar",           "throw_data",
+                                             "ifunc",     "memo",       "ment",           "iseq",
+                                             "tmpbuf",    "ast",        "parser_strterm", "callinfo",
+                                             "callcache", "constcache", "imemo14",        "imemo15" };
 
 static ID id_dump;
 
@@ -105,8 +104,8 @@ static VALUE heap_pages(VALUE self)
     size_t i;
     for (i = 0; i < v->n_ruby_pages; i++) {
         const ptmd_ruby_page *p = &v->ruby_pages[i];
-        rb_ary_push(ary, rb_ary_new_from_args(6, PTMD_U64(p->start), PTMD_U64(p->end), UINT2NUM(p->stride), UINT2NUM(p->total),
-                                              UINT2NUM(p->live), UINT2NUM(p->free)));
+        rb_ary_push(ary, rb_ary_new_from_args(6, PTMD_U64(p->start), PTMD_U64(p->end), UINT2NUM(p->stride),
+                                              UINT2NUM(p->total), UINT2NUM(p->live), UINT2NUM(p->free)));
     }
     return ary;
 }
@@ -137,7 +136,7 @@ static VALUE heap_object_words(VALUE self, VALUE index)
     size_t w = 0;
     VALUE ary = rb_ary_new();
     if (i < 0 || (size_t)i >= v->n_ruby_objects) return Qnil;
-    for (k = 0; k < i; k++) w += v->ruby_objects[k].n_words;   /* linear: a diagnostic, not a hot path */
+    for (k = 0; k < i; k++) w += v->ruby_objects[k].n_words; /* linear: a diagnostic, not a hot path */
     for (k = 0; k < v->ruby_objects[i].n_words && w + (size_t)k < v->n_ruby_words; k++)
         rb_ary_push(ary, PTMD_U64(v->ruby_words[w + (size_t)k]));
     return ary;
@@ -233,7 +232,8 @@ static VALUE heap_summary(VALUE self)
     t.class_garbage_bytes = arrays + 4 * nn;
     ptmd_owner_summary(v, a, &t);
     for (i = 0; i < PTMD_RUBY_TYPES; i++)
-        if (t.type_chunks[i]) rb_hash_aset(by_type, PTMD_SYM(type_name((int)i)), pair(t.type_bytes[i], t.type_chunks[i]));
+        if (t.type_chunks[i])
+            rb_hash_aset(by_type, PTMD_SYM(type_name((int)i)), pair(t.type_bytes[i], t.type_chunks[i]));
     for (i = 0; i < v->n_ruby_names; i++) {
         VALUE name = rb_ary_entry(names, (long)i);
         uint64_t cls[3] = { t.class_bytes[i], t.class_chunks[i], t.class_garbage_bytes[i] };
@@ -251,8 +251,9 @@ static VALUE heap_summary(VALUE self)
     PTMD_SET(h, "by_category", by_cat);
     PTMD_SET(h, "ruby_page_bytes", PTMD_U64(t.ruby_page_bytes));
     PTMD_SET(h, "ruby_pages_in_malloc_bytes", PTMD_U64(cb[PTMD_OWN_RUBY_PAGE]));
-    PTMD_SET(h, "owned_bytes", PTMD_U64(cb[PTMD_OWN_STRING] + cb[PTMD_OWN_ARRAY] + cb[PTMD_OWN_HASH] + cb[PTMD_OWN_OBJECT] +
-                                        cb[PTMD_OWN_DATA] + cb[PTMD_OWN_IMEMO] + cb[PTMD_OWN_OTHER_RUBY]));
+    PTMD_SET(h, "owned_bytes",
+             PTMD_U64(cb[PTMD_OWN_STRING] + cb[PTMD_OWN_ARRAY] + cb[PTMD_OWN_HASH] + cb[PTMD_OWN_OBJECT] +
+                      cb[PTMD_OWN_DATA] + cb[PTMD_OWN_IMEMO] + cb[PTMD_OWN_OTHER_RUBY]));
     PTMD_SET(h, "unattributed_bytes", PTMD_U64(cb[PTMD_OWN_NATIVE]));
     PTMD_SET(h, "ambiguous_chunks", PTMD_U64(a->ambiguous));
     PTMD_SET(h, "direct_chunks", PTMD_U64(a->direct_count));
@@ -317,9 +318,10 @@ static VALUE heap_code_summary(VALUE self)
     for (i = 0; i < v->n_ruby_code; i++) {
         const ptmd_ruby_code *c = &v->ruby_code[i];
         if (!t.record_bytes[i] || c->kind == PTMD_CODE_VM_TABLE || c->kind == PTMD_CODE_MODULE) continue;
-        rb_ary_push(records, rb_ary_new_from_args(6, PTMD_SYM(PTMD_NAME_OF(ptmd_code_kind_names, c->kind)),
-                                                  code_name(names, c->module), code_name(names, c->method),
-                                                  code_name(names, c->path), UINT2NUM(c->line), PTMD_U64(t.record_bytes[i])));
+        rb_ary_push(records,
+                    rb_ary_new_from_args(6, PTMD_SYM(PTMD_NAME_OF(ptmd_code_kind_names, c->kind)),
+                                         code_name(names, c->module), code_name(names, c->method),
+                                         code_name(names, c->path), UINT2NUM(c->line), PTMD_U64(t.record_bytes[i])));
     }
     xfree(arrays);
     return rb_ary_new_from_args(7, by_module, records, PTMD_U64(t.bytes), PTMD_U64(t.chunks), tables,

@@ -21,7 +21,8 @@ static void stamp(int sig, siginfo_t *info, void *ctx)
     struct timespec ts;
     const struct sigaction *next;
     if (sig <= 0 || sig >= PTMD_NSIG) return;
-    if (clock_gettime(CLOCK_MONOTONIC, &ts) == 0) arrived_ns[sig] = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    if (clock_gettime(CLOCK_MONOTONIC, &ts) == 0)
+        arrived_ns[sig] = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
     next = &chained[sig];
     errno = saved;
     if (next->sa_flags & SA_SIGINFO) {

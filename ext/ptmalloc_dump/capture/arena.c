@@ -35,7 +35,6 @@ void ptmd_arena_unlock(ptmd_walk *w, int *futex)
         syscall(SYS_futex, futex, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
 }
 
-
 /* True when [p, p+len) lies inside one of the arena's heaps (and so was checked readable). */
 int ptmd_in_arena(ptmd_walk *w, const ptmd_arena_ctx *a, uint64_t p, uint64_t len)
 {
@@ -43,7 +42,7 @@ int ptmd_in_arena(ptmd_walk *w, const ptmd_arena_ctx *a, uint64_t p, uint64_t le
     if (p & PTMD_MALLOC_ALIGN_MASK) return 0;
     if (a->heaps_sorted) {
         uint32_t lo = 0, hi = a->n_heaps;
-        while (lo < hi) {                   /* the first heap ending after p */
+        while (lo < hi) { /* the first heap ending after p */
             uint32_t mid = lo + (hi - lo) / 2;
             if (PTMD_W_HEAP(w, a->first_heap + mid)->end <= p) lo = mid + 1;
             else hi = mid;
@@ -141,7 +140,8 @@ static int noncontiguous_heaps(ptmd_walk *w, ptmd_arena_ctx *a, ptmd_err *err)
         if (a->top_size >= PTMD_MINSIZE && ptmd_maps_readable(&w->maps, a->top, a->top_size) &&
             !ptmd_in_arena(w, a, a->top_end - 1, 1)) {
             uint32_t at = a->n_heaps;
-            if (!new_heap(w, a, PTMD_HEAP_MAIN_MMAP, a->top, a->top_end)) return ptmd_fail_sys(err, errno, "heap table", "mmap");
+            if (!new_heap(w, a, PTMD_HEAP_MAIN_MMAP, a->top, a->top_end))
+                return ptmd_fail_sys(err, errno, "heap table", "mmap");
             /* keep address order */
             while (at > 0 && PTMD_W_HEAP(w, a->first_heap + at - 1)->start > a->top) {
                 ptmd_heap_rec tmp = *PTMD_W_HEAP(w, a->first_heap + at);
@@ -163,8 +163,9 @@ int ptmd_arena_collect_heaps(ptmd_walk *w, ptmd_arena_ctx *a, ptmd_err *err)
     if (a->main) {
         uint64_t start = w->have_mp && w->sbrk_base ? w->sbrk_base : 0;
         const ptmd_map *m;
-        if (a->top == ptmd_initial_top(a->av + L->ms_bins)) return 0;       /* initial_top: never used */
-        if ((uint32_t)ptmd_mapped_word(w, a->av + L->ms_flags) & PTMD_NONCONTIGUOUS_BIT) return noncontiguous_heaps(w, a, err);
+        if (a->top == ptmd_initial_top(a->av + L->ms_bins)) return 0; /* initial_top: never used */
+        if ((uint32_t)ptmd_mapped_word(w, a->av + L->ms_flags) & PTMD_NONCONTIGUOUS_BIT)
+            return noncontiguous_heaps(w, a, err);
         if (!start) {
             m = ptmd_maps_find(&w->maps, a->top);
             start = m ? m->start : a->top;
@@ -172,7 +173,7 @@ int ptmd_arena_collect_heaps(ptmd_walk *w, ptmd_arena_ctx *a, ptmd_err *err)
         if (start <= a->top && !ptmd_maps_readable(&w->maps, start, a->top_end - start)) ptmd_arena_maps_reload(w, a);
         if (start > a->top || !ptmd_maps_readable(&w->maps, start, a->top_end - start)) {
             ptmd_walk_anomaly(w, PTMD_AN_TOP, a->top, start, a->index);
-            start = a->top;     /* walk only what can be read */
+            start = a->top; /* walk only what can be read */
             if (!ptmd_maps_readable(&w->maps, a->top, a->top_end - a->top)) return 0;
         }
         /* an unaligned sbrk_base: the heap recorded from the boundary below (ptmd_sbrk_pad), its
@@ -260,7 +261,8 @@ int ptmd_arena_ring(ptmd_walk *w, int record)
         next = ptmd_mapped_word(w, av + w->L->ms_next);
         if (next == w->lc->main_arena) return 0;
         if (!ptmd_arena_ok(w, next)) {
-            if (record) ptmd_walk_anomaly(w, PTMD_AN_BAD_POINTER, next, PTMD_BUF_COUNT(&w->ring, uint64_t), PTMD_NO_ARENA);
+            if (record)
+                ptmd_walk_anomaly(w, PTMD_AN_BAD_POINTER, next, PTMD_BUF_COUNT(&w->ring, uint64_t), PTMD_NO_ARENA);
             return 1;
         }
         if (PTMD_BUF_COUNT(&w->ring, uint64_t) >= PTMD_MAX_ARENAS || ring_has(&w->ring, next)) {
@@ -286,8 +288,8 @@ int ptmd_walk_validate(ptmd_walk *w, ptmd_err *err)
         return ptmd_fail(err, PTMD_E_LIBC,
                          "glibc %s is newer than the newest glibc ptmalloc_dump knows (2.%d), and its malloc "
                          "structures at main_arena %#lx do not match that version's layout (%s); refusing to "
-                         "walk them", lc->glibc_version, ptmd_layout_newest_minor(),
-                         (unsigned long)lc->main_arena, what);
+                         "walk them",
+                         lc->glibc_version, ptmd_layout_newest_minor(), (unsigned long)lc->main_arena, what);
     return ptmd_fail(err, PTMD_E_LIBC,
                      "glibc %s: the malloc structures at main_arena %#lx do not match the layout "
                      "known for this version (%s); refusing to walk them",
@@ -310,7 +312,7 @@ static const char *validate_once(ptmd_walk *w)
     }
     top = ptmd_mapped_word(w, av + L->ms_top);
     system_mem = ptmd_mapped_word(w, av + L->ms_system_mem);
-    if (top != ptmd_initial_top(av + L->ms_bins)) {     /* initial_top means the main arena was never used */
+    if (top != ptmd_initial_top(av + L->ms_bins)) { /* initial_top means the main arena was never used */
         if ((top & PTMD_MALLOC_ALIGN_MASK) || !ptmd_maps_readable(&w->maps, top, 16)) {
             what = "main_arena.top does not point at readable memory";
             goto fail;

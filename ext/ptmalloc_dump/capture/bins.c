@@ -82,7 +82,6 @@ static ptmd_list_slot *lists_insert(ptmd_walk *w, uint64_t addr, uint32_t state,
     return &t[i];
 }
 
-
 static void list_broken(ptmd_walk *w, const ptmd_arena_ctx *a, uint32_t kind, uint64_t where, uint64_t what)
 {
     ptmd_walk_anomaly(w, kind, where, what, a->index);
@@ -103,13 +102,22 @@ int ptmd_collect_fastbins(ptmd_walk *w, ptmd_arena_ctx *a, ptmd_err *err)
         for (steps = 0; p; steps++) {
             int dup;
             uint64_t size, fd;
-            if (steps > a->bound) { list_broken(w, a, PTMD_AN_LIST_CYCLE, p, (uint64_t)i); break; }
-            if (!ptmd_in_arena(w, a, p, 32)) { list_broken(w, a, PTMD_AN_BAD_POINTER, p, (uint64_t)i); break; }
+            if (steps > a->bound) {
+                list_broken(w, a, PTMD_AN_LIST_CYCLE, p, (uint64_t)i);
+                break;
+            }
+            if (!ptmd_in_arena(w, a, p, 32)) {
+                list_broken(w, a, PTMD_AN_BAD_POINTER, p, (uint64_t)i);
+                break;
+            }
             size = ptmd_chunksize(ptmd_mchunk_size(w, p));
             if (size < PTMD_MINSIZE || ptmd_fastbin_index(size) != i)
                 ptmd_walk_anomaly(w, PTMD_AN_WRONG_BIN, p, size, a->index);
             if (!lists_insert(w, p, PTMD_ST_FASTBIN, &dup)) return ptmd_fail_sys(err, errno, "list table", "mmap");
-            if (dup) { list_broken(w, a, PTMD_AN_DUPLICATE, p, (uint64_t)i); break; }
+            if (dup) {
+                list_broken(w, a, PTMD_AN_DUPLICATE, p, (uint64_t)i);
+                break;
+            }
             a->fast_entries++;
             fd = ptmd_chunk_fd(w, p);
             p = L->safe_linking ? ptmd_reveal_ptr(p + PTMD_MCHUNK_FD, fd) : fd;
@@ -123,9 +131,18 @@ int ptmd_collect_fastbins(ptmd_walk *w, ptmd_arena_ctx *a, ptmd_err *err)
 
 #define NOTE_NONE UINT32_MAX
 
-static ptmd_free_note *notes(const ptmd_walk *w) { return (ptmd_free_note *)(void *)w->notes.base; }
-static uint64_t note_size(const ptmd_walk *w, const ptmd_free_note *e) { return ptmd_rec_size(PTMD_W_CHUNK(w, e->rec)); }
-static ptmd_note_link *links(const ptmd_walk *w) { return (ptmd_note_link *)(void *)w->note_links.base; }
+static ptmd_free_note *notes(const ptmd_walk *w)
+{
+    return (ptmd_free_note *)(void *)w->notes.base;
+}
+static uint64_t note_size(const ptmd_walk *w, const ptmd_free_note *e)
+{
+    return ptmd_rec_size(PTMD_W_CHUNK(w, e->rec));
+}
+static ptmd_note_link *links(const ptmd_walk *w)
+{
+    return (ptmd_note_link *)(void *)w->note_links.base;
+}
 
 /* An index over the arena's notes: uint32 slots holding a note's position + 1, 0 when empty. */
 static int notes_index(ptmd_walk *w)
@@ -187,7 +204,7 @@ static int large_entry(ptmd_walk *w, const ptmd_arena_ctx *a, uint64_t p, uint64
 static void check_nextsize(ptmd_walk *w, ptmd_arena_ctx *a, uint64_t head, int bin)
 {
     uint64_t p, first = 0, first_bkn = 0, last = 0, last_size = 0, last_fdn = 0, steps = 0;
-    uint64_t f[4];                  /* size, fd, fd_nextsize, bk_nextsize */
+    uint64_t f[4]; /* size, fd, fd_nextsize, bk_nextsize */
     for (p = ptmd_chunk_fd(w, head); p != head && steps <= a->bound; p = f[1], steps++) {
         if (!large_entry(w, a, p, f)) {
             ptmd_walk_anomaly(w, PTMD_AN_BAD_POINTER, p, (uint64_t)bin, a->index);
@@ -197,7 +214,7 @@ static void check_nextsize(ptmd_walk *w, ptmd_arena_ctx *a, uint64_t head, int b
             if (f[2]) ptmd_walk_anomaly(w, PTMD_AN_NEXTSIZE, p, f[2], a->index);
             continue;
         }
-        if (last && f[0] > last_size) ptmd_walk_anomaly(w, PTMD_AN_NEXTSIZE, p, f[0], a->index);   /* out of order */
+        if (last && f[0] > last_size) ptmd_walk_anomaly(w, PTMD_AN_NEXTSIZE, p, f[0], a->index); /* out of order */
         if (last && (last_fdn != p || f[3] != last)) ptmd_walk_anomaly(w, PTMD_AN_NEXTSIZE, p, f[3], a->index);
         if (!first) {
             first = p;
@@ -207,7 +224,8 @@ static void check_nextsize(ptmd_walk *w, ptmd_arena_ctx *a, uint64_t head, int b
         last_size = f[0];
         last_fdn = f[2];
     }
-    if (first && (last_fdn != first || first_bkn != last)) ptmd_walk_anomaly(w, PTMD_AN_NEXTSIZE, first, (uint64_t)bin, a->index);
+    if (first && (last_fdn != first || first_bkn != last))
+        ptmd_walk_anomaly(w, PTMD_AN_NEXTSIZE, first, (uint64_t)bin, a->index);
 }
 
 /* Each note's successor along fd as a note position, and whether that successor's bk leads back;
@@ -232,8 +250,7 @@ static int link_notes(ptmd_walk *w, const ptmd_arena_ctx *a)
         l[i].want = (uint8_t)ptmd_bin_index(note_size(w, &e[i]));
         l[i].in_fast = a->fast_entries && ptmd_lists_find(w, e[i].addr);
     }
-    for (i = 0; i < n; i++)
-        l[i].link_ok = l[i].next != NOTE_NONE && e[l[i].next].bk == e[i].addr;
+    for (i = 0; i < n; i++) l[i].link_ok = l[i].next != NOTE_NONE && e[l[i].next].bk == e[i].addr;
     return 0;
 }
 
@@ -278,12 +295,19 @@ static int follow_bin(ptmd_walk *w, ptmd_arena_ctx *a, int i, ptmd_err *err)
         uint64_t size, fd, bk;
         int dup;
         if (cur != NOTE_NONE) {
-            if (steps > a->bound) { list_broken(w, a, PTMD_AN_LIST_CYCLE, e[cur].addr, (uint64_t)i); return 0; }
-            if (l[cur].bin || l[cur].in_fast) { list_broken(w, a, PTMD_AN_DUPLICATE, e[cur].addr, (uint64_t)i); return 0; }
+            if (steps > a->bound) {
+                list_broken(w, a, PTMD_AN_LIST_CYCLE, e[cur].addr, (uint64_t)i);
+                return 0;
+            }
+            if (l[cur].bin || l[cur].in_fast) {
+                list_broken(w, a, PTMD_AN_DUPLICATE, e[cur].addr, (uint64_t)i);
+                return 0;
+            }
             l[cur].bin = (uint8_t)i;
             if (prev_note != NOTE_NONE ? !l[prev_note].link_ok : e[cur].bk != prev)
                 list_broken(w, a, PTMD_AN_LIST_LINK, e[cur].addr, prev_note != NOTE_NONE ? e[prev_note].addr : prev);
-            if (i >= 2 && l[cur].want != i) ptmd_walk_anomaly(w, PTMD_AN_WRONG_BIN, e[cur].addr, note_size(w, &e[cur]), a->index);
+            if (i >= 2 && l[cur].want != i)
+                ptmd_walk_anomaly(w, PTMD_AN_WRONG_BIN, e[cur].addr, note_size(w, &e[cur]), a->index);
             if (l[cur].next != NOTE_NONE) {
                 prev_note = cur;
                 cur = l[cur].next;
@@ -295,10 +319,19 @@ static int follow_bin(ptmd_walk *w, ptmd_arena_ctx *a, int i, ptmd_err *err)
             prev_note = cur = NOTE_NONE;
             continue;
         }
-        if (steps > a->bound) { list_broken(w, a, PTMD_AN_LIST_CYCLE, p, (uint64_t)i); return 0; }
-        if (!ptmd_in_arena(w, a, p, 32)) { list_broken(w, a, PTMD_AN_BAD_POINTER, p, (uint64_t)i); return 0; }
+        if (steps > a->bound) {
+            list_broken(w, a, PTMD_AN_LIST_CYCLE, p, (uint64_t)i);
+            return 0;
+        }
+        if (!ptmd_in_arena(w, a, p, 32)) {
+            list_broken(w, a, PTMD_AN_BAD_POINTER, p, (uint64_t)i);
+            return 0;
+        }
         if (!lists_insert(w, p, state, &dup)) return ptmd_fail_sys(err, errno, "list table", "mmap");
-        if (dup) { list_broken(w, a, PTMD_AN_DUPLICATE, p, (uint64_t)i); return 0; }
+        if (dup) {
+            list_broken(w, a, PTMD_AN_DUPLICATE, p, (uint64_t)i);
+            return 0;
+        }
         size = ptmd_chunksize(ptmd_mchunk_size(w, p));
         fd = ptmd_chunk_fd(w, p);
         bk = ptmd_chunk_bk(w, p);
@@ -334,7 +367,7 @@ int ptmd_settle_lists(ptmd_walk *w, ptmd_arena_ctx *a, ptmd_err *err)
             ptmd_rec_set_state(r, (int)bin_state(links(w)[i].bin));
             continue;
         }
-        s = a->fast_entries ? ptmd_lists_find(w, e->addr) : NULL;   /* only a fastbin entry can have its address */
+        s = a->fast_entries ? ptmd_lists_find(w, e->addr) : NULL; /* only a fastbin entry can have its address */
         ptmd_walk_anomaly(w, s ? PTMD_AN_FASTBIN_FREE : PTMD_AN_FREE_NOT_IN_BIN, e->addr, size, a->index);
         if (s) s->seen = 1;
         ptmd_rec_set_state(r, s ? (int)s->state : size < PTMD_MIN_LARGE_SIZE ? PTMD_ST_SMALLBIN : PTMD_ST_LARGEBIN);
@@ -345,7 +378,8 @@ int ptmd_settle_lists(ptmd_walk *w, ptmd_arena_ctx *a, ptmd_err *err)
         ptmd_list_slot *s = &((ptmd_list_slot *)(void *)w->lists.base)[i];
         ptmd_chunk_rec *r;
         if (!s->addr || s->seen) continue;
-        if (s->state != PTMD_ST_FASTBIN && (r = arena_record(w, a, s->addr)) != NULL && ptmd_rec_state(r) == PTMD_ST_IN_USE) {
+        if (s->state != PTMD_ST_FASTBIN && (r = arena_record(w, a, s->addr)) != NULL &&
+            ptmd_rec_state(r) == PTMD_ST_IN_USE) {
             ptmd_walk_anomaly(w, PTMD_AN_LIST_IN_USE, s->addr, s->state, a->index);
             r->word |= PTMD_CF_WORD(PTMD_CF_ANOMALY);
             continue;

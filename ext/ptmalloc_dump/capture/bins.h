@@ -18,19 +18,19 @@ ptmd_list_slot *ptmd_lists_find(ptmd_walk *w, uint64_t addr);
  * record's. */
 typedef struct {
     uint64_t addr, fd, bk;
-    uint32_t rec;                   /* its chunk record */
-    uint32_t large;                 /* a large chunk's nextsize pair: w->large_notes[large - 1]; else 0 */
+    uint32_t rec;   /* its chunk record */
+    uint32_t large; /* a large chunk's nextsize pair: w->large_notes[large - 1]; else 0 */
 } ptmd_free_note;
 typedef struct {
     uint64_t fd_nextsize, bk_nextsize;
 } ptmd_large_note;
 /* And what following the bins needs of it, small enough to stay in cache (w->note_links). */
 typedef struct {
-    uint32_t next;                  /* the note fd points at, or UINT32_MAX */
-    uint8_t link_ok;                /* and that note's bk points back here */
-    uint8_t want;                   /* the bin its size belongs in */
-    uint8_t in_fast;                /* a fastbin lists it too */
-    uint8_t bin;                    /* the bin whose list holds it; 0 while none */
+    uint32_t next;   /* the note fd points at, or UINT32_MAX */
+    uint8_t link_ok; /* and that note's bk points back here */
+    uint8_t want;    /* the bin its size belongs in */
+    uint8_t in_fast; /* a fastbin lists it too */
+    uint8_t bin;     /* the bin whose list holds it; 0 while none */
 } ptmd_note_link;
 /* After the arena's heaps are walked: its bins followed through the notes, each noted chunk given its
  * bin's state, and every chunk or list entry the lists and the bits disagree on recorded. */

@@ -15,8 +15,7 @@ static uint64_t first_chunk_of(const ptmd_walk *w, const ptmd_arena_ctx *a, cons
         /* a heap recorded from the 16-byte boundary below an unaligned sbrk_base (ptmd_sbrk_pad) */
         p = h->start;
         if (w->have_mp) p += ptmd_sbrk_pad(p, w->sbrk_base);
-    }
-    else if (h->start + w->L->hi_size_total == a->av) p = a->av + w->L->ms_size;
+    } else if (h->start + w->L->hi_size_total == a->av) p = a->av + w->L->ms_size;
     else p = h->start + w->L->hi_size_total;
     /* chunk2mem must be MALLOC_ALIGNMENT aligned */
     return p + ((PTMD_MALLOC_ALIGNMENT - ((p + PTMD_CHUNK_HDR_SZ) & PTMD_MALLOC_ALIGN_MASK)) & PTMD_MALLOC_ALIGN_MASK);
@@ -25,8 +24,7 @@ static uint64_t first_chunk_of(const ptmd_walk *w, const ptmd_arena_ctx *a, cons
 static inline int push_chunk(ptmd_walk *w, uint64_t addr, uint64_t size, int state, uint64_t flags)
 {
     ptmd_chunk_rec *r;
-    if (PTMD_UNLIKELY(w->chunks.len + sizeof(*r) > w->chunks.cap) &&
-        ptmd_buf_reserve(&w->chunks, 1u << 20) != 0)
+    if (PTMD_UNLIKELY(w->chunks.len + sizeof(*r) > w->chunks.cap) && ptmd_buf_reserve(&w->chunks, 1u << 20) != 0)
         return -1;
     r = (ptmd_chunk_rec *)(void *)(w->chunks.base + w->chunks.len);
     r->addr = addr;
@@ -41,7 +39,7 @@ static inline int push_note(ptmd_walk *w, int self, uint64_t addr, uint64_t size
 {
     ptmd_free_note *e;
     if (PTMD_UNLIKELY(PTMD_BUF_COUNT(&w->chunks, ptmd_chunk_rec) >= UINT32_MAX)) {
-        errno = EOVERFLOW;          /* a note names its record in 32 bits, as a reference does */
+        errno = EOVERFLOW; /* a note names its record in 32 bits, as a reference does */
         return -1;
     }
     if (PTMD_UNLIKELY(w->notes.len + sizeof(*e) > w->notes.cap) && ptmd_buf_reserve(&w->notes, 1u << 20) != 0)
@@ -79,7 +77,8 @@ int ptmd_walk_heap_chunks(ptmd_walk *w, ptmd_arena_ctx *a, uint32_t heap_index, 
     ptmd_heap_rec *h = PTMD_W_HEAP(w, heap_index);
     const uint64_t end = h->end, start = h->start;
     const int has_top = a->top >= start && a->top < end;
-    const uint64_t tcache_csize = (L->tcache_struct_size + PTMD_SIZE_SZ + PTMD_MALLOC_ALIGN_MASK) & ~(uint64_t)PTMD_MALLOC_ALIGN_MASK;
+    const uint64_t tcache_csize =
+        (L->tcache_struct_size + PTMD_SIZE_SZ + PTMD_MALLOC_ALIGN_MASK) & ~(uint64_t)PTMD_MALLOC_ALIGN_MASK;
     const uint64_t last_rem = ptmd_arena_field(w, a->av, L->ms_last_remainder);
     const int self = w->src.in_place;
     const uint64_t first = first_chunk_of(w, a, h);
@@ -118,7 +117,8 @@ int ptmd_walk_heap_chunks(ptmd_walk *w, ptmd_arena_ctx *a, uint32_t heap_index, 
             goto rest;
         }
         next = p + size;
-        if (next + PTMD_CHUNK_HDR_SZ <= end && !(ptmd_mapped_word_as(w, self, next + PTMD_MCHUNK_SIZE) & PTMD_PREV_INUSE)) {
+        if (next + PTMD_CHUNK_HDR_SZ <= end &&
+            !(ptmd_mapped_word_as(w, self, next + PTMD_MCHUNK_SIZE) & PTMD_PREV_INUSE)) {
             /* a bin's, to be settled by ptmd_settle_lists: the size's bin until then */
             flags |= PTMD_CF_WORD(PTMD_CF_FREE_BIT);
             state = size < PTMD_MIN_LARGE_SIZE ? PTMD_ST_SMALLBIN : PTMD_ST_LARGEBIN;
@@ -127,14 +127,14 @@ int ptmd_walk_heap_chunks(ptmd_walk *w, ptmd_arena_ctx *a, uint32_t heap_index, 
         } else {
             state = PTMD_ST_IN_USE;
             if (a->fast_entries && size <= PTMD_MAX_FAST_CHUNK) {
-                ptmd_list_slot *s = ptmd_lists_find(w, p);   /* the fastbins' entries alone, so far */
+                ptmd_list_slot *s = ptmd_lists_find(w, p); /* the fastbins' entries alone, so far */
                 if (s) {
                     s->seen = 1;
                     state = PTMD_ST_FASTBIN;
                 }
             } else if (size == PTMD_MINSIZE && !has_top && next + PTMD_CHUNK_HDR_SZ == end &&
                        ptmd_chunksize(ptmd_mchunk_size(w, next)) == 0) {
-                state = PTMD_ST_META;       /* the old top too small to free, kept as a fencepost */
+                state = PTMD_ST_META; /* the old top too small to free, kept as a fencepost */
             } else if (L->tcache_bins && tcache_struct_sized(L, size, tcache_csize)) {
                 uint64_t *c = ptmd_buf_push(&w->tcache_cands, sizeof(uint64_t));
                 if (!c) goto oom;

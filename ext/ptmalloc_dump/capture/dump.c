@@ -133,8 +133,10 @@ int ptmd_dump_run(ptmd_dump_state *d, const ptmd_dump_opts *o, ptmd_err *err)
     if (d->parent && d->parent->lc && reuses_parent_libc(d->parent->lc, o->symbols)) lc = d->parent->lc;
     else if (ptmd_locate(o->debug_dir, o->symbols, &lc, err) != 0) goto out;
     if (!lc->layout) {
-        ptmd_fail(err, PTMD_E_LIBC, "glibc %s is not supported: ptmalloc_dump knows the malloc layouts of "
-                  "glibc 2.27 to 2.%d", lc->glibc_version, ptmd_layout_newest_minor());
+        ptmd_fail(err, PTMD_E_LIBC,
+                  "glibc %s is not supported: ptmalloc_dump knows the malloc layouts of "
+                  "glibc 2.27 to 2.%d",
+                  lc->glibc_version, ptmd_layout_newest_minor());
         goto out;
     }
     if (ptmd_walk_prepare(&d->w, lc, err) != 0) goto out;
@@ -144,9 +146,15 @@ int ptmd_dump_run(ptmd_dump_state *d, const ptmd_dump_opts *o, ptmd_err *err)
     if (exclude_ruby_pages(d, err) != 0) goto out;
     if (ptmd_check_allocator(lc, &d->w.src.mem, err) != 0) goto out;
     if (ptmd_walk_validate(&d->w, err) != 0) goto out;
-    if (ptmd_dump_strings(d, lc, o) != 0) { ptmd_fail_sys(err, errno, "strings", "mmap"); goto out; }
+    if (ptmd_dump_strings(d, lc, o) != 0) {
+        ptmd_fail_sys(err, errno, "strings", "mmap");
+        goto out;
+    }
     if (ptmd_writer_open(&d->writer, o->path, err) != 0) goto out;
-    if (ptmd_arena_ring(&d->w, 0) < 0) { ptmd_fail_sys(err, errno, "arena ring", "mmap"); goto out; }
+    if (ptmd_arena_ring(&d->w, 0) < 0) {
+        ptmd_fail_sys(err, errno, "arena ring", "mmap");
+        goto out;
+    }
     if (ptmd_oracles_prepare(PTMD_BUF_COUNT(&d->w.ring, uint64_t), err) != 0) goto out;
 
     /* from here until the rename: no malloc */

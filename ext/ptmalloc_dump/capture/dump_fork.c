@@ -36,7 +36,7 @@ static int before_fork(ptmd_dump_state *d, const ptmd_dump_opts *opts, size_t n_
     int ring, references = 0;
     if (ptmd_locate(o->debug_dir, o->symbols, &lc, err) != 0) return -1;
     d->w.lc = lc;
-    if (!lc->layout) return 0;                  /* the child says that the layout is unknown */
+    if (!lc->layout) return 0; /* the child says that the layout is unknown */
     if (ptmd_source_self(&d->w.src, err) != 0) return -1;
     if (ptmd_check_allocator(lc, &d->w.src.mem, err) != 0) return -1;
     if ((ring = ptmd_walk_ring_before_fork(&d->w, lc)) < 0) return ptmd_fail_sys(err, errno, "arena ring", "mmap");
@@ -70,8 +70,8 @@ static void report_failure(const char *path, const ptmd_err *e)
         n = snprintf(line, sizeof(line), "ptmalloc_dump: snapshot process %d did not write %s: %s - %s %s\n",
                      (int)getpid(), path, strerror(e->sys_errno), e->msg, e->path);
     else
-        n = snprintf(line, sizeof(line), "ptmalloc_dump: snapshot process %d did not write %s: %s\n",
-                     (int)getpid(), path, e->msg);
+        n = snprintf(line, sizeof(line), "ptmalloc_dump: snapshot process %d did not write %s: %s\n", (int)getpid(),
+                     path, e->msg);
     if (n > 0) {
         ssize_t k = write(2, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
         PTMD_UNUSED(k);
@@ -88,7 +88,7 @@ static void child_ruby_pass(ptmd_dump_state *d)
         ptmd_ruby_data empty;
         memset(&empty, 0, sizeof(empty));
         empty.page_size = d->ruby.page_size;
-        d->ruby = empty;            /* what the pass had mapped goes with the child */
+        d->ruby = empty; /* what the pass had mapped goes with the child */
         d->snap.flags &= ~(uint32_t)PTMD_SNF_RUBY_IN_CHILD;
     }
 }
@@ -128,7 +128,7 @@ int ptmd_dump_fork(ptmd_dump_state *d, const ptmd_dump_opts *opts, size_t n_opts
             ptmd_dump_state di;
             ptmd_err cerr;
             ptmd_dump_init(&di);
-            di.ruby = d->ruby;                  /* recorded once for every target, shared read-only */
+            di.ruby = d->ruby; /* recorded once for every target, shared read-only */
             di.snap = d->snap;
             di.has_snapshot = 1;
             memcpy(di.ruby_problem, d->ruby_problem, sizeof(di.ruby_problem));

@@ -12,7 +12,7 @@
 
 #define PTMD_MALLOC_INFO_MAX (256u << 20)
 #define PTMD_MALLOC_INFO_RESERVE (16u << 20)   /* about 2,000 arenas of malloc_info() output */
-#define PTMD_MALLOC_INFO_PER_ARENA (16u << 10)  /* twice an arena's output with every bin in use */
+#define PTMD_MALLOC_INFO_PER_ARENA (16u << 10) /* twice an arena's output with every bin in use */
 
 /* One unbuffered FILE over an mmapped buffer, kept for the life of the process: creating it
  * mallocs, so it is made once (when the extension loads, ptmd_dump_setup) and merely rewound
@@ -21,11 +21,12 @@
 static FILE *mi_fp;
 static char *mi_buf;
 static size_t mi_cap;
-static int mi_outgrown;     /* a dump's output did not fit: the next one gets a larger stream */
+static int mi_outgrown; /* a dump's output did not fit: the next one gets a larger stream */
 
 static int mi_stream(size_t cap, ptmd_err *err)
 {
-    if (mi_fp && mi_cap >= cap) return fseek(mi_fp, 0, SEEK_SET) == 0 ? 0 : ptmd_fail_sys(err, errno, "malloc_info", "rewind the stream for");
+    if (mi_fp && mi_cap >= cap)
+        return fseek(mi_fp, 0, SEEK_SET) == 0 ? 0 : ptmd_fail_sys(err, errno, "malloc_info", "rewind the stream for");
     if (mi_fp) fclose(mi_fp);
     if (mi_buf) munmap(mi_buf, mi_cap);
     mi_fp = NULL;

@@ -83,8 +83,10 @@ int ptmd_dump_process(ptmd_dump_state *d, const ptmd_dump_opts *o, int pid, ptmd
     /* everything that can fail without stopping the target, first */
     if (ptmd_maps_load_pid(&d->w.maps, pid, err) != 0) goto out;
     if (!d->w.maps.count) {
-        ptmd_fail(err, PTMD_E_TARGET, "process %d has no memory to read: it has exited (a zombie its parent has not "
-                  "reaped yet) or is a kernel thread", pid);
+        ptmd_fail(err, PTMD_E_TARGET,
+                  "process %d has no memory to read: it has exited (a zombie its parent has not "
+                  "reaped yet) or is a kernel thread",
+                  pid);
         goto out;
     }
     if (ptmd_locate_process(pid, &d->w.maps, o->debug_dir, o->symbols, lc, err) != 0) goto out;
@@ -94,9 +96,11 @@ int ptmd_dump_process(ptmd_dump_state *d, const ptmd_dump_opts *o, int pid, ptmd
     d->source.kind = d->w.src.ops->kind;
     /* the target runs again: the walk reads the copy */
     if (never_used(&d->w, lc)) {
-        ptmd_fail(err, PTMD_E_ALLOCATOR, "glibc's malloc was never used in process %d (main_arena holds no "
+        ptmd_fail(err, PTMD_E_ALLOCATOR,
+                  "glibc's malloc was never used in process %d (main_arena holds no "
                   "heap): it allocates with another allocator (jemalloc, tcmalloc, ...) or not at all, "
-                  "and ptmalloc-dump reads glibc's malloc only", pid);
+                  "and ptmalloc-dump reads glibc's malloc only",
+                  pid);
         goto out;
     }
     rc = outside_walk_write(d, o, lc, (uint64_t)ptmd_proc_parent(pid), pid, err);
@@ -115,14 +119,18 @@ int ptmd_dump_core(ptmd_dump_state *d, const ptmd_dump_opts *o, const char *core
     if (ptmd_source_open_core(&d->w.src, core, &d->w.maps, err) != 0) goto out;
     if (ptmd_locate_core(&d->w.src, &d->w.maps, core, o->debug_dir, o->symbols, lc, err) != 0) goto out;
     if (never_used(&d->w, lc)) {
-        ptmd_fail(err, PTMD_E_ALLOCATOR, "glibc's malloc was never used in the process of core file %s (main_arena "
-                  "holds no heap): it allocated with another allocator or not at all", core);
+        ptmd_fail(err, PTMD_E_ALLOCATOR,
+                  "glibc's malloc was never used in the process of core file %s (main_arena "
+                  "holds no heap): it allocated with another allocator or not at all",
+                  core);
         goto out;
     }
     /* a core cannot be let go for a moment: a lock held in it is a heap caught mid-change */
     if ((held = ptmd_outside_held_arena(&d->w.src, lc)) != 0) {
-        ptmd_fail(err, PTMD_E_LOCKED, "arena %#lx is locked in core file %s (a thread was inside malloc or free "
-                  "when it was written): its lists may be half changed, so it is not walked", (unsigned long)held, core);
+        ptmd_fail(err, PTMD_E_LOCKED,
+                  "arena %#lx is locked in core file %s (a thread was inside malloc or free "
+                  "when it was written): its lists may be half changed, so it is not walked",
+                  (unsigned long)held, core);
         goto out;
     }
     d->source.kind = d->w.src.ops->kind;

@@ -33,7 +33,8 @@ int ptmd_dump_ruby_page_rss(ptmd_dump_state *d, ptmd_err *err)
     uint64_t ps = w->page_size;
     uint8_t flags[64];
     if (!d->ruby.present) return 0;
-    if (ptmd_buf_reserve(&d->ruby_rss, n * sizeof(uint64_t) + 8) != 0) return ptmd_fail_sys(err, errno, "Ruby page residency", "mmap");
+    if (ptmd_buf_reserve(&d->ruby_rss, n * sizeof(uint64_t) + 8) != 0)
+        return ptmd_fail_sys(err, errno, "Ruby page residency", "mmap");
     d->ruby_rss.len = n * sizeof(uint64_t);
     for (i = 0; i < n; i++) {
         const ptmd_ruby_page *pg = PTMD_BUF_AT(&d->ruby.pages, ptmd_ruby_page, i);

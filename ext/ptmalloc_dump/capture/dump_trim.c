@@ -21,7 +21,8 @@ int ptmd_dump_trim_check(ptmd_dump_state *d, ptmd_err *err)
             uint64_t n = hp->n_pages - p < sizeof(after) ? hp->n_pages - p : sizeof(after), k;
             ptmd_source_pages(&w->src, hp->page_base + p * w->page_size, n, after);
             for (k = 0; k < n; k++)
-                if ((w->pages.base[hp->first_page + p + k] & PTMD_PAGE_PRESENT) && !(after[k] & (PTMD_PAGE_PRESENT | PTMD_PAGE_SWAPPED)))
+                if ((w->pages.base[hp->first_page + p + k] & PTMD_PAGE_PRESENT) &&
+                    !(after[k] & (PTMD_PAGE_PRESENT | PTMD_PAGE_SWAPPED)))
                     *PTMD_BUF_AT(&d->trim, uint64_t, hp->arena) += w->page_size;
             p += n;
         }

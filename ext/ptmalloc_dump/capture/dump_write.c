@@ -13,13 +13,16 @@ static int add_string(ptmd_buf *b, const char *k, const char *v)
     uint16_t kl = (uint16_t)strnlen(k, 1024);
     uint32_t vl = (uint32_t)strnlen(v, 1u << 20);
     return ptmd_buf_append(b, &kl, 2) || ptmd_buf_append(b, k, kl) || ptmd_buf_append(b, &vl, 4) ||
-           ptmd_buf_append(b, v, vl) ? -1 : 0;
+                   ptmd_buf_append(b, v, vl)
+               ? -1
+               : 0;
 }
 
 /* The strings that say whether the Ruby pass ran, which a snapshot child whose pass failed replaces. */
 static int ruby_layer_string(const char *key)
 {
-    return strcmp(key, "ruby_layer") == 0 || strcmp(key, "ruby_layer_reason") == 0 || strcmp(key, "ruby_code_reason") == 0;
+    return strcmp(key, "ruby_layer") == 0 || strcmp(key, "ruby_layer_reason") == 0 ||
+           strcmp(key, "ruby_code_reason") == 0;
 }
 
 int ptmd_dump_strings(ptmd_dump_state *d, const ptmd_libc *lc, const ptmd_dump_opts *o)
@@ -30,8 +33,7 @@ int ptmd_dump_strings(ptmd_dump_state *d, const ptmd_libc *lc, const ptmd_dump_o
     gethostname(host, sizeof(host) - 1);
     ptmd_hex(lc->build_id, lc->build_id_len, hex);
     if (add_string(&d->strings, "glibc_version", lc->glibc_version) ||
-        add_string(&d->strings, "libc_path", lc->libc_path) ||
-        add_string(&d->strings, "libc_build_id", hex) ||
+        add_string(&d->strings, "libc_path", lc->libc_path) || add_string(&d->strings, "libc_build_id", hex) ||
         add_string(&d->strings, "symbol_file", lc->symbol_file) ||
         add_string(&d->strings, "symbol_source", PTMD_NAME_OF(ptmd_symbol_source_names, lc->symbol_source)) ||
         add_string(&d->strings, "hostname", host))
@@ -67,7 +69,8 @@ void ptmd_dump_meta(ptmd_dump_state *d, const ptmd_libc *lc, const struct timesp
         m->arena_max = ptmd_mapped_word(w, lc->mp + L->mp_arena_max);
         m->arena_test = ptmd_mapped_word(w, lc->mp + L->mp_arena_test);
         m->max_mmapped_mem = ptmd_mapped_word(w, lc->mp + L->mp_max_mmapped_mem);
-        if (L->mp_tcache_max_bytes != PTMD_NONE) m->tcache_max_bytes = ptmd_mapped_word(w, lc->mp + L->mp_tcache_max_bytes);
+        if (L->mp_tcache_max_bytes != PTMD_NONE)
+            m->tcache_max_bytes = ptmd_mapped_word(w, lc->mp + L->mp_tcache_max_bytes);
     }
     m->n_mmaps = w->n_mmaps;
     m->mmapped_mem = w->mmapped_mem;
@@ -106,12 +109,20 @@ static void write_chunk_words(ptmd_writer *wr, const ptmd_walk *w)
 static void write_sections(ptmd_dump_state *d)
 {
     static const uint32_t file_order[] = {
-        PTMD_SEC_META, PTMD_SEC_STRINGS, PTMD_SEC_MALLINFO2, PTMD_SEC_MALLOC_INFO, PTMD_SEC_ARENAS, PTMD_SEC_HEAPS,
-        PTMD_SEC_CHUNKS, PTMD_SEC_PAGES, PTMD_SEC_THREADS, PTMD_SEC_ANOMALIES, PTMD_SEC_TCACHE_ENTRIES,
-        PTMD_SEC_RUBY_META, PTMD_SEC_RUBY_PAGES, PTMD_SEC_RUBY_OBJECTS, PTMD_SEC_RUBY_WORDS, PTMD_SEC_RUBY_NAMES,
-        PTMD_SEC_RUBY_CODE, PTMD_SEC_RUBY_CODE_NAMES, PTMD_SEC_REFS, PTMD_SEC_INT_REFS, PTMD_SEC_ROOTS,
-        PTMD_SEC_ROOT_REFS, PTMD_SEC_SOURCE, PTMD_SEC_SNAPSHOT, PTMD_SEC_TRIM_CHECK, PTMD_SEC_GC,
-        PTMD_SEC_RUBY_PAGE_RSS, PTMD_SEC_MAPPINGS,
+        PTMD_SEC_META,           PTMD_SEC_STRINGS,
+        PTMD_SEC_MALLINFO2,      PTMD_SEC_MALLOC_INFO,
+        PTMD_SEC_ARENAS,         PTMD_SEC_HEAPS,
+        PTMD_SEC_CHUNKS,         PTMD_SEC_PAGES,
+        PTMD_SEC_THREADS,        PTMD_SEC_ANOMALIES,
+        PTMD_SEC_TCACHE_ENTRIES, PTMD_SEC_RUBY_META,
+        PTMD_SEC_RUBY_PAGES,     PTMD_SEC_RUBY_OBJECTS,
+        PTMD_SEC_RUBY_WORDS,     PTMD_SEC_RUBY_NAMES,
+        PTMD_SEC_RUBY_CODE,      PTMD_SEC_RUBY_CODE_NAMES,
+        PTMD_SEC_REFS,           PTMD_SEC_INT_REFS,
+        PTMD_SEC_ROOTS,          PTMD_SEC_ROOT_REFS,
+        PTMD_SEC_SOURCE,         PTMD_SEC_SNAPSHOT,
+        PTMD_SEC_TRIM_CHECK,     PTMD_SEC_GC,
+        PTMD_SEC_RUBY_PAGE_RSS,  PTMD_SEC_MAPPINGS,
     };
     _Static_assert(sizeof(file_order) / sizeof(file_order[0]) == PTMD_SEC_COUNT, "every section has its place");
     ptmd_writer *wr = &d->writer;
@@ -151,7 +162,8 @@ static void view_rss(const ptmd_dump_state *d, ptmd_view *v)
         v->gc = &d->ruby.gc;
         v->ruby_page_rss = (const uint64_t *)(const void *)d->ruby_rss.base;
         v->n_ruby_page_rss = PTMD_BUF_COUNT(&d->ruby_rss, uint64_t);
-        v->sections |= PTMD_SECTION_BIT(PTMD_SEC_GC) | (d->ruby_rss.base ? PTMD_SECTION_BIT(PTMD_SEC_RUBY_PAGE_RSS) : 0);
+        v->sections |=
+            PTMD_SECTION_BIT(PTMD_SEC_GC) | (d->ruby_rss.base ? PTMD_SECTION_BIT(PTMD_SEC_RUBY_PAGE_RSS) : 0);
     }
     if (d->mappings.present) {
         v->sections |= PTMD_SECTION_BIT(PTMD_SEC_MAPPINGS);
@@ -168,9 +180,9 @@ void ptmd_dump_view(const ptmd_dump_state *d, ptmd_view *v)
     memset(v, 0, sizeof(*v));
     v->sections = PTMD_SECTION_BIT(PTMD_SEC_META) | PTMD_SECTION_BIT(PTMD_SEC_STRINGS) |
                   PTMD_SECTION_BIT(PTMD_SEC_MALLINFO2) | PTMD_SECTION_BIT(PTMD_SEC_MALLOC_INFO) |
-                  PTMD_SECTION_BIT(PTMD_SEC_ARENAS) | PTMD_SECTION_BIT(PTMD_SEC_HEAPS) | PTMD_SECTION_BIT(PTMD_SEC_CHUNKS) |
-                  PTMD_SECTION_BIT(PTMD_SEC_PAGES) | PTMD_SECTION_BIT(PTMD_SEC_THREADS) |
-                  PTMD_SECTION_BIT(PTMD_SEC_ANOMALIES);
+                  PTMD_SECTION_BIT(PTMD_SEC_ARENAS) | PTMD_SECTION_BIT(PTMD_SEC_HEAPS) |
+                  PTMD_SECTION_BIT(PTMD_SEC_CHUNKS) | PTMD_SECTION_BIT(PTMD_SEC_PAGES) |
+                  PTMD_SECTION_BIT(PTMD_SEC_THREADS) | PTMD_SECTION_BIT(PTMD_SEC_ANOMALIES);
     v->meta = &d->meta;
     v->mallinfo2 = &d->mallinfo2;
     v->malloc_info = d->malloc_info;
@@ -181,7 +193,7 @@ void ptmd_dump_view(const ptmd_dump_state *d, ptmd_view *v)
     v->n_arenas = PTMD_BUF_COUNT(&w->arenas, ptmd_arena_rec);
     v->heaps = (const ptmd_heap_rec *)(const void *)w->heaps.base;
     v->n_heaps = PTMD_BUF_COUNT(&w->heaps, ptmd_heap_rec);
-    if (PTMD_BUF_COUNT(&w->heap_order, uint32_t) == v->n_heaps)   /* sorted once the heaps were final */
+    if (PTMD_BUF_COUNT(&w->heap_order, uint32_t) == v->n_heaps) /* sorted once the heaps were final */
         v->heap_order = (const uint32_t *)(const void *)w->heap_order.base;
     v->chunks = (const ptmd_chunk_rec *)(const void *)w->chunks.base;
     v->n_chunks = PTMD_BUF_COUNT(&w->chunks, ptmd_chunk_rec);

@@ -46,8 +46,8 @@ int ptmd_elf_open(ptmd_elf_file *f, const char *path, ptmd_err *err)
         return ptmd_fail(err, PTMD_E_FORMAT, "%s is not an ELF64 x86-64 file", path);
     }
     if (eh->e_shentsize != sizeof(Elf64_Shdr) || eh->e_shnum == 0 ||
-        !range_ok(f->size, eh->e_shoff, (uint64_t)eh->e_shnum * sizeof(Elf64_Shdr)) ||
-        eh->e_shstrndx >= eh->e_shnum || (eh->e_shoff & 7)) {
+        !range_ok(f->size, eh->e_shoff, (uint64_t)eh->e_shnum * sizeof(Elf64_Shdr)) || eh->e_shstrndx >= eh->e_shnum ||
+        (eh->e_shoff & 7)) {
         ptmd_elf_close(f);
         return ptmd_fail(err, PTMD_E_FORMAT, "%s has a damaged section header table", path);
     }
@@ -74,8 +74,7 @@ const Elf64_Shdr *ptmd_elf_section(const ptmd_elf_file *f, const char *name)
     size_t i, nlen = strlen(name);
     for (i = 0; i < f->shnum; i++) {
         uint32_t off = f->shdrs[i].sh_name;
-        if (off < f->shstrtab_size && f->shstrtab_size - off > nlen &&
-            memcmp(f->shstrtab + off, name, nlen + 1) == 0)
+        if (off < f->shstrtab_size && f->shstrtab_size - off > nlen && memcmp(f->shstrtab + off, name, nlen + 1) == 0)
             return &f->shdrs[i];
     }
     return NULL;
@@ -182,8 +181,8 @@ int ptmd_elf_lookup(const ptmd_elf_file *f, ptmd_elf_sym *syms, size_t nsyms)
     return found;
 }
 
-size_t ptmd_elf_loaded_build_id(uintptr_t load_bias, const Elf64_Phdr *phdrs, size_t phnum,
-                                unsigned char *out, size_t max)
+size_t ptmd_elf_loaded_build_id(uintptr_t load_bias, const Elf64_Phdr *phdrs, size_t phnum, unsigned char *out,
+                                size_t max)
 {
     size_t i, n;
     for (i = 0; i < phnum; i++) {
@@ -197,8 +196,8 @@ size_t ptmd_elf_loaded_build_id(uintptr_t load_bias, const Elf64_Phdr *phdrs, si
 static const Elf64_Phdr *file_phdrs(const ptmd_elf_file *f, size_t *n)
 {
     const Elf64_Ehdr *eh = (const Elf64_Ehdr *)(const void *)f->data;
-    if (eh->e_phentsize != sizeof(Elf64_Phdr) || !range_ok(f->size, eh->e_phoff, (uint64_t)eh->e_phnum * sizeof(Elf64_Phdr)) ||
-        (eh->e_phoff & 7))
+    if (eh->e_phentsize != sizeof(Elf64_Phdr) ||
+        !range_ok(f->size, eh->e_phoff, (uint64_t)eh->e_phnum * sizeof(Elf64_Phdr)) || (eh->e_phoff & 7))
         return NULL;
     *n = eh->e_phnum;
     return (const Elf64_Phdr *)(const void *)(f->data + eh->e_phoff);
@@ -259,14 +258,20 @@ long ptmd_elf_relative_relocs(const ptmd_elf_file *f, void (*fn)(uint64_t, uint6
             uint64_t e, v;
             memcpy(&e, f->data + off + k, 8);
             if (!(e & 1)) {
-                if (read_u64_at(f, e, &v) == 0) { fn(e, v, arg); count++; }
+                if (read_u64_at(f, e, &v) == 0) {
+                    fn(e, v, arg);
+                    count++;
+                }
                 where = e + 8;
             } else {
                 int bit;
                 for (bit = 1; bit < 64; bit++)
                     if ((e >> bit) & 1) {
                         uint64_t at = where + (uint64_t)(bit - 1) * 8;
-                        if (read_u64_at(f, at, &v) == 0) { fn(at, v, arg); count++; }
+                        if (read_u64_at(f, at, &v) == 0) {
+                            fn(at, v, arg);
+                            count++;
+                        }
                     }
                 where += 63 * 8;
             }

@@ -33,10 +33,10 @@ size_t ptmd_elf_file_build_id(const ptmd_elf_file *f, unsigned char *out, size_t
 int ptmd_elf_debuglink(const ptmd_elf_file *f, char *name, size_t name_size, uint32_t *crc);
 
 typedef struct {
-    const char *name;       /* in: symbol name */
-    uint64_t value;         /* out: st_value (link-time address, or TLS offset for STT_TLS) */
-    uint64_t size;          /* out: st_size */
-    int type;               /* out: ELF64_ST_TYPE */
+    const char *name; /* in: symbol name */
+    uint64_t value;   /* out: st_value (link-time address, or TLS offset for STT_TLS) */
+    uint64_t size;    /* out: st_size */
+    int type;         /* out: ELF64_ST_TYPE */
     int found;
 } ptmd_elf_sym;
 
@@ -49,11 +49,11 @@ int ptmd_elf_vaddr_offset(const ptmd_elf_file *f, uint64_t vaddr, uint64_t *off)
 /* Calls fn(vaddr, addend, arg) for every R_X86_64_RELATIVE relocation of the file, from DT_RELA and
  * DT_RELR (whose addend is the initial value stored at the location). Returns the count, -1 if the
  * file has no dynamic section. */
-long ptmd_elf_relative_relocs(const ptmd_elf_file *f, void (*fn)(uint64_t vaddr, uint64_t addend, void *arg), void *arg);
+long ptmd_elf_relative_relocs(const ptmd_elf_file *f, void (*fn)(uint64_t vaddr, uint64_t addend, void *arg),
+                              void *arg);
 
 /* Scans PT_NOTE segments of a loaded object for NT_GNU_BUILD_ID; returns its length or 0. */
-size_t ptmd_elf_loaded_build_id(uintptr_t load_bias, const Elf64_Phdr *phdrs, size_t phnum,
-                                unsigned char *out, size_t max);
-
+size_t ptmd_elf_loaded_build_id(uintptr_t load_bias, const Elf64_Phdr *phdrs, size_t phnum, unsigned char *out,
+                                size_t max);
 
 #endif

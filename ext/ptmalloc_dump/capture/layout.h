@@ -56,32 +56,31 @@
 #define PTMD_NONE ((size_t)-1)
 
 typedef struct {
-    int minor_from, minor_to;          /* glibc 2.<from> .. 2.<to> inclusive */
+    int minor_from, minor_to; /* glibc 2.<from> .. 2.<to> inclusive */
 
     /* struct malloc_state */
-    size_t ms_mutex, ms_flags, ms_have_fastchunks, ms_fastbins, ms_top, ms_last_remainder, ms_bins,
-        ms_binmap, ms_next, ms_next_free, ms_attached_threads, ms_system_mem, ms_max_system_mem, ms_size;
-    int nfastbins;                     /* 0 when the version has no fastbins */
+    size_t ms_mutex, ms_flags, ms_have_fastchunks, ms_fastbins, ms_top, ms_last_remainder, ms_bins, ms_binmap, ms_next,
+        ms_next_free, ms_attached_threads, ms_system_mem, ms_max_system_mem, ms_size;
+    int nfastbins; /* 0 when the version has no fastbins */
 
     /* struct malloc_par (mp_) */
-    size_t mp_trim_threshold, mp_top_pad, mp_mmap_threshold, mp_arena_test, mp_arena_max,
-        mp_hp_pagesize, mp_n_mmaps, mp_n_mmaps_max, mp_max_n_mmaps, mp_no_dyn_threshold,
-        mp_mmapped_mem, mp_max_mmapped_mem, mp_sbrk_base, mp_tcache_bins, mp_tcache_max_bytes,
-        mp_tcache_count, mp_tcache_unsorted_limit, mp_size;
+    size_t mp_trim_threshold, mp_top_pad, mp_mmap_threshold, mp_arena_test, mp_arena_max, mp_hp_pagesize, mp_n_mmaps,
+        mp_n_mmaps_max, mp_max_n_mmaps, mp_no_dyn_threshold, mp_mmapped_mem, mp_max_mmapped_mem, mp_sbrk_base,
+        mp_tcache_bins, mp_tcache_max_bytes, mp_tcache_count, mp_tcache_unsorted_limit, mp_size;
 
     /* heap_info */
     size_t hi_ar_ptr, hi_prev, hi_size, hi_mprotect_size, hi_pagesize, hi_size_total;
 
     /* tcache */
-    int tcache_bins;                   /* TCACHE_MAX_BINS: bins that hold chunks by exact size class */
-    int tcache_large_bins;             /* extra bins for large sizes (2.42+), 0 before */
-    int tcache_count_width;            /* bytes per counts[] element */
-    int tcache_counts_are_slots;       /* 1 when the array holds free slots (num_slots) instead of counts */
-    size_t tcache_entries_off;         /* offset of entries[] in tcache_perthread_struct */
-    size_t tcache_struct_size;         /* sizeof (tcache_perthread_struct) */
-    int tcache_entry_has_key;          /* 2.29+ */
-    int tcache_key_is_random;          /* 2.34+: key == tcache_key, before: key == the tcache itself */
-    int safe_linking;                  /* 2.32+ */
+    int tcache_bins;             /* TCACHE_MAX_BINS: bins that hold chunks by exact size class */
+    int tcache_large_bins;       /* extra bins for large sizes (2.42+), 0 before */
+    int tcache_count_width;      /* bytes per counts[] element */
+    int tcache_counts_are_slots; /* 1 when the array holds free slots (num_slots) instead of counts */
+    size_t tcache_entries_off;   /* offset of entries[] in tcache_perthread_struct */
+    size_t tcache_struct_size;   /* sizeof (tcache_perthread_struct) */
+    int tcache_entry_has_key;    /* 2.29+ */
+    int tcache_key_is_random;    /* 2.34+: key == tcache_key, before: key == the tcache itself */
+    int safe_linking;            /* 2.32+ */
     /* 2.43+: a thread without a live tcache has `tcache` pointing at the all-zero __tcache_dummy
      * in libc's read-only data (.inactive, or .disabled 8 bytes on), never NULL */
     int tcache_dummy;
@@ -102,8 +101,8 @@ typedef struct {
     int heap_max_fixed;
 
     /* struct pthread and the thread lists (threads.c) */
-    size_t pthread_list;               /* offset of list_t list in struct pthread */
-    int thread_lists_in_rtld;          /* 2.34+: _dl_stack_used and _dl_stack_user, adjacent in _rtld_global */
+    size_t pthread_list;      /* offset of list_t list in struct pthread */
+    int thread_lists_in_rtld; /* 2.34+: _dl_stack_used and _dl_stack_user, adjacent in _rtld_global */
 } ptmd_layout;
 
 /* The layout for glibc 2.<minor>, or NULL when the table has none. */

@@ -31,7 +31,7 @@ static int cache_valid;
 /* ---- the loaded libc ---------------------------------------------------------------------- */
 
 struct find_ctx {
-    uintptr_t probe;            /* an address inside libc's code */
+    uintptr_t probe; /* an address inside libc's code */
     ptmd_libc *lc;
     int found;
 };
@@ -66,8 +66,8 @@ static int find_libc_cb(struct dl_phdr_info *info, size_t size, void *data)
             if (hi > lc->rw_end) lc->rw_end = hi;
         }
     }
-    lc->build_id_len = ptmd_elf_loaded_build_id(info->dlpi_addr, info->dlpi_phdr, info->dlpi_phnum,
-                                                lc->build_id, sizeof(lc->build_id));
+    lc->build_id_len = ptmd_elf_loaded_build_id(info->dlpi_addr, info->dlpi_phdr, info->dlpi_phnum, lc->build_id,
+                                                sizeof(lc->build_id));
     lc->tls_modid = info->dlpi_tls_modid;
     if (info->dlpi_tls_data) {
         uintptr_t tp;
@@ -114,8 +114,8 @@ static void note_tried(ptmd_libc *lc, const char *path)
 static int resolve_from_file(ptmd_libc *lc, const ptmd_elf_file *f, int source, const char *path)
 {
     ptmd_elf_sym syms[] = {
-        { "main_arena", 0, 0, 0, 0 }, { "mp_", 0, 0, 0, 0 }, { "tcache_key", 0, 0, 0, 0 },
-        { "tcache", 0, 0, 0, 0 }, { "thread_arena", 0, 0, 0, 0 }, { "__tcache_dummy", 0, 0, 0, 0 },
+        { "main_arena", 0, 0, 0, 0 }, { "mp_", 0, 0, 0, 0 },          { "tcache_key", 0, 0, 0, 0 },
+        { "tcache", 0, 0, 0, 0 },     { "thread_arena", 0, 0, 0, 0 }, { "__tcache_dummy", 0, 0, 0, 0 },
     };
     if (ptmd_elf_lookup(f, syms, sizeof(syms) / sizeof(syms[0])) <= 0 || !syms[0].found) return 0;
     if (syms[0].type != STT_OBJECT) return 0;
@@ -231,8 +231,7 @@ static void symbols_missing(const ptmd_libc *lc, ptmd_err *err)
               "Install libc's debug symbols (Debian/Ubuntu: apt-get install libc6-dbg; "
               "Fedora/RHEL: dnf debuginfo-install glibc) or point PTMALLOC_DUMP_DEBUG_DIR "
               "(or the debug_dir: option) at a directory that has them",
-              lc->glibc_version, lc->libc_path, lc->build_id_len ? hex : "none",
-              lc->ntried ? list : "nothing",
+              lc->glibc_version, lc->libc_path, lc->build_id_len ? hex : "none", lc->ntried ? list : "nothing",
               lc->symbols_mode == PTMD_SYMBOLS_FILE ? "" : "; finding main_arena by its structure failed too");
 }
 
@@ -294,7 +293,8 @@ int ptmd_locate(const char *debug_dir, int symbols, const ptmd_libc **out, ptmd_
                              "malloc in this process is not glibc's ptmalloc2: it comes from %s, which "
                              "ptmalloc_dump cannot read (remove it from LD_PRELOAD or the link to dump "
                              "glibc's heap); glibc's main_arena was not found either (no symbol file, and "
-                             "its structure is not that of a used arena)", who);
+                             "its structure is not that of a used arena)",
+                             who);
     }
     return rc;
 }
@@ -355,9 +355,9 @@ static int version_from_image(const ptmd_elf_file *f, ptmd_libc *lc)
     if (!at) return -1;
     p = (const char *)at + sizeof(key) - 1;
     while (i + 1 < sizeof(v) && (size_t)(p + i - (const char *)f->data) < f->size &&
-           ((p[i] >= '0' && p[i] <= '9') || (p[i] == '.' && i + 1 < sizeof(v) &&
-                                              (size_t)(p + i + 1 - (const char *)f->data) < f->size &&
-                                              p[i + 1] >= '0' && p[i + 1] <= '9')))
+           ((p[i] >= '0' && p[i] <= '9') ||
+            (p[i] == '.' && i + 1 < sizeof(v) && (size_t)(p + i + 1 - (const char *)f->data) < f->size &&
+             p[i + 1] >= '0' && p[i + 1] <= '9')))
         i++;
     memcpy(v, p, i);
     v[i] = '\0';
@@ -438,14 +438,18 @@ static int locate_outside(ptmd_libc *lc, ptmd_source *src, const ptmd_maps *maps
      * the version read from the file on disk may be another's */
     same_file = file_id_len == lc->build_id_len && memcmp(file_id, lc->build_id, file_id_len) == 0;
     if (!same_file)
-        return ptmd_fail(err, PTMD_E_LIBC, "%s is not the libc %s ran (build-ids differ): it was replaced on "
-                         "disk since; dump while that libc is installed", lc->libc_path, what);
+        return ptmd_fail(err, PTMD_E_LIBC,
+                         "%s is not the libc %s ran (build-ids differ): it was replaced on "
+                         "disk since; dump while that libc is installed",
+                         lc->libc_path, what);
     /* static TLS: the offset below the thread pointer is found from a thread's dtv (outside.c) */
     lc->tls_modid = lc->tls_size ? 1 : 0;
     lc->layout = ptmd_layout_for(lc->major, lc->minor);
     if (!lc->layout)
-        return ptmd_fail(err, PTMD_E_LIBC, "glibc %s (%s) is not supported: ptmalloc_dump knows the malloc "
-                         "layouts of glibc 2.27 to 2.%d", lc->glibc_version, what, ptmd_layout_newest_minor());
+        return ptmd_fail(err, PTMD_E_LIBC,
+                         "glibc %s (%s) is not supported: ptmalloc_dump knows the malloc "
+                         "layouts of glibc 2.27 to 2.%d",
+                         lc->glibc_version, what, ptmd_layout_newest_minor());
     rc = symbols != PTMD_SYMBOLS_HEURISTIC &&
          (locate_symtab(lc, err) || locate_build_id(lc, err) || locate_debuglink(lc, err));
     /* by structure: main_arena through its relocation, mp_ by its consistency, tcaches by theirs */
@@ -461,7 +465,8 @@ static int locate_outside(ptmd_libc *lc, ptmd_source *src, const ptmd_maps *maps
     return 0;
 }
 
-int ptmd_locate_process(int pid, const ptmd_maps *maps, const char *debug_dir, int symbols, ptmd_libc *lc, ptmd_err *err)
+int ptmd_locate_process(int pid, const ptmd_maps *maps, const char *debug_dir, int symbols, ptmd_libc *lc,
+                        ptmd_err *err)
 {
     ptmd_source live;
     char what[64];
@@ -470,7 +475,8 @@ int ptmd_locate_process(int pid, const ptmd_maps *maps, const char *debug_dir, i
     if (!find_process_libc(maps, lc))
         return ptmd_fail(err, PTMD_E_PLATFORM,
                          "process %d has no glibc mapped (no libc.so.6 in /proc/%d/maps): a static binary or "
-                         "another C library; ptmalloc-dump reads glibc's malloc only", pid, pid);
+                         "another C library; ptmalloc-dump reads glibc's malloc only",
+                         pid, pid);
     {
         /* the path as the process sees it: through its root, so that a process in another mount
          * namespace (a container) is read from its own files */
@@ -486,8 +492,8 @@ int ptmd_locate_process(int pid, const ptmd_maps *maps, const char *debug_dir, i
     return rc;
 }
 
-int ptmd_locate_core(ptmd_source *core, const ptmd_maps *maps, const char *core_path, const char *debug_dir, int symbols,
-                     ptmd_libc *lc, ptmd_err *err)
+int ptmd_locate_core(ptmd_source *core, const ptmd_maps *maps, const char *core_path, const char *debug_dir,
+                     int symbols, ptmd_libc *lc, ptmd_err *err)
 {
     uint64_t start, end, offset;
     const char *path;
@@ -497,7 +503,8 @@ int ptmd_locate_core(ptmd_source *core, const ptmd_maps *maps, const char *core_
     outside_init(lc, debug_dir, symbols);
     for (i = 0; ptmd_source_core_file(core, i, &start, &end, &offset, &path) == 0; i++) {
         size_t n = strlen(path);
-        if (offset || !is_libc_path(path, n) || n >= sizeof(lc->libc_path) || (found && start >= lc->libc_base)) continue;
+        if (offset || !is_libc_path(path, n) || n >= sizeof(lc->libc_path) || (found && start >= lc->libc_base))
+            continue;
         memcpy(lc->libc_path, path, n + 1);
         lc->libc_base = start;
         found = 1;
@@ -505,7 +512,8 @@ int ptmd_locate_core(ptmd_source *core, const ptmd_maps *maps, const char *core_
     if (!found)
         return ptmd_fail(err, PTMD_E_PLATFORM,
                          "the process of core file %s had no glibc mapped (no libc.so.6 in its NT_FILE note): a "
-                         "static binary or another C library; ptmalloc-dump reads glibc's malloc only", core_path);
+                         "static binary or another C library; ptmalloc-dump reads glibc's malloc only",
+                         core_path);
     snprintf(what, sizeof(what), "core file %s", core_path);
     return locate_outside(lc, core, maps, what, symbols, err);
 }
@@ -594,5 +602,6 @@ static int check_allocator(const ptmd_libc *lc, ptmd_memreader *mem, ptmd_err *e
     return ptmd_fail(err, PTMD_E_ALLOCATOR,
                      "malloc in this process is not glibc's ptmalloc2: it comes from %s, "
                      "which ptmalloc_dump cannot read (remove it from LD_PRELOAD or the link to dump "
-                     "glibc's heap)", who);
+                     "glibc's heap)",
+                     who);
 }

@@ -13,21 +13,21 @@
 typedef struct {
     /* the loaded libc */
     char libc_path[PATH_MAX];
-    uintptr_t libc_base;                /* load bias (dlpi_addr) */
-    uintptr_t rw_start, rw_end;         /* libc's writable PT_LOAD segment(s) */
-    uintptr_t image_start, image_end;   /* all of libc's PT_LOAD segments */
-    size_t tls_modid;                   /* dlpi_tls_modid, 0 if libc has no TLS */
-    size_t tls_size;                    /* libc's PT_TLS p_memsz */
-    uintptr_t tls_offset;               /* static TLS: TP - tls_offset = libc's TLS block (x86-64) */
+    uintptr_t libc_base;              /* load bias (dlpi_addr) */
+    uintptr_t rw_start, rw_end;       /* libc's writable PT_LOAD segment(s) */
+    uintptr_t image_start, image_end; /* all of libc's PT_LOAD segments */
+    size_t tls_modid;                 /* dlpi_tls_modid, 0 if libc has no TLS */
+    size_t tls_size;                  /* libc's PT_TLS p_memsz */
+    uintptr_t tls_offset;             /* static TLS: TP - tls_offset = libc's TLS block (x86-64) */
     unsigned char build_id[64];
     size_t build_id_len;
     char glibc_version[32];
     int major, minor;
     const ptmd_layout *layout;
-    int layout_assumed;                 /* glibc is newer than the table: its newest layout, on trial */
+    int layout_assumed; /* glibc is newer than the table: its newest layout, on trial */
 
     /* where the symbols came from */
-    int symbol_source;                  /* PTMD_SYMSRC_* */
+    int symbol_source; /* PTMD_SYMSRC_* */
     char symbol_file[PATH_MAX];
     char debug_dir[PATH_MAX];
     int symbols_mode;
@@ -37,10 +37,10 @@ typedef struct {
     /* resolved runtime addresses (0 when not available) */
     uintptr_t main_arena;
     uintptr_t mp;
-    uintptr_t tcache_key;               /* &tcache_key (2.34+) */
-    long tcache_tls;                    /* offset of `tcache` in libc's TLS block, -1 if unknown */
-    long thread_arena_tls;              /* offset of `thread_arena`, -1 if unknown */
-    uintptr_t tcache_dummy;             /* &__tcache_dummy (2.43+), 0 if unknown */
+    uintptr_t tcache_key;   /* &tcache_key (2.34+) */
+    long tcache_tls;        /* offset of `tcache` in libc's TLS block, -1 if unknown */
+    long thread_arena_tls;  /* offset of `thread_arena`, -1 if unknown */
+    uintptr_t tcache_dummy; /* &__tcache_dummy (2.43+), 0 if unknown */
 } ptmd_libc;
 
 /* A way to resolve malloc's globals once libc is known; tried in order until one succeeds. */
@@ -51,9 +51,9 @@ typedef struct {
 
 /* Which ways of finding malloc's globals may be used. */
 enum {
-    PTMD_SYMBOLS_AUTO = 0,          /* a symbol file, else by structure */
-    PTMD_SYMBOLS_FILE = 1,          /* a symbol file only */
-    PTMD_SYMBOLS_HEURISTIC = 2      /* by structure only */
+    PTMD_SYMBOLS_AUTO = 0,     /* a symbol file, else by structure */
+    PTMD_SYMBOLS_FILE = 1,     /* a symbol file only */
+    PTMD_SYMBOLS_HEURISTIC = 2 /* by structure only */
 };
 
 /* Locates libc and resolves its malloc globals, caching the result per process, debug dir and mode.
@@ -64,7 +64,8 @@ int ptmd_locate(const char *debug_dir, int symbols, const ptmd_libc **out, ptmd_
  * path, load bias, segments, build-id (from its image in the target), version (from the image's
  * banner) and malloc's globals from a symbol file. The thread-local offsets need the target's threads
  * (tls_offset is left 0). Into lc, which is the caller's. */
-int ptmd_locate_process(int pid, const ptmd_maps *maps, const char *debug_dir, int symbols, ptmd_libc *lc, ptmd_err *err);
+int ptmd_locate_process(int pid, const ptmd_maps *maps, const char *debug_dir, int symbols, ptmd_libc *lc,
+                        ptmd_err *err);
 /* The same for the process a core file was written from (core opened by ptmd_source_open_core): libc
  * from its NT_FILE note, the build-id from its image in the core. */
 struct ptmd_source;

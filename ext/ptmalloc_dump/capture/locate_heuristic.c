@@ -44,8 +44,8 @@ static void on_reloc(uint64_t vaddr, uint64_t addend, void *arg)
 /* Does av look like glibc's main_arena under layout L? Every bin is empty (fd == bk == the bin) or a
  * well-linked list leaving libc (fd->bk == bk->fd == the bin); min_empty empty bins are required
  * (more when there is no relocation witness). */
-static int arena_shape(const ptmd_libc *lc, const ptmd_layout *L, ptmd_source *mem, const ptmd_maps *maps,
-                       uintptr_t av, int min_empty, uint64_t *top_end, uint64_t *system_mem, uint32_t *flags)
+static int arena_shape(const ptmd_libc *lc, const ptmd_layout *L, ptmd_source *mem, const ptmd_maps *maps, uintptr_t av,
+                       int min_empty, uint64_t *top_end, uint64_t *system_mem, uint32_t *flags)
 {
     uint32_t mutex = UINT32_MAX;
     uint64_t top = 1, size;
@@ -59,7 +59,10 @@ static int arena_shape(const ptmd_libc *lc, const ptmd_layout *L, ptmd_source *m
         ptmd_source_get(mem, head + PTMD_MCHUNK_FD, &fd, 8);
         ptmd_source_get(mem, head + PTMD_MCHUNK_BK, &bk, 8);
         uint64_t back, fwd;
-        if (fd == head && bk == head) { self++; continue; }
+        if (fd == head && bk == head) {
+            self++;
+            continue;
+        }
         if ((fd & 15) || (bk & 15) || !fd || !bk) return 0;
         if ((fd >= lc->rw_start && fd < lc->rw_end) || (bk >= lc->rw_start && bk < lc->rw_end)) return 0;
         if (ptmd_source_read(mem, fd + PTMD_MCHUNK_BK, &back, 8) != 0 || back != head) return 0;
@@ -69,7 +72,7 @@ static int arena_shape(const ptmd_libc *lc, const ptmd_layout *L, ptmd_source *m
     ptmd_source_get(mem, av + L->ms_top, &top, 8);
     ptmd_source_get(mem, av + L->ms_system_mem, system_mem, 8);
     ptmd_source_get(mem, av + L->ms_flags, flags, 4);
-    if (top == ptmd_initial_top(av + L->ms_bins)) {            /* initial_top: a main arena never used */
+    if (top == ptmd_initial_top(av + L->ms_bins)) { /* initial_top: a main arena never used */
         *top_end = 0;
         return *system_mem == 0;
     }
@@ -132,8 +135,8 @@ static int first_region_at(ptmd_source *mem, const ptmd_maps *maps, uint64_t sbr
 
 /* mi: this process's mallinfo2(), which n_mmaps and mmapped_mem must equal; NULL for another process
  * or a core, where they must only agree with each other and their maxima. */
-static int mp_shape(const ptmd_layout *L, uintptr_t mp, uint64_t top_end, uint64_t system_mem, const ptmd_mallinfo2_rec *mi,
-                    int exact, uint32_t flags, ptmd_source *mem, const ptmd_maps *maps)
+static int mp_shape(const ptmd_layout *L, uintptr_t mp, uint64_t top_end, uint64_t system_mem,
+                    const ptmd_mallinfo2_rec *mi, int exact, uint32_t flags, ptmd_source *mem, const ptmd_maps *maps)
 {
     uint64_t sbrk_base = 0, mmapped_mem = 0, mmap_threshold = UINT64_MAX, tcache_bins = 0, tcache_count = 0;
     uint64_t max_mmapped_mem = 0;
@@ -162,8 +165,9 @@ static int mp_shape(const ptmd_layout *L, uintptr_t mp, uint64_t top_end, uint64
     return sbrk_base == 0;
 }
 
-static uintptr_t find_mp(const ptmd_libc *lc, const ptmd_layout *L, uint64_t top_end, uint64_t system_mem, uint32_t flags,
-                         ptmd_source *mem, const ptmd_maps *maps, const ptmd_mallinfo2_rec *mi, int exact)
+static uintptr_t find_mp(const ptmd_libc *lc, const ptmd_layout *L, uint64_t top_end, uint64_t system_mem,
+                         uint32_t flags, ptmd_source *mem, const ptmd_maps *maps, const ptmd_mallinfo2_rec *mi,
+                         int exact)
 {
     uintptr_t mp, hit = 0;
     size_t hits = 0;
@@ -194,7 +198,7 @@ static int locate_in(ptmd_libc *lc, ptmd_source *mem, const ptmd_maps *maps, con
     lc->tcache_tls = lc->thread_arena_tls = -1;
     lc->symbol_source = PTMD_SYMSRC_HEURISTIC;
     ptmd_strlcpy(lc->symbol_file, "", sizeof(lc->symbol_file));
-    if (!lc->layout) lc->layout = L;     /* newer than the table: the structure checks passed */
+    if (!lc->layout) lc->layout = L; /* newer than the table: the structure checks passed */
     return 1;
 }
 

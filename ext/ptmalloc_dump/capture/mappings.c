@@ -46,7 +46,7 @@ static int header_line(ptmd_mappings *m, const char *p, const char *eol)
     if (p < eol && *p == ' ') p++;
     r->offset = ptmd_parse_hex(&p, eol);
     while (p < eol && *p == ' ') p++;
-    while (p < eol && *p != ' ') p++;        /* dev */
+    while (p < eol && *p != ' ') p++; /* dev */
     r->inode = dec_field(&p, eol);
     while (p < eol && *p == ' ') p++;
     path = p;
@@ -180,8 +180,9 @@ int ptmd_mappings_read(ptmd_mappings *m, int pid, ptmd_err *err)
         if ((dropped = parse_smaps(m)) < 0) return ptmd_fail_sys(err, errno, smaps_path, "mmap scratch for");
         ptmd_buf_release(&m->text);
         if (read_status(status_path, &m->head, err) != 0) return -1;
-    } while (++tries < PTMD_MAPPINGS_TRIES && (dropped || m->head.vm_rss != before.vm_rss ||
-                                               m->head.rss_anon != before.rss_anon || m->head.rss_file != before.rss_file));
+    } while (++tries < PTMD_MAPPINGS_TRIES &&
+             (dropped || m->head.vm_rss != before.vm_rss || m->head.rss_anon != before.rss_anon ||
+              m->head.rss_file != before.rss_file));
     m->head.paths_len = m->paths.len;
     m->head.read_ns = ptmd_now_ns() - t0;
     m->present = 1;

@@ -8,9 +8,9 @@
 typedef struct {
     int present;
     ptmd_mappings_head head;
-    ptmd_buf recs;                  /* ptmd_mapping_rec */
-    ptmd_buf paths;                 /* the records' path bytes */
-    ptmd_buf text;                  /* smaps as read (released after parsing) */
+    ptmd_buf recs;  /* ptmd_mapping_rec */
+    ptmd_buf paths; /* the records' path bytes */
+    ptmd_buf text;  /* smaps as read (released after parsing) */
 } ptmd_mappings;
 
 /* Reads /proc/PID/smaps, then /proc/PID/status (pid 0: this process), into m (mmapped scratch; no

@@ -33,7 +33,7 @@ static int excluded(const ptmd_buf *ex, uint64_t lo, uint64_t hi)
 {
     const range *r = (const range *)(const void *)ex->base;
     size_t a = 0, b = PTMD_BUF_COUNT(ex, range);
-    while (a < b) {                       /* first range ending after lo */
+    while (a < b) { /* first range ending after lo */
         size_t mid = a + (b - a) / 2;
         if (r[mid].end <= lo) a = mid + 1;
         else b = mid;
@@ -88,7 +88,7 @@ static uint64_t valid_header(const ptmd_walk *w, uint64_t q, const uint64_t hdr[
     if ((sw & PTMD_SIZE_BITS) != PTMD_IS_MMAPPED || sz < PTMD_MINSIZE || total < w->page_size) return 0;
     if (ps > q || block < vs || (block & mask) || (total & mask) || total < sz) return 0;
     if (block + total > ve || block + total < block) return 0;
-    if (mis & (mis - 1)) return 0;      /* mem & (pagesize - 1) must be 0 or a power of two */
+    if (mis & (mis - 1)) return 0; /* mem & (pagesize - 1) must be 0 or a power of two */
     return total;
 }
 
@@ -105,7 +105,8 @@ static int in_ruby_page(ptmd_walk *w, uint64_t addr)
     size_t i;
     if (!w->ruby_page_size) return 0;
     body = addr & ~(w->ruby_page_size - 1);
-    if (ptmd_guarded_copy(w, body, &page, sizeof(page)) != 0 || !ptmd_ruby_page_record_ok(page, body, w->ruby_page_size))
+    if (ptmd_guarded_copy(w, body, &page, sizeof(page)) != 0 ||
+        !ptmd_ruby_page_record_ok(page, body, w->ruby_page_size))
         return 0;
     if (ptmd_guarded_copy(w, page, words, sizeof(words)) != 0) return 0;
     for (i = 0; i < PTMD_RUBY_RECORD_WORDS; i++)
@@ -159,8 +160,8 @@ static size_t aligned_candidates(const ptmd_walk *w, uint64_t block, uint64_t to
 
 /* The first of the k candidates whose header names the mapping at block: its offset is its distance
  * from block and its extent fits. Sets *total to that extent; 0 when none does. */
-static uint64_t own_header(ptmd_walk *w, uint64_t block, const uintptr_t *cand, size_t k, uint64_t *total,
-                           uint64_t vs, uint64_t ve)
+static uint64_t own_header(ptmd_walk *w, uint64_t block, const uintptr_t *cand, size_t k, uint64_t *total, uint64_t vs,
+                           uint64_t ve)
 {
     uint64_t hdrs[64][2], t;
     unsigned char ok[64];
@@ -190,8 +191,8 @@ static uint64_t aligned_header(ptmd_walk *w, uint64_t block, uint64_t *total, ui
     for (i = 0; i < n; i++) {
         uint8_t pf = 0;
         uint64_t page = cand[i] & ~(uint64_t)(w->page_size - 1);
-        if (page == block || (ptmd_source_pages(&w->src, page, 1, &pf) == 0 &&
-                              (pf & (PTMD_PAGE_PRESENT | PTMD_PAGE_SWAPPED))))
+        if (page == block ||
+            (ptmd_source_pages(&w->src, page, 1, &pf) == 0 && (pf & (PTMD_PAGE_PRESENT | PTMD_PAGE_SWAPPED))))
             cand[k++] = cand[i];
     }
     if ((q = own_header(w, block, cand, k, total, vs, ve)) != 0) return q;
@@ -219,8 +220,8 @@ static uint64_t aligned_header(ptmd_walk *w, uint64_t block, uint64_t *total, ui
 }
 
 /* Scans [vs, ve) page by page; returns -1 on a hard error. */
-static int scan_mapping(ptmd_walk *w, uint64_t vs, uint64_t ve, const ptmd_buf *ex,
-                        uint64_t *found, uint64_t *bytes, ptmd_err *err)
+static int scan_mapping(ptmd_walk *w, uint64_t vs, uint64_t ve, const ptmd_buf *ex, uint64_t *found, uint64_t *bytes,
+                        ptmd_err *err)
 {
     uint8_t flags[PTMD_SCAN_WINDOW];
     uintptr_t addrs[PTMD_SCAN_WINDOW];
@@ -324,7 +325,8 @@ int ptmd_walk_mmapped(ptmd_walk *w, ptmd_err *err)
         ptmd_buf_reserve(&w->chunks, (w->n_mmaps + 256) * 3 * sizeof(ptmd_chunk_rec)) != 0 ||
         ptmd_buf_reserve(&w->anomalies, 64 * sizeof(ptmd_anomaly_rec)) != 0 ||
         ptmd_buf_reserve(&ex, (PTMD_BUF_COUNT(&w->heaps, ptmd_heap_rec) + PTMD_BUF_COUNT(&w->threads, ptmd_thread_rec) +
-                               PTMD_BUF_COUNT(&w->exclude, range) + 64) * sizeof(range)) != 0) {
+                               PTMD_BUF_COUNT(&w->exclude, range) + 64) *
+                                  sizeof(range)) != 0) {
         rc = ptmd_fail_sys(err, errno, "mmapped-chunk scan", "mmap");
         goto out;
     }
@@ -342,8 +344,8 @@ int ptmd_walk_mmapped(ptmd_walk *w, ptmd_err *err)
         /* the dump's own buffers, in this process only: another's memory at those addresses is its own */
         const ptmd_buf *own[] = { PTMD_WALK_BUFFERS(w), &w->maps.text, &w->maps.maps, &ex };
         for (i = 0; i < sizeof(own) / sizeof(own[0]); i++)
-            if (own[i]->base && add_range(&ex, (uint64_t)(uintptr_t)own[i]->base,
-                                          (uint64_t)(uintptr_t)own[i]->base + own[i]->cap) != 0)
+            if (own[i]->base &&
+                add_range(&ex, (uint64_t)(uintptr_t)own[i]->base, (uint64_t)(uintptr_t)own[i]->base + own[i]->cap) != 0)
                 goto oom;
         if (w->src.pagemap.entries &&
             add_range(&ex, (uint64_t)(uintptr_t)w->src.pagemap.entries,
@@ -367,8 +369,8 @@ int ptmd_walk_mmapped(ptmd_walk *w, ptmd_err *err)
             goto out;
     }
     if (w->have_mp && (found != w->n_mmaps || !mmapped_mem_agrees(w, bytes)))
-        ptmd_walk_anomaly(w, PTMD_AN_MMAPPED_MISMATCH, (found << 32) | (w->n_mmaps & 0xffffffffu),
-                          bytes, PTMD_NO_ARENA);
+        ptmd_walk_anomaly(w, PTMD_AN_MMAPPED_MISMATCH, (found << 32) | (w->n_mmaps & 0xffffffffu), bytes,
+                          PTMD_NO_ARENA);
     rc = 0;
     goto out;
 oom:

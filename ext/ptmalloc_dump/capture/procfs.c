@@ -134,22 +134,18 @@ static int maps_load_path(ptmd_maps *m, const char *path, ptmd_err *err)
         skip_spaces(&p, eol);
         e->offset = ptmd_parse_hex(&p, eol);
         skip_spaces(&p, eol);
-        while (p < eol && *p != ' ') p++;           /* device */
+        while (p < eol && *p != ' ') p++; /* device */
         skip_spaces(&p, eol);
         e->inode = parse_dec(&p, eol);
         skip_spaces(&p, eol);
         name = p;
         if (name == eol || (eol - name >= 6 && memcmp(name, "[anon:", 6) == 0))
             e->kind = e->inode ? PTMD_MAPKIND_FILE : PTMD_MAPKIND_ANON;
-        else if (eol - name == 6 && memcmp(name, "[heap]", 6) == 0)
-            e->kind = PTMD_MAPKIND_BRK;
-        else if (eol - name >= 6 && memcmp(name, "[stack", 6) == 0)
-            e->kind = PTMD_MAPKIND_STACK;
-        else if (*name == '[')
-            e->kind = PTMD_MAPKIND_SPECIAL;
-        else
-            e->kind = PTMD_MAPKIND_FILE;
-        if (e->end <= e->start) m->maps.len -= sizeof(ptmd_map);   /* unparsable line */
+        else if (eol - name == 6 && memcmp(name, "[heap]", 6) == 0) e->kind = PTMD_MAPKIND_BRK;
+        else if (eol - name >= 6 && memcmp(name, "[stack", 6) == 0) e->kind = PTMD_MAPKIND_STACK;
+        else if (*name == '[') e->kind = PTMD_MAPKIND_SPECIAL;
+        else e->kind = PTMD_MAPKIND_FILE;
+        if (e->end <= e->start) m->maps.len -= sizeof(ptmd_map); /* unparsable line */
         p = eol + 1;
     }
     m->count = PTMD_BUF_COUNT(&m->maps, ptmd_map);
@@ -242,8 +238,7 @@ int ptmd_safe_read(ptmd_memreader *r, uintptr_t addr, void *dst, size_t len)
 
 #define PTMD_IOV_BATCH 512
 
-void ptmd_safe_read_many(ptmd_memreader *r, const uintptr_t *addrs, size_t n, size_t each,
-                         void *dst, unsigned char *ok)
+void ptmd_safe_read_many(ptmd_memreader *r, const uintptr_t *addrs, size_t n, size_t each, void *dst, unsigned char *ok)
 {
     unsigned char *out = dst;
     size_t i = 0;
@@ -282,8 +277,7 @@ int ptmd_pagemap_open(ptmd_pagemap *pm, ptmd_err *err)
     long ps = sysconf(_SC_PAGESIZE);
     pm->page_size = ps > 0 ? (size_t)ps : 4096;
     pm->cap = PTMD_PAGEMAP_BATCH;
-    pm->entries = mmap(NULL, pm->cap * sizeof(uint64_t), PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    pm->entries = mmap(NULL, pm->cap * sizeof(uint64_t), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (pm->entries == MAP_FAILED) {
         pm->entries = NULL;
         return ptmd_fail_sys(err, errno, "pagemap", "mmap scratch for");
@@ -412,7 +406,8 @@ long ptmd_list_tids(int pid, int *tids, size_t max)
 {
     char path[64];
     tid_list l = { tids, max, 0 };
-    int n = pid > 0 ? snprintf(path, sizeof(path), "/proc/%d/task", pid) : snprintf(path, sizeof(path), "/proc/self/task");
+    int n =
+        pid > 0 ? snprintf(path, sizeof(path), "/proc/%d/task", pid) : snprintf(path, sizeof(path), "/proc/self/task");
     if (n <= 0 || (size_t)n >= sizeof(path)) return -1;
     return numbered_entries(path, add_tid, &l);
 }

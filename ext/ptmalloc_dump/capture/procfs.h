@@ -6,16 +6,14 @@
 #include "capture/scratch.h"
 #include "format/format.h"
 
-enum {
-    PTMD_MAP_R = 1, PTMD_MAP_W = 2, PTMD_MAP_X = 4, PTMD_MAP_PRIVATE = 8
-};
+enum { PTMD_MAP_R = 1, PTMD_MAP_W = 2, PTMD_MAP_X = 4, PTMD_MAP_PRIVATE = 8 };
 
 typedef enum {
-    PTMD_MAPKIND_ANON = 0,      /* anonymous, no name (or [anon:...]) */
-    PTMD_MAPKIND_BRK,           /* [heap] */
-    PTMD_MAPKIND_STACK,         /* [stack] */
-    PTMD_MAPKIND_FILE,          /* backed by a file */
-    PTMD_MAPKIND_SPECIAL        /* [vdso], [vvar], [vsyscall], ... */
+    PTMD_MAPKIND_ANON = 0, /* anonymous, no name (or [anon:...]) */
+    PTMD_MAPKIND_BRK,      /* [heap] */
+    PTMD_MAPKIND_STACK,    /* [stack] */
+    PTMD_MAPKIND_FILE,     /* backed by a file */
+    PTMD_MAPKIND_SPECIAL   /* [vdso], [vvar], [vsyscall], ... */
 } ptmd_mapkind;
 
 typedef struct {
@@ -26,8 +24,8 @@ typedef struct {
 } ptmd_map;
 
 typedef struct {
-    ptmd_buf text;          /* raw /proc/self/maps */
-    ptmd_buf maps;          /* ptmd_map[], sorted by start */
+    ptmd_buf text; /* raw /proc/self/maps */
+    ptmd_buf maps; /* ptmd_map[], sorted by start */
     size_t count;
 } ptmd_maps;
 
@@ -54,7 +52,7 @@ int ptmd_maps_readable(const ptmd_maps *m, uintptr_t addr, size_t len);
 
 /* Reads of memory that another thread may unmap at any moment: never fault, report failure instead. */
 typedef struct {
-    int mem_fd;             /* /proc/self/mem, used when process_vm_readv is refused */
+    int mem_fd; /* /proc/self/mem, used when process_vm_readv is refused */
     int use_vm_readv;
 } ptmd_memreader;
 
@@ -63,14 +61,14 @@ void ptmd_memreader_close(ptmd_memreader *r);
 /* 0 when all len bytes were read. */
 int ptmd_safe_read(ptmd_memreader *r, uintptr_t addr, void *dst, size_t len);
 /* Reads `each` bytes at every address in addrs[0..n) into dst (n*each bytes); ok[i] says which succeeded. */
-void ptmd_safe_read_many(ptmd_memreader *r, const uintptr_t *addrs, size_t n, size_t each,
-                         void *dst, unsigned char *ok);
+void ptmd_safe_read_many(ptmd_memreader *r, const uintptr_t *addrs, size_t n, size_t each, void *dst,
+                         unsigned char *ok);
 
 typedef struct {
-    int fd;                     /* /proc/self/pagemap, or -1 to use mincore */
+    int fd; /* /proc/self/pagemap, or -1 to use mincore */
     ptmd_residency_source source;
     size_t page_size;
-    uint64_t *entries;          /* fixed scratch, mmapped */
+    uint64_t *entries; /* fixed scratch, mmapped */
     size_t cap;
 } ptmd_pagemap;
 

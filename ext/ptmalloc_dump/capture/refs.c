@@ -14,13 +14,13 @@
 #include <errno.h>
 #include <string.h>
 
-#define PTMD_REFS_BLOCK 8192          /* words per fault-free read of an mmapped chunk */
+#define PTMD_REFS_BLOCK 8192 /* words per fault-free read of an mmapped chunk */
 
 /* One heap in the chunk-start map, in address order. */
 typedef struct {
-    uint64_t start, end;              /* start rounded down to MALLOC_ALIGNMENT */
-    uint64_t first_chunk;             /* chunk index of the heap's first chunk */
-    uint64_t word0;                   /* its first 64-bit word in the map */
+    uint64_t start, end;  /* start rounded down to MALLOC_ALIGNMENT */
+    uint64_t first_chunk; /* chunk index of the heap's first chunk */
+    uint64_t word0;       /* its first 64-bit word in the map */
 } cmap_heap;
 
 /* Bits set in x. Inline: the baseline x86-64 has no popcnt instruction, and __builtin_popcountll
@@ -34,9 +34,18 @@ static inline uint64_t bits_set(uint64_t x)
 }
 
 /* The map: heaps (cmap_heap[n]), then bits (uint64[words]), then ranks (uint32[words]). */
-static cmap_heap *cm_heaps(const ptmd_walk *w) { return (cmap_heap *)(void *)w->cmap.base; }
-static uint64_t *cm_bits(const ptmd_walk *w) { return (uint64_t *)(void *)(w->cmap.base + w->cmap_n * sizeof(cmap_heap)); }
-static uint32_t *cm_ranks(const ptmd_walk *w) { return (uint32_t *)(void *)(cm_bits(w) + w->cmap_words); }
+static cmap_heap *cm_heaps(const ptmd_walk *w)
+{
+    return (cmap_heap *)(void *)w->cmap.base;
+}
+static uint64_t *cm_bits(const ptmd_walk *w)
+{
+    return (uint64_t *)(void *)(w->cmap.base + w->cmap_n * sizeof(cmap_heap));
+}
+static uint32_t *cm_ranks(const ptmd_walk *w)
+{
+    return (uint32_t *)(void *)(cm_bits(w) + w->cmap_words);
+}
 
 static int build_cmap(ptmd_walk *w)
 {
@@ -192,9 +201,9 @@ static int scan_safe(ptmd_walk *w, uint64_t ci, const ptmd_heap_rec *hp)
     while (p + 8 <= end) {
         uint64_t n = (end - p) / 8, k;
         if (n > PTMD_REFS_BLOCK) n = PTMD_REFS_BLOCK;
-        if (n * 8 > (p & ~(ps - 1)) + ps - p) n = ((p & ~(ps - 1)) + ps - p) / 8;   /* a page at a time */
+        if (n * 8 > (p & ~(ps - 1)) + ps - p) n = ((p & ~(ps - 1)) + ps - p) / 8; /* a page at a time */
         if (!page_untouched(w, hp, p)) {
-            if (ptmd_guarded_copy(w, p, buf, n * 8) != 0) return 0;   /* unmapped meanwhile */
+            if (ptmd_guarded_copy(w, p, buf, n * 8) != 0) return 0; /* unmapped meanwhile */
             for (k = 0; k < n; k++)
                 if (add_ref(w, ci, buf[k]) != 0) return -1;
         }

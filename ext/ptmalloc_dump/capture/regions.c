@@ -27,9 +27,9 @@
 
 typedef struct {
     ptmd_walk *w;
-    uint64_t base;              /* address of the window in buf, 1 when none */
-    uint64_t brk_start, brk_end;    /* the region found from sbrk_base, scanned no more */
-    uint64_t known_start, known_end;    /* the known region last read directly */
+    uint64_t base;                   /* address of the window in buf, 1 when none */
+    uint64_t brk_start, brk_end;     /* the region found from sbrk_base, scanned no more */
+    uint64_t known_start, known_end; /* the known region last read directly */
     unsigned char buf[WINDOW];
 } cursor;
 
@@ -42,7 +42,7 @@ static const uint64_t *known_at(uint64_t p)
 {
     const uint64_t *r = (const uint64_t *)(const void *)known.base;
     size_t lo = 0, hi = known.len / (2 * sizeof(uint64_t));
-    while (lo < hi) {                       /* the first region ending after p */
+    while (lo < hi) { /* the first region ending after p */
         size_t mid = lo + (hi - lo) / 2;
         if (r[2 * mid + 1] <= p) lo = mid + 1;
         else hi = mid;
@@ -134,7 +134,7 @@ static int own_memory(const ptmd_walk *w, uint64_t p)
 {
     const ptmd_buf *own[] = { PTMD_WALK_BUFFERS(w), &w->maps.text, &w->maps.maps };
     size_t i;
-    if (!w->src.in_place) return 0;      /* another process's memory: none of it is ours */
+    if (!w->src.in_place) return 0; /* another process's memory: none of it is ours */
     for (i = 0; i < sizeof(own) / sizeof(own[0]); i++) {
         uint64_t b = (uint64_t)(uintptr_t)own[i]->base;
         if (b && p >= b && p < b + own[i]->cap) return 1;
@@ -188,7 +188,7 @@ static int scan_extent(ptmd_walk *w, ptmd_arena_ctx *a, cursor *c, size_t mi, ui
                 continue;
             if ((end = region_end(c, a, addrs[i], limit)) == 0) continue;
             if (add_region(w, a, m, addrs[i], end) != 0) return -1;
-            pos = end;      /* the rest of this batch lies inside the region or after it */
+            pos = end; /* the rest of this batch lies inside the region or after it */
             if (end > next) next = end;
         }
         pos = next;
@@ -217,8 +217,9 @@ int ptmd_main_regions(ptmd_walk *w, ptmd_arena_ctx *a, ptmd_err *err)
     /* the brk region first, where sbrk_base's first chunk is aligned as sysmalloc aligned it */
     if (w->have_mp && w->sbrk_base) {
         const ptmd_map *m = ptmd_maps_find(&w->maps, w->sbrk_base);
-        uint64_t first = w->sbrk_base + ((PTMD_MALLOC_ALIGNMENT - ((w->sbrk_base + PTMD_CHUNK_HDR_SZ) & PTMD_MALLOC_ALIGN_MASK)) &
-                                         PTMD_MALLOC_ALIGN_MASK);
+        uint64_t first =
+            w->sbrk_base + ((PTMD_MALLOC_ALIGNMENT - ((w->sbrk_base + PTMD_CHUNK_HDR_SZ) & PTMD_MALLOC_ALIGN_MASK)) &
+                            PTMD_MALLOC_ALIGN_MASK);
         for (i = 0; m && i < w->maps.count; i++) {
             if (PTMD_BUF_AT(&w->maps.maps, ptmd_map, i) != m) continue;
             if (region_mapping(m)) {

@@ -24,16 +24,16 @@
 #include <string.h>
 #include <unistd.h>
 
-#define PTMD_ROOTS_BLOCK 8192                   /* words per read */
-#define PTMD_ROOTS_MAX 65536                    /* ranges */
-#define PTMD_TLS_BELOW_MAX (1u << 20)           /* static TLS below the thread pointer, at most */
-#define PTMD_TLS_BELOW_DEFAULT (4u << 10)       /* when no module's TLS block says */
-#define PTMD_TLS_ABOVE (4u << 10)               /* struct pthread above it (2,304 bytes in 2.36) */
+#define PTMD_ROOTS_BLOCK 8192             /* words per read */
+#define PTMD_ROOTS_MAX 65536              /* ranges */
+#define PTMD_TLS_BELOW_MAX (1u << 20)     /* static TLS below the thread pointer, at most */
+#define PTMD_TLS_BELOW_DEFAULT (4u << 10) /* when no module's TLS block says */
+#define PTMD_TLS_ABOVE (4u << 10)         /* struct pthread above it (2,304 bytes in 2.36) */
 
 typedef struct {
     ptmd_buf *out;
-    uint64_t tp;                /* the dumping thread's thread pointer, 0 when unknown */
-    uint64_t tls_below;         /* how far below it the static TLS blocks reach */
+    uint64_t tp;        /* the dumping thread's thread pointer, 0 when unknown */
+    uint64_t tls_below; /* how far below it the static TLS blocks reach */
     int oom;
 } phdr_ctx;
 
@@ -53,7 +53,8 @@ static void set_thread_name(ptmd_root_rec *r, const char *what, uint32_t tid)
 {
     char digits[12];
     size_t n = 0, at;
-    do digits[n++] = (char)('0' + tid % 10); while ((tid /= 10) && n < sizeof(digits));
+    do digits[n++] = (char)('0' + tid % 10);
+    while ((tid /= 10) && n < sizeof(digits));
     at = strlen(what);
     memcpy(r->name, what, at);
     memcpy(r->name + at, " of thread ", 11);
@@ -104,7 +105,8 @@ static int each_object(struct dl_phdr_info *info, size_t size, void *data)
         const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
         ptmd_root_rec *r;
         if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_W) || !ph->p_memsz) continue;
-        r = push_root(c->out, info->dlpi_addr + ph->p_vaddr, info->dlpi_addr + ph->p_vaddr + ph->p_memsz, PTMD_ROOT_DATA, 0);
+        r = push_root(c->out, info->dlpi_addr + ph->p_vaddr, info->dlpi_addr + ph->p_vaddr + ph->p_memsz,
+                      PTMD_ROOT_DATA, 0);
         if (!r) {
             c->oom = PTMD_BUF_COUNT(c->out, ptmd_root_rec) < PTMD_ROOTS_MAX;
             return c->oom;
@@ -226,7 +228,7 @@ static int scan_words(ptmd_walk *w, uint32_t root, uint64_t at, const uint64_t *
  * read page by page (a thread may exit and unmap its stack meanwhile). */
 static int scan_root(ptmd_walk *w, uint32_t root)
 {
-    uint64_t buf[PTMD_ROOTS_BLOCK];   /* on the stack below the dump's outermost frame: not scanned */
+    uint64_t buf[PTMD_ROOTS_BLOCK]; /* on the stack below the dump's outermost frame: not scanned */
     uint8_t flags[PTMD_ROOTS_BLOCK * 8 / 4096 + 2];
     const ptmd_root_rec r = *PTMD_BUF_AT(&w->roots, ptmd_root_rec, root);
     uint64_t ps = w->page_size, p = r.start;

@@ -28,8 +28,10 @@ void ptmd_ruby_code_init(void)
 {
     L = ptmd_code_layout_find();
     if (!L)
-        snprintf(problem, sizeof(problem), "the method entry and iseq layouts of Ruby %d.%d are not known to this "
-                 "version of ptmalloc_dump", RUBY_API_VERSION_MAJOR, RUBY_API_VERSION_MINOR);
+        snprintf(problem, sizeof(problem),
+                 "the method entry and iseq layouts of Ruby %d.%d are not known to this "
+                 "version of ptmalloc_dump",
+                 RUBY_API_VERSION_MAJOR, RUBY_API_VERSION_MINOR);
     id_attached = rb_intern("__attached__");
     rubyvm_class = rb_const_get(rb_cObject, rb_intern("RubyVM"));
 }
@@ -70,7 +72,8 @@ static int heap_pointer(uint64_t p)
 
 static int object_of_type(const ptmd_ruby_data *rd, uint64_t v, int type)
 {
-    return v && !RB_SPECIAL_CONST_P((VALUE)v) && ptmd_ruby_in_pages(rd, (VALUE)v) && (int)BUILTIN_TYPE((VALUE)v) == type;
+    return v && !RB_SPECIAL_CONST_P((VALUE)v) && ptmd_ruby_in_pages(rd, (VALUE)v) &&
+           (int)BUILTIN_TYPE((VALUE)v) == type;
 }
 
 static int is_module(const ptmd_ruby_data *rd, uint64_t v)
@@ -122,7 +125,7 @@ typedef struct {
  * slots as entries. A block's iseq finds its method's entry in one probe or a few, where a search of
  * the entries sorted by iseq waits on memory at each of its steps. */
 typedef struct {
-    ptmd_buf slots;                 /* uint32: index into the ment_info list + 1, 0 empty */
+    ptmd_buf slots; /* uint32: index into the ment_info list + 1, 0 empty */
     size_t mask;
 } ment_index;
 
@@ -143,7 +146,7 @@ static int index_ments(const ptmd_buf *info, ment_index *ix)
         size_t h;
         if (!m->iseq) continue;
         for (h = iseq_slot(m->iseq, ix->mask); t[h]; h = (h + 1) & ix->mask)
-            if (PTMD_BUF_AT(info, ment_info, t[h] - 1)->iseq == m->iseq) break;     /* the first entry keeps it */
+            if (PTMD_BUF_AT(info, ment_info, t[h] - 1)->iseq == m->iseq) break; /* the first entry keeps it */
         if (!t[h]) t[h] = (uint32_t)i + 1;
     }
     return 0;
@@ -164,13 +167,13 @@ static const ment_info *ment_of_iseq(const ptmd_buf *info, const ment_index *ix,
 typedef struct {
     uint64_t key;
     uint32_t kind;
-    uint32_t slot;                  /* record index * 3 + field (0 module, 1 method, 2 path) */
+    uint32_t slot; /* record index * 3 + field (0 module, 1 method, 2 path) */
 } name_ref;
 
 /* One distinct key, in the open-addressing table that gives it its name entry's index. */
 typedef struct {
     uint64_t key;
-    uint32_t kind;                  /* 0: empty */
+    uint32_t kind; /* 0: empty */
     uint32_t index;
 } name_slot;
 
@@ -193,7 +196,8 @@ static int add_record(ptmd_code_pass *cp, ptmd_ruby_data *rd, ptmd_buf *refs, ui
 {
     ptmd_ruby_code *r = ptmd_buf_push(&rd->code, sizeof(*r));
     uint32_t index = (uint32_t)(PTMD_BUF_COUNT(&rd->code, ptmd_ruby_code) - 1);
-    name_ref n[3] = { { module, kind == PTMD_CODE_VM_TABLE ? PTMD_NAME_VM_TABLE : PTMD_NAME_MODULE, index * 3 }, { id, PTMD_NAME_METHOD, index * 3 + 1 },
+    name_ref n[3] = { { module, kind == PTMD_CODE_VM_TABLE ? PTMD_NAME_VM_TABLE : PTMD_NAME_MODULE, index * 3 },
+                      { id, PTMD_NAME_METHOD, index * 3 + 1 },
                       { loc.pathobj, PTMD_NAME_PATH, index * 3 + 2 } };
     int k;
     if (!r) return cp->oom = -1;
@@ -218,7 +222,8 @@ static uint64_t module_itself(const ptmd_ruby_data *rd, uint64_t v)
 
 static size_t anonymous(char *buf, size_t cap, VALUE mod)
 {
-    int n = snprintf(buf, cap, "#<%s:0x%016lx>", BUILTIN_TYPE(mod) == T_MODULE ? "Module" : "Class", (unsigned long)mod);
+    int n =
+        snprintf(buf, cap, "#<%s:0x%016lx>", BUILTIN_TYPE(mod) == T_MODULE ? "Module" : "Class", (unsigned long)mod);
     return n > 0 && (size_t)n < cap ? (size_t)n : 0;
 }
 
@@ -228,12 +233,13 @@ static size_t module_name(const ptmd_ruby_data *rd, VALUE mod, const char **out,
 {
     VALUE name;
     *out = buf;
-    if (BUILTIN_TYPE(mod) == T_CLASS && FL_TEST_RAW(mod, RUBY_FL_SINGLETON)) {     /* RCLASS_SINGLETON_P */
+    if (BUILTIN_TYPE(mod) == T_CLASS && FL_TEST_RAW(mod, RUBY_FL_SINGLETON)) { /* RCLASS_SINGLETON_P */
         VALUE of = Qnil;
         if (!L->class_attached) of = rb_attr_get(mod, id_attached);
         else if (ptmd_ruby_slot_size(rd, mod) >= L->class_attached + sizeof(VALUE))
             of = (VALUE)word_at((uint64_t)mod, L->class_attached);
-        if (is_module(rd, (uint64_t)of) && RB_TYPE_P(name = rb_mod_name(of), T_STRING) && (size_t)RSTRING_LEN(name) + 10 < cap) {
+        if (is_module(rd, (uint64_t)of) && RB_TYPE_P(name = rb_mod_name(of), T_STRING) &&
+            (size_t)RSTRING_LEN(name) + 10 < cap) {
             size_t len = (size_t)RSTRING_LEN(name);
             memcpy(buf, "#<Class:", 8);
             memcpy(buf + 8, RSTRING_PTR(name), len);
@@ -276,7 +282,7 @@ static int resolve_name(ptmd_ruby_data *rd, const name_ref *n)
         else s = "(unknown)";
     } else {
         VALUE str = n->kind == PTMD_NAME_METHOD ? rb_id2str((ID)n->key) : (VALUE)n->key;
-        if (n->kind == PTMD_NAME_PATH && BUILTIN_TYPE(str) == T_ARRAY)   /* [path, realpath] */
+        if (n->kind == PTMD_NAME_PATH && BUILTIN_TYPE(str) == T_ARRAY) /* [path, realpath] */
             str = RARRAY_LEN(str) > 0 ? RARRAY_AREF(str, 0) : Qnil;
         if (str && RB_TYPE_P(str, T_STRING)) {
             s = RSTRING_PTR(str);
@@ -349,7 +355,6 @@ out:
     ptmd_buf_release(&table);
     return rc;
 }
-
 
 /* The loops over noted objects go in batches, each in phases: a phase asks for the lines the next one
  * reads (a method definition, an iseq's slot, its body) for the whole batch, so that the waits on
@@ -497,7 +502,7 @@ static int order_records(ptmd_ruby_data *rd, const size_t *ends)
         size_t best = PTMD_CODE_RUNS;
         for (k = 0; k < PTMD_CODE_RUNS; k++)
             if (at[k] < ends[k] && (best == PTMD_CODE_RUNS || r[at[k]].address < r[at[best]].address)) best = k;
-        if (!m || out[m - 1].address != r[at[best]].address) out[m++] = r[at[best]];   /* one record an address */
+        if (!m || out[m - 1].address != r[at[best]].address) out[m++] = r[at[best]]; /* one record an address */
         at[best]++;
     }
     memcpy(r, out, m * sizeof(*r));

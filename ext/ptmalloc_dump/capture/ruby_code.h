@@ -7,10 +7,10 @@
 #include "capture/ruby_data.h"
 
 typedef struct {
-    ptmd_buf modules;               /* uint64 VALUE: T_CLASS, T_MODULE, T_ICLASS */
-    ptmd_buf ments;                 /* uint64 VALUE: T_IMEMO ment */
-    ptmd_buf iseqs;                 /* uint64 VALUE: T_IMEMO iseq */
-    uint64_t vm;                    /* the rb_vm_t the RubyVM object wraps, 0 until the walk meets it */
+    ptmd_buf modules; /* uint64 VALUE: T_CLASS, T_MODULE, T_ICLASS */
+    ptmd_buf ments;   /* uint64 VALUE: T_IMEMO ment */
+    ptmd_buf iseqs;   /* uint64 VALUE: T_IMEMO iseq */
+    uint64_t vm;      /* the rb_vm_t the RubyVM object wraps, 0 until the walk meets it */
     int oom;
 } ptmd_code_pass;
 

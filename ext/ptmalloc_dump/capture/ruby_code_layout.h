@@ -44,7 +44,7 @@ typedef struct {
     int first_lineno_fixnum;        /* location.first_lineno is a Fixnum VALUE, not an int */
     unsigned class_attached;        /* offset of a singleton class's object in its slot; 0: in the ivar
                                        __attached__ (class.c) */
-    const ptmd_vm_field *vm_fields;      /* read from the rb_vm_t the RubyVM object wraps */
+    const ptmd_vm_field *vm_fields; /* read from the rb_vm_t the RubyVM object wraps */
     size_t n_vm_fields;
 } ptmd_code_layout;
 

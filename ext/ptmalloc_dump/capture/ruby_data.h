@@ -9,17 +9,17 @@
 typedef struct {
     int present;
     ptmd_ruby_meta meta;
-    ptmd_buf pages;                 /* ptmd_ruby_page */
-    ptmd_buf objects;               /* ptmd_ruby_object */
-    ptmd_buf words;                 /* uint64 */
-    ptmd_buf names;                 /* serialized RUBY_NAMES entries */
+    ptmd_buf pages;   /* ptmd_ruby_page */
+    ptmd_buf objects; /* ptmd_ruby_object */
+    ptmd_buf words;   /* uint64 */
+    ptmd_buf names;   /* serialized RUBY_NAMES entries */
     uint64_t n_names;
-    ptmd_gc_rec gc;                 /* GC.stat's counts, taken with the pass */
-    ptmd_buf code;                  /* ptmd_ruby_code, by address (capture/ruby_code.c); empty when skipped */
-    ptmd_buf code_names;            /* serialized RUBY_CODE_NAMES entries */
+    ptmd_gc_rec gc;      /* GC.stat's counts, taken with the pass */
+    ptmd_buf code;       /* ptmd_ruby_code, by address (capture/ruby_code.c); empty when skipped */
+    ptmd_buf code_names; /* serialized RUBY_CODE_NAMES entries */
     uint64_t n_code_names;
     int code_present;
-    uint64_t page_size;             /* ptmd_ruby_heap_page_size (): pages recognised by their structure */
+    uint64_t page_size; /* ptmd_ruby_heap_page_size (): pages recognised by their structure */
 } ptmd_ruby_data;
 
 /* True when v is a slot of one of rd's recorded pages (so it may be read as an object). */

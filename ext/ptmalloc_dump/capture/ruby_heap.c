@@ -42,7 +42,7 @@ static size_t (*obj_slot_size)(VALUE);
 static const char *const internal_functions[] = { "rb_objspace_each_objects" };
 static const char *missing[sizeof(internal_functions) / sizeof(internal_functions[0]) + 1];
 
-#define PTMD_RUBY_USHIFT 12              /* FL_USHIFT: T_IMEMO keeps its imemo_type above it */
+#define PTMD_RUBY_USHIFT 12 /* FL_USHIFT: T_IMEMO keeps its imemo_type above it */
 #define PTMD_MIN_POINTER 0x10000ull
 #define PTMD_MAX_POINTER 0x800000000000ull
 
@@ -54,14 +54,14 @@ typedef struct {
 
 typedef struct {
     ptmd_ruby_data *rd;
-    ptmd_buf table;                      /* open addressing of name_slot */
+    ptmd_buf table; /* open addressing of name_slot */
     size_t cap, used;
-    ptmd_buf keys;                       /* name_slot in index order */
+    ptmd_buf keys; /* name_slot in index order */
     uint64_t last_klass;
     uint32_t last_index;
-    ptmd_code_pass code;                 /* what the code pass needs of the walk (capture/ruby_code.c) */
-    int sweeping;                        /* a lazy sweep is pending: some objects may be garbage */
-    size_t found;                        /* objects on the pages found by structure, kept or not */
+    ptmd_code_pass code; /* what the code pass needs of the walk (capture/ruby_code.c) */
+    int sweeping;        /* a lazy sweep is pending: some objects may be garbage */
+    size_t found;        /* objects on the pages found by structure, kept or not */
     int oom;
 } pass_ctx;
 
@@ -166,7 +166,8 @@ static inline uint16_t keep_slot_words(pass_ctx *c, VALUE v, VALUE flags, int ty
             if (flags & RARRAY_TRANSIENT_FLAG) {
                 const VALUE *e = RARRAY(v)->as.heap.ptr;
                 long n = RARRAY(v)->as.heap.len, i;
-                for (i = 0; i < n && i < 256 && kept < UINT16_MAX; i++) kept = (uint16_t)(kept + keep_int(c, (uint64_t)e[i]));
+                for (i = 0; i < n && i < 256 && kept < UINT16_MAX; i++)
+                    kept = (uint16_t)(kept + keep_int(c, (uint64_t)e[i]));
             }
 #endif
         } else {
@@ -182,10 +183,12 @@ static inline uint16_t keep_slot_words(pass_ctx *c, VALUE v, VALUE flags, int ty
             {
                 const VALUE *e = ROBJECT(v)->as.heap.ivptr;
                 uint32_t n = ROBJECT(v)->as.heap.numiv, i;
-                for (i = 0; e && i < n && i < 256 && kept < UINT16_MAX; i++) kept = (uint16_t)(kept + keep_int(c, (uint64_t)e[i]));
+                for (i = 0; e && i < n && i < 256 && kept < UINT16_MAX; i++)
+                    kept = (uint16_t)(kept + keep_int(c, (uint64_t)e[i]));
             }
 #endif
-        } else for (k = 2; k < nw; k++) kept = (uint16_t)(kept + keep_int(c, w[k]));
+        } else
+            for (k = 2; k < nw; k++) kept = (uint16_t)(kept + keep_int(c, w[k]));
         break;
     case T_HASH:
 #if RUBY_API_VERSION_MAJOR * 100 + RUBY_API_VERSION_MINOR >= 303
@@ -194,11 +197,11 @@ static inline uint16_t keep_slot_words(pass_ctx *c, VALUE v, VALUE flags, int ty
          * an ar_table holds its pairs in the slot and owns nothing. */
         if ((flags & RUBY_FL_USER3) && stride >= 3 * sizeof(VALUE) + sizeof(st_table)) {
             const st_table *t = (const st_table *)(p + 3 * sizeof(VALUE));
-            kept = (uint16_t)(keep_word(c, (uint64_t)(uintptr_t)t->bins) +
-                              keep_word(c, (uint64_t)(uintptr_t)t->entries));
+            kept =
+                (uint16_t)(keep_word(c, (uint64_t)(uintptr_t)t->bins) + keep_word(c, (uint64_t)(uintptr_t)t->entries));
         }
 #else
-        kept = keep_word(c, w[2]);           /* RHash.as.st / as.ar, the only pointer (internal/hash.h) */
+        kept = keep_word(c, w[2]); /* RHash.as.st / as.ar, the only pointer (internal/hash.h) */
 #endif
         break;
     case T_DATA:
@@ -212,23 +215,21 @@ static inline uint16_t keep_slot_words(pass_ctx *c, VALUE v, VALUE flags, int ty
             const rb_data_type_t *dt = RTYPEDDATA_TYPE(v);
             size_t first = (size_t)((uintptr_t)RTYPEDDATA_GET_DATA(v) - p) / sizeof(VALUE), end = nw;
             size_t words = dt->function.dsize
-                ? (dt->function.dsize(RTYPEDDATA_GET_DATA(v)) + sizeof(VALUE) - 1) / sizeof(VALUE) : 0;
+                               ? (dt->function.dsize(RTYPEDDATA_GET_DATA(v)) + sizeof(VALUE) - 1) / sizeof(VALUE)
+                               : 0;
             if (words && first + words < end) end = first + words;
-            for (k = first; k < end; k++)
-                kept = (uint16_t)(kept + keep_word(c, w[k]));
+            for (k = first; k < end; k++) kept = (uint16_t)(kept + keep_word(c, w[k]));
             break;
         }
 #endif
         kept = keep_word(c, (uint64_t)(uintptr_t)DATA_PTR(v));
         break;
-    case T_REGEXP:
-        kept = keep_word(c, (uint64_t)(uintptr_t)RREGEXP_PTR(v));
-        break;
-    case T_FILE:
-        kept = keep_word(c, (uint64_t)(uintptr_t)RFILE(v)->fptr);
-        break;
-    case T_FLOAT: case T_RATIONAL: case T_COMPLEX: case T_SYMBOL:
-        break;
+    case T_REGEXP: kept = keep_word(c, (uint64_t)(uintptr_t)RREGEXP_PTR(v)); break;
+    case T_FILE: kept = keep_word(c, (uint64_t)(uintptr_t)RFILE(v)->fptr); break;
+    case T_FLOAT:
+    case T_RATIONAL:
+    case T_COMPLEX:
+    case T_SYMBOL: break;
     default:
         /* a struct's members, a proc's environment, ...: pointers and Integers holding one */
         for (k = 2; k < nw; k++) kept = (uint16_t)(kept + keep_word(c, w[k]) + keep_int(c, w[k]));
@@ -259,7 +260,7 @@ static int each_page(void *start, void *end, size_t stride, void *data)
             pg->free++;
             continue;
         }
-        if (type == T_ZOMBIE || type == T_MOVED) continue;     /* not live: finalizer pending, or moved */
+        if (type == T_ZOMBIE || type == T_MOVED) continue; /* not live: finalizer pending, or moved */
         pg->live++;
         if (!(o = append(c, &c->rd->objects, sizeof(*o)))) return 1;
         o->address = (uint64_t)v;
@@ -369,8 +370,9 @@ void ptmd_ruby_heap_init(void)
     VALUE stat = rb_hash_new();
     each_objects = (each_objects_fn *)lookup("rb_objspace_each_objects");
     {
-        VALUE k = rb_const_defined(rb_mGC, rb_intern("INTERNAL_CONSTANTS")) ?
-                  rb_const_get(rb_mGC, rb_intern("INTERNAL_CONSTANTS")) : Qnil;
+        VALUE k = rb_const_defined(rb_mGC, rb_intern("INTERNAL_CONSTANTS"))
+                      ? rb_const_get(rb_mGC, rb_intern("INTERNAL_CONSTANTS"))
+                      : Qnil;
         VALUE v = RB_TYPE_P(k, T_HASH) ? rb_hash_lookup(k, ID2SYM(rb_intern("HEAP_PAGE_SIZE"))) : Qnil;
         uint64_t ps = RB_INTEGER_TYPE_P(v) ? NUM2ULL(v) : 0, body = ps;
         if (!ps && RB_TYPE_P(k, T_HASH)) {
@@ -389,7 +391,7 @@ void ptmd_ruby_heap_init(void)
         page_shape.body_size = heap_page_size ? body : 0;
         /* the slot size: one for every page where the GC has one pool (Ruby 3.1's SIZE_POOL_COUNT 1),
          * else the page's own (rb_gc_obj_slot_size, 3.2 on) */
-        obj_slot_size = (size_t (*)(VALUE))lookup("rb_gc_obj_slot_size");
+        obj_slot_size = (size_t(*)(VALUE))lookup("rb_gc_obj_slot_size");
         if (obj_slot_size) {
             page_shape.stride_of = obj_slot_size;
         } else if (RB_TYPE_P(k, T_HASH)) {
@@ -578,7 +580,8 @@ int ptmd_ruby_pass_in_copy(ptmd_ruby_data *rd, char *why, size_t cap)
     uint64_t t0 = ptmd_now_ns();
     begin_pass(rd, &c);
     if (!pages_by_structure(rd, &c)) {
-        snprintf(why, cap, "Ruby's pages found by their structure in the snapshot held %lu objects where GC.stat "
+        snprintf(why, cap,
+                 "Ruby's pages found by their structure in the snapshot held %lu objects where GC.stat "
                  "counts %lu (a page swapped out, or one not recognised); the snapshot process may not ask the GC, "
                  "whose sweep would run garbage's finalizers a second time: dump with fork: false for the Ruby heap",
                  (unsigned long)c.found, (unsigned long)rb_gc_stat(sym_live));

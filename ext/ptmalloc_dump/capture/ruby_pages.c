@@ -14,8 +14,8 @@
 
 #define PTMD_RUBY_MIN_STRIDE 16
 #define PTMD_RUBY_MAX_STRIDE 4096
-#define PTMD_RUBY_BATCH 512             /* page starts read per process_vm_readv */
-#define PTMD_RUBY_VEC 65536             /* pages whose residency one mincore() call asks */
+#define PTMD_RUBY_BATCH 512 /* page starts read per process_vm_readv */
+#define PTMD_RUBY_VEC 65536 /* pages whose residency one mincore() call asks */
 #define PTMD_RUBY_NO_FIELD 0xffffffffu
 
 static uint64_t stride_at(const ptmd_ruby_shape *s, uint64_t start)
@@ -75,8 +75,7 @@ void ptmd_ruby_pages_learn(ptmd_ruby_shape *s, uint64_t start, uint64_t end, uin
         uint64_t back;
         if (words[i] == start) mask |= 1u << i;
         if (!(s->node_mask & (1u << i)) || !words[i] || (words[i] & 7)) continue;
-        if (ptmd_safe_read(&s->mem, words[i] + 8, &back, sizeof(back)) == 0 && back == record + 8 * i)
-            nodes |= 1u << i;
+        if (ptmd_safe_read(&s->mem, words[i] + 8, &back, sizeof(back)) == 0 && back == record + 8 * i) nodes |= 1u << i;
     }
     s->start_mask &= mask;
     s->node_mask &= nodes;
@@ -138,8 +137,7 @@ static int flush(finder *f, ptmd_err *err)
     for (i = 0; i < k; i++) {
         uint64_t body = f->bodies[i], start = f->words[i][s->start_word], next = f->words[i][s->node_word];
         uint64_t stride, end;
-        if (!f->ok[i] || start <= body || start - body > PTMD_RUBY_FIRST_SLOT_MAX || (start & 7) || !next ||
-            (next & 7))
+        if (!f->ok[i] || start <= body || start - body > PTMD_RUBY_FIRST_SLOT_MAX || (start & 7) || !next || (next & 7))
             continue;
         stride = stride_at(s, start);
         if (stride < PTMD_RUBY_MIN_STRIDE || stride > PTMD_RUBY_MAX_STRIDE || (stride & 7)) continue;
@@ -162,7 +160,7 @@ static int flush(finder *f, ptmd_err *err)
 
 int ptmd_ruby_pages_find(const ptmd_ruby_shape *s, ptmd_buf *pages, ptmd_err *err)
 {
-    static finder f;                  /* 140 KiB: not on a stack that may be a thread's small one */
+    static finder f; /* 140 KiB: not on a stack that may be a thread's small one */
     const uint64_t sys_page = (uint64_t)sysconf(_SC_PAGESIZE);
     ptmd_maps maps;
     size_t i;

@@ -11,29 +11,29 @@
  * holds the first slot's address, where its slot size and slot count are, and where its node in the
  * GC's list of pages is. */
 typedef struct {
-    uint64_t page_size;             /* GC::INTERNAL_CONSTANTS[:HEAP_PAGE_SIZE]: the alignment of a body */
-    uint64_t body_size;             /* the bytes of a body: page_size, or less where malloc gives the
+    uint64_t page_size;                  /* GC::INTERNAL_CONSTANTS[:HEAP_PAGE_SIZE]: the alignment of a body */
+    uint64_t body_size;                  /* the bytes of a body: page_size, or less where malloc gives the
                                      * bodies (Ruby 2.7 and 3.0): its struct may follow within the alignment */
-    uint32_t start_word;            /* which word of struct heap_page holds the first slot's address */
-    uint32_t const_stride;          /* the slot size of every page, or 0: ask stride_of */
-    size_t (*stride_of)(uintptr_t slot);   /* the slot size of the page holding slot (rb_gc_obj_slot_size) */
-    uint32_t stride_at;             /* byte offsets of the 16-bit slot size and slot count in the struct */
+    uint32_t start_word;                 /* which word of struct heap_page holds the first slot's address */
+    uint32_t const_stride;               /* the slot size of every page, or 0: ask stride_of */
+    size_t (*stride_of)(uintptr_t slot); /* the slot size of the page holding slot (rb_gc_obj_slot_size) */
+    uint32_t stride_at;                  /* byte offsets of the 16-bit slot size and slot count in the struct */
     uint32_t count_at;
-    uint32_t node_word;             /* the word that begins the page's list node (ccan list: next, prev) */
-    uint32_t start_mask;            /* while learning: words equal to the first slot's address on every page */
-    uint32_t stride_mask, count_mask;   /* while learning: 16-bit fields equal to the slot size, the count */
-    uint32_t node_mask;             /* while learning: words whose next node points back at them */
+    uint32_t node_word;               /* the word that begins the page's list node (ccan list: next, prev) */
+    uint32_t start_mask;              /* while learning: words equal to the first slot's address on every page */
+    uint32_t stride_mask, count_mask; /* while learning: 16-bit fields equal to the slot size, the count */
+    uint32_t node_mask;               /* while learning: words whose next node points back at them */
     uint32_t pages_seen;
-    ptmd_memreader mem;             /* while learning: a word that is no pointer is read without a fault */
-    uint64_t brk_lo, brk_hi;        /* while learning: the break's mapping ([heap]) */
-    int in_brk;                     /* a page lies in the break's mapping (posix_memalign'd, Ruby 2.7): else
+    ptmd_memreader mem;      /* while learning: a word that is no pointer is read without a fault */
+    uint64_t brk_lo, brk_hi; /* while learning: the break's mapping ([heap]) */
+    int in_brk;              /* a page lies in the break's mapping (posix_memalign'd, Ruby 2.7): else
                                      * the scan leaves malloc's main heap out */
-    int bad;                        /* while learning: a page did not fit */
+    int bad;                 /* while learning: a page did not fit */
     int usable;
 } ptmd_ruby_shape;
 
-#define PTMD_RUBY_RECORD_WORDS 16       /* the words of struct heap_page read to know a page */
-#define PTMD_RUBY_FIRST_SLOT_MAX 1024   /* the first slot lies past the header, within a slot or two */
+#define PTMD_RUBY_RECORD_WORDS 16     /* the words of struct heap_page read to know a page */
+#define PTMD_RUBY_FIRST_SLOT_MAX 1024 /* the first slot lies past the header, within a slot or two */
 
 /* The pointer a page body begins with could be its struct heap_page: 16-byte aligned (calloc'd)
  * and outside the body of body_size bytes (a list head that points at itself, as in TLS or any C

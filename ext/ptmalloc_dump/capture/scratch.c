@@ -12,17 +12,21 @@ int ptmd_buf_reserve(ptmd_buf *b, size_t extra)
 {
     size_t need = b->len + extra, cap;
     void *p;
-    if (need < b->len) { errno = ENOMEM; return -1; }
+    if (need < b->len) {
+        errno = ENOMEM;
+        return -1;
+    }
     if (need <= b->cap) return 0;
     cap = b->cap ? b->cap : PTMD_BUF_MIN;
     while (cap < need) {
-        if (cap > SIZE_MAX / 2) { errno = ENOMEM; return -1; }
+        if (cap > SIZE_MAX / 2) {
+            errno = ENOMEM;
+            return -1;
+        }
         cap *= 2;
     }
-    if (b->base)
-        p = mremap(b->base, b->cap, cap, MREMAP_MAYMOVE);
-    else
-        p = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (b->base) p = mremap(b->base, b->cap, cap, MREMAP_MAYMOVE);
+    else p = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) return -1;
     b->base = p;
     b->cap = cap;
@@ -53,4 +57,3 @@ void ptmd_buf_release(ptmd_buf *b)
     b->base = NULL;
     b->len = b->cap = 0;
 }
-

@@ -6,9 +6,9 @@
 #include <stdint.h>
 
 typedef struct {
-    unsigned char *base;    /* NULL until first reserve; may move on growth: keep indices, not pointers */
-    size_t len;             /* bytes in use */
-    size_t cap;             /* bytes mapped */
+    unsigned char *base; /* NULL until first reserve; may move on growth: keep indices, not pointers */
+    size_t len;          /* bytes in use */
+    size_t cap;          /* bytes mapped */
 } ptmd_buf;
 
 /* Makes room for `extra` more bytes; 0 on success, -1 with errno on failure. */

@@ -113,7 +113,11 @@ int ptmd_source_copy_pages(ptmd_source *s, uint64_t start, size_t npages, uint8_
                 size_t mid = l + (h - l) / 2;
                 if (a < v[mid].start) h = mid;
                 else if (a >= v[mid].end) l = mid + 1;
-                else { r = &v[mid]; lo = mid; break; }
+                else {
+                    r = &v[mid];
+                    lo = mid;
+                    break;
+                }
             }
         }
         if (r) out[i] = r->pages[(a - r->start) / s->page_size];

@@ -25,7 +25,7 @@ typedef struct ptmd_source ptmd_source;
 
 /* What differs between sources. A NULL function does what its comment says for NULL. */
 typedef struct {
-    uint32_t kind;                      /* PTMD_SOURCE_KIND_* (format.h), as the SOURCE section says */
+    uint32_t kind; /* PTMD_SOURCE_KIND_* (format.h), as the SOURCE section says */
     /* The target is this process: its addresses are read in place (and may be prefetched), its arena
      * locks are taken for the walk, the dump's own buffers lie among its mappings, and its threads are
      * found on glibc's lists. */
@@ -52,20 +52,20 @@ typedef struct {
 } ptmd_source_ops;
 
 struct ptmd_source {
-    const ptmd_source_ops *ops;         /* what differs between sources; NULL until one is opened */
-    int in_place;                       /* ops->in_place, at hand for the hot reads */
+    const ptmd_source_ops *ops; /* what differs between sources; NULL until one is opened */
+    int in_place;               /* ops->in_place, at hand for the hot reads */
     int pid;
-    ptmd_memreader mem;                 /* this process: its fault-free reads */
-    ptmd_pagemap pagemap;               /* this process: its residency; a copy's is in its regions, and
+    ptmd_memreader mem;   /* this process: its fault-free reads */
+    ptmd_pagemap pagemap; /* this process: its residency; a copy's is in its regions, and
                                          * only pagemap.source says where it came from */
 
     /* a copy: regions in address order, apart (mmap-backed), and the last one a read hit */
     ptmd_buf regions;
     size_t n_regions;
     size_t last;
-    uint64_t copied_bytes;              /* bytes read from the target */
+    uint64_t copied_bytes; /* bytes read from the target */
     size_t page_size;
-    int gone;                           /* the target exited while it was copied */
+    int gone; /* the target exited while it was copied */
 
     /* a core file: mapped read-only (the regions point into it), its NT_FILE note, the main thread's
      * stack pointer */
@@ -78,11 +78,11 @@ struct ptmd_source {
 
     /* the threads: seized with ptrace, in the order they were, or a core's (mmapped, MAX_TASKS) */
     int *tids;
-    uint64_t *fs_base;                  /* each one's thread pointer (PTRACE_GETREGS, NT_PRSTATUS), 0 unknown */
+    uint64_t *fs_base; /* each one's thread pointer (PTRACE_GETREGS, NT_PRSTATUS), 0 unknown */
     int n_tids;
-    int n_seized;                       /* of tids, those still seized (0 once detached) */
-    uint64_t stopped_ns;                /* CLOCK_MONOTONIC when the first thread was seized */
-    uint64_t pause_ns;                  /* how long the target stayed stopped (set by detach) */
+    int n_seized;        /* of tids, those still seized (0 once detached) */
+    uint64_t stopped_ns; /* CLOCK_MONOTONIC when the first thread was seized */
+    uint64_t pause_ns;   /* how long the target stayed stopped (set by detach) */
 };
 
 /* For the sources' own files: s zeroed, given its ops and pid; then the table of its threads. */

@@ -106,7 +106,7 @@ static int gather_regions(ptmd_buf *regions, size_t *n, const ptmd_maps *maps, u
 }
 
 #ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23          /* Linux 5.14 */
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
 #endif
 
 /* Faults in [p, p + len) of a buffer of ours: in one call where the kernel can, else a write a page. */
@@ -162,7 +162,9 @@ void ptmd_source_prefault(ptmd_copy_spare *sp, int pid, const ptmd_maps *maps, u
                     run++;
                     continue;
                 }
-                if (run) populate(r->local + (m->start - r->start) + (done + j - run) * page_size, run * page_size, page_size);
+                if (run)
+                    populate(r->local + (m->start - r->start) + (done + j - run) * page_size, run * page_size,
+                             page_size);
                 run = 0;
             }
             done += n;
@@ -192,7 +194,8 @@ static unsigned char *copy_buffer(ptmd_copy_spare *sp, uint64_t start, uint64_t 
         ptmd_region *r = PTMD_BUF_AT(&sp->regions, ptmd_region, k);
         void *p;
         if (r->start != start || !r->local) continue;
-        p = r->end - r->start == end - start ? r->local : mremap(r->local, r->end - r->start, end - start, MREMAP_MAYMOVE);
+        p = r->end - r->start == end - start ? r->local
+                                             : mremap(r->local, r->end - r->start, end - start, MREMAP_MAYMOVE);
         if (p == MAP_FAILED) break;
         r->local = NULL;
         return p;
@@ -203,7 +206,7 @@ static unsigned char *copy_buffer(ptmd_copy_spare *sp, uint64_t start, uint64_t 
 int ptmd_source_copy(ptmd_source *s, ptmd_maps *maps, uint64_t lib_lo, uint64_t lib_hi, ptmd_copy_spare *spare,
                      ptmd_err *err)
 {
-    static copy_batch b;            /* one copy at a time (dump_busy); 20 KiB, kept off the stack */
+    static copy_batch b; /* one copy at a time (dump_busy); 20 KiB, kept off the stack */
     char path[64];
     uint64_t *entries = NULL;
     const size_t batch = 8192;
@@ -215,7 +218,10 @@ int ptmd_source_copy(ptmd_source *s, ptmd_maps *maps, uint64_t lib_lo, uint64_t 
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return ptmd_fail_sys(err, errno, path, "open");
     entries = ptmd_source_zeroed(batch * sizeof(uint64_t));
-    if (!entries) { ptmd_fail_sys(err, errno, "copy of the target", "mmap"); goto out; }
+    if (!entries) {
+        ptmd_fail_sys(err, errno, "copy of the target", "mmap");
+        goto out;
+    }
     /* the regions: runs of adjacent copied mappings; a mapping not copied fails every read */
     if (gather_regions(&s->regions, &s->n_regions, maps, lib_lo, lib_hi) != 0) {
         ptmd_fail_sys(err, errno, "copy of the target", "mmap");
@@ -230,12 +236,18 @@ int ptmd_source_copy(ptmd_source *s, ptmd_maps *maps, uint64_t lib_lo, uint64_t 
         size_t np = (size_t)((r->end - r->start) / s->page_size), done = 0;
         r->local = copy_buffer(spare, r->start, r->end);
         r->pages = ptmd_source_zeroed(np);
-        if (!r->local || !r->pages) { ptmd_fail_sys(err, errno, "copy of the target", "mmap"); goto out; }
+        if (!r->local || !r->pages) {
+            ptmd_fail_sys(err, errno, "copy of the target", "mmap");
+            goto out;
+        }
         while (done < np) {
             size_t n = np - done < batch ? np - done : batch, j;
             ssize_t got = pread(fd, entries, n * 8, (off_t)((r->start / s->page_size + done) * 8));
             if (got < 0 && errno == EINTR) continue;
-            if (got <= 0) { ptmd_fail_sys(err, got < 0 ? errno : EIO, path, "read"); goto out; }
+            if (got <= 0) {
+                ptmd_fail_sys(err, got < 0 ? errno : EIO, path, "read");
+                goto out;
+            }
             n = (size_t)got / 8;
             for (j = 0; j < n; j++) r->pages[done + j] = ptmd_pagemap_flags(entries[j]);
             done += n;
@@ -260,7 +272,8 @@ int ptmd_source_copy(ptmd_source *s, ptmd_maps *maps, uint64_t lib_lo, uint64_t 
                 p += s->page_size;
                 continue;
             }
-            for (q = p + s->page_size; q < m->end && (r->pages[(q - r->start) / s->page_size] & (PTMD_PAGE_PRESENT | PTMD_PAGE_SWAPPED));)
+            for (q = p + s->page_size;
+                 q < m->end && (r->pages[(q - r->start) / s->page_size] & (PTMD_PAGE_PRESENT | PTMD_PAGE_SWAPPED));)
                 q += s->page_size;
             batch_add(s, &b, r, p, q - p);
             p = q;

@@ -16,7 +16,7 @@
  * copy takes a spare whose region starts where its own does (resized to it), and maps afresh where
  * none does. A failure here only loses the head start. */
 typedef struct {
-    ptmd_buf regions;                   /* ptmd_region; local NULL once taken (pages unused) */
+    ptmd_buf regions; /* ptmd_region; local NULL once taken (pages unused) */
     size_t n;
 } ptmd_copy_spare;
 void ptmd_source_prefault(ptmd_copy_spare *sp, int pid, const ptmd_maps *maps, uint64_t lib_lo, uint64_t lib_hi);

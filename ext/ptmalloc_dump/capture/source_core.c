@@ -23,7 +23,7 @@ static const ptmd_source_ops core_ops = {
     .threads = ptmd_source_held_threads,
 };
 
-#define PTMD_NT_FILE 0x46494c45     /* "FILE": the mapped files (linux/elf.h) */
+#define PTMD_NT_FILE 0x46494c45 /* "FILE": the mapped files (linux/elf.h) */
 
 /* The notes of a PT_NOTE segment: threads and fs_base (NT_PRSTATUS, main thread's first when the
  * kernel wrote it; gcore puts the current thread first), pid (NT_PRPSINFO), files (NT_FILE). */
@@ -126,8 +126,10 @@ int ptmd_source_open_core(ptmd_source *s, const char *path, ptmd_maps *maps, ptm
     if (memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0 || eh->e_type != ET_CORE)
         return ptmd_fail(err, PTMD_E_CORE, "%s is no core file (not an ELF core)", path);
     if (eh->e_ident[EI_CLASS] != ELFCLASS64 || eh->e_ident[EI_DATA] != ELFDATA2LSB || eh->e_machine != EM_X86_64)
-        return ptmd_fail(err, PTMD_E_CORE, "%s is a core of another architecture (ELF machine %u, class %u): "
-                         "ptmalloc_dump reads x86-64 cores", path, (unsigned)eh->e_machine, (unsigned)eh->e_ident[EI_CLASS]);
+        return ptmd_fail(err, PTMD_E_CORE,
+                         "%s is a core of another architecture (ELF machine %u, class %u): "
+                         "ptmalloc_dump reads x86-64 cores",
+                         path, (unsigned)eh->e_machine, (unsigned)eh->e_ident[EI_CLASS]);
     if (eh->e_phentsize != sizeof(Elf64_Phdr) || eh->e_phoff > s->core_size ||
         (s->core_size - eh->e_phoff) / sizeof(Elf64_Phdr) < eh->e_phnum)
         return ptmd_fail(err, PTMD_E_CORE, "core file %s is truncated: its program headers are cut off", path);
@@ -141,7 +143,8 @@ int ptmd_source_open_core(ptmd_source *s, const char *path, ptmd_maps *maps, ptm
         if (core_notes(s, s->core + ph.p_offset, ph.p_filesz, path, err) != 0) return -1;
     }
     if (!s->n_tids || !s->pid)
-        return ptmd_fail(err, PTMD_E_CORE, "core file %s has no thread or process notes (NT_PRSTATUS, NT_PRPSINFO)", path);
+        return ptmd_fail(err, PTMD_E_CORE, "core file %s has no thread or process notes (NT_PRSTATUS, NT_PRPSINFO)",
+                         path);
     if (!s->nt_file)
         return ptmd_fail(err, PTMD_E_CORE, "core file %s has no NT_FILE note: which files it mapped is unknown", path);
     maps->count = 0;
@@ -156,16 +159,19 @@ int ptmd_source_open_core(ptmd_source *s, const char *path, ptmd_maps *maps, ptm
         if (maps->count && ph.p_vaddr < PTMD_BUF_AT(&maps->maps, ptmd_map, maps->count - 1)->end)
             return ptmd_fail(err, PTMD_E_CORE, "core file %s: its segments are not in address order", path);
         if (ph.p_filesz && (ph.p_offset > s->core_size || ph.p_filesz > s->core_size - ph.p_offset))
-            return ptmd_fail(err, PTMD_E_CORE, "core file %s is truncated: the segment at %#lx needs %lu bytes "
-                             "from offset %lu, the file has %lu", path, (unsigned long)ph.p_vaddr,
-                             (unsigned long)ph.p_filesz, (unsigned long)ph.p_offset, (unsigned long)s->core_size);
+            return ptmd_fail(err, PTMD_E_CORE,
+                             "core file %s is truncated: the segment at %#lx needs %lu bytes "
+                             "from offset %lu, the file has %lu",
+                             path, (unsigned long)ph.p_vaddr, (unsigned long)ph.p_filesz, (unsigned long)ph.p_offset,
+                             (unsigned long)s->core_size);
         if (!(m = ptmd_buf_push(&maps->maps, sizeof(*m)))) return ptmd_fail_sys(err, errno, "core mappings", "mmap");
         maps->count++;
         m->start = ph.p_vaddr;
         m->end = ph.p_vaddr + ph.p_memsz;
         m->prot = PTMD_MAP_PRIVATE | (ph.p_flags & PF_W ? PTMD_MAP_W : 0) | (ph.p_flags & PF_X ? PTMD_MAP_X : 0);
-        m->kind = core_file_backed(s, m->start, m->end) ? PTMD_MAPKIND_FILE
-                  : s->main_sp >= m->start && s->main_sp < m->end ? PTMD_MAPKIND_STACK : PTMD_MAPKIND_ANON;
+        m->kind = core_file_backed(s, m->start, m->end)           ? PTMD_MAPKIND_FILE
+                  : s->main_sp >= m->start && s->main_sp < m->end ? PTMD_MAPKIND_STACK
+                                                                  : PTMD_MAPKIND_ANON;
         have = ph.p_filesz < ph.p_memsz ? ph.p_filesz & ~(uint64_t)(s->page_size - 1) : ph.p_memsz;
         if (!(ph.p_flags & PF_R) || !have) continue;
         /* what the core left out (read-only file pages past the ELF headers) cannot be read: such a

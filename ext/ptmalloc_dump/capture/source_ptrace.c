@@ -30,21 +30,25 @@ static int permission_error(int pid, int e, ptmd_err *err)
     unsigned long ruid = 0;
     snprintf(path, sizeof(path), "/proc/%d/status", pid);
     ptmd_read_small("/proc/sys/kernel/yama/ptrace_scope", scope, sizeof(scope));
-    if (ptmd_read_small(path, status, sizeof(status)) != 0 || strstr(status, "\nState:\tZ") || strstr(status, "\nState:\tX"))
+    if (ptmd_read_small(path, status, sizeof(status)) != 0 || strstr(status, "\nState:\tZ") ||
+        strstr(status, "\nState:\tX"))
         return ptmd_fail(err, PTMD_E_TARGET, "process %d exited while it was being stopped", pid);
     if ((tracer = strstr(status, "\nTracerPid:")) != NULL && strtoul(tracer + 11, NULL, 10) != 0)
         return ptmd_fail(err, PTMD_E_PTRACE,
                          "process %d is already traced by process %lu (a debugger or a tracer), and a process has "
-                         "one tracer at a time: detach it first", pid, strtoul(tracer + 11, NULL, 10));
+                         "one tracer at a time: detach it first",
+                         pid, strtoul(tracer + 11, NULL, 10));
     if ((uid_line = strstr(status, "\nUid:")) != NULL) ruid = strtoul(uid_line + 5, NULL, 10);
     if (geteuid() != 0 && ruid != geteuid())
         return ptmd_fail(err, PTMD_E_PTRACE,
                          "process %d belongs to uid %lu, not to this user (uid %lu): run ptmalloc-dump as that "
-                         "user or as root", pid, ruid, (unsigned long)geteuid());
+                         "user or as root",
+                         pid, ruid, (unsigned long)geteuid());
     if (scope[0] >= '1' && scope[0] <= '3' && geteuid() != 0)
         return ptmd_fail(err, PTMD_E_PTRACE,
                          "Yama's ptrace_scope is %c: only a parent may trace its child. Run as root (with "
-                         "CAP_SYS_PTRACE), or set it to 0: sysctl kernel.yama.ptrace_scope=0", scope[0]);
+                         "CAP_SYS_PTRACE), or set it to 0: sysctl kernel.yama.ptrace_scope=0",
+                         scope[0]);
     if (scope[0] == '3')
         return ptmd_fail(err, PTMD_E_PTRACE,
                          "Yama's ptrace_scope is 3: no process may be traced until the next reboot");
@@ -131,7 +135,7 @@ int ptmd_source_attach(ptmd_source *s, int pid, ptmd_err *err)
             if (seized(s, tids[i])) continue;
             if (ptrace(PTRACE_SEIZE, tids[i], NULL, NULL) != 0) {
                 int e = errno;
-                if (e == ESRCH) continue;       /* the thread ended meanwhile */
+                if (e == ESRCH) continue; /* the thread ended meanwhile */
                 if (e == EPERM) permission_error(pid, e, err);
                 else ptmd_fail_sys(err, e, "ptrace", "PTRACE_SEIZE of a thread of the target");
                 goto fail;
@@ -149,9 +153,11 @@ int ptmd_source_attach(ptmd_source *s, int pid, ptmd_err *err)
                  * stopped for as long as it lasts. A tracee that is not stopped cannot be detached
                  * (ptrace(2), PTRACE_DETACH): this one stays traced by this process, which lets it go
                  * when it exits (ptmalloc-dump at once), and would stop when it wakes before that. */
-                ptmd_fail(err, PTMD_E_STOP, "thread %d of process %d did not stop within %llu s (it sleeps "
+                ptmd_fail(err, PTMD_E_STOP,
+                          "thread %d of process %d did not stop within %llu s (it sleeps "
                           "uninterruptibly, on a disk or a network file system perhaps); nothing was read and "
-                          "every thread runs again", s->tids[i], pid, PTMD_STOP_WAIT_NS / 1000000000ull);
+                          "every thread runs again",
+                          s->tids[i], pid, PTMD_STOP_WAIT_NS / 1000000000ull);
                 goto fail;
             }
             if (w != 0) {
@@ -207,7 +213,7 @@ static void reap_exited(ptmd_source *s, const unsigned char *dead)
             for (;;) {
                 pid_t r = waitpid(tid, &st, __WALL | WNOHANG);
                 if (r == tid && (WIFEXITED(st) || WIFSIGNALED(st))) break;
-                if (r < 0 && errno != EINTR) break;     /* ECHILD: reaped already, by another waiter */
+                if (r < 0 && errno != EINTR) break; /* ECHILD: reaped already, by another waiter */
                 if (ptmd_now_ns() >= deadline) return;
                 if (r == 0) nanosleep(&nap, NULL);
             }
@@ -216,7 +222,7 @@ static void reap_exited(ptmd_source *s, const unsigned char *dead)
 
 void ptmd_source_detach(ptmd_source *s)
 {
-    static unsigned char dead[PTMD_SOURCE_MAX_TASKS];     /* one detach at a time (dump_busy) */
+    static unsigned char dead[PTMD_SOURCE_MAX_TASKS]; /* one detach at a time (dump_busy) */
     int i, any = 0;
     if (!s->n_seized) return;
     for (i = 0; i < s->n_seized; i++) {

@@ -6,16 +6,16 @@
 #include "format/format.h"
 
 typedef struct {
-    uint64_t av;                /* the malloc_state */
-    uint64_t system_mem;        /* malloc_state.system_mem: bytes the arena has from the system */
-    uint64_t max_system_mem;    /* malloc_state.max_system_mem: its highest value */
+    uint64_t av;             /* the malloc_state */
+    uint64_t system_mem;     /* malloc_state.system_mem: bytes the arena has from the system */
+    uint64_t max_system_mem; /* malloc_state.max_system_mem: its highest value */
 } ptmd_arena_reading;
 
 typedef struct {
     ptmd_mallinfo2_rec mallinfo;
-    int have_mallinfo;          /* 0 when the ring did not lead back to main_arena (mallinfo2 not called) */
+    int have_mallinfo; /* 0 when the ring did not lead back to main_arena (mallinfo2 not called) */
     int ring_ok;
-    size_t n_arenas;            /* arenas on the ring; may exceed the capacity passed in */
+    size_t n_arenas; /* arenas on the ring; may exceed the capacity passed in */
 } ptmd_stats_reading;
 
 /* Follows the arena ring from main_arena (fault-free reads, at most PTMD_STATS_MAX_ARENAS steps),

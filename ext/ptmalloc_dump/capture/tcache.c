@@ -70,7 +70,8 @@ static void note_entry(ptmd_walk *w, long ci, uint32_t thread, int i, uint64_t n
 /* Walks one tcache. With apply == 0 only checks it (strict: any fault fails); with apply != 0 marks
  * its entries' chunks as tcache, records each as an entry of thread index `thread`, and records
  * anomalies. Returns 1 when it checks out. */
-static int tcache_walk(ptmd_walk *w, uint64_t user, int apply, uint32_t thread, uint32_t *count_out, uint64_t *bytes_out)
+static int tcache_walk(ptmd_walk *w, uint64_t user, int apply, uint32_t thread, uint32_t *count_out,
+                       uint64_t *bytes_out)
 {
     const ptmd_layout *L = w->L;
     tcache_image t;
@@ -84,7 +85,7 @@ static int tcache_walk(ptmd_walk *w, uint64_t user, int apply, uint32_t thread, 
     if (ptmd_guarded_copy(w, user, t.raw, L->tcache_struct_size) != 0) return 0;
     for (i = 0; i < tc_bins(w); i++) {
         uint64_t want = tc_count(w, &t, i), e = tc_entry(w, &t, i), n = 0;
-        if (want > PTMD_MAX_TCACHE_COUNT) {     /* more than a count can be, or free slots past the fill */
+        if (want > PTMD_MAX_TCACHE_COUNT) { /* more than a count can be, or free slots past the fill */
             if (!apply) return 0;
             ptmd_walk_anomaly(w, PTMD_AN_TCACHE_COUNT, user, (uint64_t)i, PTMD_NO_ARENA);
             want = PTMD_MAX_TCACHE_COUNT;
@@ -147,7 +148,7 @@ static int tcache_walk(ptmd_walk *w, uint64_t user, int apply, uint32_t thread, 
             ok = 0;
         }
     }
-    if (!apply && !nonempty) return 0;     /* an all-zero block proves nothing */
+    if (!apply && !nonempty) return 0; /* an all-zero block proves nothing */
     if (!apply && ok && key_seen_v && !w->have_tcache_key) {
         /* a whole tcache agreed on one key: that is tcache_key */
         w->tcache_key = key_value;
@@ -258,7 +259,8 @@ static void find_tls_tcaches(ptmd_walk *w)
         size_t h, nh = PTMD_BUF_COUNT(&w->heaps, ptmd_heap_rec);
         for (h = 0; ci >= 0 && h < nh; h++) {
             const ptmd_heap_rec *hp = PTMD_W_HEAP(w, h);
-            if ((uint64_t)ci >= hp->first_chunk && (uint64_t)ci < hp->first_chunk + hp->n_chunks && hp->arena != PTMD_NO_ARENA)
+            if ((uint64_t)ci >= hp->first_chunk && (uint64_t)ci < hp->first_chunk + hp->n_chunks &&
+                hp->arena != PTMD_NO_ARENA)
                 my_arena = PTMD_W_ARENA(w, hp->arena)->address;
         }
         for (k = 0; my_arena && k + 8 <= lc->tls_size; k += 8)

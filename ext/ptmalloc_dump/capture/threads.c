@@ -115,8 +115,7 @@ static uint64_t walk_list(ptmd_walk *w, uint64_t start, size_t list_off, uint64_
     size_t steps = 0, mark = w->threads.len, gone_mark = w->gone.len;
     do {
         uint64_t base = node - list_off, next, back, *g;
-        if (++steps > PTMD_MAX_THREADS || rd(w, node, &next) || rd(w, next + 8, &back) || back != node)
-            goto bad;
+        if (++steps > PTMD_MAX_THREADS || rd(w, node, &next) || rd(w, next + 8, &back) || back != node) goto bad;
         if (is_thread(w, base)) {
             int32_t tid = tid_of(w, base, list_off);
             if (tid > 0) {
@@ -126,7 +125,7 @@ static uint64_t walk_list(ptmd_walk *w, uint64_t start, size_t list_off, uint64_
                 *g = base;
             }
         } else {
-            if (head) goto bad;     /* two non-thread nodes: a list being changed under us */
+            if (head) goto bad; /* two non-thread nodes: a list being changed under us */
             head = node;
         }
         node = next;
@@ -254,7 +253,7 @@ static int collect(ptmd_walk *w)
         uint64_t lists[2], first;
         other = on_user ? head - 16 : head + 16;
         lists[0] = other;
-        lists[1] = (on_user ? other : head) + 32;   /* the cache: finished threads' stacks */
+        lists[1] = (on_user ? other : head) + 32; /* the cache: finished threads' stacks */
         for (i = 0; i < 2; i++)
             if (is_list_head(w, lists[i], list_off) && rd(w, lists[i], &first) == 0 && first != lists[i])
                 walk_list(w, first, list_off, self);

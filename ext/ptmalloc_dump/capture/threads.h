@@ -4,7 +4,7 @@
 
 #include "capture/walk_ctx.h"
 
-#define PTMD_TCACHE_STRUCT_MAX (PTMD_TCACHE_MAX_BINS_MAX * 10)   /* bound on sizeof (tcache_perthread_struct) */
+#define PTMD_TCACHE_STRUCT_MAX (PTMD_TCACHE_MAX_BINS_MAX * 10) /* bound on sizeof (tcache_perthread_struct) */
 
 /* The threads into w->threads: glibc's own lists in this process (or the ones a snapshot's parent
  * gave), the stopped threads of a copy or a core. */

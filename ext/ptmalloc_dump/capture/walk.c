@@ -53,7 +53,7 @@ static int walk_arena(ptmd_walk *w, uintptr_t av, uint32_t index, ptmd_err *err)
     ar->attached_threads = ptmd_arena_field(w, av, L->ms_attached_threads);
 
     if ((rc = ptmd_arena_collect_heaps(w, &a, err)) != 0) goto out;
-    if (a.heaps_broken) w->lists_unsafe = 1;   /* the lists' bounds come from the heaps */
+    if (a.heaps_broken) w->lists_unsafe = 1; /* the lists' bounds come from the heaps */
     for (i = 0; i < a.n_heaps; i++) {
         const ptmd_heap_rec *h = PTMD_W_HEAP(w, a.first_heap + i);
         heap_bytes += h->end - h->start;
@@ -134,7 +134,8 @@ int ptmd_walk_prepare(ptmd_walk *w, const ptmd_libc *lc, ptmd_err *err)
         w->mmapped_mem = ptmd_mapped_word(w, lc->mp + L->mp_mmapped_mem);
         if (L->mp_tcache_count != PTMD_NONE) w->tcache_count_max = ptmd_mapped_word(w, lc->mp + L->mp_tcache_count);
         if (L->mp_tcache_bins != PTMD_NONE) w->tcache_bins = ptmd_mapped_word(w, lc->mp + L->mp_tcache_bins);
-        if (L->mp_hp_pagesize != PTMD_NONE) w->heap_max = heap_max_size(L, ptmd_mapped_word(w, lc->mp + L->mp_hp_pagesize));
+        if (L->mp_hp_pagesize != PTMD_NONE)
+            w->heap_max = heap_max_size(L, ptmd_mapped_word(w, lc->mp + L->mp_hp_pagesize));
     }
     if (lc->tcache_key && ptmd_maps_readable(&w->maps, lc->tcache_key, 8)) {
         w->tcache_key = ptmd_mapped_word(w, lc->tcache_key);

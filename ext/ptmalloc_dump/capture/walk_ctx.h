@@ -14,57 +14,57 @@ typedef struct {
     const ptmd_libc *lc;
     const ptmd_layout *L;
     ptmd_maps maps;
-    ptmd_source src;                /* where every read of the target's memory goes (source.h) */
+    ptmd_source src; /* where every read of the target's memory goes (source.h) */
     size_t page_size;
-    uint64_t heap_max;              /* heap_max_size() of this process */
-    uint64_t tcache_key;            /* value of tcache_key when known */
+    uint64_t heap_max;   /* heap_max_size() of this process */
+    uint64_t tcache_key; /* value of tcache_key when known */
     int have_tcache_key;
     int have_mp;
     uint64_t sbrk_base, n_mmaps, mmapped_mem, tcache_count_max, tcache_bins;
 
     /* results (records of format.h) */
     ptmd_buf arenas, heaps, chunks, anomalies, threads, pages;
-    ptmd_buf gone;                  /* uint64 struct pthread of each thread on glibc's lists that is not
+    ptmd_buf gone;             /* uint64 struct pthread of each thread on glibc's lists that is not
                                      * running: finished, its stack cached for reuse (in a fork child
                                      * also the parent's other threads), whose TLS glibc keeps */
-    ptmd_buf tcache_entries;        /* ptmd_tcache_entry: each tcache chunk and the thread holding it */
-    int tcache_entries_failed;      /* a tcache entry could not be recorded (mmap failed) */
+    ptmd_buf tcache_entries;   /* ptmd_tcache_entry: each tcache chunk and the thread holding it */
+    int tcache_entries_failed; /* a tcache entry could not be recorded (mmap failed) */
 
     /* scratch */
-    ptmd_buf lists;                 /* open-addressing table of list entries for one arena */
+    ptmd_buf lists; /* open-addressing table of list entries for one arena */
     size_t lists_cap, lists_used;
-    ptmd_buf notes;                 /* ptmd_free_note: the arena's chunks free by their bits (bins.c) */
-    ptmd_buf note_index;            /* uint32 open-addressing index over them */
-    ptmd_buf note_links;            /* ptmd_note_link, one per note */
-    ptmd_buf large_notes;           /* ptmd_large_note, one per note of a large chunk */
+    ptmd_buf notes;       /* ptmd_free_note: the arena's chunks free by their bits (bins.c) */
+    ptmd_buf note_index;  /* uint32 open-addressing index over them */
+    ptmd_buf note_links;  /* ptmd_note_link, one per note */
+    ptmd_buf large_notes; /* ptmd_large_note, one per note of a large chunk */
     size_t note_mask;
-    ptmd_buf tcache_cands;          /* uint64 chunk addresses of possible tcache structs */
-    ptmd_buf heap_order;            /* uint32 heap indices sorted by start */
-    ptmd_buf ring;                  /* uint64 arena addresses from main_arena along next (ptmd_arena_ring) */
-    ptmd_buf exclude;               /* sorted {start, end} ranges that hold no malloc chunk (Ruby's pages) */
-    uint64_t ruby_page_size;        /* without a list of Ruby's pages: their size, to know them by their
+    ptmd_buf tcache_cands;   /* uint64 chunk addresses of possible tcache structs */
+    ptmd_buf heap_order;     /* uint32 heap indices sorted by start */
+    ptmd_buf ring;           /* uint64 arena addresses from main_arena along next (ptmd_arena_ring) */
+    ptmd_buf exclude;        /* sorted {start, end} ranges that hold no malloc chunk (Ruby's pages) */
+    uint64_t ruby_page_size; /* without a list of Ruby's pages: their size, to know them by their
                                      * structure (0: not done) */
-    int references;                 /* scan in-use chunks for pointers to chunks */
-    ptmd_buf refs;                  /* ptmd_ref */
-    ptmd_buf int_refs;              /* ptmd_ref: a word of `from` is a Fixnum of `to`'s user address */
+    int references;          /* scan in-use chunks for pointers to chunks */
+    ptmd_buf refs;           /* ptmd_ref */
+    ptmd_buf int_refs;       /* ptmd_ref: a word of `from` is a Fixnum of `to`'s user address */
     uint64_t refs_ns;
-    ptmd_buf cmap;                  /* the chunk-start map (refs.c) */
+    ptmd_buf cmap; /* the chunk-start map (refs.c) */
     size_t cmap_n;
     uint64_t cmap_words, cmap_lo, cmap_hi, cmap_span;
-    ptmd_buf roots;                 /* ptmd_root_rec (roots.c) */
-    ptmd_buf root_refs;             /* ptmd_root_ref */
-    ptmd_buf objects;               /* ptmd_root_rec: the loaded objects' writable segments */
-    uint64_t tls_below;             /* how far below a thread pointer the static TLS blocks reach */
+    ptmd_buf roots;     /* ptmd_root_rec (roots.c) */
+    ptmd_buf root_refs; /* ptmd_root_ref */
+    ptmd_buf objects;   /* ptmd_root_rec: the loaded objects' writable segments */
+    uint64_t tls_below; /* how far below a thread pointer the static TLS blocks reach */
     uint64_t roots_ns;
-    uint64_t caller_frame;          /* the dump's outermost frame: the dumping thread's stack above it */
-    uint64_t caller_regs[8];        /* that thread's callee-saved registers at the dump's entry */
+    uint64_t caller_frame;   /* the dump's outermost frame: the dumping thread's stack above it */
+    uint64_t caller_regs[8]; /* that thread's callee-saved registers at the dump's entry */
 
     uint64_t lock_wait_ns;
     /* a list or the arena ring that glibc's own malloc_info() and mallinfo2() follow without any check
      * (fd or bk, aborting on a misaligned fastbin chunk) was found broken or too long by the walk:
      * they must not be called */
     int lists_unsafe;
-    uint64_t list_entries;          /* fastbin and bin entries followed, over every arena */
+    uint64_t list_entries; /* fastbin and bin entries followed, over every arena */
     uint32_t thread_count;
     int threads_complete;
 
@@ -78,7 +78,7 @@ typedef struct {
      * held at the fork, and then the child would wait for ever */
     const ptmd_buf *given_objects;
     uint64_t given_tls_below;
-    const ptmd_buf *given_gone;     /* and the descriptors of its threads that were not running */
+    const ptmd_buf *given_gone; /* and the descriptors of its threads that were not running */
 } ptmd_walk;
 
 /* One arena as the walk sees it. */
@@ -87,12 +87,12 @@ typedef struct {
     uintptr_t av;
     int main;
     uint64_t top, top_size, top_end;
-    uint32_t first_heap, n_heaps;   /* into w->heaps */
-    uint64_t bound;                 /* most chunks the arena's memory could hold */
-    int maps_reloaded;              /* /proc/self/maps read again under this arena's lock */
+    uint32_t first_heap, n_heaps; /* into w->heaps */
+    uint64_t bound;               /* most chunks the arena's memory could hold */
+    int maps_reloaded;            /* /proc/self/maps read again under this arena's lock */
     size_t fast_entries;
-    int heaps_broken;               /* the heap_info chain did not end well (a cycle, a bad heap_info) */
-    int heaps_sorted;               /* its heaps are in address order (the main arena's regions) */
+    int heaps_broken; /* the heap_info chain did not end well (a cycle, a bad heap_info) */
+    int heaps_sorted; /* its heaps are in address order (the main arena's regions) */
 } ptmd_arena_ctx;
 
 int ptmd_walk_anomaly(ptmd_walk *w, uint32_t kind, uint64_t address, uint64_t detail, uint32_t arena);
@@ -121,11 +121,11 @@ static inline void ptmd_prefetch_ahead(uint64_t *ahead, uint64_t p, uint64_t end
 
 /* The walk's own mmap-backed buffers: what its release frees, and what the mmapped-chunk scan must
  * not take for chunks. One list, so that a buffer added to ptmd_walk is added to both. */
-#define PTMD_WALK_BUFFERS(w)                                                                       \
-    &(w)->arenas, &(w)->heaps, &(w)->chunks, &(w)->anomalies, &(w)->threads, &(w)->pages,           \
-        &(w)->lists, &(w)->tcache_cands, &(w)->heap_order, &(w)->ring, &(w)->exclude, &(w)->refs,   \
-        &(w)->int_refs, &(w)->cmap, &(w)->roots, &(w)->root_refs, &(w)->objects, &(w)->tcache_entries, \
-        &(w)->gone, &(w)->notes, &(w)->note_index, &(w)->note_links, &(w)->large_notes
+#define PTMD_WALK_BUFFERS(w)                                                                                           \
+    &(w)->arenas, &(w)->heaps, &(w)->chunks, &(w)->anomalies, &(w)->threads, &(w)->pages, &(w)->lists,                 \
+        &(w)->tcache_cands, &(w)->heap_order, &(w)->ring, &(w)->exclude, &(w)->refs, &(w)->int_refs, &(w)->cmap,       \
+        &(w)->roots, &(w)->root_refs, &(w)->objects, &(w)->tcache_entries, &(w)->gone, &(w)->notes, &(w)->note_index,  \
+        &(w)->note_links, &(w)->large_notes
 
 #define PTMD_W_ARENA(w, i) PTMD_BUF_AT(&(w)->arenas, ptmd_arena_rec, i)
 #define PTMD_W_HEAP(w, i) PTMD_BUF_AT(&(w)->heaps, ptmd_heap_rec, i)
@@ -190,8 +190,17 @@ static inline int ptmd_mapped_copy(ptmd_walk *w, uint64_t addr, void *dst, size_
 }
 
 /* A live chunk's fields, by malloc.c's names (only on memory checked to be mapped) */
-static inline uint64_t ptmd_mchunk_size(ptmd_walk *w, uint64_t p) { return ptmd_mapped_word(w, p + PTMD_MCHUNK_SIZE); }
-static inline uint64_t ptmd_chunk_fd(ptmd_walk *w, uint64_t p) { return ptmd_mapped_word(w, p + PTMD_MCHUNK_FD); }
-static inline uint64_t ptmd_chunk_bk(ptmd_walk *w, uint64_t p) { return ptmd_mapped_word(w, p + PTMD_MCHUNK_BK); }
+static inline uint64_t ptmd_mchunk_size(ptmd_walk *w, uint64_t p)
+{
+    return ptmd_mapped_word(w, p + PTMD_MCHUNK_SIZE);
+}
+static inline uint64_t ptmd_chunk_fd(ptmd_walk *w, uint64_t p)
+{
+    return ptmd_mapped_word(w, p + PTMD_MCHUNK_FD);
+}
+static inline uint64_t ptmd_chunk_bk(ptmd_walk *w, uint64_t p)
+{
+    return ptmd_mapped_word(w, p + PTMD_MCHUNK_BK);
+}
 
 #endif

@@ -36,13 +36,13 @@ int ptmd_writer_open(ptmd_writer *wr, const char *path, ptmd_err *err)
         if (S_ISLNK(st.st_mode))
             return ptmd_fail_sys(err, ELOOP, path, "refusing to write a dump through a symbolic link");
         if (S_ISDIR(st.st_mode)) return ptmd_fail_sys(err, EISDIR, path, "the dump path is a directory");
-        if (!S_ISREG(st.st_mode))   /* the rename would replace a FIFO, device or socket with a file */
+        if (!S_ISREG(st.st_mode)) /* the rename would replace a FIFO, device or socket with a file */
             return ptmd_fail_sys(err, EEXIST, path, "refusing to replace a FIFO, device or socket with a dump at");
     }
     slash = strrchr(path, '/');
     if (slash) {
         size_t n = (size_t)(slash - path);
-        if (n == 0) n = 1;          /* "/x" lives in "/" */
+        if (n == 0) n = 1; /* "/x" lives in "/" */
         if (n >= sizeof(wr->dir)) return ptmd_fail_sys(err, ENAMETOOLONG, path, "the dump path is too long");
         memcpy(wr->dir, path, n);
         wr->dir[n] = '\0';
@@ -57,8 +57,8 @@ int ptmd_writer_open(ptmd_writer *wr, const char *path, ptmd_err *err)
         clock_gettime(CLOCK_REALTIME, &ts);
         /* the target's name is cut so that the temporary one fits NAME_MAX beside any valid target name */
         if (snprintf(wr->tmp, sizeof(wr->tmp), "%s/.%.*s.tmp-%d-%lu-%ld", wr->dir, PTMD_TMP_BASE_MAX, base,
-                     (int)getpid(), __atomic_add_fetch(&tmp_counter, 1, __ATOMIC_RELAXED), (long)ts.tv_nsec) >=
-            (int)sizeof(wr->tmp))
+                     (int)getpid(), __atomic_add_fetch(&tmp_counter, 1, __ATOMIC_RELAXED),
+                     (long)ts.tv_nsec) >= (int)sizeof(wr->tmp))
             return ptmd_fail_sys(err, ENAMETOOLONG, path, "the dump path is too long");
         wr->fd = open(wr->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (wr->fd >= 0 || errno != EEXIST) break;
@@ -109,7 +109,7 @@ static void put(ptmd_writer *wr, const void *data, size_t n)
     if (wr->err_no) return;
     wr->crc = ptmd_crc32(wr->crc, p, n);
     wr->written += n;
-    if (n >= wr->buf_cap) {     /* large payloads go straight out */
+    if (n >= wr->buf_cap) { /* large payloads go straight out */
         flush(wr);
         write_all(wr, p, n);
         return;

@@ -11,12 +11,12 @@ typedef struct {
     char path[PATH_MAX];
     char tmp[PATH_MAX];
     char dir[PATH_MAX];
-    unsigned char *buf;         /* mmapped staging buffer */
+    unsigned char *buf; /* mmapped staging buffer */
     size_t buf_len, buf_cap;
     uint32_t crc;
-    uint64_t written;           /* bytes handed to write(2) or buffered */
+    uint64_t written; /* bytes handed to write(2) or buffered */
     uint64_t n_sections;
-    int err_no;                 /* first write error */
+    int err_no; /* first write error */
 } ptmd_writer;
 
 /* Creates the temp file. Refuses a target that is a symlink or a directory. */

@@ -39,9 +39,8 @@ static uint32_t by_tables(uint32_t crc, const unsigned char *p, size_t len)
         memcpy(&lo, p, 4);
         memcpy(&hi, p + 4, 4);
         lo ^= crc;
-        crc = crc_table[7][lo & 0xff] ^ crc_table[6][(lo >> 8) & 0xff] ^
-              crc_table[5][(lo >> 16) & 0xff] ^ crc_table[4][lo >> 24] ^
-              crc_table[3][hi & 0xff] ^ crc_table[2][(hi >> 8) & 0xff] ^
+        crc = crc_table[7][lo & 0xff] ^ crc_table[6][(lo >> 8) & 0xff] ^ crc_table[5][(lo >> 16) & 0xff] ^
+              crc_table[4][lo >> 24] ^ crc_table[3][hi & 0xff] ^ crc_table[2][(hi >> 8) & 0xff] ^
               crc_table[1][(hi >> 16) & 0xff] ^ crc_table[0][hi >> 24];
         p += 8;
         len -= 8;
@@ -59,9 +58,9 @@ static uint32_t by_tables(uint32_t crc, const unsigned char *p, size_t len)
  * 128-bit lanes 512 bits on, one lane 128 bits on, 64 and 32 bits for the last two steps), then P and
  * Barrett's quotient floor(x^64 / P), each bit-reflected (the paper's section 4; the same numbers as
  * every implementation of this CRC with this method). */
-static const uint64_t k1 = 0x154442bd4ull, k2 = 0x1c6e41596ull;    /* 4 x 128 bits */
-static const uint64_t k3 = 0x1751997d0ull, k4 = 0x0ccaa009eull;    /* 128 bits */
-static const uint64_t k5 = 0x163cd6124ull;                         /* 64 -> 32 bits */
+static const uint64_t k1 = 0x154442bd4ull, k2 = 0x1c6e41596ull; /* 4 x 128 bits */
+static const uint64_t k3 = 0x1751997d0ull, k4 = 0x0ccaa009eull; /* 128 bits */
+static const uint64_t k5 = 0x163cd6124ull;                      /* 64 -> 32 bits */
 static const uint64_t poly = 0x1db710641ull, mu = 0x1f7011641ull;
 
 /* One lane moved `distance` on and added to the data there: its low half times the first constant,
@@ -74,11 +73,14 @@ __attribute__((target("pclmul,sse4.1"))) static inline __m128i fold(__m128i x, _
 /* The running (inverted) CRC over len bytes, len a multiple of 16 and at least 64. */
 __attribute__((target("pclmul,sse4.1"))) static uint32_t by_folding(uint32_t crc, const unsigned char *p, size_t len)
 {
-    const __m128i k12 = _mm_set_epi64x((long long)k2, (long long)k1), k34 = _mm_set_epi64x((long long)k4, (long long)k3);
+    const __m128i k12 = _mm_set_epi64x((long long)k2, (long long)k1),
+                  k34 = _mm_set_epi64x((long long)k4, (long long)k3);
     const __m128i k5v = _mm_set_epi64x(0, (long long)k5), pmu = _mm_set_epi64x((long long)mu, (long long)poly);
     const __m128i mask32 = _mm_set_epi32(0, 0, 0, -1);
-    __m128i x1 = _mm_loadu_si128((const __m128i *)(const void *)p), x2 = _mm_loadu_si128((const __m128i *)(const void *)(p + 16));
-    __m128i x3 = _mm_loadu_si128((const __m128i *)(const void *)(p + 32)), x4 = _mm_loadu_si128((const __m128i *)(const void *)(p + 48));
+    __m128i x1 = _mm_loadu_si128((const __m128i *)(const void *)p),
+            x2 = _mm_loadu_si128((const __m128i *)(const void *)(p + 16));
+    __m128i x3 = _mm_loadu_si128((const __m128i *)(const void *)(p + 32)),
+            x4 = _mm_loadu_si128((const __m128i *)(const void *)(p + 48));
     __m128i t;
     x1 = _mm_xor_si128(x1, _mm_cvtsi32_si128((int)crc));
     p += 64;

@@ -13,10 +13,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define PTMD_MAGIC "PTMDUMP"            /* 8 bytes with the NUL */
+#define PTMD_MAGIC "PTMDUMP" /* 8 bytes with the NUL */
 #define PTMD_FORMAT_VERSION 1
 #define PTMD_ENDIAN_MARK 0x01020304u
-#define PTMD_FOOTER_MAGIC 0x454d5450u   /* "PTME" */
+#define PTMD_FOOTER_MAGIC 0x454d5450u /* "PTME" */
 
 /* Each enumeration of the file is one list of (constant, value, name): the enum is made from it
  * here, its names (format/names.c) and the Ruby constants (bindings/format_module.c) from the same
@@ -41,54 +41,51 @@ const char *ptmd_name_of(const char *const *names, size_t n, uint32_t value);
  * The enum, the names, the reader's rules and dispatch, what the writer writes of a view
  * (format/view.c), PtmallocDump::Format::SECTIONS and the fuzzer's mutations are made from it. */
 #define PTMD_REQUIRED 1
-#define PTMD_SECTIONS(X)                                                                                      \
-    X(PTMD_SEC_META, 1, "meta", PTMD_REQUIRED, ptmd_meta, NULL, ONE, meta)                                    \
-    X(PTMD_SEC_STRINGS, 2, "strings", 0, unsigned char, NULL, PAIRS, strings, strings_len)                   \
-    X(PTMD_SEC_MALLINFO2, 3, "mallinfo2", PTMD_REQUIRED, ptmd_mallinfo2_rec, NULL, ONE, mallinfo2)          \
-    X(PTMD_SEC_MALLOC_INFO, 4, "malloc_info", 0, unsigned char, NULL, TEXT, malloc_info, malloc_info_len)    \
-    X(PTMD_SEC_ARENAS, 5, "arenas", PTMD_REQUIRED, ptmd_arena_rec, NULL, RECORDS, arenas, n_arenas)          \
-    X(PTMD_SEC_HEAPS, 6, "heaps", PTMD_REQUIRED, ptmd_heap_rec, NULL, RECORDS, heaps, n_heaps)               \
-    /* a chunk record without its address (implied: each heap's chunks tile it, in order, from heap.start) */ \
-    X(PTMD_SEC_CHUNKS, 7, "chunks", PTMD_REQUIRED, uint64_t, NULL, RECORDS, chunk_words, n_chunks)           \
-    /* PTMD_PAGE_* flags, one byte per page */                                                                \
-    X(PTMD_SEC_PAGES, 8, "pages", PTMD_REQUIRED, uint8_t, NULL, RECORDS, pages, n_pages)                     \
-    X(PTMD_SEC_THREADS, 9, "threads", 0, ptmd_thread_rec, NULL, RECORDS, threads, n_threads)                 \
-    X(PTMD_SEC_ANOMALIES, 10, "anomalies", 0, ptmd_anomaly_rec, NULL, RECORDS, anomalies, n_anomalies)       \
-    X(PTMD_SEC_RUBY_META, 11, "ruby_meta", 0, ptmd_ruby_meta, NULL, ONE, ruby_meta)                          \
-    X(PTMD_SEC_RUBY_PAGES, 12, "ruby_pages", 0, ptmd_ruby_page, NULL, RECORDS, ruby_pages, n_ruby_pages)     \
-    X(PTMD_SEC_RUBY_OBJECTS, 13, "ruby_objects", 0, ptmd_ruby_object, NULL, RECORDS, ruby_objects,           \
-      n_ruby_objects)                                                                                         \
-    /* the objects' candidate pointer words, in object order */                                               \
-    X(PTMD_SEC_RUBY_WORDS, 14, "ruby_words", 0, uint64_t, NULL, RECORDS, ruby_words, n_ruby_words)           \
-    X(PTMD_SEC_RUBY_NAMES, 15, "ruby_names", 0, unsigned char, NULL, NAMES, ruby_names, ruby_names_len,      \
-      n_ruby_names)                                                                                           \
-    /* chunk -> chunk pointers (references: true) */                                                          \
-    X(PTMD_SEC_REFS, 16, "refs", 0, ptmd_ref, NULL, RECORDS, refs, n_refs)                                   \
-    /* bytes malloc_trim(0) released, per arena (trim_check: true) */                                         \
-    X(PTMD_SEC_TRIM_CHECK, 17, "trim_check", 0, uint64_t, NULL, RECORDS, trim_released, n_trim_released)     \
-    X(PTMD_SEC_MAPPINGS, 18, "mappings", 0, ptmd_mapping_rec, NULL, MAPPINGS, mappings_head, mappings,       \
-      n_mappings, mapping_paths)                                                                              \
-    /* GC.stat's counts at the Ruby pass */                                                                   \
-    X(PTMD_SEC_GC, 19, "gc", 0, ptmd_gc_rec, NULL, ONE, gc)                                                  \
-    /* memory outside malloc scanned for chunk addresses, and root -> chunk pointers */                       \
-    X(PTMD_SEC_ROOTS, 20, "roots", 0, ptmd_root_rec, NULL, RECORDS, roots, n_roots)                          \
-    X(PTMD_SEC_ROOT_REFS, 21, "root_refs", 0, ptmd_root_ref, NULL, RECORDS, root_refs, n_root_refs)          \
-    /* by address: code objects and the module defining them */                                              \
-    X(PTMD_SEC_RUBY_CODE, 22, "ruby_code", 0, ptmd_ruby_code, NULL, RECORDS, ruby_code, n_ruby_code)         \
-    /* resident bytes of each Ruby page's body (RUBY_PAGES order) */                                          \
-    X(PTMD_SEC_RUBY_PAGE_RSS, 23, "ruby_page_rss", 0, uint64_t, NULL, RECORDS, ruby_page_rss,                \
-      n_ruby_page_rss)                                                                                        \
-    /* chunk -> chunk as a Ruby Integer ((address << 1) | 1) */                                               \
-    X(PTMD_SEC_INT_REFS, 26, "int_refs", 0, ptmd_ref, NULL, RECORDS, int_refs, n_int_refs)                   \
-    /* the code records' modules, methods and paths */                                                        \
-    X(PTMD_SEC_RUBY_CODE_NAMES, 29, "ruby_code_names", 0, unsigned char, NULL, NAMES, ruby_code_names,       \
-      ruby_code_names_len, n_ruby_code_names)                                                                 \
-    /* which thread's tcache holds each tcache chunk */                                                       \
-    X(PTMD_SEC_TCACHE_ENTRIES, 36, "tcache_entries", 0, ptmd_tcache_entry, NULL, RECORDS, tcache_entries,    \
-      n_tcache_entries)                                                                                       \
-    /* the dump was taken from outside the process */                                                         \
-    X(PTMD_SEC_SOURCE, 40, "source", 0, ptmd_source_rec, check_source, ONE, source)                          \
-    /* a fork snapshot's parent, what it paused for */                                                        \
+#define PTMD_SECTIONS(X)                                                                                               \
+    X(PTMD_SEC_META, 1, "meta", PTMD_REQUIRED, ptmd_meta, NULL, ONE, meta)                                             \
+    X(PTMD_SEC_STRINGS, 2, "strings", 0, unsigned char, NULL, PAIRS, strings, strings_len)                             \
+    X(PTMD_SEC_MALLINFO2, 3, "mallinfo2", PTMD_REQUIRED, ptmd_mallinfo2_rec, NULL, ONE, mallinfo2)                     \
+    X(PTMD_SEC_MALLOC_INFO, 4, "malloc_info", 0, unsigned char, NULL, TEXT, malloc_info, malloc_info_len)              \
+    X(PTMD_SEC_ARENAS, 5, "arenas", PTMD_REQUIRED, ptmd_arena_rec, NULL, RECORDS, arenas, n_arenas)                    \
+    X(PTMD_SEC_HEAPS, 6, "heaps", PTMD_REQUIRED, ptmd_heap_rec, NULL, RECORDS, heaps, n_heaps)                         \
+    /* a chunk record without its address (implied: each heap's chunks tile it, in order, from heap.start) */          \
+    X(PTMD_SEC_CHUNKS, 7, "chunks", PTMD_REQUIRED, uint64_t, NULL, RECORDS, chunk_words, n_chunks)                     \
+    /* PTMD_PAGE_* flags, one byte per page */                                                                         \
+    X(PTMD_SEC_PAGES, 8, "pages", PTMD_REQUIRED, uint8_t, NULL, RECORDS, pages, n_pages)                               \
+    X(PTMD_SEC_THREADS, 9, "threads", 0, ptmd_thread_rec, NULL, RECORDS, threads, n_threads)                           \
+    X(PTMD_SEC_ANOMALIES, 10, "anomalies", 0, ptmd_anomaly_rec, NULL, RECORDS, anomalies, n_anomalies)                 \
+    X(PTMD_SEC_RUBY_META, 11, "ruby_meta", 0, ptmd_ruby_meta, NULL, ONE, ruby_meta)                                    \
+    X(PTMD_SEC_RUBY_PAGES, 12, "ruby_pages", 0, ptmd_ruby_page, NULL, RECORDS, ruby_pages, n_ruby_pages)               \
+    X(PTMD_SEC_RUBY_OBJECTS, 13, "ruby_objects", 0, ptmd_ruby_object, NULL, RECORDS, ruby_objects, n_ruby_objects)     \
+    /* the objects' candidate pointer words, in object order */                                                        \
+    X(PTMD_SEC_RUBY_WORDS, 14, "ruby_words", 0, uint64_t, NULL, RECORDS, ruby_words, n_ruby_words)                     \
+    X(PTMD_SEC_RUBY_NAMES, 15, "ruby_names", 0, unsigned char, NULL, NAMES, ruby_names, ruby_names_len, n_ruby_names)  \
+    /* chunk -> chunk pointers (references: true) */                                                                   \
+    X(PTMD_SEC_REFS, 16, "refs", 0, ptmd_ref, NULL, RECORDS, refs, n_refs)                                             \
+    /* bytes malloc_trim(0) released, per arena (trim_check: true) */                                                  \
+    X(PTMD_SEC_TRIM_CHECK, 17, "trim_check", 0, uint64_t, NULL, RECORDS, trim_released, n_trim_released)               \
+    X(PTMD_SEC_MAPPINGS, 18, "mappings", 0, ptmd_mapping_rec, NULL, MAPPINGS, mappings_head, mappings, n_mappings,     \
+      mapping_paths)                                                                                                   \
+    /* GC.stat's counts at the Ruby pass */                                                                            \
+    X(PTMD_SEC_GC, 19, "gc", 0, ptmd_gc_rec, NULL, ONE, gc)                                                            \
+    /* memory outside malloc scanned for chunk addresses, and root -> chunk pointers */                                \
+    X(PTMD_SEC_ROOTS, 20, "roots", 0, ptmd_root_rec, NULL, RECORDS, roots, n_roots)                                    \
+    X(PTMD_SEC_ROOT_REFS, 21, "root_refs", 0, ptmd_root_ref, NULL, RECORDS, root_refs, n_root_refs)                    \
+    /* by address: code objects and the module defining them */                                                        \
+    X(PTMD_SEC_RUBY_CODE, 22, "ruby_code", 0, ptmd_ruby_code, NULL, RECORDS, ruby_code, n_ruby_code)                   \
+    /* resident bytes of each Ruby page's body (RUBY_PAGES order) */                                                   \
+    X(PTMD_SEC_RUBY_PAGE_RSS, 23, "ruby_page_rss", 0, uint64_t, NULL, RECORDS, ruby_page_rss, n_ruby_page_rss)         \
+    /* chunk -> chunk as a Ruby Integer ((address << 1) | 1) */                                                        \
+    X(PTMD_SEC_INT_REFS, 26, "int_refs", 0, ptmd_ref, NULL, RECORDS, int_refs, n_int_refs)                             \
+    /* the code records' modules, methods and paths */                                                                 \
+    X(PTMD_SEC_RUBY_CODE_NAMES, 29, "ruby_code_names", 0, unsigned char, NULL, NAMES, ruby_code_names,                 \
+      ruby_code_names_len, n_ruby_code_names)                                                                          \
+    /* which thread's tcache holds each tcache chunk */                                                                \
+    X(PTMD_SEC_TCACHE_ENTRIES, 36, "tcache_entries", 0, ptmd_tcache_entry, NULL, RECORDS, tcache_entries,              \
+      n_tcache_entries)                                                                                                \
+    /* the dump was taken from outside the process */                                                                  \
+    X(PTMD_SEC_SOURCE, 40, "source", 0, ptmd_source_rec, check_source, ONE, source)                                    \
+    /* a fork snapshot's parent, what it paused for */                                                                 \
     X(PTMD_SEC_SNAPSHOT, 41, "snapshot", 0, ptmd_snapshot_rec, check_snapshot, ONE, snapshot)
 
 #define PTMD_SECTION_CONSTANT(constant, value, ...) constant = (value),
@@ -107,55 +104,76 @@ enum { PTMD_SEC_COUNT = 0 PTMD_SECTIONS(PTMD_SECTION_ONE) };
 const char *ptmd_section_name(uint32_t type);
 
 /* Chunk states: the low 4 bits of ptmd_chunk_rec.word. */
-#define PTMD_STATES(X)                                                                             \
-    X(PTMD_ST_IN_USE, 0, "in_use")                                                                 \
-    X(PTMD_ST_TCACHE, 1, "tcache")       /* in some thread's tcache (looks in use to the arena) */ \
-    X(PTMD_ST_FASTBIN, 2, "fastbin")     /* in a fastbin (looks in use too) */                     \
-    X(PTMD_ST_UNSORTED, 3, "unsorted")                                                             \
-    X(PTMD_ST_SMALLBIN, 4, "smallbin")                                                             \
-    X(PTMD_ST_LARGEBIN, 5, "largebin")                                                             \
-    X(PTMD_ST_TOP, 6, "top")                                                                       \
-    X(PTMD_ST_MMAPPED, 7, "mmapped")     /* a chunk of its own mapping: allocated */               \
-    X(PTMD_ST_META, 8, "meta")           /* heap_info, the arena struct, fenceposts */
+#define PTMD_STATES(X)                                                                                                 \
+    X(PTMD_ST_IN_USE, 0, "in_use")                                                                                     \
+    X(PTMD_ST_TCACHE, 1, "tcache")   /* in some thread's tcache (looks in use to the arena) */                         \
+    X(PTMD_ST_FASTBIN, 2, "fastbin") /* in a fastbin (looks in use too) */                                             \
+    X(PTMD_ST_UNSORTED, 3, "unsorted")                                                                                 \
+    X(PTMD_ST_SMALLBIN, 4, "smallbin")                                                                                 \
+    X(PTMD_ST_LARGEBIN, 5, "largebin")                                                                                 \
+    X(PTMD_ST_TOP, 6, "top")                                                                                           \
+    X(PTMD_ST_MMAPPED, 7, "mmapped") /* a chunk of its own mapping: allocated */                                       \
+    X(PTMD_ST_META, 8, "meta")       /* heap_info, the arena struct, fenceposts */
 typedef enum { PTMD_STATES(PTMD_ENUM_CONSTANT) PTMD_ST_COUNT = 9 } ptmd_state;
 extern const char *const ptmd_state_names[PTMD_ST_COUNT];
 
 /* Allocated to the program: in use in an arena, or a chunk of its own mapping. */
-static inline int ptmd_state_is_allocated(int state) { return state == PTMD_ST_IN_USE || state == PTMD_ST_MMAPPED; }
+static inline int ptmd_state_is_allocated(int state)
+{
+    return state == PTMD_ST_IN_USE || state == PTMD_ST_MMAPPED;
+}
 /* Free for the allocator: a tcache, a fastbin, a bin, or top. */
-static inline int ptmd_state_is_free(int state) { return state >= PTMD_ST_TCACHE && state <= PTMD_ST_TOP; }
+static inline int ptmd_state_is_free(int state)
+{
+    return state >= PTMD_ST_TCACHE && state <= PTMD_ST_TOP;
+}
 
 /* Chunk flags: bits 56..63 of ptmd_chunk_rec.word. The list gives each flag's bit within those 8 bits
  * (Chunk#flags in Ruby); PTMD_CF_WORD puts it where the word holds it. */
 #define PTMD_CF_SHIFT 56
-#define PTMD_CHUNK_FLAGS(X)                                                                        \
-    X(PTMD_CF_ANOMALY, 1u << 0, "anomaly")               /* an anomaly record names this chunk */ \
-    X(PTMD_CF_TCACHE_STRUCT, 1u << 1, "tcache_struct")   /* a thread's tcache_perthread_struct */ \
-    X(PTMD_CF_LAST_REMAINDER, 1u << 2, "last_remainder") /* the arena's last_remainder */         \
+#define PTMD_CHUNK_FLAGS(X)                                                                                            \
+    X(PTMD_CF_ANOMALY, 1u << 0, "anomaly")               /* an anomaly record names this chunk */                      \
+    X(PTMD_CF_TCACHE_STRUCT, 1u << 1, "tcache_struct")   /* a thread's tcache_perthread_struct */                      \
+    X(PTMD_CF_LAST_REMAINDER, 1u << 2, "last_remainder") /* the arena's last_remainder */                              \
     X(PTMD_CF_FREE_BIT, 1u << 3, "free_bit")             /* the next chunk's PREV_INUSE bit says free */
 enum { PTMD_CHUNK_FLAGS(PTMD_ENUM_CONSTANT) };
 #define PTMD_CF_WORD(flag) ((uint64_t)(flag) << PTMD_CF_SHIFT)
-#define PTMD_CF_RAW_SHIFT 60                /* bits 60..62: the chunk's own P, M, A bits as found */
+#define PTMD_CF_RAW_SHIFT 60 /* bits 60..62: the chunk's own P, M, A bits as found */
 #define PTMD_SIZE_MASK 0x00fffffffffffff0ull
 
 /* In memory a chunk record carries its address; in the file only `word` is stored. */
 typedef struct {
-    uint64_t addr;              /* chunk address (not the user pointer: that is addr + 16) */
-    uint64_t word;              /* size (multiple of 16) | state | flags << 56 */
+    uint64_t addr; /* chunk address (not the user pointer: that is addr + 16) */
+    uint64_t word; /* size (multiple of 16) | state | flags << 56 */
 } ptmd_chunk_rec;
 
-static inline uint64_t ptmd_rec_size(const ptmd_chunk_rec *r) { return r->word & PTMD_SIZE_MASK; }
-static inline int ptmd_rec_state(const ptmd_chunk_rec *r) { return (int)(r->word & 0xf); }
-static inline uint64_t ptmd_rec_raw_bits(const ptmd_chunk_rec *r) { return (r->word >> PTMD_CF_RAW_SHIFT) & 7; }
-static inline int ptmd_rec_is_allocated(const ptmd_chunk_rec *r) { return ptmd_state_is_allocated(ptmd_rec_state(r)); }
-static inline void ptmd_rec_set_state(ptmd_chunk_rec *r, int st) { r->word = (r->word & ~0xfull) | (uint64_t)st; }
+static inline uint64_t ptmd_rec_size(const ptmd_chunk_rec *r)
+{
+    return r->word & PTMD_SIZE_MASK;
+}
+static inline int ptmd_rec_state(const ptmd_chunk_rec *r)
+{
+    return (int)(r->word & 0xf);
+}
+static inline uint64_t ptmd_rec_raw_bits(const ptmd_chunk_rec *r)
+{
+    return (r->word >> PTMD_CF_RAW_SHIFT) & 7;
+}
+static inline int ptmd_rec_is_allocated(const ptmd_chunk_rec *r)
+{
+    return ptmd_state_is_allocated(ptmd_rec_state(r));
+}
+static inline void ptmd_rec_set_state(ptmd_chunk_rec *r, int st)
+{
+    r->word = (r->word & ~0xfull) | (uint64_t)st;
+}
 
 /* Per-page residency flags (the PAGES section): bit values */
-#define PTMD_PAGE_FLAGS(X)                                                                         \
-    X(PTMD_PAGE_PRESENT, 1, "present")       /* in RAM */                                          \
-    X(PTMD_PAGE_SWAPPED, 2, "swapped")       /* in swap */                                         \
-    X(PTMD_PAGE_EXCLUSIVE, 4, "exclusive")   /* mapped by this process only (not shared copy-on-write) */ \
-    X(PTMD_PAGE_FILE, 8, "file")             /* file page or shared anonymous page */
+#define PTMD_PAGE_FLAGS(X)                                                                                             \
+    X(PTMD_PAGE_PRESENT, 1, "present")     /* in RAM */                                                                \
+    X(PTMD_PAGE_SWAPPED, 2, "swapped")     /* in swap */                                                               \
+    X(PTMD_PAGE_EXCLUSIVE, 4, "exclusive") /* mapped by this process only (not shared copy-on-write) */                \
+    X(PTMD_PAGE_FILE, 8, "file")           /* file page or shared anonymous page */
 enum { PTMD_PAGE_FLAGS(PTMD_ENUM_CONSTANT) };
 
 #define PTMD_RESIDENCY_SOURCES(X) X(PTMD_RESIDENCY_PAGEMAP, 1, "pagemap") X(PTMD_RESIDENCY_MINCORE, 2, "mincore")
@@ -163,28 +181,31 @@ typedef enum { PTMD_RESIDENCY_SOURCES(PTMD_ENUM_CONSTANT) PTMD_RESIDENCY_COUNT =
 extern const char *const ptmd_residency_source_names[PTMD_RESIDENCY_COUNT];
 
 /* Symbol sources: how main_arena was found. */
-#define PTMD_SYMBOL_SOURCES(X)                                                                     \
-    X(PTMD_SYMSRC_SYMTAB, 1, "symtab")         /* libc's own .symtab */                            \
-    X(PTMD_SYMSRC_BUILD_ID, 2, "build_id")     /* <debugdir>/.build-id/xx/rest.debug */            \
-    X(PTMD_SYMSRC_DEBUGLINK, 3, "debuglink")   /* .gnu_debuglink name, CRC checked */              \
-    X(PTMD_SYMSRC_HEURISTIC, 4, "heuristic")   /* found by structure, no symbols */
+#define PTMD_SYMBOL_SOURCES(X)                                                                                         \
+    X(PTMD_SYMSRC_SYMTAB, 1, "symtab")       /* libc's own .symtab */                                                  \
+    X(PTMD_SYMSRC_BUILD_ID, 2, "build_id")   /* <debugdir>/.build-id/xx/rest.debug */                                  \
+    X(PTMD_SYMSRC_DEBUGLINK, 3, "debuglink") /* .gnu_debuglink name, CRC checked */                                    \
+    X(PTMD_SYMSRC_HEURISTIC, 4, "heuristic") /* found by structure, no symbols */
 enum { PTMD_SYMBOL_SOURCES(PTMD_ENUM_CONSTANT) PTMD_SYMSRC_COUNT = 5 };
 extern const char *const ptmd_symbol_source_names[PTMD_SYMSRC_COUNT];
 
 /* ptmd_meta.flags: bit values */
-#define PTMD_META_FLAGS(X)                                                                         \
-    X(PTMD_MF_SAFE_LINKING, 1u << 0, "safe_linking")                                               \
-    X(PTMD_MF_TCACHE, 1u << 1, "tcache")                                                           \
-    X(PTMD_MF_TCACHE_KEY, 1u << 2, "tcache_key")             /* tcache_key was read */             \
-    X(PTMD_MF_MP, 1u << 3, "mp")                             /* mp_ was read */                    \
-    X(PTMD_MF_FORK_CHILD, 1u << 4, "fork_child")             /* written by a forked snapshot child */ \
-    X(PTMD_MF_THREADS_COMPLETE, 1u << 5, "threads_complete") /* every thread in /proc/self/task was found */ \
-    X(PTMD_MF_NO_ORACLES, 1u << 6, "no_oracles")   /* malloc_info/mallinfo2 not captured: a list is corrupt, or bit 9, 10 or 11 */ \
-    X(PTMD_MF_MALLINFO32, 1u << 7, "mallinfo32")   /* glibc < 2.33: MALLINFO2 holds mallinfo()'s low 32 bits */ \
-    X(PTMD_MF_MREMAP_OVERCOUNT, 1u << 8, "mremap_overcount") /* 2.43: mmapped_mem 16 bytes too many per mremap_chunk */ \
-    X(PTMD_MF_ORACLES_OUTGROWN, 1u << 9, "oracles_outgrown") /* malloc_info's output outgrew its stream: not kept */ \
-    X(PTMD_MF_ORACLES_OFF, 1u << 10, "oracles_off")       /* dumped with oracles: false */ \
-    X(PTMD_MF_ORACLES_SKIPPED, 1u << 11, "oracles_skipped") /* oracles: :auto, and the lists held more than it follows */
+#define PTMD_META_FLAGS(X)                                                                                             \
+    X(PTMD_MF_SAFE_LINKING, 1u << 0, "safe_linking")                                                                   \
+    X(PTMD_MF_TCACHE, 1u << 1, "tcache")                                                                               \
+    X(PTMD_MF_TCACHE_KEY, 1u << 2, "tcache_key")             /* tcache_key was read */                                 \
+    X(PTMD_MF_MP, 1u << 3, "mp")                             /* mp_ was read */                                        \
+    X(PTMD_MF_FORK_CHILD, 1u << 4, "fork_child")             /* written by a forked snapshot child */                  \
+    X(PTMD_MF_THREADS_COMPLETE, 1u << 5, "threads_complete") /* every thread in /proc/self/task was found */           \
+    X(PTMD_MF_NO_ORACLES, 1u << 6,                                                                                     \
+      "no_oracles") /* malloc_info/mallinfo2 not captured: a list is corrupt, or bit 9, 10 or 11 */                    \
+    X(PTMD_MF_MALLINFO32, 1u << 7, "mallinfo32") /* glibc < 2.33: MALLINFO2 holds mallinfo()'s low 32 bits */          \
+    X(PTMD_MF_MREMAP_OVERCOUNT, 1u << 8,                                                                               \
+      "mremap_overcount") /* 2.43: mmapped_mem 16 bytes too many per mremap_chunk */                                   \
+    X(PTMD_MF_ORACLES_OUTGROWN, 1u << 9, "oracles_outgrown") /* malloc_info's output outgrew its stream: not kept */   \
+    X(PTMD_MF_ORACLES_OFF, 1u << 10, "oracles_off")          /* dumped with oracles: false */                          \
+    X(PTMD_MF_ORACLES_SKIPPED, 1u << 11,                                                                               \
+      "oracles_skipped") /* oracles: :auto, and the lists held more than it follows */
 enum { PTMD_META_FLAGS(PTMD_ENUM_CONSTANT) };
 
 typedef struct {
@@ -203,21 +224,21 @@ typedef struct {
     uint64_t top_pad;
     uint64_t arena_max;
     uint64_t arena_test;
-    uint64_t n_mmaps;           /* mp_.n_mmaps */
-    uint64_t mmapped_mem;       /* mp_.mmapped_mem */
+    uint64_t n_mmaps;     /* mp_.n_mmaps */
+    uint64_t mmapped_mem; /* mp_.mmapped_mem */
     uint64_t max_mmapped_mem;
     uint64_t tcache_bins;
     uint64_t tcache_count;
     uint64_t tcache_max_bytes;
-    uint64_t walk_ns;           /* from the mallinfo capture to the end of the walk */
+    uint64_t walk_ns; /* from the mallinfo capture to the end of the walk */
     uint64_t residency_ns;
-    uint64_t lock_wait_ns;      /* time spent waiting for arena locks */
-    uint32_t symbol_source;     /* PTMD_SYMSRC_* */
-    uint32_t residency_source;  /* PTMD_RESIDENCY_* */
+    uint64_t lock_wait_ns;     /* time spent waiting for arena locks */
+    uint32_t symbol_source;    /* PTMD_SYMSRC_* */
+    uint32_t residency_source; /* PTMD_RESIDENCY_* */
     uint32_t glibc_major;
     uint32_t glibc_minor;
-    uint32_t flags;             /* PTMD_MF_* */
-    uint32_t thread_count;      /* entries of /proc/self/task at the walk */
+    uint32_t flags;        /* PTMD_MF_* */
+    uint32_t thread_count; /* entries of /proc/self/task at the walk */
 } ptmd_meta;
 
 typedef struct {
@@ -225,12 +246,12 @@ typedef struct {
 } ptmd_mallinfo2_rec;
 
 /* ptmd_arena_rec.flags: bit values */
-#define PTMD_ARENA_FLAGS(X)                                                                        \
-    X(PTMD_AF_MAIN, 1u << 0, "main")                                                               \
-    X(PTMD_AF_NONCONTIGUOUS, 1u << 1, "noncontiguous")                                             \
-    X(PTMD_AF_HAVE_FASTCHUNKS, 1u << 2, "have_fastchunks")                                         \
-    X(PTMD_AF_LOCKED, 1u << 3, "locked")      /* walked under its own mutex */                     \
-    X(PTMD_AF_CORRUPT, 1u << 4, "corrupt")    /* the walk of this arena recorded anomalies */
+#define PTMD_ARENA_FLAGS(X)                                                                                            \
+    X(PTMD_AF_MAIN, 1u << 0, "main")                                                                                   \
+    X(PTMD_AF_NONCONTIGUOUS, 1u << 1, "noncontiguous")                                                                 \
+    X(PTMD_AF_HAVE_FASTCHUNKS, 1u << 2, "have_fastchunks")                                                             \
+    X(PTMD_AF_LOCKED, 1u << 3, "locked")   /* walked under its own mutex */                                            \
+    X(PTMD_AF_CORRUPT, 1u << 4, "corrupt") /* the walk of this arena recorded anomalies */
 enum { PTMD_ARENA_FLAGS(PTMD_ENUM_CONSTANT) };
 
 typedef struct {
@@ -243,205 +264,213 @@ typedef struct {
     uint64_t next;
     uint64_t next_free;
     uint64_t attached_threads;
-    uint32_t flags;             /* PTMD_AF_* */
-    uint32_t glibc_flags;       /* malloc_state.flags */
+    uint32_t flags;       /* PTMD_AF_* */
+    uint32_t glibc_flags; /* malloc_state.flags */
     uint32_t first_heap;
     uint32_t n_heaps;
 } ptmd_arena_rec;
 
-#define PTMD_HEAP_KINDS(X)                                                                         \
-    X(PTMD_HEAP_SBRK, 1, "sbrk")                     /* the main arena's brk region */             \
-    X(PTMD_HEAP_MMAP_HEAP, 2, "mmap_heap")           /* a non-main arena's heap_info region */     \
-    X(PTMD_HEAP_MMAPPED_CHUNK, 3, "mmapped_chunk")   /* the mapping of one mmapped chunk */        \
-    X(PTMD_HEAP_MAIN_MMAP, 4, "main_mmap")           /* a region mmapped for the main arena when sbrk failed */
+#define PTMD_HEAP_KINDS(X)                                                                                             \
+    X(PTMD_HEAP_SBRK, 1, "sbrk")                   /* the main arena's brk region */                                   \
+    X(PTMD_HEAP_MMAP_HEAP, 2, "mmap_heap")         /* a non-main arena's heap_info region */                           \
+    X(PTMD_HEAP_MMAPPED_CHUNK, 3, "mmapped_chunk") /* the mapping of one mmapped chunk */                              \
+    X(PTMD_HEAP_MAIN_MMAP, 4, "main_mmap")         /* a region mmapped for the main arena when sbrk failed */
 enum { PTMD_HEAP_KINDS(PTMD_ENUM_CONSTANT) PTMD_HEAP_KIND_COUNT = 5 };
 extern const char *const ptmd_heap_kind_names[PTMD_HEAP_KIND_COUNT];
-#define PTMD_HF_TRUNCATED (1u << 0)    /* the chunk walk stopped before the end */
+#define PTMD_HF_TRUNCATED (1u << 0) /* the chunk walk stopped before the end */
 #define PTMD_NO_ARENA 0xffffffffu
 
 typedef struct {
-    uint64_t start;             /* first byte accounted to the heap */
-    uint64_t end;               /* end of the walked region */
-    uint64_t reserved_end;      /* end of the address space reserved for it */
-    uint64_t prev;              /* heap_info.prev (mmap heaps) */
-    uint64_t mprotect_size;     /* heap_info.mprotect_size (mmap heaps) */
-    uint64_t first_chunk;       /* index into the chunk table */
+    uint64_t start;         /* first byte accounted to the heap */
+    uint64_t end;           /* end of the walked region */
+    uint64_t reserved_end;  /* end of the address space reserved for it */
+    uint64_t prev;          /* heap_info.prev (mmap heaps) */
+    uint64_t mprotect_size; /* heap_info.mprotect_size (mmap heaps) */
+    uint64_t first_chunk;   /* index into the chunk table */
     uint64_t n_chunks;
-    uint64_t first_page;        /* index into the page table */
+    uint64_t first_page; /* index into the page table */
     uint64_t n_pages;
-    uint64_t page_base;         /* address of the first page */
-    uint32_t arena;             /* index into the arena table, PTMD_NO_ARENA for mmapped chunks */
-    uint32_t kind;              /* PTMD_HEAP_* */
-    uint32_t flags;             /* PTMD_HF_* */
+    uint64_t page_base; /* address of the first page */
+    uint32_t arena;     /* index into the arena table, PTMD_NO_ARENA for mmapped chunks */
+    uint32_t kind;      /* PTMD_HEAP_* */
+    uint32_t flags;     /* PTMD_HF_* */
     uint32_t reserved;
 } ptmd_heap_rec;
 
 /* ptmd_thread_rec.flags: bit values */
-#define PTMD_THREAD_FLAGS(X)                                                                       \
-    X(PTMD_TF_CURRENT, 1u << 0, "current")    /* the thread that wrote the dump */                 \
-    X(PTMD_TF_TLS, 1u << 1, "tls")            /* tcache pointer read from the thread's TLS */      \
-    X(PTMD_TF_SCAN, 1u << 2, "scan")          /* tcache found by structure among in-use chunks */  \
-    X(PTMD_TF_EXITING, 1u << 3, "exiting")    /* emptying its tcache on exit while it was read */
+#define PTMD_THREAD_FLAGS(X)                                                                                           \
+    X(PTMD_TF_CURRENT, 1u << 0, "current") /* the thread that wrote the dump */                                        \
+    X(PTMD_TF_TLS, 1u << 1, "tls")         /* tcache pointer read from the thread's TLS */                             \
+    X(PTMD_TF_SCAN, 1u << 2, "scan")       /* tcache found by structure among in-use chunks */                         \
+    X(PTMD_TF_EXITING, 1u << 3, "exiting") /* emptying its tcache on exit while it was read */
 enum { PTMD_THREAD_FLAGS(PTMD_ENUM_CONSTANT) };
 
 typedef struct {
-    uint64_t pthread;           /* struct pthread (0 when unknown) */
-    uint64_t tcache;            /* tcache_perthread_struct user address, 0 if none */
-    uint64_t arena;             /* thread_arena, 0 if unknown */
+    uint64_t pthread; /* struct pthread (0 when unknown) */
+    uint64_t tcache;  /* tcache_perthread_struct user address, 0 if none */
+    uint64_t arena;   /* thread_arena, 0 if unknown */
     uint64_t tcache_bytes;
-    uint32_t tid;               /* 0 when unknown */
-    uint32_t flags;             /* PTMD_TF_* */
+    uint32_t tid;   /* 0 when unknown */
+    uint32_t flags; /* PTMD_TF_* */
     uint32_t tcache_count;
     uint32_t reserved;
 } ptmd_thread_rec;
 
-#define PTMD_ANOMALY_KINDS(X)                                                                      \
-    X(PTMD_AN_BAD_SIZE, 1, "bad_size")                 /* a chunk size that is impossible here */  \
-    X(PTMD_AN_PAST_END, 2, "past_end")                 /* a chunk that runs past its heap */       \
-    X(PTMD_AN_FREE_NOT_IN_BIN, 3, "free_not_in_bin")   /* free by the PREV_INUSE bit, in no list */ \
-    X(PTMD_AN_LIST_NOT_CHUNK, 4, "list_not_chunk")     /* a list entry that is no chunk of the walk */ \
-    X(PTMD_AN_LIST_IN_USE, 5, "list_in_use")           /* a bin entry whose chunk is marked in use */ \
-    X(PTMD_AN_FASTBIN_FREE, 6, "fastbin_free")         /* a fastbin/tcache entry marked free */    \
-    X(PTMD_AN_BAD_POINTER, 7, "bad_pointer")           /* a list pointer outside the arena or misaligned */ \
-    X(PTMD_AN_LIST_CYCLE, 8, "list_cycle")             /* a list longer than the heap could hold */ \
-    X(PTMD_AN_LIST_LINK, 9, "list_link")               /* fd->bk != chunk */                       \
-    X(PTMD_AN_WRONG_BIN, 10, "wrong_bin")              /* a size that does not belong to its bin */ \
-    X(PTMD_AN_DUPLICATE, 11, "duplicate")              /* a chunk in two lists */                  \
-    X(PTMD_AN_TOP, 12, "top")                          /* top does not end its heap */             \
-    X(PTMD_AN_NONCONTIGUOUS, 13, "noncontiguous")      /* no longer recorded: its regions are walked */ \
-    X(PTMD_AN_SYSTEM_MEM, 14, "system_mem")            /* system_mem differs from the walked size */ \
-    X(PTMD_AN_HEAP_INFO, 15, "heap_info")              /* a heap_info that does not check out */   \
-    X(PTMD_AN_TCACHE_COUNT, 16, "tcache_count")        /* a tcache chain longer or shorter than its count */ \
-    X(PTMD_AN_TCACHE_KEY, 17, "tcache_key")            /* a tcache entry whose key is wrong */     \
-    X(PTMD_AN_MMAPPED_MISMATCH, 18, "mmapped_mismatch") /* mmapped chunks differ from mp_'s counts */ \
-    X(PTMD_AN_WRONG_ARENA, 19, "wrong_arena")          /* NON_MAIN_ARENA bit disagrees with the arena */ \
-    X(PTMD_AN_NEXTSIZE, 20, "nextsize")                /* a large bin's fd_nextsize/bk_nextsize ring is broken */ \
-    X(PTMD_AN_ARENA_RING, 21, "arena_ring")            /* the arenas' next links do not lead back to main_arena */
+#define PTMD_ANOMALY_KINDS(X)                                                                                          \
+    X(PTMD_AN_BAD_SIZE, 1, "bad_size")                  /* a chunk size that is impossible here */                     \
+    X(PTMD_AN_PAST_END, 2, "past_end")                  /* a chunk that runs past its heap */                          \
+    X(PTMD_AN_FREE_NOT_IN_BIN, 3, "free_not_in_bin")    /* free by the PREV_INUSE bit, in no list */                   \
+    X(PTMD_AN_LIST_NOT_CHUNK, 4, "list_not_chunk")      /* a list entry that is no chunk of the walk */                \
+    X(PTMD_AN_LIST_IN_USE, 5, "list_in_use")            /* a bin entry whose chunk is marked in use */                 \
+    X(PTMD_AN_FASTBIN_FREE, 6, "fastbin_free")          /* a fastbin/tcache entry marked free */                       \
+    X(PTMD_AN_BAD_POINTER, 7, "bad_pointer")            /* a list pointer outside the arena or misaligned */           \
+    X(PTMD_AN_LIST_CYCLE, 8, "list_cycle")              /* a list longer than the heap could hold */                   \
+    X(PTMD_AN_LIST_LINK, 9, "list_link")                /* fd->bk != chunk */                                          \
+    X(PTMD_AN_WRONG_BIN, 10, "wrong_bin")               /* a size that does not belong to its bin */                   \
+    X(PTMD_AN_DUPLICATE, 11, "duplicate")               /* a chunk in two lists */                                     \
+    X(PTMD_AN_TOP, 12, "top")                           /* top does not end its heap */                                \
+    X(PTMD_AN_NONCONTIGUOUS, 13, "noncontiguous")       /* no longer recorded: its regions are walked */               \
+    X(PTMD_AN_SYSTEM_MEM, 14, "system_mem")             /* system_mem differs from the walked size */                  \
+    X(PTMD_AN_HEAP_INFO, 15, "heap_info")               /* a heap_info that does not check out */                      \
+    X(PTMD_AN_TCACHE_COUNT, 16, "tcache_count")         /* a tcache chain longer or shorter than its count */          \
+    X(PTMD_AN_TCACHE_KEY, 17, "tcache_key")             /* a tcache entry whose key is wrong */                        \
+    X(PTMD_AN_MMAPPED_MISMATCH, 18, "mmapped_mismatch") /* mmapped chunks differ from mp_'s counts */                  \
+    X(PTMD_AN_WRONG_ARENA, 19, "wrong_arena")           /* NON_MAIN_ARENA bit disagrees with the arena */              \
+    X(PTMD_AN_NEXTSIZE, 20, "nextsize")                 /* a large bin's fd_nextsize/bk_nextsize ring is broken */     \
+    X(PTMD_AN_ARENA_RING, 21, "arena_ring")             /* the arenas' next links do not lead back to main_arena */
 typedef enum { PTMD_ANOMALY_KINDS(PTMD_ENUM_CONSTANT) PTMD_AN_COUNT = 22 } ptmd_anomaly_kind;
 extern const char *const ptmd_anomaly_names[PTMD_AN_COUNT];
 
 typedef struct {
     uint64_t address;
-    uint64_t detail;            /* kind-specific: the bad value, expected size, ... */
-    uint32_t kind;              /* ptmd_anomaly_kind */
-    uint32_t arena;             /* arena index or PTMD_NO_ARENA */
+    uint64_t detail; /* kind-specific: the bad value, expected size, ... */
+    uint32_t kind;   /* ptmd_anomaly_kind */
+    uint32_t arena;  /* arena index or PTMD_NO_ARENA */
 } ptmd_anomaly_rec;
 
 /* One chunk of a thread's tcache list (TCACHE_ENTRIES), in the order the walk followed them: thread by
  * thread, each bin from its head. */
 typedef struct {
-    uint32_t chunk;             /* index into the chunk table: a chunk of state tcache */
-    uint32_t thread;            /* index into THREADS: the thread whose tcache_perthread_struct lists it */
-    uint16_t bin;               /* the tcache bin (tidx) */
-    uint16_t position;          /* place in the bin's list from its head (0: the next malloc of the size takes it) */
+    uint32_t chunk;    /* index into the chunk table: a chunk of state tcache */
+    uint32_t thread;   /* index into THREADS: the thread whose tcache_perthread_struct lists it */
+    uint16_t bin;      /* the tcache bin (tidx) */
+    uint16_t position; /* place in the bin's list from its head (0: the next malloc of the size takes it) */
     uint32_t reserved;
 } ptmd_tcache_entry;
 
 /* ---- Ruby's heap (RUBY_* sections) ---- */
 
-#define PTMD_RF_REFERENCES (1u << 0)   /* the REFS section was recorded */
-#define PTMD_RF_PAGES_FROM_GC (1u << 1) /* the pass took the pages from rb_objspace_each_objects, which
+#define PTMD_RF_REFERENCES (1u << 0) /* the REFS section was recorded */
+#define PTMD_RF_PAGES_FROM_GC                                                                                          \
+    (1u << 1) /* the pass took the pages from rb_objspace_each_objects, which
                                          * ends a pending lazy sweep and mallocs before the capture (the
                                          * pages' layout is not known for this Ruby, or the pages found
                                          * by their structure did not hold heap_live_slots objects) */
-#define PTMD_RF_IN_SNAPSHOT (1u << 2)   /* the pass ran in the fork snapshot's child, on its copy of the
+#define PTMD_RF_IN_SNAPSHOT                                                                                            \
+    (1u << 2) /* the pass ran in the fork snapshot's child, on its copy of the
                                          * parent's memory: the parent paused for the fork only */
 
 typedef struct {
-    uint64_t heap_allocated_pages;  /* GC.stat, taken in the same GC-disabled window as the pass */
+    uint64_t heap_allocated_pages; /* GC.stat, taken in the same GC-disabled window as the pass */
     uint64_t heap_live_slots;
     uint64_t heap_free_slots;
     uint64_t total_allocated_objects;
-    uint64_t pass_ns;               /* the Ruby pass */
-    uint64_t refs_ns;               /* the reference scan: chunks, then roots */
-    uint32_t flags;                 /* PTMD_RF_* */
-    uint32_t heap_tomb_pages;       /* GC.stat: empty pages kept for reuse, which the pass does not see */
+    uint64_t pass_ns;         /* the Ruby pass */
+    uint64_t refs_ns;         /* the reference scan: chunks, then roots */
+    uint32_t flags;           /* PTMD_RF_* */
+    uint32_t heap_tomb_pages; /* GC.stat: empty pages kept for reuse, which the pass does not see */
 } ptmd_ruby_meta;
 
 typedef struct {
-    uint64_t start, end;            /* the slots of one ObjectSpace page */
-    uint32_t stride;                /* slot size */
-    uint32_t total, live, free;     /* slots */
+    uint64_t start, end;        /* the slots of one ObjectSpace page */
+    uint32_t stride;            /* slot size */
+    uint32_t total, live, free; /* slots */
     uint64_t reserved;
 } ptmd_ruby_page;
 
 /* RUBY_NAMES entry kinds (CLASS, DATA_TYPE) and RUBY_CODE_NAMES entry kinds (MODULE, METHOD, PATH) */
-enum { PTMD_NAME_CLASS = 1, PTMD_NAME_DATA_TYPE = 2, PTMD_NAME_MODULE = 3, PTMD_NAME_METHOD = 4, PTMD_NAME_PATH = 5,
-       PTMD_NAME_VM_TABLE = 6 };
+enum {
+    PTMD_NAME_CLASS = 1,
+    PTMD_NAME_DATA_TYPE = 2,
+    PTMD_NAME_MODULE = 3,
+    PTMD_NAME_METHOD = 4,
+    PTMD_NAME_PATH = 5,
+    PTMD_NAME_VM_TABLE = 6
+};
 #define PTMD_NO_NAME 0xffffffffu
 
 typedef struct {
-    uint64_t address;               /* the VALUE: ObjectSpace.dump's "address" */
-    uint32_t klass;                 /* index into the class names, PTMD_NO_NAME for hidden objects */
-    uint32_t data_type;             /* index into the names (typed data), else PTMD_NO_NAME */
-    uint8_t type;                   /* ruby_value_type (T_STRING ...) */
-    uint8_t subtype;                /* imemo type for T_IMEMO */
-    uint16_t n_words;               /* candidate pointer words in RUBY_WORDS */
-    uint32_t flags;                 /* PTMD_OF_* */
+    uint64_t address;   /* the VALUE: ObjectSpace.dump's "address" */
+    uint32_t klass;     /* index into the class names, PTMD_NO_NAME for hidden objects */
+    uint32_t data_type; /* index into the names (typed data), else PTMD_NO_NAME */
+    uint8_t type;       /* ruby_value_type (T_STRING ...) */
+    uint8_t subtype;    /* imemo type for T_IMEMO */
+    uint16_t n_words;   /* candidate pointer words in RUBY_WORDS */
+    uint32_t flags;     /* PTMD_OF_* */
 } ptmd_ruby_object;
 
 /* ptmd_ruby_object.flags: bit values (bits 4..7 are kept for code ownership) */
-#define PTMD_OBJECT_FLAGS(X)                                                                       \
-    X(PTMD_OF_OLD, 1u << 0, "old")            /* promoted by the GC: survived enough marks to be old */ \
-    X(PTMD_OF_GARBAGE, 1u << 1, "garbage")    /* dead, on a page the pending lazy sweep has not reached */
+#define PTMD_OBJECT_FLAGS(X)                                                                                           \
+    X(PTMD_OF_OLD, 1u << 0, "old")         /* promoted by the GC: survived enough marks to be old */                   \
+    X(PTMD_OF_GARBAGE, 1u << 1, "garbage") /* dead, on a page the pending lazy sweep has not reached */
 enum { PTMD_OBJECT_FLAGS(PTMD_ENUM_CONSTANT) };
 
 /* ---- where the memory came from (SOURCE section) ---- */
 
 /* ptmd_source_rec.kind (a file without the section: this process, PTMD_SOURCE_KIND_SELF) */
-#define PTMD_SOURCE_KINDS(X)                                                                       \
-    X(PTMD_SOURCE_KIND_SELF, 1, "self")       /* the process dumped itself (PtmallocDump.dump) */  \
-    X(PTMD_SOURCE_KIND_PID, 2, "pid")         /* another process, stopped with ptrace and copied */ \
-    X(PTMD_SOURCE_KIND_CORE, 3, "core")       /* a core file */
+#define PTMD_SOURCE_KINDS(X)                                                                                           \
+    X(PTMD_SOURCE_KIND_SELF, 1, "self") /* the process dumped itself (PtmallocDump.dump) */                            \
+    X(PTMD_SOURCE_KIND_PID, 2, "pid")   /* another process, stopped with ptrace and copied */                          \
+    X(PTMD_SOURCE_KIND_CORE, 3, "core") /* a core file */
 enum { PTMD_SOURCE_KINDS(PTMD_ENUM_CONSTANT) PTMD_SOURCE_KIND_COUNT = 4 };
 extern const char *const ptmd_source_kind_names[PTMD_SOURCE_KIND_COUNT];
 
 /* ptmd_source_rec.flags: what the source could not give */
-#define PTMD_SOURCE_FLAGS(X)                                                                       \
-    X(PTMD_SRCF_NO_RUBY, 1u << 0, "no_ruby")             /* Ruby's objects: they need the in-process dump */ \
-    X(PTMD_SRCF_NO_REFERENCES, 1u << 1, "no_references") /* the pointer graph and its roots */     \
-    X(PTMD_SRCF_NO_ORACLES, 1u << 2, "no_oracles")       /* mallinfo2()/malloc_info(): not callable there */ \
-    X(PTMD_SRCF_NO_RESIDENCY, 1u << 3, "no_residency")   /* page residency (a core file) */        \
+#define PTMD_SOURCE_FLAGS(X)                                                                                           \
+    X(PTMD_SRCF_NO_RUBY, 1u << 0, "no_ruby")             /* Ruby's objects: they need the in-process dump */           \
+    X(PTMD_SRCF_NO_REFERENCES, 1u << 1, "no_references") /* the pointer graph and its roots */                         \
+    X(PTMD_SRCF_NO_ORACLES, 1u << 2, "no_oracles")       /* mallinfo2()/malloc_info(): not callable there */           \
+    X(PTMD_SRCF_NO_RESIDENCY, 1u << 3, "no_residency")   /* page residency (a core file) */                            \
     X(PTMD_SRCF_NO_TLS, 1u << 4, "no_tls")               /* the threads' tcache pointers from TLS: by structure only */
 enum { PTMD_SOURCE_FLAGS(PTMD_ENUM_CONSTANT) };
 
 typedef struct {
-    uint32_t kind;                      /* PTMD_SOURCE_KIND_* */
-    uint32_t flags;                     /* PTMD_SRCF_* */
-    uint64_t pid;                       /* the process read (a core's: the one it was written from) */
-    uint64_t pause_ns;                  /* how long the process was stopped: its last stop, seize to detach */
-    uint64_t copied_bytes;              /* bytes of its memory copied while it was stopped */
-    uint32_t threads;                   /* threads stopped */
-    uint32_t attempts;                  /* stops it took to find every arena lock free (1: the first) */
-    uint64_t reserved;                  /* 0 */
+    uint32_t kind;         /* PTMD_SOURCE_KIND_* */
+    uint32_t flags;        /* PTMD_SRCF_* */
+    uint64_t pid;          /* the process read (a core's: the one it was written from) */
+    uint64_t pause_ns;     /* how long the process was stopped: its last stop, seize to detach */
+    uint64_t copied_bytes; /* bytes of its memory copied while it was stopped */
+    uint32_t threads;      /* threads stopped */
+    uint32_t attempts;     /* stops it took to find every arena lock free (1: the first) */
+    uint64_t reserved;     /* 0 */
 } ptmd_source_rec;
 
 /* ---- a fork snapshot's parent (SNAPSHOT section) ---- */
 
 /* ptmd_snapshot_rec.flags: where the Ruby pass ran */
-#define PTMD_SNAPSHOT_FLAGS(X)                                                                     \
-    X(PTMD_SNF_RUBY_IN_CHILD, 1u << 0, "ruby_in_child")   /* in the snapshot process, on its copy */ \
+#define PTMD_SNAPSHOT_FLAGS(X)                                                                                         \
+    X(PTMD_SNF_RUBY_IN_CHILD, 1u << 0, "ruby_in_child")   /* in the snapshot process, on its copy */                   \
     X(PTMD_SNF_RUBY_IN_PARENT, 1u << 1, "ruby_in_parent") /* in the parent before the fork: this Ruby's
                                                               pages are not known by their structure */
 enum { PTMD_SNAPSHOT_FLAGS(PTMD_ENUM_CONSTANT) };
 
 typedef struct {
-    uint64_t before_fork_ns;            /* the parent, from the dump's call to fork(): libc, threads, roots,
+    uint64_t before_fork_ns; /* the parent, from the dump's call to fork(): libc, threads, roots,
                                            and the Ruby pass or gc: true's GC where they ran there */
-    uint64_t ruby_pass_ns;              /* of which the Ruby pass (0 when the child ran it) */
-    uint64_t gc_ns;                     /* of which gc: true's full GC */
-    uint64_t fork_ns;                   /* from the parent's fork() to the child's first step */
-    uint32_t flags;                     /* PTMD_SNF_* */
-    uint32_t reserved;                  /* 0 */
+    uint64_t ruby_pass_ns;   /* of which the Ruby pass (0 when the child ran it) */
+    uint64_t gc_ns;          /* of which gc: true's full GC */
+    uint64_t fork_ns;        /* from the parent's fork() to the child's first step */
+    uint32_t flags;          /* PTMD_SNF_* */
+    uint32_t reserved;       /* 0 */
 } ptmd_snapshot_rec;
 
 /* ---- the GC's counts (GC section) ---- */
 
 /* ptmd_gc_rec.flags: bit values */
-#define PTMD_GC_FLAGS(X)                                                                           \
-    X(PTMD_GF_FULL_GC, 1u << 0, "full_gc")           /* the dump ran a full GC first (gc: true) */ \
-    X(PTMD_GF_LAST_MAJOR, 1u << 1, "last_major")     /* GC.latest_gc_info: the latest GC was major */ \
-    X(PTMD_GF_SWEEPING, 1u << 2, "sweeping")         /* a lazy sweep was pending when the pass began */
+#define PTMD_GC_FLAGS(X)                                                                                               \
+    X(PTMD_GF_FULL_GC, 1u << 0, "full_gc")       /* the dump ran a full GC first (gc: true) */                         \
+    X(PTMD_GF_LAST_MAJOR, 1u << 1, "last_major") /* GC.latest_gc_info: the latest GC was major */                      \
+    X(PTMD_GF_SWEEPING, 1u << 2, "sweeping")     /* a lazy sweep was pending when the pass began */
 enum { PTMD_GC_FLAGS(PTMD_ENUM_CONSTANT) };
 
 typedef struct {
@@ -450,19 +479,19 @@ typedef struct {
     uint64_t old_objects, old_objects_limit;
     uint64_t heap_live_slots;
     uint64_t malloc_increase_bytes, oldmalloc_increase_bytes;
-    uint64_t time_ms;                   /* GC.stat(:time), 0 where the Ruby has none */
-    uint32_t flags;                     /* PTMD_GF_* */
+    uint64_t time_ms; /* GC.stat(:time), 0 where the Ruby has none */
+    uint32_t flags;   /* PTMD_GF_* */
     uint32_t reserved;
 } ptmd_gc_rec;
 
 /* ---- the process's mappings (MAPPINGS section), from /proc/PID/smaps ---- */
 
-#define PTMD_MAPPING_KINDS(X)                                                                      \
-    X(PTMD_MK_ANON, 0, "anonymous")           /* no name, or [anon:...] */                          \
-    X(PTMD_MK_BRK, 1, "brk")                  /* [heap] */                                          \
-    X(PTMD_MK_STACK, 2, "stack")              /* [stack] */                                         \
-    X(PTMD_MK_FILE, 3, "file")                /* a file, by path */                                 \
-    X(PTMD_MK_SPECIAL, 4, "special")          /* [vdso], [vvar], [vsyscall], ... */
+#define PTMD_MAPPING_KINDS(X)                                                                                          \
+    X(PTMD_MK_ANON, 0, "anonymous")  /* no name, or [anon:...] */                                                      \
+    X(PTMD_MK_BRK, 1, "brk")         /* [heap] */                                                                      \
+    X(PTMD_MK_STACK, 2, "stack")     /* [stack] */                                                                     \
+    X(PTMD_MK_FILE, 3, "file")       /* a file, by path */                                                             \
+    X(PTMD_MK_SPECIAL, 4, "special") /* [vdso], [vvar], [vsyscall], ... */
 typedef enum { PTMD_MAPPING_KINDS(PTMD_ENUM_CONSTANT) PTMD_MK_COUNT = 5 } ptmd_mapping_kind;
 extern const char *const ptmd_mapping_kind_names[PTMD_MK_COUNT];
 
@@ -470,76 +499,76 @@ extern const char *const ptmd_mapping_kind_names[PTMD_MK_COUNT];
 enum { PTMD_MP_READ = 1, PTMD_MP_WRITE = 2, PTMD_MP_EXEC = 4, PTMD_MP_SHARED = 8 };
 
 /* ptmd_mappings_head.flags */
-#define PTMD_MAPF_PARENT (1u << 0)      /* the parent's, read by a snapshot child as its first act */
+#define PTMD_MAPF_PARENT (1u << 0) /* the parent's, read by a snapshot child as its first act */
 
 typedef struct {
-    uint64_t vm_rss;                    /* /proc/PID/status VmRSS, read right after smaps */
-    uint64_t rss_anon, rss_file, rss_shmem;   /* the same file's RssAnon, RssFile, RssShmem */
-    uint64_t read_ns;                   /* reading smaps and status */
-    uint64_t paths_len;                 /* bytes of paths after the records */
-    uint32_t flags;                     /* PTMD_MAPF_* */
+    uint64_t vm_rss;                        /* /proc/PID/status VmRSS, read right after smaps */
+    uint64_t rss_anon, rss_file, rss_shmem; /* the same file's RssAnon, RssFile, RssShmem */
+    uint64_t read_ns;                       /* reading smaps and status */
+    uint64_t paths_len;                     /* bytes of paths after the records */
+    uint32_t flags;                         /* PTMD_MAPF_* */
     uint32_t reserved;
 } ptmd_mappings_head;
 
 typedef struct {
     uint64_t start, end;
-    uint64_t rss;                       /* Rss: resident bytes */
-    uint64_t private_bytes;             /* Private_Clean + Private_Dirty */
-    uint64_t shared_bytes;              /* Shared_Clean + Shared_Dirty */
-    uint64_t swap;                      /* Swap */
-    uint64_t anonymous;                 /* Anonymous */
+    uint64_t rss;           /* Rss: resident bytes */
+    uint64_t private_bytes; /* Private_Clean + Private_Dirty */
+    uint64_t shared_bytes;  /* Shared_Clean + Shared_Dirty */
+    uint64_t swap;          /* Swap */
+    uint64_t anonymous;     /* Anonymous */
     uint64_t offset, inode;
-    uint32_t path_off, path_len;        /* the path in the paths area (kind file and the [names]) */
-    uint32_t prot;                      /* PTMD_MP_* */
-    uint32_t kind;                      /* PTMD_MK_* */
+    uint32_t path_off, path_len; /* the path in the paths area (kind file and the [names]) */
+    uint32_t prot;               /* PTMD_MP_* */
+    uint32_t kind;               /* PTMD_MK_* */
 } ptmd_mapping_rec;
 
 /* What a RUBY_CODE record is: the malloc memory its object owns is charged to its module. */
-#define PTMD_CODE_KINDS(X)                                                                         \
-    X(PTMD_CODE_MODULE, 1, "module")        /* a class, module or include class: its own tables */ \
-    X(PTMD_CODE_METHOD_ENTRY, 2, "method_entry") /* a method entry (imemo ment) of its method table */ \
-    X(PTMD_CODE_ISEQ, 3, "iseq")            /* a method's iseq, or a block's within a method */ \
-    X(PTMD_CODE_VM_TABLE, 4, "vm_table")    /* a VM-wide table: address is its malloc'd memory */
+#define PTMD_CODE_KINDS(X)                                                                                             \
+    X(PTMD_CODE_MODULE, 1, "module")             /* a class, module or include class: its own tables */                \
+    X(PTMD_CODE_METHOD_ENTRY, 2, "method_entry") /* a method entry (imemo ment) of its method table */                 \
+    X(PTMD_CODE_ISEQ, 3, "iseq")                 /* a method's iseq, or a block's within a method */                   \
+    X(PTMD_CODE_VM_TABLE, 4, "vm_table")         /* a VM-wide table: address is its malloc'd memory */
 enum { PTMD_CODE_KINDS(PTMD_ENUM_CONSTANT) PTMD_CODE_KIND_COUNT = 5 };
 extern const char *const ptmd_code_kind_names[PTMD_CODE_KIND_COUNT];
 
 typedef struct {
-    uint64_t address;               /* the object (a T_IMEMO, T_CLASS, T_MODULE or T_ICLASS slot); a vm_table's
+    uint64_t address; /* the object (a T_IMEMO, T_CLASS, T_MODULE or T_ICLASS slot); a vm_table's
                                      * user address */
-    uint32_t module;                /* RUBY_CODE_NAMES index of the defining module (a vm_table's name), PTMD_NO_NAME */
-    uint32_t method;                /* RUBY_CODE_NAMES index of the method's name, PTMD_NO_NAME */
-    uint32_t path;                  /* RUBY_CODE_NAMES index of the method's source path, PTMD_NO_NAME */
-    uint32_t line;                  /* the method's first line, 0 when unknown */
-    uint32_t kind;                  /* PTMD_CODE_* */
+    uint32_t module;  /* RUBY_CODE_NAMES index of the defining module (a vm_table's name), PTMD_NO_NAME */
+    uint32_t method;  /* RUBY_CODE_NAMES index of the method's name, PTMD_NO_NAME */
+    uint32_t path;    /* RUBY_CODE_NAMES index of the method's source path, PTMD_NO_NAME */
+    uint32_t line;    /* the method's first line, 0 when unknown */
+    uint32_t kind;    /* PTMD_CODE_* */
     uint32_t reserved;
 } ptmd_ruby_code;
 
 typedef struct {
-    uint32_t from, to;              /* chunk indices: a word of `from` equals `to`'s user address */
+    uint32_t from, to; /* chunk indices: a word of `from` equals `to`'s user address */
 } ptmd_ref;
 
 /* What a root range is (ptmd_root_rec.kind). */
-#define PTMD_ROOT_KINDS(X)                                                                         \
-    X(PTMD_ROOT_DATA, 1, "data")              /* a writable PT_LOAD segment of a loaded object */  \
-    X(PTMD_ROOT_STACK, 2, "stack")            /* a thread's stack */                               \
-    X(PTMD_ROOT_TLS, 3, "tls")                /* a thread's static TLS and struct pthread */        \
-    X(PTMD_ROOT_REGISTERS, 4, "registers")    /* the dumping thread's callee-saved registers */
+#define PTMD_ROOT_KINDS(X)                                                                                             \
+    X(PTMD_ROOT_DATA, 1, "data")           /* a writable PT_LOAD segment of a loaded object */                         \
+    X(PTMD_ROOT_STACK, 2, "stack")         /* a thread's stack */                                                      \
+    X(PTMD_ROOT_TLS, 3, "tls")             /* a thread's static TLS and struct pthread */                              \
+    X(PTMD_ROOT_REGISTERS, 4, "registers") /* the dumping thread's callee-saved registers */
 enum { PTMD_ROOT_KINDS(PTMD_ENUM_CONSTANT) PTMD_ROOT_KIND_COUNT = 5 };
 extern const char *const ptmd_root_kind_names[PTMD_ROOT_KIND_COUNT];
 
 #define PTMD_ROOT_NAME_MAX 96
 typedef struct {
-    uint64_t start, end;            /* the range scanned (end > start) */
-    uint32_t kind;                  /* PTMD_ROOT_* */
-    uint32_t tid;                   /* the thread of a stack, TLS or registers; 0 else */
-    char name[PTMD_ROOT_NAME_MAX];  /* NUL-terminated: the object's path (its tail when longer), or
+    uint64_t start, end;           /* the range scanned (end > start) */
+    uint32_t kind;                 /* PTMD_ROOT_* */
+    uint32_t tid;                  /* the thread of a stack, TLS or registers; 0 else */
+    char name[PTMD_ROOT_NAME_MAX]; /* NUL-terminated: the object's path (its tail when longer), or
                                      * "stack of thread N" ... */
 } ptmd_root_rec;
 
 typedef struct {
-    uint64_t where;                 /* address of the word in the root */
-    uint32_t root;                  /* index into ROOTS */
-    uint32_t chunk;                 /* index into the chunk table: the word equals its user address
+    uint64_t where; /* address of the word in the root */
+    uint32_t root;  /* index into ROOTS */
+    uint32_t chunk; /* index into the chunk table: the word equals its user address
                                      * (a thread's DTV pointer: 16 bytes past it, as glibc keeps it) */
 } ptmd_root_ref;
 
@@ -551,11 +580,11 @@ typedef struct {
 } ptmd_section_hdr;
 
 typedef struct {
-    uint64_t n_sections;        /* sections before END */
+    uint64_t n_sections; /* sections before END */
     uint64_t n_chunks;
-    uint64_t body_length;       /* bytes before the END section header */
-    uint32_t crc32;             /* CRC-32 of those bytes */
-    uint32_t magic;             /* PTMD_FOOTER_MAGIC */
+    uint64_t body_length; /* bytes before the END section header */
+    uint32_t crc32;       /* CRC-32 of those bytes */
+    uint32_t magic;       /* PTMD_FOOTER_MAGIC */
 } ptmd_footer;
 
 _Static_assert(sizeof(ptmd_chunk_rec) == 16, "chunk record is 16 bytes");

@@ -13,8 +13,8 @@ static void swap(unsigned char *a, unsigned char *b, size_t size)
     memcpy(b, t, size);
 }
 
-static void sift(unsigned char *base, size_t i, size_t n, size_t size,
-                 int (*cmp)(const void *, const void *, void *), void *ctx)
+static void sift(unsigned char *base, size_t i, size_t n, size_t size, int (*cmp)(const void *, const void *, void *),
+                 void *ctx)
 {
     for (;;) {
         size_t big = i, l = 2 * i + 1, r = l + 1;
@@ -59,7 +59,7 @@ long ptmd_chunk_find(const ptmd_chunk_index *ix, uint64_t addr, int containing)
 {
     size_t lo = 0, hi = ix->n_heaps;
     const ptmd_heap_rec *h = NULL;
-    while (lo < hi) {                  /* the heap holding addr */
+    while (lo < hi) { /* the heap holding addr */
         size_t mid = lo + (hi - lo) / 2;
         const ptmd_heap_rec *m = &ix->heaps[ix->order[mid]];
         if (addr < m->start) hi = mid;
@@ -72,7 +72,7 @@ long ptmd_chunk_find(const ptmd_chunk_index *ix, uint64_t addr, int containing)
     if (!h || !h->n_chunks) return -1;
     lo = h->first_chunk;
     hi = h->first_chunk + h->n_chunks;
-    while (lo < hi) {                  /* the first chunk starting after addr */
+    while (lo < hi) { /* the first chunk starting after addr */
         size_t mid = lo + (hi - lo) / 2;
         if (ix->chunks[mid].addr <= addr) lo = mid + 1;
         else hi = mid;

@@ -14,9 +14,9 @@ void ptmd_heap_order(const ptmd_heap_rec *heaps, size_t n, uint32_t *order);
 
 typedef struct {
     const ptmd_heap_rec *heaps;
-    const uint32_t *order;          /* heap indices by start (ptmd_heap_order) */
+    const uint32_t *order; /* heap indices by start (ptmd_heap_order) */
     size_t n_heaps;
-    const ptmd_chunk_rec *chunks;   /* each heap's chunks tile it from its start, in address order */
+    const ptmd_chunk_rec *chunks; /* each heap's chunks tile it from its start, in address order */
 } ptmd_chunk_index;
 
 /* Index of the chunk starting at addr, or with `containing` the one whose bytes include addr; -1

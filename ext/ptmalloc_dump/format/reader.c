@@ -69,7 +69,8 @@ static int check_heaps(const ptmd_view *v, const char *name, ptmd_err *err)
             FAIL("%s: heap %zu has bad bounds (start %#llx, end %#llx, reserved end %#llx)", name, i,
                  (unsigned long long)h->start, (unsigned long long)h->end, (unsigned long long)h->reserved_end);
         if (h->page_base != (h->start & ~(ps - 1)))
-            FAIL("%s: heap %zu has page_base %#llx, not the page of its start", name, i, (unsigned long long)h->page_base);
+            FAIL("%s: heap %zu has page_base %#llx, not the page of its start", name, i,
+                 (unsigned long long)h->page_base);
         pages = h->end > h->page_base ? (h->end - h->page_base - 1) / ps + 1 : 0;
         if (h->n_pages != pages)
             FAIL("%s: heap %zu has n_pages %llu where its bounds span %llu", name, i, (unsigned long long)h->n_pages,
@@ -121,9 +122,8 @@ static int read_mappings(const unsigned char *p, uint64_t count, uint64_t length
     v->mapping_paths = (const char *)(p + sizeof(*h) + count * sizeof(ptmd_mapping_rec));
     for (i = 0; i < count; i++) {
         const ptmd_mapping_rec *r = &v->mappings[i];
-        if (r->end <= r->start || r->start < prev_end || r->kind >= PTMD_MK_COUNT ||
-            r->rss > r->end - r->start || r->swap > r->end - r->start ||
-            r->private_bytes > r->rss || r->shared_bytes > r->rss - r->private_bytes ||
+        if (r->end <= r->start || r->start < prev_end || r->kind >= PTMD_MK_COUNT || r->rss > r->end - r->start ||
+            r->swap > r->end - r->start || r->private_bytes > r->rss || r->shared_bytes > r->rss - r->private_bytes ||
             r->path_off > h->paths_len || r->path_len > h->paths_len - r->path_off)
             FAIL("%s: mapping %llu has bad bounds, figures, kind or path", name, (unsigned long long)i);
         prev_end = r->end;
@@ -156,7 +156,8 @@ static int check_rss_sections(const ptmd_view *v, const char *name, ptmd_err *er
 static int check_roots(const ptmd_view *v, const char *name, ptmd_err *err)
 {
     size_t i;
-    if ((v->root_refs || v->int_refs) && !v->roots) FAIL("%s: root or Integer references without a roots section", name);
+    if ((v->root_refs || v->int_refs) && !v->roots)
+        FAIL("%s: root or Integer references without a roots section", name);
     for (i = 0; i < v->n_roots; i++) {
         const ptmd_root_rec *r = &v->roots[i];
         if (r->kind < PTMD_ROOT_DATA || r->kind >= PTMD_ROOT_KIND_COUNT)
@@ -231,39 +232,39 @@ static int check_snapshot(const ptmd_view *v, const char *name, ptmd_err *err)
 
 typedef struct {
     uint32_t type;
-    size_t rec;             /* fixed record size, 0 for byte sections */
+    size_t rec; /* fixed record size, 0 for byte sections */
     int required;
     int (*rule)(const ptmd_view *v, const char *name, ptmd_err *err);
 } section_rule;
 
-#define RULE(constant, value, sname, required, record, rule, shape, ...)                               \
+#define RULE(constant, value, sname, required, record, rule, shape, ...)                                               \
     { constant, PTMD_SHAPE_RECORD_SIZE(shape, record), required, rule },
 static const section_rule rules[] = { PTMD_SECTIONS(RULE) };
 #define N_RULES (sizeof(rules) / sizeof(rules[0]))
 
 /* Each shape's payload onto the view's fields (v, payload, sh, name and err are read_section's). */
-#define READ_ONE(sname, record, f)                                                                     \
-    v->f = (const void *)payload;                                                                      \
+#define READ_ONE(sname, record, f)                                                                                     \
+    v->f = (const void *)payload;                                                                                      \
     if (sh->count != 1) FAIL("%s: bad " sname " section", name);
-#define READ_RECORDS(sname, record, f, n)                                                              \
-    v->f = (const void *)payload;                                                                      \
+#define READ_RECORDS(sname, record, f, n)                                                                              \
+    v->f = (const void *)payload;                                                                                      \
     v->n = sh->count;
-#define READ_PAIRS(sname, record, f, len)                                                              \
-    if (!check_strings(payload, sh->length)) FAIL("%s: damaged " sname " section", name);             \
-    v->f = payload;                                                                                    \
+#define READ_PAIRS(sname, record, f, len)                                                                              \
+    if (!check_strings(payload, sh->length)) FAIL("%s: damaged " sname " section", name);                              \
+    v->f = payload;                                                                                                    \
     v->len = sh->length;
-#define READ_TEXT(sname, record, f, len)                                                               \
-    if (!check_text(payload, sh->length)) FAIL("%s: damaged " sname " section (not ASCII text)", name); \
-    v->f = (const void *)payload;                                                                      \
+#define READ_TEXT(sname, record, f, len)                                                                               \
+    if (!check_text(payload, sh->length)) FAIL("%s: damaged " sname " section (not ASCII text)", name);                \
+    v->f = (const void *)payload;                                                                                      \
     v->len = sh->length;
-#define READ_NAMES(sname, record, f, len, n)                                                           \
-    v->f = payload;                                                                                    \
-    v->len = sh->length;                                                                               \
-    v->n = sh->count;                                                                                  \
+#define READ_NAMES(sname, record, f, len, n)                                                                           \
+    v->f = payload;                                                                                                    \
+    v->len = sh->length;                                                                                               \
+    v->n = sh->count;                                                                                                  \
     if (!check_names(payload, sh->length, sh->count)) FAIL("%s: damaged " sname " section", name);
-#define READ_MAPPINGS(sname, record, head, f, n, paths)                                                \
+#define READ_MAPPINGS(sname, record, head, f, n, paths)                                                                \
     if (read_mappings(payload, sh->count, sh->length, v, name, err) != 0) return -1;
-#define READ(constant, value, sname, required, record, rule, shape, ...)                               \
+#define READ(constant, value, sname, required, record, rule, shape, ...)                                               \
     case constant: READ_##shape(sname, record, __VA_ARGS__) break;
 
 /* One section of a known type: its records against its length, its fields in the view, its rule. */
@@ -273,7 +274,9 @@ static int read_section(const section_rule *r, const ptmd_section_hdr *sh, const
     if (r->rec && (sh->count > sh->length / r->rec || sh->count * r->rec != sh->length))
         FAIL("%s: section %s has %llu records in %llu bytes", name, ptmd_section_name(sh->type),
              (unsigned long long)sh->count, (unsigned long long)sh->length);
-    switch (sh->type) { PTMD_SECTIONS(READ) }
+    switch (sh->type) {
+        PTMD_SECTIONS(READ)
+    }
     v->sections |= PTMD_SECTION_BIT(sh->type);
     return r->rule ? r->rule(v, name, err) : 0;
 }
@@ -294,8 +297,8 @@ static int check_frame(const unsigned char *data, size_t len, const char *name, 
     memcpy(&mark, data + 12, 4);
     if (mark != PTMD_ENDIAN_MARK) FAIL("%s: written with a foreign byte order", name);
     if (version > PTMD_FORMAT_VERSION)
-        FAIL("%s: format version %u is newer than this ptmalloc_dump reads (%u); upgrade the gem", name,
-             version, PTMD_FORMAT_VERSION);
+        FAIL("%s: format version %u is newer than this ptmalloc_dump reads (%u); upgrade the gem", name, version,
+             PTMD_FORMAT_VERSION);
     if (version == 0) FAIL("%s: invalid format version 0", name);
     if (len < PTMD_PREAMBLE_SIZE + PTMD_END_SIZE || (len & 7))
         FAIL("%s: truncated (%zu bytes, no end section)", name, len);
@@ -304,9 +307,10 @@ static int check_frame(const unsigned char *data, size_t len, const char *name, 
     f = (const ptmd_footer *)(const void *)(data + *body + sizeof(*eh));
     if (eh->type != PTMD_SEC_END || eh->length != sizeof(ptmd_footer) || f->magic != PTMD_FOOTER_MAGIC)
         FAIL("%s: truncated or damaged (no end section at byte %zu)", name, *body);
-    if (f->body_length != *body) FAIL("%s: truncated (the end section says %llu bytes come before it, found %zu)",
-                                      name, (unsigned long long)f->body_length, *body);
-#ifndef PTMD_FUZZ_NO_CRC   /* the fuzzer turns the checksum off so that mutations reach the structure checks */
+    if (f->body_length != *body)
+        FAIL("%s: truncated (the end section says %llu bytes come before it, found %zu)", name,
+             (unsigned long long)f->body_length, *body);
+#ifndef PTMD_FUZZ_NO_CRC /* the fuzzer turns the checksum off so that mutations reach the structure checks */
     if (ptmd_crc32(0, data, *body) != f->crc32) FAIL("%s: checksum mismatch: the file is corrupt", name);
 #endif
     *footer = f;
@@ -315,8 +319,8 @@ static int check_frame(const unsigned char *data, size_t len, const char *name, 
 
 /* Every section before the end one, each checked against its rule; then the required ones and the
  * footer's counts. */
-static int read_sections(const unsigned char *data, size_t body, const ptmd_footer *f, const char *name,
-                         ptmd_view *v, ptmd_err *err)
+static int read_sections(const unsigned char *data, size_t body, const ptmd_footer *f, const char *name, ptmd_view *v,
+                         ptmd_err *err)
 {
     int seen[N_RULES];
     uint64_t sections = 0;
@@ -345,9 +349,11 @@ static int read_sections(const unsigned char *data, size_t body, const ptmd_foot
         /* unknown section types of the same format version are skipped */
     }
     for (i = 0; i < N_RULES; i++)
-        if (rules[i].required && !seen[i]) FAIL("%s: the %s section is missing", name, ptmd_section_name(rules[i].type));
-    if (sections != f->n_sections) FAIL("%s: %llu sections found, the end section says %llu", name,
-                                        (unsigned long long)sections, (unsigned long long)f->n_sections);
+        if (rules[i].required && !seen[i])
+            FAIL("%s: the %s section is missing", name, ptmd_section_name(rules[i].type));
+    if (sections != f->n_sections)
+        FAIL("%s: %llu sections found, the end section says %llu", name, (unsigned long long)sections,
+             (unsigned long long)f->n_sections);
     if (v->n_chunks != f->n_chunks) FAIL("%s: chunk count differs from the end section", name);
     if (v->meta->page_size < PTMD_MIN_PAGE_SIZE || v->meta->page_size > PTMD_MAX_PAGE_SIZE ||
         (v->meta->page_size & (v->meta->page_size - 1)))
@@ -363,16 +369,19 @@ static int check_arena_heaps(const ptmd_view *v, const char *name, ptmd_err *err
     for (i = 0; i < v->n_arenas; i++) {
         const ptmd_arena_rec *a = &v->arenas[i];
         uint64_t k;
-        if ((uint64_t)a->first_heap + a->n_heaps > v->n_heaps) FAIL("%s: arena %zu names heaps that do not exist", name, i);
+        if ((uint64_t)a->first_heap + a->n_heaps > v->n_heaps)
+            FAIL("%s: arena %zu names heaps that do not exist", name, i);
         for (k = a->first_heap; k < (uint64_t)a->first_heap + a->n_heaps; k++)
-            if (v->heaps[k].arena != i) FAIL("%s: arena %zu names heap %llu, which belongs to another arena", name, i, (unsigned long long)k);
+            if (v->heaps[k].arena != i)
+                FAIL("%s: arena %zu names heap %llu, which belongs to another arena", name, i, (unsigned long long)k);
     }
     for (i = 0; i < v->n_heaps; i++) {
         if (v->heaps[i].first_chunk != next_chunk || v->heaps[i].n_chunks > v->n_chunks - next_chunk)
             FAIL("%s: heap %zu does not continue the chunk table", name, i);
         next_chunk += v->heaps[i].n_chunks;
     }
-    if (next_chunk != v->n_chunks) FAIL("%s: %llu chunks belong to no heap", name, (unsigned long long)(v->n_chunks - next_chunk));
+    if (next_chunk != v->n_chunks)
+        FAIL("%s: %llu chunks belong to no heap", name, (unsigned long long)(v->n_chunks - next_chunk));
     return 0;
 }
 
@@ -418,7 +427,8 @@ int ptmd_read_view(const unsigned char *data, size_t len, const char *name, ptmd
     if (check_ruby(v, name, err) != 0) return -1;
     if (check_rss_sections(v, name, err) != 0) return -1;
     if (check_code(v, name, err) != 0) return -1;
-    if (v->trim_released && v->n_trim_released != v->n_arenas) FAIL("%s: the trim check does not cover every arena", name);
+    if (v->trim_released && v->n_trim_released != v->n_arenas)
+        FAIL("%s: the trim check does not cover every arena", name);
     for (i = 0; i < v->n_refs; i++)
         if (v->refs[i].from >= v->n_chunks || v->refs[i].to >= v->n_chunks)
             FAIL("%s: reference %zu names a chunk that does not exist", name, i);
@@ -459,7 +469,7 @@ int ptmd_view_build_index(ptmd_view *v, void *mem, const char *name, ptmd_err *e
     }
     v->chunks = recs;
     ptmd_heap_order(v->heaps, v->n_heaps, order);
-    for (i = 1; i < v->n_heaps; i++)       /* every lookup by address assumes it */
+    for (i = 1; i < v->n_heaps; i++) /* every lookup by address assumes it */
         if (v->heaps[order[i]].start < v->heaps[order[i - 1]].end)
             FAIL("%s: heaps %u and %u overlap", name, order[i - 1], order[i]);
     v->heap_order = order;

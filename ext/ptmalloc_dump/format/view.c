@@ -3,7 +3,8 @@
 
 #include <string.h>
 
-#define PTMD_SECTION_FITS(constant, value, ...) _Static_assert((value) < 64, #constant " has a bit in ptmd_view.sections");
+#define PTMD_SECTION_FITS(constant, value, ...)                                                                        \
+    _Static_assert((value) < 64, #constant " has a bit in ptmd_view.sections");
 PTMD_SECTIONS(PTMD_SECTION_FITS)
 
 static void add(ptmd_section_payload *p, const void *data, uint64_t len)
@@ -13,22 +14,34 @@ static void add(ptmd_section_payload *p, const void *data, uint64_t len)
     p->length += len;
 }
 
-#define PAYLOAD_ONE(record, f) p->count = 1; add(p, v->f, sizeof(record));
-#define PAYLOAD_RECORDS(record, f, n) p->count = v->n; add(p, v->f, (uint64_t)v->n * sizeof(record));
-#define PAYLOAD_PAIRS(record, f, len) p->count = 0; add(p, v->f, v->len);
-#define PAYLOAD_TEXT(record, f, len) p->count = v->len; add(p, v->f, v->len);
-#define PAYLOAD_NAMES(record, f, len, n) p->count = v->n; add(p, v->f, v->len);
-#define PAYLOAD_MAPPINGS(record, head, f, n, paths)                                                 \
-    p->count = v->n;                                                                                \
-    add(p, v->head, sizeof(*v->head));                                                              \
-    add(p, v->f, (uint64_t)v->n * sizeof(record));                                                  \
+#define PAYLOAD_ONE(record, f)                                                                                         \
+    p->count = 1;                                                                                                      \
+    add(p, v->f, sizeof(record));
+#define PAYLOAD_RECORDS(record, f, n)                                                                                  \
+    p->count = v->n;                                                                                                   \
+    add(p, v->f, (uint64_t)v->n * sizeof(record));
+#define PAYLOAD_PAIRS(record, f, len)                                                                                  \
+    p->count = 0;                                                                                                      \
+    add(p, v->f, v->len);
+#define PAYLOAD_TEXT(record, f, len)                                                                                   \
+    p->count = v->len;                                                                                                 \
+    add(p, v->f, v->len);
+#define PAYLOAD_NAMES(record, f, len, n)                                                                               \
+    p->count = v->n;                                                                                                   \
+    add(p, v->f, v->len);
+#define PAYLOAD_MAPPINGS(record, head, f, n, paths)                                                                    \
+    p->count = v->n;                                                                                                   \
+    add(p, v->head, sizeof(*v->head));                                                                                 \
+    add(p, v->f, (uint64_t)v->n * sizeof(record));                                                                     \
     add(p, v->paths, v->head->paths_len);
-#define PAYLOAD(constant, value, name, required, record, rule, shape, ...)                          \
+#define PAYLOAD(constant, value, name, required, record, rule, shape, ...)                                             \
     case constant: PAYLOAD_##shape(record, __VA_ARGS__) return 0;
 
 int ptmd_view_section(const ptmd_view *v, uint32_t type, ptmd_section_payload *p)
 {
     memset(p, 0, sizeof(*p));
-    switch (type) { PTMD_SECTIONS(PAYLOAD) }
+    switch (type) {
+        PTMD_SECTIONS(PAYLOAD)
+    }
     return -1;
 }

@@ -7,7 +7,7 @@
 #include <stddef.h>
 
 typedef struct {
-    uint64_t sections;              /* PTMD_SECTION_BIT of each section the dump holds */
+    uint64_t sections; /* PTMD_SECTION_BIT of each section the dump holds */
     const ptmd_meta *meta;
     const ptmd_mallinfo2_rec *mallinfo2;
     const char *malloc_info;
@@ -18,17 +18,17 @@ typedef struct {
     size_t n_arenas;
     const ptmd_heap_rec *heaps;
     size_t n_heaps;
-    const ptmd_chunk_rec *chunks;  /* with addresses (built by ptmd_view_build_index for a file) */
-    const uint32_t *heap_order;     /* heap indices by start (format/index.h) */
+    const ptmd_chunk_rec *chunks; /* with addresses (built by ptmd_view_build_index for a file) */
+    const uint32_t *heap_order;   /* heap indices by start (format/index.h) */
     size_t n_chunks;
-    const uint64_t *chunk_words;    /* the file's address-less records */
+    const uint64_t *chunk_words; /* the file's address-less records */
     const uint8_t *pages;
     size_t n_pages;
     const ptmd_thread_rec *threads;
     size_t n_threads;
     const ptmd_anomaly_rec *anomalies;
     size_t n_anomalies;
-    const ptmd_tcache_entry *tcache_entries;   /* NULL when the dump has no TCACHE_ENTRIES section */
+    const ptmd_tcache_entry *tcache_entries; /* NULL when the dump has no TCACHE_ENTRIES section */
     size_t n_tcache_entries;
     /* Ruby's heap (absent when the dump has none) */
     const ptmd_ruby_meta *ruby_meta;
@@ -42,27 +42,27 @@ typedef struct {
     size_t ruby_names_len, n_ruby_names;
     const ptmd_ref *refs;
     size_t n_refs;
-    const ptmd_ref *int_refs;       /* chunk -> chunk through a Fixnum of the user address */
+    const ptmd_ref *int_refs; /* chunk -> chunk through a Fixnum of the user address */
     size_t n_int_refs;
-    const ptmd_root_rec *roots;     /* NULL when the dump has no ROOTS section */
+    const ptmd_root_rec *roots; /* NULL when the dump has no ROOTS section */
     size_t n_roots;
     const ptmd_root_ref *root_refs;
     size_t n_root_refs;
-    const uint64_t *trim_released;  /* trim_check: bytes malloc_trim(0) released per arena, or NULL */
+    const uint64_t *trim_released; /* trim_check: bytes malloc_trim(0) released per arena, or NULL */
     size_t n_trim_released;
     /* GC counts and the whole RSS (absent in older dumps) */
     const ptmd_gc_rec *gc;
-    const ptmd_source_rec *source;  /* NULL: the process dumped itself */
-    const ptmd_snapshot_rec *snapshot;  /* a fork snapshot's parent; NULL for other dumps */
-    const uint64_t *ruby_page_rss;  /* per Ruby page, or NULL */
+    const ptmd_source_rec *source;     /* NULL: the process dumped itself */
+    const ptmd_snapshot_rec *snapshot; /* a fork snapshot's parent; NULL for other dumps */
+    const uint64_t *ruby_page_rss;     /* per Ruby page, or NULL */
     size_t n_ruby_page_rss;
     const ptmd_mappings_head *mappings_head;
     const ptmd_mapping_rec *mappings;
     size_t n_mappings;
-    const char *mapping_paths;      /* mappings_head->paths_len bytes */
-    const ptmd_ruby_code *ruby_code;         /* RUBY_CODE, by address, or NULL */
+    const char *mapping_paths;       /* mappings_head->paths_len bytes */
+    const ptmd_ruby_code *ruby_code; /* RUBY_CODE, by address, or NULL */
     size_t n_ruby_code;
-    const unsigned char *ruby_code_names;    /* RUBY_CODE_NAMES */
+    const unsigned char *ruby_code_names; /* RUBY_CODE_NAMES */
     size_t ruby_code_names_len, n_ruby_code_names;
 } ptmd_view;
 
@@ -76,7 +76,10 @@ static inline int ptmd_view_has(const ptmd_view *v, uint32_t type)
 typedef struct {
     uint64_t count, length;
     size_t n_parts;
-    struct { const void *data; uint64_t len; } part[3];
+    struct {
+        const void *data;
+        uint64_t len;
+    } part[3];
 } ptmd_section_payload;
 
 /* The payload of section `type` from the view's fields (PTMD_SECTIONS' shapes), for a section the view
