@@ -33,8 +33,9 @@ module PtmallocDump
       s = dump.summary
       r = s[:ruby]
       top = ->(h) { h ? h.sort_by { |_, e| -e[:bytes] }.first(3).map { |k, e| [k.to_s, e[:bytes]] } : [] }
-      { types: top.call(r && r[:by_type]), classes: top.call(r && r[:by_class]), modules: top.call(r && r[:by_module]),
-        native: r && r[:unattributed_bytes], leaked: s.dig(:owners, :leaked, :bytes) }
+      { types: top.call(r && r[:by_type]), classes: top.call(r && r[:by_class]),
+        modules: top.call(r && r[:by_module]), native: r && r[:unattributed_bytes],
+        leaked: s.dig(:owners, :leaked, :bytes) }
     end
 
     # What makes the most deviant worker deviate: the figures (free but resident, native, leaked, a
@@ -124,48 +125,91 @@ module PtmallocDump
       "<tr>#{cells.map { |c| "<td>#{c}</td>" }.join}</tr>"
     end
 
+    # A table: a header row of `heads` (<th> cells), then `rows`, one a line.
+    def table(heads, rows)
+      "<table><tr>#{heads}</tr>#{rows.join("\n")}</table>"
+    end
+
+    GROWTH_HEADS = %(<th class="l">figure</th><th>before</th><th>after</th><th>growth</th>)
+    ARENA_HEADS = %(<th class="l">arena</th><th>heap</th><th>in use</th><th>free, resident</th><th>free, released</th>)
+    SIZE_CLASS_HEADS = "<th>size class</th><th>before</th><th>after</th><th>chunks</th><th>bytes</th>"
+
     def diff_body(diff, images, explorer)
-      g = diff.growth
       c = diff.chunks
-      span = diff.new.header[:time] - diff.old.header[:time]
-      totals = Diff::FIGURES.map do |f|
-        row(["<span class=\"l\">#{h(self.class.label(f))}</span>", h(f.to_s.end_with?("count", "hblks") ? diff.old.summary[f] : human_bytes(diff.old.summary[f])),
-             h(f.to_s.end_with?("count", "hblks") ? diff.new.summary[f] : human_bytes(diff.new.summary[f])),
-             h(f.to_s.end_with?("count", "hblks") ? format("%+d", g[f]) : signed(g[f]))])
-      end
-      arenas = diff.arenas.map do |a|
-        row(["<code>#{h(hex(a[:address]))}</code>#{a[:main] ? ' (main)' : ''}#{a[:new] ? ' (new)' : ''}",
-             h(signed(a[:arena])), h(signed(a[:in_use_bytes])), h(signed(a[:free_resident_bytes])), h(signed(a[:free_released_bytes]))])
-      end
-      classes = diff.size_classes.first(20).map do |e|
-        row([h(human_bytes(e[:size_class])), e[:old_count], e[:new_count], format("%+d", e[:count_growth]), h(signed(e[:bytes_growth]))])
-      end
-      pal = Render.palette[:diff]
-      legend = Diff::DIFF_PAGE_STATES.each_with_index.map do |st, i|
-        %(<span><span class="sw" style="background:#{pal[i]}"></span>#{h(st.to_s.tr('_', ' '))}: #{c[:pages][st]}</span>)
-      end
-      maps = images.group_by { |im| im[:group] }.map do |group, ims|
-        label = group == :mmapped ? "mmapped chunks" : "heap #{group}"
-        "<h3>#{h(label)}</h3><div class=\"maps\">#{ims.map { |im| %(<img class="map" src="#{h(im[:file])}" width="#{im[:width]}" height="#{im[:height]}" alt="#{h(label)}" />) }.join}</div>"
-      end
+      same = "#{c[:same_count]} (#{h(human_bytes(c[:same_bytes]))})"
+      gone = "#{c[:gone_count]} (#{h(human_bytes(c[:gone_bytes]))})"
       <<~HTML
-        <p class="sub">#{h(diff.old.path)} (#{h(diff.old.header[:time].utc)}) to #{h(diff.new.path)} (#{h(diff.new.header[:time].utc)}), #{format('%.1f', span)} s apart#{diff.same_process? ? '' : ' &#183; <b>different processes</b>: addresses are not comparable'}</p>
+        <p class="sub">#{diff_span(diff)}</p>
         <h2>Growth</h2>
-        <table><tr><th class="l">figure</th><th>before</th><th>after</th><th>growth</th></tr>#{totals.join("\n")}</table>
+        #{table(GROWTH_HEADS, growth_rows(diff))}
         <h2>Chunks</h2>
-        <p>In both dumps (same address, size and state): #{c[:same_count]} (#{h(human_bytes(c[:same_bytes]))}); new: #{c[:new_count]}
-        (#{h(human_bytes(c[:new_bytes]))}); gone: #{c[:gone_count]} (#{h(human_bytes(c[:gone_bytes]))}). Pages that became resident:
+        <p>In both dumps (same address, size and state): #{same}; new: #{c[:new_count]}
+        (#{h(human_bytes(c[:new_bytes]))}); gone: #{gone}. Pages that became resident:
         #{c[:pages_became_resident]}.</p>
         <h2>Arenas</h2>
-        <table><tr><th class="l">arena</th><th>heap</th><th>in use</th><th>free, resident</th><th>free, released</th></tr>#{arenas.join("\n")}</table>
+        #{table(ARENA_HEADS, arena_rows(diff))}
         <h2>In-use chunks by size class</h2>
-        <table><tr><th>size class</th><th>before</th><th>after</th><th>chunks</th><th>bytes</th></tr>#{classes.join("\n")}</table>
+        #{table(SIZE_CLASS_HEADS, size_class_rows(diff))}
         #{owners_section(diff)}
         #{explorer.section}
         <h2>Pages by what changed</h2>
-        <div class="legend">#{legend.join("\n")}</div>
-        #{maps.join("\n")}
+        <div class="legend">#{page_legend(c).join("\n")}</div>
+        #{page_maps(images).join("\n")}
       HTML
+    end
+
+    # Which two dumps, when, and how far apart.
+    def diff_span(diff)
+      older = diff.old
+      newer = diff.new
+      apart = format("%.1f", newer.header[:time] - older.header[:time])
+      processes = diff.same_process? ? "" : " &#183; <b>different processes</b>: addresses are not comparable"
+      "#{h(older.path)} (#{h(older.header[:time].utc)}) to #{h(newer.path)} (#{h(newer.header[:time].utc)}), " \
+        "#{apart} s apart#{processes}"
+    end
+
+    def growth_rows(diff)
+      g = diff.growth
+      Diff::FIGURES.map do |f|
+        count = f.to_s.end_with?("count", "hblks")
+        before = diff.old.summary[f]
+        after = diff.new.summary[f]
+        row([%(<span class="l">#{h(self.class.label(f))}</span>),
+             h(count ? before : human_bytes(before)), h(count ? after : human_bytes(after)),
+             h(count ? format("%+d", g[f]) : signed(g[f]))])
+      end
+    end
+
+    def arena_rows(diff)
+      diff.arenas.map do |a|
+        growth = %i[arena in_use_bytes free_resident_bytes free_released_bytes].map { |k| h(signed(a[k])) }
+        row(["<code>#{h(hex(a[:address]))}</code>#{a[:main] ? ' (main)' : ''}#{a[:new] ? ' (new)' : ''}", *growth])
+      end
+    end
+
+    def size_class_rows(diff)
+      diff.size_classes.first(20).map do |e|
+        row([h(human_bytes(e[:size_class])), e[:old_count], e[:new_count], format("%+d", e[:count_growth]),
+             h(signed(e[:bytes_growth]))])
+      end
+    end
+
+    def page_legend(chunks)
+      pal = Render.palette[:diff]
+      Diff::DIFF_PAGE_STATES.each_with_index.map do |st, i|
+        swatch = %(<span class="sw" style="background:#{pal[i]}"></span>)
+        "<span>#{swatch}#{h(st.to_s.tr('_', ' '))}: #{chunks[:pages][st]}</span>"
+      end
+    end
+
+    def page_maps(images)
+      images.group_by { |im| im[:group] }.map do |group, ims|
+        label = group == :mmapped ? "mmapped chunks" : "heap #{group}"
+        imgs = ims.map do |im|
+          %(<img class="map" src="#{h(im[:file])}" width="#{im[:width]}" height="#{im[:height]}" alt="#{h(label)}" />)
+        end
+        "<h3>#{h(label)}</h3><div class=\"maps\">#{imgs.join}</div>"
+      end
     end
 
     def owners_section(diff)
@@ -177,10 +221,14 @@ module PtmallocDump
         "<table><tr><th class=\"l\">#{h(title)}</th><th>growth</th></tr>#{lines.join}</table>"
       end
       who = diff.top_growth_owner
+      most = "<b>#{h(who[0])} #{h(who[1])}</b>, #{h(signed(who[2]))}"
+      tables = [top.call(o[:by_type], "Ruby type"), top.call(o[:by_class], "class"),
+                top.call(o[:by_data_type], "typed data")]
+      tables << top.call(o[:by_module], "module") if o[:by_module]
       <<~HTML
         <h2>Growth by owner</h2>
-        <p>Grew most: <b>#{h(who[0])} #{h(who[1])}</b>, #{h(signed(who[2]))}. Native (no Ruby owner): #{h(signed(o[:native]))}.#{extra_growth(o)}</p>
-        <div class="maps">#{top.call(o[:by_type], 'Ruby type')} #{top.call(o[:by_class], 'class')} #{top.call(o[:by_data_type], 'typed data')}#{o[:by_module] ? " #{top.call(o[:by_module], 'module')}" : ''}</div>
+        <p>Grew most: #{most}. Native (no Ruby owner): #{h(signed(o[:native]))}.#{extra_growth(o)}</p>
+        <div class="maps">#{tables.join(' ')}</div>
       HTML
     end
 
@@ -197,6 +245,9 @@ module PtmallocDump
       parts.join
     end
 
+    FLEET_NOTE = "private = resident pages this worker alone maps; shared = pages still shared copy-on-write with " \
+                 "the parent."
+
     def fleet_body(fleet)
       rows = fleet.workers.map do |w|
         row([h(w[:pid]), *Fleet::COLUMNS.map { |c| h(human_bytes(w[c])) }, h(File.basename(w[:path]))])
@@ -204,28 +255,38 @@ module PtmallocDump
       t = fleet.totals
       d = fleet.most_deviant
       reasons = self.class.deviation_reasons(fleet).map { |what, b| "#{h(what)} #{h(signed(b))}" }
+      worker = "<b>pid #{h(d[:pid])}</b>, #{h(self.class.label(d[:figure]))} #{h(human_bytes(d[:value]))} " \
+               "(#{d[:value]} B)"
+      above = reasons.empty? ? "" : ". Above the median worker: #{reasons.join(', ')}"
+      heads = Fleet::COLUMNS.map { |c| "<th>#{h(self.class.label(c))}</th>" }.join
+      sums = Fleet::COLUMNS.map { |c| "<th>#{h(human_bytes(t[c]))}</th>" }.join
       <<~HTML
-        <p>The worker that deviates most: <b>pid #{h(d[:pid])}</b>, #{h(self.class.label(d[:figure]))} #{h(human_bytes(d[:value]))} (#{d[:value]} B)
-        against a median of #{h(human_bytes(d[:median]))} (#{d[:median]} B)#{reasons.empty? ? '' : ". Above the median worker: #{reasons.join(', ')}"}.</p>
-        <table><tr><th>pid</th>#{Fleet::COLUMNS.map { |c| "<th>#{h(self.class.label(c))}</th>" }.join}<th class="l">dump</th></tr>
+        <p>The worker that deviates most: #{worker}
+        against a median of #{h(human_bytes(d[:median]))} (#{d[:median]} B)#{above}.</p>
+        <table><tr><th>pid</th>#{heads}<th class="l">dump</th></tr>
         #{rows.join("\n")}
-        <tr><th>fleet</th>#{Fleet::COLUMNS.map { |c| "<th>#{h(human_bytes(t[c]))}</th>" }.join}<th></th></tr></table>
-        <p class="sub">private = resident pages this worker alone maps; shared = pages still shared copy-on-write with the parent.</p>
+        <tr><th>fleet</th>#{sums}<th></th></tr></table>
+        <p class="sub">#{FLEET_NOTE}</p>
         #{fleet_owners(fleet)}
       HTML
     end
+
+    OWNER_HEADS = %(<th>pid</th><th class="l">top Ruby types</th><th class="l">top classes</th>) +
+                  %(<th class="l">top modules</th><th>native</th><th>leaked</th>)
 
     def fleet_owners(fleet)
       rows = fleet.dumps.map do |dump|
         o = self.class.owners_of(dump)
         list = ->(pairs) { pairs.map { |n, b| "#{h(n)} #{h(human_bytes(b))}" }.join(", ") }
-        text = [o[:types], o[:classes], o[:modules]].map { |pairs| "<td class=\"l\">#{pairs.empty? ? '-' : list.call(pairs)}</td>" }
+        text = [o[:types], o[:classes], o[:modules]].map do |pairs|
+          "<td class=\"l\">#{pairs.empty? ? '-' : list.call(pairs)}</td>"
+        end
         "<tr><td>#{h(dump.header[:pid])}</td>#{text.join}<td>#{h(o[:native] ? human_bytes(o[:native]) : '-')}</td>" \
           "<td>#{h(o[:leaked] ? human_bytes(o[:leaked]) : '-')}</td></tr>"
       end
       <<~HTML
         <h2>Owners by worker</h2>
-        <table><tr><th>pid</th><th class="l">top Ruby types</th><th class="l">top classes</th><th class="l">top modules</th><th>native</th><th>leaked</th></tr>
+        <table><tr>#{OWNER_HEADS}</tr>
         #{rows.join("\n")}</table>
       HTML
     end

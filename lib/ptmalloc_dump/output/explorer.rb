@@ -11,8 +11,8 @@ module PtmallocDump
     DATA_FILE = "explorer-data.js"
     ASSETS = File.expand_path("assets", __dir__)
     # the keys of {#data} that hold base64 of packed arrays
-    PACKED = %i[sizes states8 pages refs tcache owners categories8 objAddress objClass objDataType objType ownerKinds anchorIds
-                code pageChanges].freeze
+    PACKED = %i[sizes states8 pages refs tcache owners categories8 objAddress objClass objDataType objType ownerKinds
+                anchorIds code pageChanges].freeze
 
     # @param dump [Dump]
     # @param page_changes [String, nil] for a comparison: {Diff#page_changes} of this (the newer) dump,
@@ -22,27 +22,36 @@ module PtmallocDump
       @page_changes = page_changes
     end
 
+    # What the explorer's first paragraph says (its line breaks are the page's own).
+    HELP = "Every chunk of every heap. Wheel to zoom (down to one byte a pixel) and drag to move; on the minimap " \
+           "at the right,\nclick to go somewhere, drag over a range to zoom to it. Hover for the chunk under the " \
+           "pointer, click to pin it. Search an address (0x...), a class, a module (the chunks of the code it\n" \
+           "defines; module:Name where a class has the name too), a typed-data type, a Ruby type (T_STRING), a state " \
+           "(tcache, smallbin ...), an owner\ncategory (native, string ...), a holder (ruby, anchored, leaked) or a " \
+           "root's name."
+    ZOOM_BUTTONS = "<button type=\"button\" id=\"xp-fit\">whole heap</button>" \
+                   "<button type=\"button\" id=\"xp-out\">&#8722;</button>" \
+                   "<button type=\"button\" id=\"xp-in\">+</button>"
+
     # @return [String] the explorer's HTML (its script runs from the page's end, see {.script})
     def section
       modes = { "state" => "state", "owner" => "owner", "residency" => "residency", "pages" => "page class" }
       modes = { "change" => "what changed" }.merge(modes) if @page_changes
       radios = modes.map.with_index do |(v, label), i|
-        %(<label><input type="radio" name="xp-mode" value="#{v}"#{i.zero? ? ' checked="checked"' : ''} /> #{label}</label>)
+        checked = i.zero? ? ' checked="checked"' : ""
+        %(<label><input type="radio" name="xp-mode" value="#{v}"#{checked} /> #{label}</label>)
       end
       <<~HTML
         <h2 id="explorer">Heap explorer</h2>
-        <p class="sub">Every chunk of every heap. Wheel to zoom (down to one byte a pixel) and drag to move; on the minimap at the right,
-        click to go somewhere, drag over a range to zoom to it. Hover for the chunk under the pointer, click to pin it. Search an address (0x...), a class, a module (the chunks of the code it
-        defines; module:Name where a class has the name too), a typed-data type, a Ruby type (T_STRING), a state (tcache, smallbin ...), an owner
-        category (native, string ...), a holder (ruby, anchored, leaked) or a root's name.</p>
+        <p class="sub">#{HELP}</p>
         <form id="xp-form" class="xp-bar"><select id="xp-view"></select>
         <span>colour by #{radios.join(' ')}</span>
         <input id="xp-search" type="search" placeholder="0x7f..., String, tcache, native ..." />
         <button type="submit">search</button>
-        <button type="button" id="xp-fit">whole heap</button><button type="button" id="xp-out">&#8722;</button><button type="button" id="xp-in">+</button>
+        #{ZOOM_BUTTONS}
         <span id="xp-status">loading the chunk data ...</span></form>
-        <div class="xp"><canvas id="xp-map" tabindex="0" role="img" aria-label="the heap, one chunk per run of pixels: arrow keys move, + and - zoom" width="#{ExplorerGeometry::WIDTH}" height="#{ExplorerGeometry::HEIGHT}"></canvas>
-        <canvas id="xp-mini" role="img" aria-label="the whole heap; the frame is the part shown" width="64" height="#{ExplorerGeometry::HEIGHT}"></canvas><div id="xp-panel"><p>Hover over the map.</p></div></div>
+        <div class="xp">#{map_canvas}
+        #{mini_canvas}<div id="xp-panel"><p>Hover over the map.</p></div></div>
         <p class="sub" id="xp-zoom"></p>
         <div id="xp-legend"></div>
         <div id="xp-results"></div>
@@ -86,11 +95,13 @@ module PtmallocDump
     def views
       arena = @dump.heaps.reject { |h| h.kind == :mmapped_chunk }.map do |h|
         where = h.kind == :sbrk ? "main arena (sbrk)" : "arena #{h.arena&.index}"
-        { group: h.index, heaps: [h], label: "heap #{h.index}: #{where}, #{FormatHelpers.hex(h.start)}, #{FormatHelpers.human_bytes(h.size)}" }
+        size = FormatHelpers.human_bytes(h.size)
+        { group: h.index, heaps: [h], label: "heap #{h.index}: #{where}, #{FormatHelpers.hex(h.start)}, #{size}" }
       end
       mm = @dump.heaps.select { |h| h.kind == :mmapped_chunk }
       unless mm.empty?
-        arena << { group: :mmapped, heaps: mm, label: "#{mm.size} mmapped chunk(s), #{FormatHelpers.human_bytes(mm.sum(&:size))}" }
+        label = "#{mm.size} mmapped chunk(s), #{FormatHelpers.human_bytes(mm.sum(&:size))}"
+        arena << { group: :mmapped, heaps: mm, label: label }
       end
       arena
     end
@@ -122,6 +133,17 @@ module PtmallocDump
 
     private
 
+    def map_canvas
+      "<canvas id=\"xp-map\" tabindex=\"0\" role=\"img\" " \
+        "aria-label=\"the heap, one chunk per run of pixels: arrow keys move, + and - zoom\" " \
+        "width=\"#{ExplorerGeometry::WIDTH}\" height=\"#{ExplorerGeometry::HEIGHT}\"></canvas>"
+    end
+
+    def mini_canvas
+      "<canvas id=\"xp-mini\" role=\"img\" aria-label=\"the whole heap; the frame is the part shown\" width=\"64\" " \
+        "height=\"#{ExplorerGeometry::HEIGHT}\"></canvas>"
+    end
+
     def b64(str)
       [str].pack("m0")
     end
@@ -131,7 +153,8 @@ module PtmallocDump
       first_page = 0
       @dump.heaps.zip(@dump.pages).map do |h, pm|
         row = { index: h.index, kind: h.kind.to_s, arena: h.arena&.index, start: h.start, end: h.end,
-                pageBase: pm.page_base, firstPage: first_page, pages: pm.size, firstChunk: first_chunk, chunks: h.chunk_count }
+                pageBase: pm.page_base, firstPage: first_page, pages: pm.size,
+                firstChunk: first_chunk, chunks: h.chunk_count }
         first_chunk += h.chunk_count
         first_page += pm.size
         row
@@ -146,9 +169,10 @@ module PtmallocDump
       names = {}
       dnames = {}
       tnames = {}
+      type_name = ->(o) { o.imemo_type ? "#{o.type} (#{o.imemo_type})" : o.type.to_s }
       [[packed[:object_class], names, ->(o) { o.class_name }],
        [packed[:object_data_type], dnames, ->(o) { o.data_type }],
-       [packed[:object_type], tnames, ->(o) { o.imemo_type ? "#{o.type} (#{o.imemo_type})" : o.type.to_s }]].each do |bytes, table, name|
+       [packed[:object_type], tnames, type_name]].each do |bytes, table, name|
         bytes.unpack("V*").each_with_index do |key, k|
           next if table.key?(key)
 
@@ -185,7 +209,8 @@ module PtmallocDump
         c = @dump.ruby.code_of(address) || {}
         [c[:kind].to_s, id.call(c[:module]), id.call(c[:method]), id.call(c[:path]), c[:line] || 0]
       end
-      { code: b64(packed[:code]), codeWidth: packed[:code_width], codes: rows, codeNames: names.keys.map { |n| FormatHelpers.utf8(n) } }
+      { code: b64(packed[:code]), codeWidth: packed[:code_width], codes: rows,
+        codeNames: names.keys.map { |n| FormatHelpers.utf8(n) } }
     end
   end
 end

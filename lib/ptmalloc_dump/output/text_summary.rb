@@ -16,7 +16,9 @@ module PtmallocDump
 
     # @return [String]
     def to_s
-      (process_lines + findings_lines + totals_lines + rss_lines + owner_lines + arena_lines + verify_lines + advice_lines).join("\n") << "\n"
+      parts = process_lines + findings_lines + totals_lines + rss_lines + owner_lines + arena_lines + verify_lines +
+              advice_lines
+      parts.join("\n") << "\n"
     end
 
     private
@@ -34,26 +36,34 @@ module PtmallocDump
       return [] unless snap
 
       ruby = { child: "; its Ruby heap recorded by the snapshot process",
-               parent: format("; its Ruby heap recorded by itself before the fork (%.1f ms)", snap[:ruby_pass_ns] / 1e6) }
+               parent: format("; its Ruby heap recorded by itself before the fork (%.1f ms)",
+                              snap[:ruby_pass_ns] / 1e6) }
       [format("fork snapshot: the process paused %.1f ms (%.1f ms before the fork, %.1f ms the fork)%s",
-              snap[:pause_ns] / 1e6, snap[:before_fork_ns] / 1e6, snap[:fork_ns] / 1e6, ruby.fetch(snap[:ruby_pass], ""))]
+              snap[:pause_ns] / 1e6, snap[:before_fork_ns] / 1e6, snap[:fork_ns] / 1e6,
+              ruby.fetch(snap[:ruby_pass], ""))]
     end
 
     def totals_lines
       s = @s
       free = s[:free_bytes]
       bins = s[:fordblks] - s[:top_bytes] - s[:fastbin_bytes]
+      heaps = s[:heap_count] - s[:hblks]
+      in_use = s[:in_use_bytes]
       [
-        row("malloc heap", "#{human_bytes(s[:arena])} (#{s[:arena]} B) in #{s[:arena_count]} arena(s), #{s[:heap_count] - s[:hblks]} heap(s)"),
+        row("malloc heap",
+            "#{human_bytes(s[:arena])} (#{s[:arena]} B) in #{s[:arena_count]} arena(s), #{heaps} heap(s)"),
         row("mmapped", "#{human_bytes(s[:hblkhd])} in #{s[:hblks]} chunk(s)"),
-        row("in use", "#{human_bytes(s[:in_use_bytes])} (#{s[:in_use_bytes]} B) in #{s[:in_use_count]} chunks (#{percent(s[:in_use_bytes], s[:arena])} of the heap)"),
+        row("in use", "#{human_bytes(in_use)} (#{in_use} B) in #{s[:in_use_count]} chunks " \
+                      "(#{percent(in_use, s[:arena])} of the heap)"),
         row("free", "#{human_bytes(free)}: tcache #{human_bytes(s[:tcache_bytes])} (#{s[:tcache_count]}), " \
                     "fastbins #{human_bytes(s[:fastbin_bytes])} (#{s[:fastbin_count]}), bins #{human_bytes(bins)}, " \
                     "top #{human_bytes(s[:top_bytes])}"),
-        row("free, resident", "#{human_bytes(s[:free_resident_bytes])} (#{s[:free_resident_bytes]} B): still in RAM, not in use"),
+        row("free, resident",
+            "#{human_bytes(s[:free_resident_bytes])} (#{s[:free_resident_bytes]} B): still in RAM, not in use"),
         row("free, released", human_bytes(s[:free_released_bytes])),
         row("largest free", human_bytes(s[:largest_free])),
-        row("resident", "#{human_bytes(s[:resident_bytes])} (#{human_bytes(s[:shared_bytes])} still shared with a parent), " \
+        row("resident", "#{human_bytes(s[:resident_bytes])} " \
+                        "(#{human_bytes(s[:shared_bytes])} still shared with a parent), " \
                         "swapped #{human_bytes(s[:swapped_bytes])}, not resident #{human_bytes(s[:absent_bytes])}"),
         row("ruby owners", ruby_text),
         ""
@@ -63,7 +73,11 @@ module PtmallocDump
     def ruby_text
       r = @s[:ruby]
       if r
-        garbage = r[:garbage_bytes].to_i.positive? ? " (#{human_bytes(r[:garbage_bytes])} of it by garbage awaiting the lazy sweep)" : ""
+        garbage = if r[:garbage_bytes].to_i.positive?
+                    " (#{human_bytes(r[:garbage_bytes])} of it by garbage awaiting the lazy sweep)"
+                  else
+                    ""
+                  end
         # owned, the object pages where they are malloc chunks (Ruby 2.7 and 3.0) and native add up to
         # what is in use in the arenas and in mmapped chunks
         pages = r[:ruby_pages_in_malloc_bytes].to_i
@@ -101,7 +115,9 @@ module PtmallocDump
         lines << format("  %-16s %10s %6s", label, human_bytes(rss[k].to_i), percent(rss[k].to_i, rss[:total]))
         next unless k == :file_backed
 
-        Array(rss[:files]).first(3).each { |f| lines << format("    %-24s %10s", File.basename(f[:path].to_s), human_bytes(f[:bytes])) }
+        Array(rss[:files]).first(3).each do |f|
+          lines << format("    %-24s %10s", File.basename(f[:path].to_s), human_bytes(f[:bytes]))
+        end
       end
       lines << ""
     end
@@ -118,13 +134,15 @@ module PtmallocDump
       lines << format("  %-16s %s", "by typed data", top.call(r[:by_data_type])) unless r[:by_data_type].empty?
       lines << format("  %-16s %s", "by module", top.call(r[:by_module])) if r[:by_module]
       if r[:old_bytes]
-        lines << format("  %-16s %s old, %s young, %s garbage awaiting the lazy sweep", "by GC age", human_bytes(r[:old_bytes]),
-                        human_bytes(r[:young_bytes]), human_bytes(r[:garbage_bytes].to_i))
+        lines << format("  %-16s %s old, %s young, %s garbage awaiting the lazy sweep", "by GC age",
+                        human_bytes(r[:old_bytes]), human_bytes(r[:young_bytes]), human_bytes(r[:garbage_bytes].to_i))
       end
       if (o = @s[:owners])
-        lines << format("  %-16s %s in %d block(s)%s", "anchored", human_bytes(o.dig(:anchored, :bytes)), o.dig(:anchored, :count),
-                        Array(o[:anchored_by]).max_by(3) { |_, b| b }.map { |n, b| ", #{n} #{human_bytes(b)}" }.join)
-        lines << format("  %-16s %s in %d block(s)", "leaked", human_bytes(o.dig(:leaked, :bytes)), o.dig(:leaked, :count))
+        by = Array(o[:anchored_by]).max_by(3) { |_, b| b }.map { |n, b| ", #{n} #{human_bytes(b)}" }.join
+        lines << format("  %-16s %s in %d block(s)%s", "anchored", human_bytes(o.dig(:anchored, :bytes)),
+                        o.dig(:anchored, :count), by)
+        lines << format("  %-16s %s in %d block(s)", "leaked", human_bytes(o.dig(:leaked, :bytes)),
+                        o.dig(:leaked, :count))
       end
       lines << ""
     end
@@ -134,7 +152,8 @@ module PtmallocDump
     end
 
     def arena_lines
-      lines = [format("%-5s %-16s %10s %10s %12s %10s %7s", "arena", "address", "heap", "in use", "free resident", "top", "chunks")]
+      lines = [format("%-5s %-16s %10s %10s %12s %10s %7s",
+                      "arena", "address", "heap", "in use", "free resident", "top", "chunks")]
       @s[:arenas].each do |a|
         lines << format("%-5s %-16s %10s %10s %12s %10s %7d", "#{a[:index]}#{a[:main] ? '*' : ''}", hex(a[:address]),
                         human_bytes(a[:arena]), human_bytes(a[:in_use_bytes]), human_bytes(a[:free_resident_bytes]),

@@ -54,17 +54,24 @@ module PtmallocDump
         <ul class="verdict">#{@t.verdicts.map { |v| "<li>#{h(v)}</li>" }.join}</ul>
         #{CHARTS.map { |title, figures| chart(title, figures) }.join("\n")}
         <h2>Trends (least-squares lines, dashed grey on the charts)</h2>
-        <table><tr><th>pid</th><th>figure</th><th>slope</th><th>change over the period</th><th>r²</th><th>climbs</th></tr>
+        <table><tr>#{TREND_HEADS}</tr>
         #{@t.trends.map { |x| trend_row(x) }.join("\n")}
         </table>
-        <p>A climb counts when the line adds at least #{human_bytes(Timeline::MIN_CHANGE)} and 2% of the figure's mean over the
-        period, with r² of at least #{Timeline::MIN_R2}. In use: mallinfo2's uordblks plus hblkhd (mmapped chunks); free but
-        resident: fordblks, free chunks malloc keeps (resident unless malloc_trim released their pages); heap: the arenas'
-        system memory plus mmapped chunks. In use that climbs is a leak or a cache still filling; free that climbs while in
-        use does not is fragmentation.</p>
+        <p>#{trend_note}</p>
         #{dump_list}
         </body></html>
       HTML
+    end
+
+    TREND_HEADS = "<th>pid</th><th>figure</th><th>slope</th><th>change over the period</th><th>r²</th><th>climbs</th>"
+
+    # What the trends count and what the figures are (the paragraph's line breaks are the page's own).
+    def trend_note
+      "A climb counts when the line adds at least #{human_bytes(Timeline::MIN_CHANGE)} and 2% of the figure's mean " \
+        "over the\nperiod, with r² of at least #{Timeline::MIN_R2}. In use: mallinfo2's uordblks plus hblkhd " \
+        "(mmapped chunks); free but\nresident: fordblks, free chunks malloc keeps (resident unless malloc_trim " \
+        "released their pages); heap: the arenas'\nsystem memory plus mmapped chunks. In use that climbs is a leak " \
+        "or a cache still filling; free that climbs while in\nuse does not is fragmentation."
     end
 
     def duration
@@ -73,8 +80,9 @@ module PtmallocDump
     end
 
     def trend_row(x)
-      "<tr><td>#{x.pid}</td><td>#{h(Timeline::LABELS[x.figure])}</td><td>#{h(signed(x.slope * 60))}/min</td>" \
-        "<td>#{h(signed(x.change))}</td><td>#{format('%.2f', x.r2)}</td><td>#{x.climbs ? 'yes' : 'no'}</td></tr>"
+      "<tr><td>#{x.pid}</td><td>#{h(Timeline::LABELS[x.figure])}</td>" \
+        "<td>#{h(signed(x.slope * 60))}/min</td><td>#{h(signed(x.change))}</td>" \
+        "<td>#{format('%.2f', x.r2)}</td><td>#{x.climbs ? 'yes' : 'no'}</td></tr>"
     end
 
     def signed(n)
@@ -88,7 +96,8 @@ module PtmallocDump
       items = @t.markers.map do |m|
         name = h(File.basename(m.path))
         link = m.report ? %(<a href="#{h(rel(m.report))}">#{name}</a>) : name
-        "<li>#{Time.at(m.time).utc.strftime('%H:%M:%S')} UTC, pid #{m.pid}: #{link}</li>"
+        at = Time.at(m.time).utc.strftime("%H:%M:%S")
+        "<li>#{at} UTC, pid #{m.pid}: #{link}</li>"
       end
       "<h2>Dumps in this period</h2><ul>#{items.join}</ul>"
     end
@@ -111,15 +120,18 @@ module PtmallocDump
           next if pts.empty?
 
           d = pts.map { |t, v| format("%.1f,%.1f", x.call(t), y.call(v)) }.join(" ")
-          lines << %(<polyline fill="none" stroke="#{COLORS[f]}" stroke-width="1.5" stroke-dasharray="#{DASHES[i % DASHES.size]}" ) +
+          dash = DASHES[i % DASHES.size]
+          lines << %(<polyline fill="none" stroke="#{COLORS[f]}" stroke-width="1.5" stroke-dasharray="#{dash}" ) +
                    %(points="#{d}"><title>pid #{pid} #{h(Timeline::LABELS[f])}</title></polyline>)
           tr = @t.trends.find { |z| z.pid == pid && z.figure == f }
           lines << trend_line(tr, pts, x, y) if tr
         end
       end
+      svg = %(<svg xmlns="http://www.w3.org/2000/svg" width="#{W}" height="#{H}" viewBox="0 0 #{W} #{H}" ) +
+            %(role="img" aria-label="#{h(title)}">)
       <<~SVG
         <h2>#{h(title)}</h2>
-        <svg xmlns="http://www.w3.org/2000/svg" width="#{W}" height="#{H}" viewBox="0 0 #{W} #{H}" role="img" aria-label="#{h(title)}">
+        #{svg}
         #{axes(max, x, y)}
         #{markers(x)}
         #{lines.join("\n")}
@@ -133,18 +145,22 @@ module PtmallocDump
       t_b = pts.last[0]
       v_a = tr.mean - tr.slope * ((t_b - t_a) / 2.0)
       v_b = tr.mean + tr.slope * ((t_b - t_a) / 2.0)
-      %(<line x1="#{format('%.1f', x.call(t_a))}" y1="#{format('%.1f', y.call(v_a))}" x2="#{format('%.1f', x.call(t_b))}" ) +
-        %(y2="#{format('%.1f', y.call(v_b))}" stroke="#888" stroke-width="1" stroke-dasharray="4 4"><title>#{h(tr)}</title></line>)
+      ends = %(x1="#{format('%.1f', x.call(t_a))}" y1="#{format('%.1f', y.call(v_a))}" ) +
+             %(x2="#{format('%.1f', x.call(t_b))}" y2="#{format('%.1f', y.call(v_b))}")
+      %(<line #{ends} stroke="#888" stroke-width="1" stroke-dasharray="4 4"><title>#{h(tr)}</title></line>)
     end
 
     def axes(max, x, y)
-      out = [%(<line x1="#{PAD[:left]}" y1="#{H - PAD[:bottom]}" x2="#{W - PAD[:right]}" y2="#{H - PAD[:bottom]}" stroke="#000"/>),
-             %(<line x1="#{PAD[:left]}" y1="#{PAD[:top]}" x2="#{PAD[:left]}" y2="#{H - PAD[:bottom]}" stroke="#000"/>)]
+      base = H - PAD[:bottom]
+      out = [%(<line x1="#{PAD[:left]}" y1="#{base}" x2="#{W - PAD[:right]}" y2="#{base}" stroke="#000"/>),
+             %(<line x1="#{PAD[:left]}" y1="#{PAD[:top]}" x2="#{PAD[:left]}" y2="#{base}" stroke="#000"/>)]
       5.times do |i|
         v = max * i / 4.0
-        out << %(<text x="#{PAD[:left] - 6}" y="#{format('%.1f', y.call(v) + 4)}" text-anchor="end">#{h(human_bytes(v.round))}</text>)
+        bytes = h(human_bytes(v.round))
+        out << %(<text x="#{PAD[:left] - 6}" y="#{format('%.1f', y.call(v) + 4)}" text-anchor="end">#{bytes}</text>)
         t = @t0 + (@t1 - @t0) * i / 4.0
-        out << %(<text x="#{format('%.1f', x.call(t))}" y="#{H - PAD[:bottom] + 16}" text-anchor="middle">#{Time.at(t).utc.strftime('%H:%M:%S')}</text>)
+        at = Time.at(t).utc.strftime("%H:%M:%S")
+        out << %(<text x="#{format('%.1f', x.call(t))}" y="#{base + 16}" text-anchor="middle">#{at}</text>)
       end
       out.join("\n")
     end
@@ -152,7 +168,8 @@ module PtmallocDump
     def markers(x)
       @t.markers.select { |m| m.time.between?(@t0, @t1) }.map do |m|
         px = format("%.1f", x.call(m.time))
-        mark = %(<line x1="#{px}" y1="#{PAD[:top]}" x2="#{px}" y2="#{H - PAD[:bottom]}" stroke="#8e44ad" stroke-width="2">) +
+        bottom = H - PAD[:bottom]
+        mark = %(<line x1="#{px}" y1="#{PAD[:top]}" x2="#{px}" y2="#{bottom}" stroke="#8e44ad" stroke-width="2">) +
                %(<title>dump #{h(File.basename(m.path))} (pid #{m.pid})</title></line>)
         m.report ? %(<a href="#{h(rel(m.report))}">#{mark}</a>) : mark
       end.join("\n")
@@ -160,7 +177,10 @@ module PtmallocDump
 
     def legend(figures)
       f = figures.map { |k| %(<span style="color:#{COLORS[k]}">&#9644; #{h(Timeline::LABELS[k])}</span>) }
-      p = @pids.each_with_index.map { |pid, i| "pid #{pid}: #{DASHES[i % DASHES.size].empty? ? 'solid' : "dashes #{DASHES[i % DASHES.size]}"}" }
+      p = @pids.each_with_index.map do |pid, i|
+        dash = DASHES[i % DASHES.size]
+        "pid #{pid}: #{dash.empty? ? 'solid' : "dashes #{dash}"}"
+      end
       (f + p + ["purple: a dump"]).join(" &nbsp; ")
     end
   end
