@@ -12,7 +12,7 @@ typedef struct {
     uint64_t bytes, chunks;             /* all the chunks charged to a module */
     uint64_t vm_bytes, vm_chunks;       /* all the chunks charged to a VM table */
     uint32_t *chunk_record;             /* NULL, or v->n_chunks entries: the code record each chunk is
-                                             * charged to, PTMD_NO_NAME for none */
+                                         * charged to, PTMD_NO_NAME for none */
 } ptmd_code_totals;
 
 /* The code record of the object at `address`, or -1 (the records are in address order). */

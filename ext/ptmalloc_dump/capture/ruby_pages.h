@@ -13,7 +13,7 @@
 typedef struct {
     uint64_t page_size;                  /* GC::INTERNAL_CONSTANTS[:HEAP_PAGE_SIZE]: the alignment of a body */
     uint64_t body_size;                  /* the bytes of a body: page_size, or less where malloc gives the
-                                     * bodies (Ruby 2.7 and 3.0): its struct may follow within the alignment */
+                                          * bodies (Ruby 2.7 and 3.0): its struct may follow within the alignment */
     uint32_t start_word;                 /* which word of struct heap_page holds the first slot's address */
     uint32_t const_stride;               /* the slot size of every page, or 0: ask stride_of */
     size_t (*stride_of)(uintptr_t slot); /* the slot size of the page holding slot (rb_gc_obj_slot_size) */
@@ -27,7 +27,7 @@ typedef struct {
     ptmd_memreader mem;      /* while learning: a word that is no pointer is read without a fault */
     uint64_t brk_lo, brk_hi; /* while learning: the break's mapping ([heap]) */
     int in_brk;              /* a page lies in the break's mapping (posix_memalign'd, Ruby 2.7): else
-                                     * the scan leaves malloc's main heap out */
+                              * the scan leaves malloc's main heap out */
     int bad;                 /* while learning: a page did not fit */
     int usable;
 } ptmd_ruby_shape;

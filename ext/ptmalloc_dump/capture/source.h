@@ -57,7 +57,7 @@ struct ptmd_source {
     int pid;
     ptmd_memreader mem;   /* this process: its fault-free reads */
     ptmd_pagemap pagemap; /* this process: its residency; a copy's is in its regions, and
-                                         * only pagemap.source says where it came from */
+                           * only pagemap.source says where it came from */
 
     /* a copy: regions in address order, apart (mmap-backed), and the last one a read hit */
     ptmd_buf regions;

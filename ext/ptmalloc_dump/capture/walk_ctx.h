@@ -25,8 +25,8 @@ typedef struct {
     /* results (records of format.h) */
     ptmd_buf arenas, heaps, chunks, anomalies, threads, pages;
     ptmd_buf gone;             /* uint64 struct pthread of each thread on glibc's lists that is not
-                                     * running: finished, its stack cached for reuse (in a fork child
-                                     * also the parent's other threads), whose TLS glibc keeps */
+                                * running: finished, its stack cached for reuse (in a fork child
+                                * also the parent's other threads), whose TLS glibc keeps */
     ptmd_buf tcache_entries;   /* ptmd_tcache_entry: each tcache chunk and the thread holding it */
     int tcache_entries_failed; /* a tcache entry could not be recorded (mmap failed) */
 
@@ -43,7 +43,7 @@ typedef struct {
     ptmd_buf ring;           /* uint64 arena addresses from main_arena along next (ptmd_arena_ring) */
     ptmd_buf exclude;        /* sorted {start, end} ranges that hold no malloc chunk (Ruby's pages) */
     uint64_t ruby_page_size; /* without a list of Ruby's pages: their size, to know them by their
-                                     * structure (0: not done) */
+                              * structure (0: not done) */
     int references;          /* scan in-use chunks for pointers to chunks */
     ptmd_buf refs;           /* ptmd_ref */
     ptmd_buf int_refs;       /* ptmd_ref: a word of `from` is a Fixnum of `to`'s user address */

@@ -363,12 +363,12 @@ typedef struct {
 #define PTMD_RF_REFERENCES (1u << 0) /* the REFS section was recorded */
 #define PTMD_RF_PAGES_FROM_GC                                                                                          \
     (1u << 1) /* the pass took the pages from rb_objspace_each_objects, which
-                                         * ends a pending lazy sweep and mallocs before the capture (the
-                                         * pages' layout is not known for this Ruby, or the pages found
-                                         * by their structure did not hold heap_live_slots objects) */
+               * ends a pending lazy sweep and mallocs before the capture (the
+               * pages' layout is not known for this Ruby, or the pages found
+               * by their structure did not hold heap_live_slots objects) */
 #define PTMD_RF_IN_SNAPSHOT                                                                                            \
     (1u << 2) /* the pass ran in the fork snapshot's child, on its copy of the
-                                         * parent's memory: the parent paused for the fork only */
+               * parent's memory: the parent paused for the fork only */
 
 typedef struct {
     uint64_t heap_allocated_pages; /* GC.stat, taken in the same GC-disabled window as the pass */
@@ -534,7 +534,7 @@ extern const char *const ptmd_code_kind_names[PTMD_CODE_KIND_COUNT];
 
 typedef struct {
     uint64_t address; /* the object (a T_IMEMO, T_CLASS, T_MODULE or T_ICLASS slot); a vm_table's
-                                     * user address */
+                       * user address */
     uint32_t module;  /* RUBY_CODE_NAMES index of the defining module (a vm_table's name), PTMD_NO_NAME */
     uint32_t method;  /* RUBY_CODE_NAMES index of the method's name, PTMD_NO_NAME */
     uint32_t path;    /* RUBY_CODE_NAMES index of the method's source path, PTMD_NO_NAME */
@@ -562,14 +562,14 @@ typedef struct {
     uint32_t kind;                 /* PTMD_ROOT_* */
     uint32_t tid;                  /* the thread of a stack, TLS or registers; 0 else */
     char name[PTMD_ROOT_NAME_MAX]; /* NUL-terminated: the object's path (its tail when longer), or
-                                     * "stack of thread N" ... */
+                                    * "stack of thread N" ... */
 } ptmd_root_rec;
 
 typedef struct {
     uint64_t where; /* address of the word in the root */
     uint32_t root;  /* index into ROOTS */
     uint32_t chunk; /* index into the chunk table: the word equals its user address
-                                     * (a thread's DTV pointer: 16 bytes past it, as glibc keeps it) */
+                     * (a thread's DTV pointer: 16 bytes past it, as glibc keeps it) */
 } ptmd_root_ref;
 
 typedef struct {
