@@ -6,10 +6,11 @@
 #
 #   ruby -Ilib examples/fragment.rb [OUTDIR]
 require "fiddle"
+require "fileutils"
 require "ptmalloc_dump"
 
 outdir = ARGV[0] || "tmp/demo"
-Dir.mkdir(outdir) unless Dir.exist?(outdir)
+FileUtils.mkdir_p(outdir)
 
 # Ruby objects with malloc'd buffers; keep one in 16 so the rest leave holes behind
 survivors = []
@@ -19,21 +20,26 @@ survivors = []
   survivors << s << a if (i % 16).zero?
 end
 
-# native memory from four threads (four arenas), half of it freed again
+# native memory from four threads (four arenas), half of it freed again; each thread says when it is
+# done and stays alive until the dump is written, so its arena and tcache are in the picture
 blocks = Queue.new
+done = Queue.new
+dumped = Queue.new
 threads = Array.new(4) do |t|
   Thread.new do
     mine = Array.new(20_000) { |i| Fiddle.malloc(32 + ((i * 37 + t) % 2000)) }
     mine.each_with_index { |b, i| i.odd? ? Fiddle.free(b) : blocks << b }
-    sleep 0.5 # alive while we dump: their arenas and tcaches are in the picture
+    done << t
+    dumped.pop
   end
 end
-sleep 0.2
+4.times { done.pop }
 # a few large blocks: mmapped chunks
 large = Array.new(4) { |i| Fiddle.malloc((256 + i * 128) * 1024) }
 
 path = File.join(outdir, "demo.dump")
 PtmallocDump.dump(path)
+4.times { dumped << true }
 threads.each(&:join)
 dump = PtmallocDump.load(path)
 puts PtmallocDump::TextSummary.new(dump)
