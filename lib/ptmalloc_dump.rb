@@ -10,6 +10,7 @@ require_relative "ptmalloc_dump/malloc_info"
 require_relative "ptmalloc_dump/dump"
 require_relative "ptmalloc_dump/verification"
 require_relative "ptmalloc_dump/ruby_heap"
+require_relative "ptmalloc_dump/retainers"
 require_relative "ptmalloc_dump/format_helpers"
 require_relative "ptmalloc_dump/advice"
 require_relative "ptmalloc_dump/diff"
@@ -73,6 +74,11 @@ module PtmallocDump
     #   already garbage are not recorded; it costs a full mark, and runs before the dump's window
     #   opens (it allocates as the GC does). Off by default: then objects allocated since the latest
     #   GC may be garbage awaiting collection, which {RubyHeap#summary}'s :young_bytes shows
+    # @param graph [Boolean, :auto] with ruby: also record the object graph: what each live object
+    #   references (what the GC marks from it), the roots by category, and the names of references
+    #   (instance and class variables, constants, globals, Array indices, Hash keys), for
+    #   {Dump#retainers}. :auto (default) records it in fork snapshots, where it costs the worker no
+    #   pause, and not in process
     # @return [Hash{Symbol=>Object}] the dump's summary (see {Dump#summary}, without :ruby) plus :path;
     #   with `fork: true` and no `wait`, the child's pid (reap it with Process.wait or Process.detach);
     #   should the child fail, it says why in one line on stderr as it exits
@@ -83,17 +89,18 @@ module PtmallocDump
     #   main_arena (glibc's fork would never return); an in-process dump records that damage
     # @raise [SystemCallError] when the file cannot be written (the target is left untouched)
     def dump(path, debug_dir: nil, symbols: :auto, ruby: true, references: true, oracles: :auto, fork: false,
-             wait: false, trim_check: false, gc: false)
+             wait: false, trim_check: false, gc: false, graph: :auto)
       oracles = oracles_mode(oracles)
+      graph = graph_mode(graph, fork)
       path = path.to_s
       # an absolute path is used as given: no new string is allocated before glibc's counters are taken
       path = File.expand_path(path) unless path.start_with?("/")
       mode = symbols_mode(symbols)
       raise ArgumentError, "trim_check: and fork: cannot be combined" if fork && trim_check
-      return snapshot(path, debug_dir, mode, ruby, references, oracles, wait, gc) if fork
+      return snapshot(path, debug_dir, mode, ruby, references, oracles, wait, gc, graph) if fork
 
       summary = _dump(path, debug_dir&.to_s, dump_strings(ruby), ruby && ruby_layer.available?, references, oracles,
-                      mode, trim_check, gc)
+                      mode, trim_check, gc, graph)
       summary[:path] = path
       summary
     end
@@ -229,14 +236,25 @@ module PtmallocDump
       SYMBOLS_MODES.fetch(symbols) { raise ArgumentError, "symbols: must be one of #{SYMBOLS_MODES.keys.join(', ')}" }
     end
 
+    # graph: :auto records the object graph in a fork snapshot's child (off this process's pause) and
+    # not in an in-process dump, whose pause it would lengthen
+    def graph_mode(graph, fork)
+      case graph
+      when true, false then graph
+      when :auto then fork ? true : false
+      else raise ArgumentError, "graph: must be true, false or :auto, not #{graph.inspect}"
+      end
+    end
+
     def oracles_mode(oracles)
       ORACLES_MODES.fetch(oracles) do
         raise ArgumentError, "oracles: must be true, false or :auto, not #{oracles.inspect}"
       end
     end
 
-    def snapshot(path, debug_dir, mode, ruby, references, oracles, wait, gc)
-      pid, errors = fork_dumps([[path, mode]], debug_dir, ruby, references, oracles: oracles, report: !wait, gc: gc)
+    def snapshot(path, debug_dir, mode, ruby, references, oracles, wait, gc, graph)
+      pid, errors = fork_dumps([[path, mode]], debug_dir, ruby, references, oracles: oracles, report: !wait, gc: gc,
+                                                                            graph: graph)
       unless wait
         errors.close # the child says on stderr why it failed, if it does
         return pid
@@ -245,9 +263,10 @@ module PtmallocDump
       load(path).summary.merge(path: path, pid: pid)
     end
 
-    def fork_dumps(targets, debug_dir, ruby, references, oracles: ORACLES_MODES[:auto], report: false, gc: false)
+    def fork_dumps(targets, debug_dir, ruby, references, oracles: ORACLES_MODES[:auto], report: false, gc: false,
+                   graph: false)
       pid, fd = _dump_fork(targets, debug_dir&.to_s, dump_strings(ruby), ruby && ruby_layer.available?, references,
-                           oracles, report, gc)
+                           oracles, report, gc, graph)
       [pid, IO.new(fd, autoclose: true)]
     end
 

@@ -55,4 +55,10 @@ module PtmallocDump
   # uninterruptibly, on a disk or a network file system perhaps): nothing was read, and every thread
   # runs again. Trying again later usually succeeds.
   class StopTimeoutError < Error; end
+
+  # The dump holds no Ruby object graph, so it cannot say who keeps memory alive: it was written with
+  # `graph: false` or `ruby: false`, in process with the default `graph: :auto`, from outside the
+  # process or from a core, by an older version, or by a Ruby that does not give the graph. The
+  # message says which.
+  class NoGraphError < Error; end
 end

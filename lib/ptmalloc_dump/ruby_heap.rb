@@ -215,6 +215,15 @@ module PtmallocDump
       end
     end
 
+    # An entry of the dump's Ruby names (class, typed-data type, and for the object graph symbol, root
+    # category, module and Hash key names), by its index in the file.
+    #
+    # @param index [Integer]
+    # @return [String, nil]
+    def name(index)
+      names[index]
+    end
+
     private
 
     def names

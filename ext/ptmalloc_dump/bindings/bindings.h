@@ -12,6 +12,7 @@
 #include "analysis/summary.h"
 #include "analysis/rss.h"
 #include "analysis/age.h"
+#include "analysis/retention.h"
 
 #define PTMD_U64(x) ULL2NUM((unsigned long long)(x))
 #define PTMD_SYM(name) ID2SYM(rb_intern(name))
@@ -46,8 +47,9 @@ VALUE ptmd_rb_snapshot(const ptmd_view *v);
 const ptmd_view *ptmd_rb_dump_view(VALUE dump);
 const ptmd_page_usage *ptmd_rb_dump_usage(VALUE dump);
 const ptmd_attribution *ptmd_rb_dump_attribution(VALUE dump);
-const uint32_t *ptmd_rb_dump_object_order(VALUE dump); /* Ruby object indices by address */
-const ptmd_owners *ptmd_rb_dump_owners(VALUE dump);    /* NULL when the dump has no roots */
+const uint32_t *ptmd_rb_dump_object_order(VALUE dump);    /* Ruby object indices by address */
+const ptmd_owners *ptmd_rb_dump_owners(VALUE dump);       /* NULL when the dump has no roots */
+const ptmd_retention *ptmd_rb_dump_retention(VALUE dump); /* NULL when the dump has no object graph */
 /* A binary String of one u32 per chunk: the RUBY_CODE record the chunk is charged to
  * (analysis/code_owners.c), PTMD_NO_NAME for none; nil when the dump has no code records. */
 VALUE ptmd_rb_code_charges(VALUE dump);
@@ -55,7 +57,8 @@ VALUE ptmd_rb_code_charges(VALUE dump);
 void ptmd_errors_init(void);
 void ptmd_format_module_init(void);
 void ptmd_dump_class_init(void);
-void ptmd_owners_class_init(void); /* Dump's owner methods: after ptmd_dump_class_init */
+void ptmd_owners_class_init(void);    /* Dump's owner methods: after ptmd_dump_class_init */
+void ptmd_retention_class_init(void); /* Dump's retainer methods: after ptmd_dump_class_init */
 void ptmd_ruby_heap_class_init(void);
 void ptmd_render_module_init(void);
 void ptmd_diff_class_init(void);

@@ -43,6 +43,13 @@ int ptmd_dump_strings(ptmd_dump_state *d, const ptmd_libc *lc, const ptmd_dump_o
     if (replaced && (add_string(&d->strings, "ruby_layer", "skipped") ||
                      add_string(&d->strings, "ruby_layer_reason", d->ruby_problem)))
         return -1;
+    /* the graph: recorded, or why not where it was asked for */
+    if (d->ruby.graph_wanted && (add_string(&d->strings, "graph", d->ruby.graph_present ? "recorded" : "skipped") ||
+                                 add_string(&d->strings, "graph_reason",
+                                            d->ruby.graph_present ? ""
+                                            : d->ruby.present     ? d->ruby.graph_problem
+                                                                  : "the Ruby pass did not run")))
+        return -1;
     return 0;
 }
 
@@ -109,20 +116,39 @@ static void write_chunk_words(ptmd_writer *wr, const ptmd_walk *w)
 static void write_sections(ptmd_dump_state *d)
 {
     static const uint32_t file_order[] = {
-        PTMD_SEC_META,           PTMD_SEC_STRINGS,
-        PTMD_SEC_MALLINFO2,      PTMD_SEC_MALLOC_INFO,
-        PTMD_SEC_ARENAS,         PTMD_SEC_HEAPS,
-        PTMD_SEC_CHUNKS,         PTMD_SEC_PAGES,
-        PTMD_SEC_THREADS,        PTMD_SEC_ANOMALIES,
-        PTMD_SEC_TCACHE_ENTRIES, PTMD_SEC_RUBY_META,
-        PTMD_SEC_RUBY_PAGES,     PTMD_SEC_RUBY_OBJECTS,
-        PTMD_SEC_RUBY_WORDS,     PTMD_SEC_RUBY_NAMES,
-        PTMD_SEC_RUBY_CODE,      PTMD_SEC_RUBY_CODE_NAMES,
-        PTMD_SEC_REFS,           PTMD_SEC_INT_REFS,
-        PTMD_SEC_ROOTS,          PTMD_SEC_ROOT_REFS,
-        PTMD_SEC_SOURCE,         PTMD_SEC_SNAPSHOT,
-        PTMD_SEC_TRIM_CHECK,     PTMD_SEC_GC,
-        PTMD_SEC_RUBY_PAGE_RSS,  PTMD_SEC_MAPPINGS,
+        PTMD_SEC_META,
+        PTMD_SEC_STRINGS,
+        PTMD_SEC_MALLINFO2,
+        PTMD_SEC_MALLOC_INFO,
+        PTMD_SEC_ARENAS,
+        PTMD_SEC_HEAPS,
+        PTMD_SEC_CHUNKS,
+        PTMD_SEC_PAGES,
+        PTMD_SEC_THREADS,
+        PTMD_SEC_ANOMALIES,
+        PTMD_SEC_TCACHE_ENTRIES,
+        PTMD_SEC_RUBY_META,
+        PTMD_SEC_RUBY_PAGES,
+        PTMD_SEC_RUBY_OBJECTS,
+        PTMD_SEC_RUBY_WORDS,
+        PTMD_SEC_RUBY_NAMES,
+        PTMD_SEC_RUBY_CODE,
+        PTMD_SEC_RUBY_CODE_NAMES,
+        PTMD_SEC_RUBY_GRAPH,
+        PTMD_SEC_RUBY_EDGE_COUNTS,
+        PTMD_SEC_RUBY_EDGES,
+        PTMD_SEC_RUBY_ROOTS,
+        PTMD_SEC_RUBY_EDGE_NAMES,
+        PTMD_SEC_REFS,
+        PTMD_SEC_INT_REFS,
+        PTMD_SEC_ROOTS,
+        PTMD_SEC_ROOT_REFS,
+        PTMD_SEC_SOURCE,
+        PTMD_SEC_SNAPSHOT,
+        PTMD_SEC_TRIM_CHECK,
+        PTMD_SEC_GC,
+        PTMD_SEC_RUBY_PAGE_RSS,
+        PTMD_SEC_MAPPINGS,
     };
     _Static_assert(sizeof(file_order) / sizeof(file_order[0]) == PTMD_SEC_COUNT, "every section has its place");
     ptmd_writer *wr = &d->writer;
@@ -229,6 +255,20 @@ void ptmd_dump_view(const ptmd_dump_state *d, ptmd_view *v)
             v->ruby_code_names = d->ruby.code_names.base;
             v->ruby_code_names_len = d->ruby.code_names.len;
             v->n_ruby_code_names = d->ruby.n_code_names;
+        }
+        if (d->ruby.graph_present) {
+            v->sections |= PTMD_SECTION_BIT(PTMD_SEC_RUBY_GRAPH) | PTMD_SECTION_BIT(PTMD_SEC_RUBY_EDGE_COUNTS) |
+                           PTMD_SECTION_BIT(PTMD_SEC_RUBY_EDGES) | PTMD_SECTION_BIT(PTMD_SEC_RUBY_ROOTS) |
+                           PTMD_SECTION_BIT(PTMD_SEC_RUBY_EDGE_NAMES);
+            v->ruby_graph = &d->ruby.graph;
+            v->ruby_edge_counts = (const uint32_t *)(const void *)d->ruby.graph_counts.base;
+            v->n_ruby_edge_counts = PTMD_BUF_COUNT(&d->ruby.graph_counts, uint32_t);
+            v->ruby_edges = (const uint32_t *)(const void *)d->ruby.graph_edges.base;
+            v->n_ruby_edges = PTMD_BUF_COUNT(&d->ruby.graph_edges, uint32_t);
+            v->ruby_roots = (const ptmd_ruby_root *)(const void *)d->ruby.graph_roots.base;
+            v->n_ruby_roots = PTMD_BUF_COUNT(&d->ruby.graph_roots, ptmd_ruby_root);
+            v->ruby_edge_names = (const ptmd_ruby_edge_name *)(const void *)d->ruby.graph_edge_names.base;
+            v->n_ruby_edge_names = PTMD_BUF_COUNT(&d->ruby.graph_edge_names, ptmd_ruby_edge_name);
         }
     }
     if (w->references) {

@@ -1,5 +1,17 @@
-/* Lookups over what the Ruby pass collected: which recorded page holds a slot. */
+/* What the Ruby pass collected: its names, and which recorded page holds a slot. */
 #include "capture/ruby_data.h"
+
+int ptmd_ruby_add_name(ptmd_ruby_data *rd, uint64_t key, uint32_t kind, const char *name, size_t len)
+{
+    static const char zeros[8];
+    uint32_t l = (uint32_t)(len > 4096 ? 4096 : len);
+    if (ptmd_buf_append(&rd->names, &key, 8) || ptmd_buf_append(&rd->names, &kind, 4) ||
+        ptmd_buf_append(&rd->names, &l, 4) || ptmd_buf_append(&rd->names, name, l) ||
+        ((l & 7) && ptmd_buf_append(&rd->names, zeros, 8 - (l & 7))))
+        return -1;
+    rd->n_names++;
+    return 0;
+}
 
 int ptmd_ruby_in_pages(const ptmd_ruby_data *rd, uint64_t v)
 {

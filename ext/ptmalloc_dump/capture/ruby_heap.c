@@ -8,6 +8,7 @@
 #include <ruby.h>
 #include "capture/ruby_heap.h"
 #include "capture/ruby_code.h"
+#include "capture/ruby_graph.h"
 #include "capture/ruby_pages.h"
 #include "format/index.h"
 #include <ruby/re.h>
@@ -293,18 +294,6 @@ static int each_page(void *start, void *end, size_t stride, void *data)
     return 0;
 }
 
-static int add_name(ptmd_ruby_data *rd, uint64_t key, uint32_t kind, const char *name, size_t len)
-{
-    static const char zeros[8];
-    uint32_t l = (uint32_t)(len > 4096 ? 4096 : len);
-    if (ptmd_buf_append(&rd->names, &key, 8) || ptmd_buf_append(&rd->names, &kind, 4) ||
-        ptmd_buf_append(&rd->names, &l, 4) || ptmd_buf_append(&rd->names, name, l) ||
-        ((l & 7) && ptmd_buf_append(&rd->names, zeros, 8 - (l & 7))))
-        return -1;
-    rd->n_names++;
-    return 0;
-}
-
 /* The class's name as Module#name keeps it (no allocation), else what rb_class_path would make of
  * an anonymous class, written here into buf: rb_class_path allocates a new string for it. Returns
  * the length, 0 when klass is no class. */
@@ -421,6 +410,7 @@ void ptmd_ruby_heap_init(void)
     sym_state = ID2SYM(rb_intern("state"));
     sym_sweeping = ID2SYM(rb_intern("sweeping"));
     ptmd_ruby_code_init();
+    ptmd_ruby_graph_init();
     /* the first call of each interns its keys (Ruby's symbol table may grow, a malloc): made here at
      * require, not in the first dump */
     rb_gc_stat(stat);
@@ -510,12 +500,12 @@ static void finish_pass(ptmd_ruby_data *rd, pass_ctx *c)
         if (s->kind == PTMD_NAME_DATA_TYPE) {
             const char *nm = ((const rb_data_type_t *)(uintptr_t)s->key)->wrap_struct_name;
             if (!nm) nm = "(unnamed)";
-            if (add_name(rd, s->key, s->kind, nm, strlen(nm))) c->oom = 1;
+            if (ptmd_ruby_add_name(rd, s->key, s->kind, nm, strlen(nm))) c->oom = 1;
         } else {
             char buf[64];
             const char *name = "(internal)";
             size_t len = class_name(rd, (VALUE)s->key, &name, buf, sizeof(buf));
-            if (add_name(rd, s->key, s->kind, name, len ? len : 10)) c->oom = 1;
+            if (ptmd_ruby_add_name(rd, s->key, s->kind, name, len ? len : 10)) c->oom = 1;
         }
     }
     if (!c->oom && ptmd_ruby_code_finish(&c->code, rd) != 0) c->oom = 1;
@@ -544,6 +534,13 @@ static void begin_pass(ptmd_ruby_data *rd, pass_ctx *c)
     c->sweeping = (rd->gc.flags & PTMD_GF_SWEEPING) != 0;
 }
 
+/* The object graph of the objects just recorded, when asked for; where it cannot be had, the reason. */
+static void graph_pass(ptmd_ruby_data *rd)
+{
+    rd->graph_problem[0] = '\0';
+    if (rd->graph_wanted) ptmd_ruby_graph(rd, rd->graph_problem, sizeof(rd->graph_problem));
+}
+
 /* Collects Ruby's heap into rd. Raises on failure. */
 void ptmd_ruby_pass(ptmd_ruby_data *rd)
 {
@@ -562,6 +559,7 @@ void ptmd_ruby_pass(ptmd_ruby_data *rd)
     rd->meta.pass_ns = ptmd_now_ns() - t0;
     rd->present = 1;
     if (c.oom) rb_raise(rb_eNoMemError, "ptmalloc_dump: mmap failed while recording Ruby's heap");
+    graph_pass(rd);
 }
 
 int ptmd_ruby_pass_by_structure_possible(void)
@@ -596,5 +594,6 @@ int ptmd_ruby_pass_in_copy(ptmd_ruby_data *rd, char *why, size_t cap)
         return -1;
     }
     rd->present = 1;
+    graph_pass(rd);
     return 0;
 }

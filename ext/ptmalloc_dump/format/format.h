@@ -86,7 +86,18 @@ const char *ptmd_name_of(const char *const *names, size_t n, uint32_t value);
     /* the dump was taken from outside the process */                                                                  \
     X(PTMD_SEC_SOURCE, 40, "source", 0, ptmd_source_rec, check_source, ONE, source)                                    \
     /* a fork snapshot's parent, what it paused for */                                                                 \
-    X(PTMD_SEC_SNAPSHOT, 41, "snapshot", 0, ptmd_snapshot_rec, check_snapshot, ONE, snapshot)
+    X(PTMD_SEC_SNAPSHOT, 41, "snapshot", 0, ptmd_snapshot_rec, check_snapshot, ONE, snapshot)                          \
+    /* the Ruby object graph (graph: true): what it took and what it left out */                                       \
+    X(PTMD_SEC_RUBY_GRAPH, 42, "ruby_graph", 0, ptmd_ruby_graph_rec, check_graph_rec, ONE, ruby_graph)                 \
+    /* per object (RUBY_OBJECTS order), how many of RUBY_EDGES are its references */                                   \
+    X(PTMD_SEC_RUBY_EDGE_COUNTS, 43, "ruby_edge_counts", 0, uint32_t, NULL, RECORDS, ruby_edge_counts,                 \
+      n_ruby_edge_counts)                                                                                              \
+    /* the objects each object references (what the GC marks from it), as RUBY_OBJECTS indices */                      \
+    X(PTMD_SEC_RUBY_EDGES, 44, "ruby_edges", 0, uint32_t, NULL, RECORDS, ruby_edges, n_ruby_edges)                     \
+    X(PTMD_SEC_RUBY_ROOTS, 45, "ruby_roots", 0, ptmd_ruby_root, NULL, RECORDS, ruby_roots, n_ruby_roots)               \
+    /* names of references where Ruby knows one: instance variable, constant, Array index, Hash key */                 \
+    X(PTMD_SEC_RUBY_EDGE_NAMES, 46, "ruby_edge_names", 0, ptmd_ruby_edge_name, NULL, RECORDS, ruby_edge_names,         \
+      n_ruby_edge_names)
 
 #define PTMD_SECTION_CONSTANT(constant, value, ...) constant = (value),
 #define PTMD_SECTION_ONE(...) +1
@@ -388,14 +399,19 @@ typedef struct {
     uint64_t reserved;
 } ptmd_ruby_page;
 
-/* RUBY_NAMES entry kinds (CLASS, DATA_TYPE) and RUBY_CODE_NAMES entry kinds (MODULE, METHOD, PATH) */
+/* RUBY_NAMES entry kinds (CLASS, DATA_TYPE, and for the graph MODULE, SYMBOL, ROOT_CATEGORY, STRING) and
+ * RUBY_CODE_NAMES entry kinds (MODULE, METHOD, PATH). MODULE's key is the module, its name its own
+ * ("" when anonymous). */
 enum {
     PTMD_NAME_CLASS = 1,
     PTMD_NAME_DATA_TYPE = 2,
     PTMD_NAME_MODULE = 3,
     PTMD_NAME_METHOD = 4,
     PTMD_NAME_PATH = 5,
-    PTMD_NAME_VM_TABLE = 6
+    PTMD_NAME_VM_TABLE = 6,
+    PTMD_NAME_SYMBOL = 7,        /* key: the ID; an instance variable's, constant's, global's or Symbol key's name */
+    PTMD_NAME_ROOT_CATEGORY = 8, /* key: the category's number; the GC's name for a kind of root ("vm") */
+    PTMD_NAME_STRING = 9         /* key: the String's address; its first bytes (a Hash key) */
 };
 #define PTMD_NO_NAME 0xffffffffu
 
@@ -408,6 +424,52 @@ typedef struct {
     uint16_t n_words;   /* candidate pointer words in RUBY_WORDS */
     uint32_t flags;     /* PTMD_OF_* */
 } ptmd_ruby_object;
+
+/* ---- Ruby's object graph (RUBY_GRAPH, RUBY_EDGE_COUNTS, RUBY_EDGES, RUBY_ROOTS, RUBY_EDGE_NAMES) ---- */
+
+#define PTMD_GRAPH_FLAGS(X)                                                                                            \
+    X(PTMD_GRF_CONSTANT_NAMES, 1u << 0, "constant_names") /* constants named (their tables were found) */              \
+    X(PTMD_GRF_GLOBAL_NAMES, 1u << 1, "global_names")     /* global variables named (their table was found) */         \
+    X(PTMD_GRF_TRUNCATED, 1u << 2, "truncated")           /* memory ran out: some references are missing */
+enum { PTMD_GRAPH_FLAGS(PTMD_ENUM_CONSTANT) };
+
+typedef struct {
+    uint64_t graph_ns;      /* the capture of the graph */
+    uint64_t dropped_edges; /* references to objects the Ruby pass did not record (garbage, or off its pages) */
+    uint64_t named_limit;   /* the most references named per object (Array indices, Hash keys) */
+    uint32_t flags;         /* PTMD_GRF_* */
+    uint32_t reserved;
+} ptmd_ruby_graph_rec;
+
+/* A root: an object the GC marks without any object referencing it, in the GC's category for it
+ * (rb_objspace_reachable_objects_from_root). */
+typedef struct {
+    uint32_t object;   /* index into RUBY_OBJECTS */
+    uint32_t category; /* index into RUBY_NAMES, kind ROOT_CATEGORY */
+    uint32_t name;     /* index into RUBY_NAMES, kind SYMBOL: the global variable holding it; else PTMD_NO_NAME */
+    uint32_t flags;    /* PTMD_RRF_* */
+} ptmd_ruby_root;
+/* a word on a machine stack or in saved registers that looks like the object's address (the GC marks
+ * those conservatively: "machine_context"), not a reference Ruby knows it holds */
+#define PTMD_RRF_CONSERVATIVE (1u << 0)
+
+#define PTMD_EDGE_KINDS(X)                                                                                             \
+    X(PTMD_EDGE_IVAR, 1, "ivar")               /* detail: the name (SYMBOL): @x, or @@x for a class variable */        \
+    X(PTMD_EDGE_CONSTANT, 2, "constant")       /* detail: the name (SYMBOL) */                                         \
+    X(PTMD_EDGE_INDEX, 3, "index")             /* detail: the Array index */                                           \
+    X(PTMD_EDGE_KEY_SYMBOL, 4, "key_symbol")   /* a Hash value; detail: its Symbol key's name (SYMBOL) */              \
+    X(PTMD_EDGE_KEY_STRING, 5, "key_string")   /* a Hash value; detail: its String key (STRING) */                     \
+    X(PTMD_EDGE_KEY_INTEGER, 6, "key_integer") /* a Hash value; detail: its Integer key (int32) */
+typedef enum { PTMD_EDGE_KINDS(PTMD_ENUM_CONSTANT) PTMD_EDGE_KIND_COUNT = 7 } ptmd_edge_kind;
+extern const char *const ptmd_edge_kind_names[PTMD_EDGE_KIND_COUNT];
+
+/* The name of a reference, in RUBY_EDGES order. */
+typedef struct {
+    uint32_t edge; /* index into RUBY_EDGES */
+    uint32_t kind; /* ptmd_edge_kind */
+    uint32_t detail;
+    uint32_t reserved;
+} ptmd_ruby_edge_name;
 
 /* ptmd_ruby_object.flags: bit values (bits 4..7 are kept for code ownership) */
 #define PTMD_OBJECT_FLAGS(X)                                                                                           \
@@ -609,6 +671,9 @@ _Static_assert(sizeof(ptmd_ruby_code) == 32, "ruby code layout");
 _Static_assert(sizeof(ptmd_footer) == 32, "footer layout");
 _Static_assert(sizeof(ptmd_root_rec) == 120, "root record layout");
 _Static_assert(sizeof(ptmd_root_ref) == 16, "root reference layout");
+_Static_assert(sizeof(ptmd_ruby_graph_rec) == 32, "ruby graph record layout");
+_Static_assert(sizeof(ptmd_ruby_root) == 16, "ruby root layout");
+_Static_assert(sizeof(ptmd_ruby_edge_name) == 16, "ruby edge name layout");
 
 #define PTMD_PREAMBLE_SIZE 16
 #define PTMD_END_SIZE (sizeof(ptmd_section_hdr) + sizeof(ptmd_footer))

@@ -224,6 +224,12 @@ static int check_source(const ptmd_view *v, const char *name, ptmd_err *err)
     return 0;
 }
 
+static int check_graph_rec(const ptmd_view *v, const char *name, ptmd_err *err)
+{
+    if (v->ruby_graph->reserved) FAIL("%s: ruby_graph section: reserved field not zero", name);
+    return 0;
+}
+
 static int check_snapshot(const ptmd_view *v, const char *name, ptmd_err *err)
 {
     if (v->snapshot->reserved) FAIL("%s: snapshot section: reserved field not zero", name);
@@ -412,6 +418,41 @@ static int check_ruby(const ptmd_view *v, const char *name, ptmd_err *err)
     return 0;
 }
 
+/* The object graph whole: a count per object adding up to the references, every index an object, one
+ * name at most per reference, in their order. */
+static int check_graph(const ptmd_view *v, const char *name, ptmd_err *err)
+{
+    uint64_t edges = 0;
+    size_t i;
+    if (!v->ruby_graph && !v->ruby_edge_counts && !v->ruby_edges && !v->ruby_roots && !v->ruby_edge_names) return 0;
+    if (!v->ruby_graph || !v->ruby_edge_counts || !v->ruby_edges || !v->ruby_roots || !v->ruby_edge_names ||
+        !v->ruby_objects)
+        FAIL("%s: the Ruby graph sections are incomplete", name);
+    if (v->n_ruby_edge_counts != v->n_ruby_objects)
+        FAIL("%s: the Ruby graph counts %zu objects' references where the dump has %zu objects", name,
+             v->n_ruby_edge_counts, v->n_ruby_objects);
+    for (i = 0; i < v->n_ruby_edge_counts; i++) edges += v->ruby_edge_counts[i];
+    if (edges != v->n_ruby_edges) FAIL("%s: the Ruby objects' references do not add up", name);
+    for (i = 0; i < v->n_ruby_edges; i++)
+        if (v->ruby_edges[i] >= v->n_ruby_objects) FAIL("%s: Ruby reference %zu names no object", name, i);
+    for (i = 0; i < v->n_ruby_roots; i++) {
+        const ptmd_ruby_root *r = &v->ruby_roots[i];
+        if (r->object >= v->n_ruby_objects || r->category >= v->n_ruby_names ||
+            (r->name != PTMD_NO_NAME && r->name >= v->n_ruby_names) || (r->flags & ~PTMD_RRF_CONSERVATIVE))
+            FAIL("%s: Ruby root %zu names an object or a name that does not exist", name, i);
+    }
+    for (i = 0; i < v->n_ruby_edge_names; i++) {
+        const ptmd_ruby_edge_name *e = &v->ruby_edge_names[i];
+        int by_name = e->kind != PTMD_EDGE_INDEX && e->kind != PTMD_EDGE_KEY_INTEGER;
+        if (e->edge >= v->n_ruby_edges || !e->kind || e->kind >= PTMD_EDGE_KIND_COUNT ||
+            (by_name && e->detail >= v->n_ruby_names) || e->reserved)
+            FAIL("%s: Ruby reference name %zu names a reference, a kind or a name that does not exist", name, i);
+        if (i && e->edge <= v->ruby_edge_names[i - 1].edge)
+            FAIL("%s: Ruby reference name %zu is out of order", name, i);
+    }
+    return 0;
+}
+
 int ptmd_read_view(const unsigned char *data, size_t len, const char *name, ptmd_view *v, ptmd_err *err)
 {
     const ptmd_footer *f = NULL;
@@ -427,6 +468,7 @@ int ptmd_read_view(const unsigned char *data, size_t len, const char *name, ptmd
     if (check_ruby(v, name, err) != 0) return -1;
     if (check_rss_sections(v, name, err) != 0) return -1;
     if (check_code(v, name, err) != 0) return -1;
+    if (check_graph(v, name, err) != 0) return -1;
     if (v->trim_released && v->n_trim_released != v->n_arenas)
         FAIL("%s: the trim check does not cover every arena", name);
     for (i = 0; i < v->n_refs; i++)

@@ -64,6 +64,16 @@ typedef struct {
     size_t n_ruby_code;
     const unsigned char *ruby_code_names; /* RUBY_CODE_NAMES */
     size_t ruby_code_names_len, n_ruby_code_names;
+    /* the object graph (graph: true), NULL when the dump has none */
+    const ptmd_ruby_graph_rec *ruby_graph;
+    const uint32_t *ruby_edge_counts; /* n_ruby_objects of them */
+    size_t n_ruby_edge_counts;
+    const uint32_t *ruby_edges;
+    size_t n_ruby_edges;
+    const ptmd_ruby_root *ruby_roots;
+    size_t n_ruby_roots;
+    const ptmd_ruby_edge_name *ruby_edge_names; /* by src */
+    size_t n_ruby_edge_names;
 } ptmd_view;
 
 #define PTMD_SECTION_BIT(type) (1ull << (type))

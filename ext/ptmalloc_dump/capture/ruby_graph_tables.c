@@ -1,0 +1,256 @@
+/* The names of constants and global variables, read from Ruby's own tables without calling Ruby (whose
+ * ways to list them allocate). Both are id_tables (id_table.c, the same in Ruby 2.7 to 3.4):
+ *
+ *   struct rb_id_table   { int capa; int num; int used; item_t *items; }      capa a power of two
+ *   item_t               { uint32 key; int collision; VALUE val; }            key 0: empty slot
+ *
+ * whose key is the name's serial number, the ID shifted right by RUBY_ID_SCOPE_SHIFT (4), the ID's low
+ * bits being its scope (constant, global) and static flag. A constant table's values are
+ * rb_const_entry_t (constant.h: flag, line, VALUE value, file); the global table's are rb_global_entry
+ * (variable.c: struct rb_global_variable *var, ...), whose variable is {int counter, int block_trace,
+ * void *data, getter, ...}: data is the value itself for a Ruby global (rb_gvar_val_getter), the
+ * address of a C variable for a defined one (rb_gvar_var_getter).
+ *
+ * Where the tables are is not in Ruby's public headers and moved between versions (a class's constant
+ * table: in the rb_classext_t its slot points to until 3.2, in the slot itself after): it is found at
+ * load by reading candidates where a read may fail safely (process_vm_readv on this process), and
+ * accepted only where known constants and globals come out with their known values. */
+#define _GNU_SOURCE
+#include "capture/ruby_graph_tables.h"
+
+#include <dlfcn.h>
+#include <link.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#define ID_SHIFT 4
+#define MAX_CAPA (1u << 24)
+#define MAX_GLOBALS_CAPA (1u << 16)
+
+typedef struct {
+    int capa, num, used, pad;
+    uint64_t items;
+} id_table;
+
+typedef struct {
+    uint32_t key;
+    int32_t collision;
+    uint64_t val;
+} id_item;
+
+/* Where a class's constant table is: at `direct` in its slot, or at `inner` in the structure the word
+ * at `outer` of its slot points to. */
+static struct {
+    int known;
+    int indirect;
+    unsigned direct, outer, inner;
+    uint64_t const_low; /* the low bits of a constant's ID */
+} consts;
+
+static struct {
+    int known;
+    uint64_t table_at; /* the address of Ruby's rb_global_tbl variable */
+    uint64_t global_low;
+    uint64_t val_getter, var_getter;
+} globals;
+
+static int pointer_like(uint64_t p)
+{
+    return p >= 0x10000 && p < 0x800000000000ull && !(p & 7);
+}
+
+/* Reads len bytes at addr of this process, failing (not faulting) where nothing is mapped. */
+static int safe_read(uint64_t addr, void *buf, size_t len)
+{
+    struct iovec local = { buf, len }, remote = { (void *)(uintptr_t)addr, len };
+    if (!pointer_like(addr & ~7ull)) return -1;
+    return process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == (ssize_t)len ? 0 : -1;
+}
+
+static int sane_table(const id_table *t, unsigned max_capa)
+{
+    return t->capa > 0 && (unsigned)t->capa <= max_capa && !(t->capa & (t->capa - 1)) && t->num >= 0 &&
+           t->num <= t->capa && t->used >= t->num && t->used <= t->capa && pointer_like(t->items);
+}
+
+/* The value the table at tp holds for the serial, through safe reads; 0 when it holds none. */
+static uint64_t safe_lookup(uint64_t tp, uint32_t serial, unsigned max_capa)
+{
+    id_table t;
+    int i;
+    if (!pointer_like(tp) || safe_read(tp, &t, sizeof(t)) != 0 || !sane_table(&t, max_capa)) return 0;
+    for (i = 0; i < t.capa; i++) {
+        id_item it;
+        if (safe_read(t.items + (uint64_t)i * sizeof(it), &it, sizeof(it)) != 0) return 0;
+        if (it.key == serial) return it.val;
+    }
+    return 0;
+}
+
+/* The value of constant `name` in the table at tp (through the rb_const_entry_t), 0 when none. */
+static uint64_t safe_constant(uint64_t tp, const char *name)
+{
+    uint64_t ce = safe_lookup(tp, (uint32_t)(rb_intern(name) >> ID_SHIFT), MAX_CAPA), value;
+    if (!pointer_like(ce) || safe_read(ce + 8, &value, sizeof(value)) != 0) return 0;
+    return value;
+}
+
+static uint64_t table_of(VALUE mod, int indirect, unsigned direct, unsigned outer, unsigned inner)
+{
+    uint64_t p;
+    if (!indirect) return safe_read((uint64_t)mod + direct, &p, sizeof(p)) == 0 ? p : 0;
+    if (safe_read((uint64_t)mod + outer, &p, sizeof(p)) != 0 || !pointer_like(p)) return 0;
+    return safe_read(p + inner, &p, sizeof(p)) == 0 ? p : 0;
+}
+
+/* Whether the place finds, in three modules, constants whose values are known. */
+static int place_holds(VALUE probe, int indirect, unsigned direct, unsigned outer, unsigned inner)
+{
+    uint64_t t = table_of(rb_cObject, indirect, direct, outer, inner);
+    if (!t || safe_constant(t, "Kernel") != (uint64_t)rb_mKernel) return 0;
+    t = table_of(rb_mGC, indirect, direct, outer, inner);
+    if (!t || safe_constant(t, "INTERNAL_CONSTANTS") != (uint64_t)rb_const_get(rb_mGC, rb_intern("INTERNAL_CONSTANTS")))
+        return 0;
+    t = table_of(probe, indirect, direct, outer, inner);
+    return t && safe_constant(t, "PtmallocDumpProbe") == (uint64_t)rb_cObject;
+}
+
+static void find_constants(void)
+{
+    VALUE probe = rb_module_new();
+    unsigned a, b;
+    ID kernel = rb_intern("Kernel");
+    rb_const_set(probe, rb_intern("PtmallocDumpProbe"), rb_cObject);
+    consts.const_low = kernel & ((1u << ID_SHIFT) - 1);
+    for (a = 16; a < 160 && !consts.known; a += 8)
+        if (place_holds(probe, 0, a, 0, 0)) consts.known = 1, consts.direct = a;
+    for (a = 16; a < 64 && !consts.known; a += 8)
+        for (b = 0; b < 64 && !consts.known; b += 8)
+            if (place_holds(probe, 1, 0, a, b))
+                consts.known = 1, consts.indirect = 1, consts.outer = a, consts.inner = b;
+    RB_GC_GUARD(probe);
+}
+
+#define N_KNOWN_GLOBALS 6
+typedef struct {
+    uint64_t found;
+    uint32_t serial[N_KNOWN_GLOBALS];
+} global_search;
+
+/* Whether the table at tp holds the globals every Ruby defines at boot, each an entry whose variable
+ * has a known getter where Ruby keeps the value itself: then it is the global table, and the
+ * variable's data and getter are where this file reads them. (Their values are no test: Ruby 3.0 made
+ * $stdout and its like per-Ractor virtual variables.) */
+static int holds_known_globals(uint64_t tp, const global_search *s)
+{
+    int i, kept = 0;
+    for (i = 0; i < N_KNOWN_GLOBALS; i++) {
+        uint64_t entry = safe_lookup(tp, s->serial[i], MAX_GLOBALS_CAPA), var, getter;
+        if (!pointer_like(entry) || safe_read(entry, &var, sizeof(var)) != 0 || !pointer_like(var) ||
+            safe_read(var + 16, &getter, sizeof(getter)) != 0)
+            return 0;
+        kept += getter == globals.val_getter || getter == globals.var_getter;
+    }
+    return kept > 0;
+}
+
+/* Ruby's writable data (where its static rb_global_tbl is) searched for the global table. */
+static int search_segments(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    global_search *s = arg;
+    Dl_info self;
+    int i;
+    (void)size;
+    if (s->found || !dladdr((void *)rb_intern, &self) || (uint64_t)(uintptr_t)self.dli_fbase != info->dlpi_addr)
+        return 0;
+    for (i = 0; i < info->dlpi_phnum && !s->found; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        uint64_t at, end;
+        if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_W)) continue;
+        at = (info->dlpi_addr + ph->p_vaddr + 7) & ~7ull;
+        end = info->dlpi_addr + ph->p_vaddr + ph->p_memsz;
+        for (; at + 8 <= end && !s->found; at += 8) {
+            uint64_t w = *(const uint64_t *)(uintptr_t)at;
+            if (pointer_like(w) && holds_known_globals(w, s)) s->found = at;
+        }
+    }
+    return 0;
+}
+
+static void find_globals(void)
+{
+    static const char *const known[N_KNOWN_GLOBALS] = { "$stdout", "$stderr", "$stdin", "$;", "$,", "$0" };
+    global_search s;
+    int i;
+    globals.val_getter = (uint64_t)(uintptr_t)dlsym(RTLD_DEFAULT, "rb_gvar_val_getter");
+    globals.var_getter = (uint64_t)(uintptr_t)dlsym(RTLD_DEFAULT, "rb_gvar_var_getter");
+    globals.global_low = rb_intern("$stdout") & ((1u << ID_SHIFT) - 1);
+    if (!globals.val_getter || !globals.var_getter) return;
+    memset(&s, 0, sizeof(s));
+    for (i = 0; i < N_KNOWN_GLOBALS; i++) s.serial[i] = (uint32_t)(rb_intern(known[i]) >> ID_SHIFT);
+    dl_iterate_phdr(search_segments, &s);
+    globals.table_at = s.found;
+    globals.known = s.found != 0;
+}
+
+void ptmd_graph_tables_init(void)
+{
+    find_constants();
+    find_globals();
+}
+
+int ptmd_graph_constants_known(void)
+{
+    return consts.known;
+}
+
+/* A table read in the capture: its place was proven at load; what it holds is bounded here. */
+static const id_table *table_at(uint64_t tp, unsigned max_capa)
+{
+    const id_table *t = (const id_table *)(uintptr_t)tp;
+    return pointer_like(tp) && sane_table(t, max_capa) ? t : NULL;
+}
+
+void ptmd_graph_constants(VALUE mod, void (*each)(uint64_t id, VALUE value, void *data), void *data)
+{
+    const id_table *t;
+    const id_item *items;
+    uint64_t tp;
+    int i;
+    if (!consts.known) return;
+    if (!consts.indirect) tp = *(const uint64_t *)(uintptr_t)((uint64_t)mod + consts.direct);
+    else {
+        uint64_t ext = *(const uint64_t *)(uintptr_t)((uint64_t)mod + consts.outer);
+        if (!pointer_like(ext)) return;
+        tp = *(const uint64_t *)(uintptr_t)(ext + consts.inner);
+    }
+    if (!(t = table_at(tp, MAX_CAPA))) return;
+    items = (const id_item *)(uintptr_t)t->items;
+    for (i = 0; i < t->capa; i++) {
+        uint64_t ce = items[i].val;
+        if (!items[i].key || !pointer_like(ce)) continue;
+        each(((uint64_t)items[i].key << ID_SHIFT) | consts.const_low, *(const VALUE *)(uintptr_t)(ce + 8), data);
+    }
+}
+
+int ptmd_graph_globals(void (*each)(uint64_t id, VALUE value, void *data), void *data)
+{
+    const id_table *t;
+    const id_item *items;
+    int i;
+    if (!globals.known || !(t = table_at(*(const uint64_t *)(uintptr_t)globals.table_at, MAX_GLOBALS_CAPA))) return -1;
+    items = (const id_item *)(uintptr_t)t->items;
+    for (i = 0; i < t->capa; i++) {
+        uint64_t entry = items[i].val, var, getter, d;
+        if (!items[i].key || !pointer_like(entry)) continue;
+        var = *(const uint64_t *)(uintptr_t)entry;
+        if (!pointer_like(var)) continue;
+        d = *(const uint64_t *)(uintptr_t)(var + 8);
+        getter = *(const uint64_t *)(uintptr_t)(var + 16);
+        if (getter == globals.var_getter && pointer_like(d)) d = *(const uint64_t *)(uintptr_t)d;
+        else if (getter != globals.val_getter) continue;
+        each(((uint64_t)items[i].key << ID_SHIFT) | globals.global_low, (VALUE)d, data);
+    }
+    return 0;
+}
