@@ -66,6 +66,22 @@ module PtmallocDump
       _references(object_index(address)).map { |i, kind, detail| step(i, kind, detail) }
     end
 
+    # The roots of the object graph: the objects the GC marks without any object referencing them.
+    #
+    # @return [Array<Hash>] :address, :class_name, :type, :category (the GC's name: "vm",
+    #   "global_tbl", "global_list" for addresses registered from C, "machine_context" for a word on a
+    #   machine stack or in saved registers that looks like a reference, ...), :global (the global
+    #   variable's name, if one holds it)
+    # @raise [NoGraphError] when the dump has no object graph
+    def graph_roots
+      require_graph
+      _roots.map do |i, category, global|
+        object = ruby.object(i)
+        { address: object.address, class_name: object.class_name, type: object.type, category: ruby.name(category),
+          global: global && ruby.name(global) }
+      end
+    end
+
     # @return [Hash, nil] the graph's own figures: :edges, :roots, :edge_names, :dropped_edges (references
     #   to objects the Ruby pass did not record), :graph_ns (its capture), :named_limit, :flags; nil
     #   without a graph
@@ -82,7 +98,7 @@ module PtmallocDump
       return "the dump has no Ruby heap data: #{no_ruby_reason}" unless ruby
 
       if strings.key?("graph") then "the object graph was not recorded"
-      elsif header[:source] || header[:source_info] then "a dump from outside the process has no object graph"
+      elsif header[:source] != :self then "a dump from outside the process or of a core has no object graph"
       else "it was written without graph: true (in process, graph: :auto leaves it out)"
       end
     end
@@ -129,7 +145,7 @@ module PtmallocDump
       case kind
       when :ivar, :constant then ruby.name(detail)
       when :index, :key_integer then "[#{detail}]"
-      when :key_symbol then "[:#{ruby.name(detail)}]"
+      when :key_symbol, :thread_local then "[:#{ruby.name(detail)}]"
       when :key_string then "[#{ruby.name(detail).inspect}]"
       end
     end
@@ -154,6 +170,7 @@ module PtmallocDump
 
       last = steps[-1]
       owner = steps[-2]
+      return format("Thread#%s of thread 0x%x", last[:edge], owner[:address]) if last[:edge_kind] == :thread_local
       if last[:edge_kind] == :ivar && owner
         separator = owner[:module_name] ? "." : "#"
         return "#{owner[:module_name] || owner[:class_name]}#{separator}#{last[:edge]}"

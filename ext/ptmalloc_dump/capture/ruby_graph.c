@@ -207,6 +207,14 @@ static int on_pair(VALUE key, VALUE v, VALUE data)
     return g->named >= NAMED_LIMIT ? ST_STOP : ST_CONTINUE;
 }
 
+static int on_thread_local(st_data_t id, st_data_t v, st_data_t data)
+{
+    graph_ctx *g = (graph_ctx *)data;
+    if (!RB_SPECIAL_CONST_P((VALUE)v))
+        name_edge(g, (VALUE)v, PTMD_EDGE_THREAD_LOCAL, name_index(g, (uint64_t)id, PTMD_NAME_SYMBOL));
+    return g->named >= NAMED_LIMIT ? ST_STOP : ST_CONTINUE;
+}
+
 static void on_constant(uint64_t id, VALUE v, void *data)
 {
     graph_ctx *g = data;
@@ -241,6 +249,8 @@ static void name_references(graph_ctx *g, VALUE v, int type)
     case T_ARRAY: name_elements(g, v); break;
     case T_HASH: rb_hash_foreach(v, on_pair, (VALUE)g); break;
     default:
+        if (type == T_DATA) ptmd_graph_thread_locals(v, on_thread_local, g);
+        g->cursor = g->edge_start;
         if (FL_TEST_RAW(v, FL_EXIVAR)) rb_ivar_foreach(v, on_ivar, (st_data_t)g);
     }
 }
@@ -395,6 +405,7 @@ int ptmd_ruby_graph(ptmd_ruby_data *rd, char *why, size_t cap)
     if (!g.oom) reachable_from_root(on_root, &g);
     if (!g.oom && ptmd_graph_globals(on_global, &g) == 0) rd->graph.flags |= PTMD_GRF_GLOBAL_NAMES;
     if (ptmd_graph_constants_known()) rd->graph.flags |= PTMD_GRF_CONSTANT_NAMES;
+    if (ptmd_graph_thread_locals_known()) rd->graph.flags |= PTMD_GRF_THREAD_LOCAL_NAMES;
     if (!g.oom) resolve_names(&g);
     release(&g);
     if (g.oom) {

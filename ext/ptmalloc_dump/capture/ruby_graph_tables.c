@@ -194,10 +194,71 @@ static void find_globals(void)
     globals.known = s.found != 0;
 }
 
+/* A thread's fiber-local variables (Thread#[]): the local_storage of the execution context (vm_core.h
+ * rb_execution_context_t) that the thread's struct points to (th->ec), a table of ID to value: an
+ * id_table since Ruby 3.0, an st_table before. Both places and the kind of table are found by setting a
+ * variable on this thread and finding it. */
+static struct {
+    int known, id_table;
+    unsigned ec, storage;
+    uint64_t local_low; /* the low bits of a local variable's ID */
+    const rb_data_type_t *type; /* Thread's typed-data type */
+} locals;
+
+typedef struct {
+    uint8_t powers[4];
+    uint32_t rebuilds;
+    uint64_t type, num_entries, bins, entries_start, entries_bound, entries;
+} st_header;
+
+/* Whether the st_table at tp maps key to value (through safe reads). */
+static int st_holds(uint64_t tp, uint64_t key, uint64_t value)
+{
+    st_header h;
+    uint64_t i;
+    if (!pointer_like(tp) || safe_read(tp, &h, sizeof(h)) != 0 || !h.num_entries || h.num_entries > 1024 ||
+        h.entries_bound > 4096 || h.entries_start > h.entries_bound || !pointer_like(h.entries))
+        return 0;
+    for (i = h.entries_start; i < h.entries_bound; i++) {
+        uint64_t e[3];
+        if (safe_read(h.entries + i * sizeof(e), e, sizeof(e)) != 0) return 0;
+        if (e[0] != ~0ull && e[1] == key && e[2] == value) return 1;
+    }
+    return 0;
+}
+
+static void find_thread_locals(void)
+{
+    VALUE thread = rb_thread_current(), probe = rb_module_new();
+    ID key = rb_intern("__ptmalloc_dump_probe");
+    uint64_t th;
+    unsigned a, b;
+    if (!RTYPEDDATA_P(thread)) return;
+    locals.type = RTYPEDDATA_TYPE(thread);
+    locals.local_low = key & ((1u << ID_SHIFT) - 1);
+    th = (uint64_t)(uintptr_t)DATA_PTR(thread);
+    rb_thread_local_aset(thread, key, probe);
+    for (a = 0; a < 1024 && !locals.known; a += 8) {
+        uint64_t ec;
+        if (safe_read(th + a, &ec, sizeof(ec)) != 0 || !pointer_like(ec)) continue;
+        for (b = 0; b < 512 && !locals.known; b += 8) {
+            uint64_t tp;
+            if (safe_read(ec + b, &tp, sizeof(tp)) != 0) continue;
+            if (safe_lookup(tp, (uint32_t)(key >> ID_SHIFT), MAX_GLOBALS_CAPA) == (uint64_t)probe)
+                locals.known = 1, locals.id_table = 1, locals.ec = a, locals.storage = b;
+            else if (st_holds(tp, key, (uint64_t)probe))
+                locals.known = 1, locals.ec = a, locals.storage = b;
+        }
+    }
+    rb_thread_local_aset(thread, key, Qnil);
+    RB_GC_GUARD(probe);
+}
+
 void ptmd_graph_tables_init(void)
 {
     find_constants();
     find_globals();
+    find_thread_locals();
 }
 
 int ptmd_graph_constants_known(void)
@@ -252,5 +313,39 @@ int ptmd_graph_globals(void (*each)(uint64_t id, VALUE value, void *data), void 
         else if (getter != globals.val_getter) continue;
         each(((uint64_t)items[i].key << ID_SHIFT) | globals.global_low, (VALUE)d, data);
     }
+    return 0;
+}
+
+int ptmd_graph_thread_locals_known(void)
+{
+    return locals.known;
+}
+
+int ptmd_graph_thread_locals(VALUE thread, int (*each)(st_data_t id, st_data_t value, st_data_t data), void *data)
+{
+    uint64_t th, ec, tp;
+    const st_header *h;
+    if (!locals.known || !RTYPEDDATA_P(thread) || RTYPEDDATA_TYPE(thread) != locals.type) return -1;
+    th = (uint64_t)(uintptr_t)DATA_PTR(thread);
+    if (!pointer_like(th)) return -1;
+    ec = *(const uint64_t *)(uintptr_t)(th + locals.ec);
+    if (!pointer_like(ec)) return -1;
+    tp = *(const uint64_t *)(uintptr_t)(ec + locals.storage);
+    if (!pointer_like(tp)) return -1;
+    if (locals.id_table) {
+        const id_table *t = table_at(tp, MAX_CAPA);
+        const id_item *items;
+        int i;
+        if (!t) return -1;
+        items = (const id_item *)(uintptr_t)t->items;
+        for (i = 0; i < t->capa; i++)
+            if (items[i].key && each(((st_data_t)items[i].key << ID_SHIFT) | locals.local_low, items[i].val,
+                                     (st_data_t)data) == ST_STOP)
+                break;
+        return 0;
+    }
+    h = (const st_header *)(uintptr_t)tp;
+    if (h->entries_start > h->entries_bound || !pointer_like(h->entries)) return -1;
+    rb_st_foreach((st_table *)(uintptr_t)tp, each, (st_data_t)data);
     return 0;
 }

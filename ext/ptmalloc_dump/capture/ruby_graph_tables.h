@@ -1,4 +1,5 @@
-/* The tables that name constants and global variables, read as memory (capture/ruby_graph_tables.c). */
+/* The tables that name constants, global variables and thread-local variables, read as memory
+ * (capture/ruby_graph_tables.c). */
 #ifndef PTMD_RUBY_GRAPH_TABLES_H
 #define PTMD_RUBY_GRAPH_TABLES_H
 
@@ -15,5 +16,9 @@ void ptmd_graph_constants(VALUE mod, void (*each)(uint64_t id, VALUE value, void
 /* Calls each(id, value, data) for each global variable whose value Ruby keeps itself (not a hooked
  * getter's): 0, or -1 when the table was not found at load. */
 int ptmd_graph_globals(void (*each)(uint64_t id, VALUE value, void *data), void *data);
+int ptmd_graph_thread_locals_known(void);
+/* Calls each(id, value, data) for each of a Thread's fiber-local variables (Thread#[]): 0, or -1 when
+ * v is no Thread or their place was not found at load. */
+int ptmd_graph_thread_locals(VALUE v, int (*each)(st_data_t id, st_data_t value, st_data_t data), void *data);
 
 #endif
