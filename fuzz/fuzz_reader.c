@@ -16,6 +16,7 @@
 #include "analysis/analysis.h"
 #include "analysis/attribution.h"
 #include "analysis/owners.h"
+#include "analysis/retention.h"
 #include "analysis/code_owners.h"
 #include "analysis/diff.h"
 #include "analysis/explorer.h"
@@ -108,6 +109,13 @@ static const field tcache_entries_fields[] = {
     F(ptmd_tcache_entry, bin),
     F(ptmd_tcache_entry, position),
 };
+static const field ruby_graph_fields[] = { F(ptmd_ruby_graph_rec, dropped_edges), F(ptmd_ruby_graph_rec, named_limit),
+                                           F(ptmd_ruby_graph_rec, flags), F(ptmd_ruby_graph_rec, reserved) };
+static const field ruby_roots_fields[] = { F(ptmd_ruby_root, object), F(ptmd_ruby_root, category),
+                                           F(ptmd_ruby_root, name), F(ptmd_ruby_root, flags) };
+static const field ruby_edge_names_fields[] = { F(ptmd_ruby_edge_name, edge), F(ptmd_ruby_edge_name, kind),
+                                                F(ptmd_ruby_edge_name, detail), F(ptmd_ruby_edge_name, reserved) };
+static const field ruby_edge_counts_fields[] = { { 0, 4 } }, ruby_edges_fields[] = { { 0, 4 } };
 #define WORD                                                                                                           \
     {                                                                                                                  \
         {                                                                                                              \
@@ -327,6 +335,25 @@ static void code_owners(const ptmd_view *v, const ptmd_attribution *a)
     free(records);
 }
 
+/* Who keeps what alive: the dominator tree, the holders, every path and edge name */
+static void retention(const ptmd_view *v, const ptmd_attribution *a)
+{
+    ptmd_retention r;
+    uint32_t holders[32];
+    size_t i, n;
+    if (!v->ruby_graph || ptmd_retention_build(v, a, &r) != 0) return;
+    n = ptmd_retention_holders(&r, 32, holders);
+    for (i = 0; i < n; i++) {
+        uint32_t u = holders[i];
+        size_t steps = 0;
+        while (u < r.n_objects && r.parent[u] != r.n_objects && steps++ <= r.n_objects) {
+            ptmd_retention_edge_name(v, r.via[u]);
+            u = r.parent[u];
+        }
+    }
+    ptmd_retention_free(&r);
+}
+
 static void owners(const ptmd_view *v)
 {
     size_t nc = v->n_chunks ? v->n_chunks : 1, nn = v->n_ruby_names ? v->n_ruby_names : 1;
@@ -352,6 +379,7 @@ static void owners(const ptmd_view *v)
         owner_kinds(v, &a);
         explorer_owners(v, &a);
         code_owners(v, &a);
+        retention(v, &a);
     }
     free(a.owner);
     free(a.category);
