@@ -176,6 +176,37 @@ RSpec.describe "who keeps memory alive" do
     end
   end
 
+  it "names the holder that grew between two dumps, with its growth (Diff#retainers)" do
+    dir = tmpdir
+    code = <<~RUBY
+      require "objspace"
+      module Growing; STORE = {}; end
+      module Steady; LIST = Array.new(300) { |i| "s" * (4000 + i) }; end
+      add = ->(from, to) { (from...to).each { |i| Growing::STORE["k\#{i}"] = "v" * (3000 + i % 5) } }
+      add.call(0, 200)
+      PtmallocDump.dump(#{File.join(dir, 'a.dump').dump}, graph: true)
+      add.call(200, 1200)
+      PtmallocDump.dump(#{File.join(dir, 'b.dump').dump}, graph: true)
+      grown = Growing::STORE.values.last(1000).sum { |v| ObjectSpace.memsize_of(v) - 40 }
+      puts grown
+    RUBY
+    out, err, status = run_ruby(code)
+    expect(status).to be_success, err
+    memsize_growth = Integer(out.lines.last)
+    diff = PtmallocDump.diff(File.join(dir, "a.dump"), File.join(dir, "b.dump"))
+    grew = diff.retainers(limit: 5)
+    expect(grew.first[:root]).to eq("Growing::STORE")
+    expect(grew.first[:growth_objects]).to be_within(4).of(2000) # 1000 keys and 1000 values
+    expect(grew.first[:growth_bytes]).to be_within(memsize_growth / 10).of(memsize_growth)
+    steady = grew.find { |g| g[:root] == "Steady::LIST" }
+    expect(steady.nil? || steady[:growth_bytes].abs < 4096).to be(true)
+
+    text, err, status = Open3.capture3(RbConfig.ruby, "-I", SpecHelpers::LIB, SpecHelpers::VISUALIZE, "--retainers",
+                                       File.join(dir, "b.dump"))
+    expect(status).to be_success, err
+    expect(text).to match(/^\S+ \S+ retained by Growing::STORE \(Hash, 2,40\d objects\)$/)
+  end
+
   it "says why a dump has no graph, and raises a PtmallocDump::Error for its retainers" do
     path = File.join(tmpdir, "plain.dump")
     _o, err, status = run_ruby("PtmallocDump.dump(#{path.dump})")

@@ -96,6 +96,25 @@ module PtmallocDump
         garbage: b[:garbage_bytes].to_i - a[:garbage_bytes].to_i, **owner_kind_growth }
     end
 
+    # Which holders of Ruby memory grew: the later dump's holders ({Dump#retainers}) joined to the
+    # earlier dump's by their root and path (addresses are reused across GCs: an object at the same
+    # address counts as the same holder only where its path is the same too).
+    #
+    # @param limit [Integer] at most this many
+    # @return [Array<Hash>] largest growth first: :root, :path, :class_name, :growth_bytes,
+    #   :growth_objects, :retained_bytes (in the later dump)
+    # @raise [NoGraphError] when either dump has no object graph
+    def retainers(limit: 20)
+      before = @old.retainers(limit: 500).to_h { |r| [[r[:root], r[:path]], r] }
+      @new.retainers(limit: [limit * 5, 100].max).map do |r|
+        was = before[[r[:root], r[:path]]] || same_holder(r)
+        { root: r[:root], path: r[:path], class_name: r[:class_name],
+          growth_bytes: r[:retained_bytes] - (was ? was[:retained_bytes] : 0),
+          growth_objects: r[:retained_objects] - (was ? was[:retained_objects] : 0),
+          retained_bytes: r[:retained_bytes] }
+      end.sort_by { |g| -g[:growth_bytes] }.first(limit)
+    end
+
     # @return [Array(Symbol, String, Integer), nil] the owner that grew most: [:type or :class or
     #   :native, name, bytes]
     def top_growth_owner
@@ -137,6 +156,18 @@ module PtmallocDump
       a = @old.ruby.code_owners&.fetch(:by_module) || {}
       b = @new.ruby.code_owners&.fetch(:by_module) || {}
       (a.keys | b.keys).to_h { |k| [k, b.dig(k, :bytes).to_i - a.dig(k, :bytes).to_i] }.sort_by { |_, v| -v }.to_h
+    end
+
+    # The earlier dump's figures for the object at a later holder's address, if it is the same holder:
+    # the same class on the same path from its root.
+    def same_holder(r)
+      object = @old.ruby.object_at(r[:address])
+      return nil unless object && object.class_name == r[:class_name]
+
+      path = @old.path_to_root(r[:address])
+      return nil unless path && path.map { |s| s[:edge] } == @new.path_to_root(r[:address]).map { |s| s[:edge] }
+
+      @old.retained_by(r[:address])
     end
 
     def compute_pages

@@ -39,6 +39,12 @@ module PtmallocDump
       end
     end
 
+    # @param n [Integer]
+    # @return [String] "80,000"
+    def count(n)
+      n.to_s.reverse.scan(/\d{1,3}/).join(",").reverse.then { |s| n.negative? ? "-#{s}" : s }
+    end
+
     # @return [String] "0x7f..."
     def hex(address)
       address ? format("0x%x", address) : "-"

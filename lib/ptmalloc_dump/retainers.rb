@@ -1,6 +1,17 @@
 # frozen_string_literal: true
 
 module PtmallocDump
+  # One line per holder, as the text summary and `--retainers` print it.
+  module RetainerLines
+    # @param r [Hash] an entry of {Dump#retainers}
+    # @return [String] "30 MiB retained by Cache::STORE (Hash, 80,000 objects)"
+    def self.line(r)
+      objects = FormatHelpers.count(r[:retained_objects])
+      "#{FormatHelpers.human_bytes(r[:retained_bytes])} retained by #{r[:root]} (#{r[:class_name]}, " \
+        "#{objects} object#{r[:retained_objects] == 1 ? '' : 's'})"
+    end
+  end
+
   # Who keeps Ruby's memory alive, from the object graph a dump recorded (`graph: true`): the
   # dominator tree over every live object below one super-root above all roots, so that what an object
   # retains is what would be freed with it: the malloc chunks owned by every object it dominates (the

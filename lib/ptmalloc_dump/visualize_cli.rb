@@ -8,6 +8,7 @@ module PtmallocDump
     USAGE = "Usage: ptmalloc-visualize [options] DUMP OUTDIR\n" \
             "       ptmalloc-visualize --summary|--json DUMP\n" \
             "       ptmalloc-visualize --explain ADDR [--json] DUMP\n" \
+            "       ptmalloc-visualize --retainers [--json] DUMP\n" \
             "       ptmalloc-visualize --diff OLD NEW OUTDIR\n" \
             "       ptmalloc-visualize --compare DUMP... OUTDIR\n" \
             "       ptmalloc-visualize --timeline FILE... OUTDIR"
@@ -27,6 +28,7 @@ module PtmallocDump
       when :summary then with_dump(1) { |d| @out.print TextSummary.new(d) }
       when :json then with_dump(1) { |d| @out.puts JSON.pretty_generate(JsonSummary.new(d).to_h) }
       when :explain then explain
+      when :retainers then retainers
       when :diff then diff
       when :compare then compare
       when :timeline then timeline
@@ -56,6 +58,9 @@ module PtmallocDump
         o.on("--explain ADDR", "Say what ADDR (hex or decimal) is in DUMP: heap, chunk, state, owner, page") do |a|
           @options[:mode] = :explain
           @options[:address] = parse_address(a)
+        end
+        o.on("--retainers", "Print who keeps DUMP's Ruby memory alive (a dump with its object graph)") do
+          @options[:mode] = :retainers
         end
         o.on("--diff", "Compare two dumps of one process: OLD NEW OUTDIR") { @options[:mode] = :diff }
         o.on("--compare", "Compare dumps of several workers: DUMP... OUTDIR") { @options[:mode] = :compare }
@@ -95,6 +100,16 @@ module PtmallocDump
       with_dump(1) do |d|
         e = Explanation.new(d, @options[:address])
         @out.print(@options[:json] ? "#{JSON.pretty_generate(e.to_h)}\n" : e.to_s)
+      end
+    end
+
+    def retainers
+      with_dump(1) do |d|
+        list = d.retainers
+        next @out.puts(JSON.pretty_generate(list)) if @options[:json]
+
+        @out.puts "who keeps Ruby's memory alive (malloc bytes each holder alone retains, with its objects):"
+        list.each { |r| @out.puts RetainerLines.line(r), "    #{r[:path].join(' > ')}" }
       end
     end
 
