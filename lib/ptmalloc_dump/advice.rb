@@ -41,7 +41,7 @@ module PtmallocDump
 
     # @return [Array<Line>]
     def lines
-      @lines ||= [trim, trim_threshold, arenas, pinned_pages, small_free, mmap_threshold, tcache].compact
+      @lines ||= [trim, trim_threshold, arenas, pinned_pages, small_free, mmap_threshold, tcache, holder].compact
     end
 
     private
@@ -215,6 +215,20 @@ module PtmallocDump
                "MALLOC_MMAP_THRESHOLD_=#{2 * threshold} keeps them in the heap, saving those system calls for up to " \
                "#{human_bytes(bytes)} more heap.", nil, nil,
                { "MALLOC_MMAP_THRESHOLD_" => (2 * threshold).to_s })
+    end
+
+    # Ruby memory one named holder keeps alive (the object graph): where to look in the code.
+    def holder
+      return nil unless @dump.ruby && @dump.graph?
+
+      r = @dump.retainers(limit: 20).find { |e| !e[:root].start_with?("(") }
+      return nil unless r && r[:retained_bytes] >= 4 * MIB && r[:retained_bytes] * 10 >= @s[:in_use_bytes]
+
+      Line.new(:holder, r[:retained_bytes], :bytes, r[:retained_bytes],
+               "#{r[:root]} (#{r[:class_name]}) alone keeps #{b(r[:retained_bytes])} of Ruby memory alive in " \
+               "#{count(r[:retained_objects])} objects, reached through #{r[:path].join(' > ')}: if it is a cache, " \
+               "bound it (an LRU, an expiry); if it should be empty between requests, clear it. That gives back up " \
+               "to #{human_bytes(r[:retained_bytes])}.")
     end
 
     def tcache

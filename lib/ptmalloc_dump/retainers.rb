@@ -93,11 +93,39 @@ module PtmallocDump
       end
     end
 
+    # The dominator tree's large nodes: every object that retains at least `min_bytes` (the objects
+    # that dominate it do too, so they form a tree below the roots).
+    #
+    # @param min_bytes [Integer]
+    # @param cap [Integer] at most this many nodes
+    # @return [Array<Hash>] :address, :parent (the address of the object that dominates it, nil below
+    #   the roots), :class_name, :type, :retained_bytes, :retained_objects, :edge (how its path from the
+    #   roots reaches it)
+    # @raise [NoGraphError] when the dump has no object graph
+    def dominator_tree(min_bytes:, cap: 2000)
+      require_graph
+      _dominator_tree(min_bytes, cap).map do |i, parent, bytes, objects|
+        object = ruby.object(i)
+        { index: i, parent_index: parent, address: object.address, parent: parent && ruby.object(parent).address,
+          class_name: object.class_name, type: object.type, retained_bytes: bytes, retained_objects: objects }
+      end
+    end
+
+    # The name {#retainers} would give an object as a holder: its root and path as a person would
+    # write them ("Cache::STORE", "$handlers", "Registry.@instance").
+    #
+    # @param address [Integer] an object's address
+    # @return [String, nil] nil when no root reaches it
+    def retainer_name(address)
+      steps = raw_path(object_index(address))
+      steps && root_name(describe_path(steps))
+    end
+
     # @return [Hash, nil] the graph's own figures: :edges, :roots, :edge_names, :dropped_edges (references
     #   to objects the Ruby pass did not record), :graph_ns (its capture), :named_limit, :flags; nil
     #   without a graph
     def graph_meta
-      _graph_meta&.then { |m| m.merge(flags: Format::GRAPH_FLAGS.select { |_, bit| (m[:flags] & bit) != 0 }.keys) }
+      _graph_meta&.then { |m| m.merge(flags: Format::GRAPH_FLAGS.select { |_, bit| m[:flags].anybits?(bit) }.keys) }
     end
 
     # @return [String, nil] why the dump has no object graph, nil when it has one
@@ -170,6 +198,7 @@ module PtmallocDump
     # named step.
     def root_name(steps)
       return steps.first[:global] if steps.size == 1 && steps.first[:global]
+      return steps.last[:module_name] if steps.last[:module_name] && steps.last[:edge_kind] != :constant
 
       constants = []
       i = steps.size - 1
@@ -182,6 +211,7 @@ module PtmallocDump
       last = steps[-1]
       owner = steps[-2]
       return format("Thread#%s of thread 0x%x", last[:edge], owner[:address]) if last[:edge_kind] == :thread_local
+
       if last[:edge_kind] == :ivar && owner
         separator = owner[:module_name] ? "." : "#"
         return "#{owner[:module_name] || owner[:class_name]}#{separator}#{last[:edge]}"
@@ -198,7 +228,10 @@ module PtmallocDump
     end
 
     def path_text(steps)
-      texts = steps.map { |s| s[:edge] ? "#{s[:edge]} (#{s[:class_name]})" : "(#{s[:class_name]})" }
+      texts = steps.map do |s|
+        name = s[:edge] || s[:module_name]
+        name ? "#{name} (#{s[:class_name]})" : "(#{s[:class_name]})"
+      end
       first = steps.first[:global] || "(#{steps.first[:root]})"
       texts.unshift(first)
       texts = texts.first(2) + ["…"] + texts.last(PATH_STEPS - 3) if texts.size > PATH_STEPS

@@ -146,6 +146,26 @@ static VALUE dump_roots(VALUE self)
     return ary;
 }
 
+/* _dominator_tree(min_bytes, cap) -> [[index, parent index or nil, retained bytes, objects], ...]: every
+ * object that retains at least min_bytes (its dominators do too, so the list is a tree from the
+ * roots), at most cap of them (the largest). */
+static VALUE dump_dominator_tree(VALUE self, VALUE min_bytes, VALUE cap)
+{
+    const ptmd_retention *r = retention_of(self);
+    uint64_t min = NUM2ULL(min_bytes);
+    long limit = NUM2LONG(cap);
+    uint32_t i;
+    VALUE ary = rb_ary_new();
+    for (i = 0; i < r->n_objects && RARRAY_LEN(ary) < limit; i++) {
+        const uint64_t *x = &r->retained[(size_t)i * PTMD_RET_COLUMNS];
+        uint32_t p = r->dom.idom[i];
+        if (p == PTMD_DOM_NONE || x[PTMD_RET_BYTES] < min) continue;
+        rb_ary_push(ary, rb_ary_new_from_args(4, UINT2NUM(i), p < r->n_objects ? UINT2NUM(p) : Qnil,
+                                              PTMD_U64(x[PTMD_RET_BYTES]), PTMD_U64(x[PTMD_RET_OBJECTS])));
+    }
+    return ary;
+}
+
 void ptmd_retention_class_init(void)
 {
     VALUE cDump = rb_const_get(ptmd_mPtmallocDump, rb_intern("Dump"));
@@ -157,4 +177,5 @@ void ptmd_retention_class_init(void)
     rb_define_private_method(cDump, "_module_names", dump_module_names, 0);
     rb_define_private_method(cDump, "_references", dump_references, 1);
     rb_define_private_method(cDump, "_roots", dump_roots, 0);
+    rb_define_private_method(cDump, "_dominator_tree", dump_dominator_tree, 2);
 }

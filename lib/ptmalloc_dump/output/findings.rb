@@ -27,7 +27,7 @@ module PtmallocDump
 
     # @return [Array<Finding>] every finding that applies, in no particular order
     def all
-      all = [free_resident, leaked, by_module, native, top_class, garbage, mmapped, ruby_pages]
+      all = [free_resident, leaked, by_module, native, top_class, holder, garbage, mmapped, ruby_pages]
       all.compact.reject { |f| f.bytes.zero? }
     end
 
@@ -97,6 +97,19 @@ module PtmallocDump
                  "the lazy sweep hold #{human_bytes(garbage)} more."
              end
       Finding.new(:class, live, text, "owners")
+    end
+
+    # The largest holder a person would name (a constant, a global, a variable: not a root of the VM's
+    # own), from the object graph.
+    def holder
+      return nil unless @dump.ruby && @dump.graph?
+
+      r = @dump.retainers(limit: 20).find { |e| !e[:root].start_with?("(") }
+      return nil unless r
+
+      text = "#{human_bytes(r[:retained_bytes])} is retained by #{r[:root]} (#{r[:class_name]}, " \
+             "#{count(r[:retained_objects])} objects): freeing or emptying it gives that back."
+      Finding.new(:holder, r[:retained_bytes], text, "retainers")
     end
 
     def garbage

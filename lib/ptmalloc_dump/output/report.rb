@@ -5,6 +5,7 @@ require_relative "../format_helpers"
 require_relative "explanation"
 require_relative "explorer"
 require_relative "findings"
+require_relative "retainers_section"
 
 module PtmallocDump
   # Writes OUTDIR/index.html, its PNG maps and the explorer's data (explorer-data.js) for one dump: a
@@ -112,6 +113,7 @@ module PtmallocDump
       [:verdict, "verdict", "Verdict"],
       [:contents],
       [:ruby_section, "owners", "Where the heap goes"],
+      [:retainers_section, "retainers", "Who keeps it alive"],
       [:explorer_section, "explorer", "Heap explorer"],
       [:reclaimable_section, "reclaimable", "Reclaimable now"],
       [:fragmentation_section, "fragmentation", "Fragmentation"],
@@ -377,6 +379,10 @@ module PtmallocDump
         <div class="legend">#{states.join("\n")}</div>
         #{owner_maps}
       HTML
+    end
+
+    def retainers_section
+      @dump.ruby ? RetainersSection.new(@dump).html : ""
     end
 
     NOT_DIVIDED = "so its in-use memory is not divided between Ruby objects and native code."

@@ -144,7 +144,16 @@ module PtmallocDump
         lines << format("  %-16s %s in %d block(s)", "leaked", human_bytes(o.dig(:leaked, :bytes)),
                         o.dig(:leaked, :count))
       end
-      lines << ""
+      lines.concat(holder_lines) << ""
+    end
+
+    # Who keeps it alive: the five largest holders, or why the dump cannot say.
+    def holder_lines
+      return [format("  %-16s not known: %s", "kept alive by", @dump.no_graph_reason)] unless @dump.graph?
+
+      @dump.retainers(limit: 5).map.with_index do |r, i|
+        format("  %-16s %s", i.zero? ? "kept alive by" : "", RetainerLines.line(r))
+      end
     end
 
     def row(label, text)
