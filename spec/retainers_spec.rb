@@ -205,6 +205,12 @@ RSpec.describe "who keeps memory alive" do
                                        File.join(dir, "b.dump"))
     expect(status).to be_success, err
     expect(text).to match(/^\S+ \S+ retained by Growing::STORE \(Hash, 2,40\d objects\)$/)
+
+    _o, err, status = Open3.capture3(RbConfig.ruby, "-I", SpecHelpers::LIB, SpecHelpers::VISUALIZE, "--diff",
+                                     File.join(dir, "a.dump"), File.join(dir, "b.dump"), File.join(dir, "diff"))
+    expect(status).to be_success, err
+    page = File.read(File.join(dir, "diff", "index.html"))
+    expect(page).to include("The holder that grew most: <b>Growing::STORE</b> (Hash)")
   end
 
   it "says why a dump has no graph, and raises a PtmallocDump::Error for its retainers" do

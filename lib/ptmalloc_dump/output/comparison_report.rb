@@ -229,6 +229,26 @@ module PtmallocDump
         <h2>Growth by owner</h2>
         <p>Grew most: #{most}. Native (no Ruby owner): #{h(signed(o[:native]))}.#{extra_growth(o)}</p>
         <div class="maps">#{tables.join(' ')}</div>
+        #{holders_growth(diff)}
+      HTML
+    end
+
+    # Which holders grew (Diff#retainers), where both dumps have the object graph.
+    def holders_growth(diff)
+      return "" unless diff.old.graph? && diff.new.graph?
+
+      grew = diff.retainers(limit: 10).select { |g| g[:growth_bytes].positive? }
+      return "<p>No holder of Ruby memory grew.</p>" if grew.empty?
+
+      lines = grew.map do |g|
+        row([h(signed(g[:growth_bytes])), h(g[:growth_objects]), "<b>#{h(g[:root])}</b> (#{h(g[:class_name])})",
+             h(g[:path].join(' › '))])
+      end
+      <<~HTML
+        <h3>Which holder grew</h3>
+        <p>The holder that grew most: <b>#{h(grew.first[:root])}</b> (#{h(grew.first[:class_name])}),
+        #{h(signed(grew.first[:growth_bytes]))} that it alone keeps alive.</p>
+        <table><tr><th>growth</th><th>objects</th><th class="l">holder</th><th class="l">path</th></tr>#{lines.join}</table>
       HTML
     end
 
