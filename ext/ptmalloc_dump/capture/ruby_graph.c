@@ -107,7 +107,7 @@ static int build_slot_map(graph_ctx *g)
                 if ((a - p->start) % p->stride == 0)
                     PTMD_BUF_AT(&g->slots, uint32_t,
                                 *PTMD_BUF_AT(&g->slot_base, uint64_t, mid) + (a - p->start) / p->stride)
-                    [0] = (uint32_t)i + 1;
+                [0] = (uint32_t)i + 1;
                 break;
             }
         }

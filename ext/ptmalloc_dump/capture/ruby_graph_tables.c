@@ -201,7 +201,7 @@ static void find_globals(void)
 static struct {
     int known, id_table;
     unsigned ec, storage;
-    uint64_t local_low; /* the low bits of a local variable's ID */
+    uint64_t local_low;         /* the low bits of a local variable's ID */
     const rb_data_type_t *type; /* Thread's typed-data type */
 } locals;
 
@@ -246,8 +246,7 @@ static void find_thread_locals(void)
             if (safe_read(ec + b, &tp, sizeof(tp)) != 0) continue;
             if (safe_lookup(tp, (uint32_t)(key >> ID_SHIFT), MAX_GLOBALS_CAPA) == (uint64_t)probe)
                 locals.known = 1, locals.id_table = 1, locals.ec = a, locals.storage = b;
-            else if (st_holds(tp, key, (uint64_t)probe))
-                locals.known = 1, locals.ec = a, locals.storage = b;
+            else if (st_holds(tp, key, (uint64_t)probe)) locals.known = 1, locals.ec = a, locals.storage = b;
         }
     }
     rb_thread_local_aset(thread, key, Qnil);

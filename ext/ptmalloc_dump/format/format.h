@@ -428,8 +428,8 @@ typedef struct {
 /* ---- Ruby's object graph (RUBY_GRAPH, RUBY_EDGE_COUNTS, RUBY_EDGES, RUBY_ROOTS, RUBY_EDGE_NAMES) ---- */
 
 #define PTMD_GRAPH_FLAGS(X)                                                                                            \
-    X(PTMD_GRF_CONSTANT_NAMES, 1u << 0, "constant_names") /* constants named (their tables were found) */              \
-    X(PTMD_GRF_GLOBAL_NAMES, 1u << 1, "global_names")     /* global variables named (their table was found) */         \
+    X(PTMD_GRF_CONSTANT_NAMES, 1u << 0, "constant_names")         /* constants named (their tables were found) */      \
+    X(PTMD_GRF_GLOBAL_NAMES, 1u << 1, "global_names")             /* global variables named (their table was found) */ \
     X(PTMD_GRF_THREAD_LOCAL_NAMES, 1u << 2, "thread_local_names") /* Thread#[] variables named */
 enum { PTMD_GRAPH_FLAGS(PTMD_ENUM_CONSTANT) };
 
@@ -454,12 +454,12 @@ typedef struct {
 #define PTMD_RRF_CONSERVATIVE (1u << 0)
 
 #define PTMD_EDGE_KINDS(X)                                                                                             \
-    X(PTMD_EDGE_IVAR, 1, "ivar")               /* detail: the name (SYMBOL): @x, or @@x for a class variable */        \
-    X(PTMD_EDGE_CONSTANT, 2, "constant")       /* detail: the name (SYMBOL) */                                         \
-    X(PTMD_EDGE_INDEX, 3, "index")             /* detail: the Array index */                                           \
-    X(PTMD_EDGE_KEY_SYMBOL, 4, "key_symbol")   /* a Hash value; detail: its Symbol key's name (SYMBOL) */              \
-    X(PTMD_EDGE_KEY_STRING, 5, "key_string")   /* a Hash value; detail: its String key (STRING) */                     \
-    X(PTMD_EDGE_KEY_INTEGER, 6, "key_integer") /* a Hash value; detail: its Integer key (int32) */             \
+    X(PTMD_EDGE_IVAR, 1, "ivar")                 /* detail: the name (SYMBOL): @x, or @@x for a class variable */      \
+    X(PTMD_EDGE_CONSTANT, 2, "constant")         /* detail: the name (SYMBOL) */                                       \
+    X(PTMD_EDGE_INDEX, 3, "index")               /* detail: the Array index */                                         \
+    X(PTMD_EDGE_KEY_SYMBOL, 4, "key_symbol")     /* a Hash value; detail: its Symbol key's name (SYMBOL) */            \
+    X(PTMD_EDGE_KEY_STRING, 5, "key_string")     /* a Hash value; detail: its String key (STRING) */                   \
+    X(PTMD_EDGE_KEY_INTEGER, 6, "key_integer")   /* a Hash value; detail: its Integer key (int32) */                   \
     X(PTMD_EDGE_THREAD_LOCAL, 7, "thread_local") /* a Thread's; detail: its Thread#[] key (SYMBOL) */
 typedef enum { PTMD_EDGE_KINDS(PTMD_ENUM_CONSTANT) PTMD_EDGE_KIND_COUNT = 8 } ptmd_edge_kind;
 extern const char *const ptmd_edge_kind_names[PTMD_EDGE_KIND_COUNT];

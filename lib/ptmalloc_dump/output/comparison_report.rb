@@ -242,13 +242,14 @@ module PtmallocDump
 
       lines = grew.map do |g|
         row([h(signed(g[:growth_bytes])), h(g[:growth_objects]), "<b>#{h(g[:root])}</b> (#{h(g[:class_name])})",
-             h(g[:path].join(' › '))])
+             h(g[:path].join(" › "))])
       end
       <<~HTML
         <h3>Which holder grew</h3>
         <p>The holder that grew most: <b>#{h(grew.first[:root])}</b> (#{h(grew.first[:class_name])}),
         #{h(signed(grew.first[:growth_bytes]))} that it alone keeps alive.</p>
-        <table><tr><th>growth</th><th>objects</th><th class="l">holder</th><th class="l">path</th></tr>#{lines.join}</table>
+        <table><tr><th>growth</th><th>objects</th><th class="l">holder</th><th class="l">path</th></tr>
+        #{lines.join}</table>
       HTML
     end
 
