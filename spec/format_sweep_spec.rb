@@ -12,7 +12,7 @@ RSpec.describe "a dump file whose checksum is valid but one field is not" do
     out, err, status = run_ruby(<<~RUBY, timeout: 1800)
       require #{sweep.dump}
       keep = Array.new(2000) { |i| "x" * (i % 300) }
-      PtmallocDump.dump(#{path.dump}, references: true, trim_check: true)
+      PtmallocDump.dump(#{path.dump}, references: true, trim_check: true, graph: true)
       puts JSON.generate(FieldSweep.run(#{path.dump}, #{progress.dump}))
       keep.size
     RUBY

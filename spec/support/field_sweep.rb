@@ -48,7 +48,12 @@ module FieldSweep
                            old_objects_limit heap_live_slots malloc_increase_bytes oldmalloc_increase_bytes time_ms],
                         %w[flags reserved])],
     22 => ["ruby_code", [%w[address Q], %w[module L], %w[method L], %w[path L], %w[line L], %w[kind L], %w[reserved L]]],
-    23 => ["ruby_page_rss", [%w[bytes Q]]]
+    23 => ["ruby_page_rss", [%w[bytes Q]]],
+    42 => ["ruby_graph", fields(%w[graph_ns dropped_edges named_limit], %w[flags reserved])],
+    43 => ["ruby_edge_count", [%w[count L]]],
+    44 => ["ruby_edge", [%w[object L]]],
+    45 => ["ruby_root", fields([], %w[object category name flags])],
+    46 => ["ruby_edge_name", fields([], %w[edge kind detail reserved])]
   }.freeze
   # Sections whose records follow a fixed head: the head's layout (swept as one record).
   HEADS = {
@@ -126,9 +131,10 @@ module FieldSweep
     dump.analysis
     dump.each_chunk.count
     dump.ruby&.summary
+    dump.retainers.each { |r| dump.path_to_root(r[:address]) } if dump.graph?
     PtmallocDump::TextSummary.new(dump).to_s
     JSON.generate(PtmallocDump::JsonSummary.new(dump).to_h)
-    [["--summary", path], ["--json", path], [path, File.join(dir, "render")],
+    [["--summary", path], ["--json", path], ["--retainers", path], [path, File.join(dir, "render")],
      ["--diff", "--force", original, path, File.join(dir, "diff")],
      ["--compare", original, path, File.join(dir, "compare")]].each do |argv|
       err = StringIO.new
