@@ -77,14 +77,16 @@ RSpec.describe "fork snapshots" do
       in_process = #{File.join(tmpdir, 'in_process.dump').inspect}
       GC.start
       GC.disable
-      # each kind once first: the call sites' and the classes' method caches fill, and the calls' own
-      # objects are made
-      Process.wait(PtmallocDump.dump(snapshot, fork: true))
-      PtmallocDump.dump(in_process)
-      pid = PtmallocDump.dump(snapshot, fork: true)
-      # between the two: the error pipe's IO object the snapshot call made, nothing else
-      PtmallocDump.dump(in_process)
-      _, status = Process.wait2(pid)
+      # twice through the same call sites: the first pass fills their caches and the classes' method
+      # caches and makes the calls' own objects (Ruby 3.4 gives a call site its cache at its first
+      # call, in the running iseq's memory), so that between the second pass's two dumps the snapshot
+      # call makes the error pipe's IO object and nothing else
+      status = nil
+      2.times do
+        pid = PtmallocDump.dump(snapshot, fork: true)
+        PtmallocDump.dump(in_process)
+        _, status = Process.wait2(pid)
+      end
       puts JSON.generate(child_ok: status.success?, kept: keep.size)
     RUBY
     out, err, status = run_ruby(code)
