@@ -5,6 +5,7 @@
 #include "analysis/analysis.h"
 #include "analysis/attribution.h"
 #include "analysis/diff.h"
+#include "analysis/retention.h"
 #include "analysis/rss.h"
 
 #include <stdlib.h>
@@ -212,6 +213,98 @@ out:
 }
 
 /* Whatever the reader accepts goes through the figures without harm. */
+/* Which objects the roots reach with object `cut` taken out of the graph (UINT32_MAX: none). */
+static void reach_without(const ptmd_view *v, const uint64_t *start, uint32_t cut, uint8_t *seen, uint32_t *queue)
+{
+    size_t n = v->n_ruby_objects, head = 0, tail = 0, i;
+    memset(seen, 0, n);
+    for (i = 0; i < v->n_ruby_roots; i++) {
+        uint32_t o = v->ruby_roots[i].object;
+        if (o != cut && !seen[o]) seen[o] = 1, queue[tail++] = o;
+    }
+    while (head < tail) {
+        uint32_t u = queue[head++];
+        uint64_t k;
+        for (k = start[u]; k < start[u + 1]; k++) {
+            uint32_t w = v->ruby_edges[k];
+            if (w != cut && !seen[w]) seen[w] = 1, queue[tail++] = w;
+        }
+    }
+}
+
+/* What each object retains, against brute force: u retains v when no root reaches v with u taken out
+ * (or v is u); its bytes are those of the allocated chunks the attribution gives those objects. Also
+ * every path: from a root, along recorded references, to the object. */
+static void retention(const ptmd_view *v, uint64_t seed)
+{
+    size_t n = v->n_ruby_objects, nc = v->n_chunks ? v->n_chunks : 1, i, j;
+    ptmd_attribution a;
+    ptmd_retention r;
+    uint64_t *start = calloc(n + 1, sizeof(uint64_t)), *bytes = calloc(n, sizeof(uint64_t));
+    uint8_t *all = malloc(n), *without = malloc(n);
+    uint32_t *queue = malloc(n * sizeof(uint32_t));
+    a.owner = calloc(nc, sizeof(uint32_t));
+    a.category = calloc(nc, 1);
+    a.direct = calloc(nc, 1);
+    if (!start || !bytes || !all || !without || !queue || !a.owner || !a.category || !a.direct ||
+        ptmd_attribute(v, &a) != 0 || ptmd_retention_build(v, &a, &r) != 0) {
+        CHECK(0, "retention ran");
+        goto out;
+    }
+    for (i = 0; i < n; i++) start[i + 1] = start[i] + v->ruby_edge_counts[i];
+    for (i = 0; i < v->n_chunks; i++)
+        if (a.owner[i] && ptmd_rec_is_allocated(&v->chunks[i])) bytes[a.owner[i] - 1] += ptmd_rec_size(&v->chunks[i]);
+    reach_without(v, start, UINT32_MAX, all, queue);
+    for (i = 0; i < n; i++) {
+        uint64_t expect_bytes = 0, expect_objects = 0;
+        const uint64_t *got = &r.retained[i * PTMD_RET_COLUMNS];
+        if (!all[i]) {
+            CHECK(r.dom.idom[i] == PTMD_DOM_NONE && got[PTMD_RET_BYTES] == 0 && r.parent[i] == PTMD_RET_NONE,
+                  "seed %llu: object %zu, which no root reaches, retains nothing", (unsigned long long)seed, i);
+            continue;
+        }
+        reach_without(v, start, (uint32_t)i, without, queue);
+        for (j = 0; j < n; j++)
+            if (all[j] && (j == i || !without[j])) expect_bytes += bytes[j], expect_objects++;
+        CHECK(got[PTMD_RET_BYTES] == expect_bytes && got[PTMD_RET_OBJECTS] == expect_objects,
+              "seed %llu: object %zu retains %llu B in %llu objects, brute force %llu B in %llu",
+              (unsigned long long)seed, i, (unsigned long long)got[PTMD_RET_BYTES],
+              (unsigned long long)got[PTMD_RET_OBJECTS], (unsigned long long)expect_bytes,
+              (unsigned long long)expect_objects);
+        {
+            uint32_t u = (uint32_t)i;
+            size_t steps = 0;
+            while (r.parent[u] != r.n_objects && steps++ < n) {
+                uint32_t p = r.parent[u];
+                CHECK(r.via[u] >= start[p] && r.via[u] < start[p + 1] && v->ruby_edges[r.via[u]] == u,
+                      "seed %llu: the path to %zu goes through a reference %u holds", (unsigned long long)seed, i, p);
+                u = p;
+            }
+            CHECK(r.parent[u] == r.n_objects && v->ruby_roots[r.via[u]].object == u,
+                  "seed %llu: the path to object %zu starts at a root", (unsigned long long)seed, i);
+        }
+    }
+    {
+        uint32_t holders[16];
+        size_t k, found = ptmd_retention_holders(&r, 16, holders);
+        for (k = 0; k < found; k++)
+            CHECK(holders[k] < n && all[holders[k]] &&
+                      (k == 0 ||
+                       r.retained[holders[k] * PTMD_RET_COLUMNS] <= r.retained[holders[k - 1] * PTMD_RET_COLUMNS]),
+                  "seed %llu: holders are reached objects, largest first", (unsigned long long)seed);
+    }
+    ptmd_retention_free(&r);
+out:
+    free(start);
+    free(bytes);
+    free(all);
+    free(without);
+    free(queue);
+    free(a.owner);
+    free(a.category);
+    free(a.direct);
+}
+
 void exercise(const ptmd_view *v)
 {
     ptmd_totals t;
@@ -250,6 +343,7 @@ void test_analysis(void)
         summary(&S.view, seed);
         pages(&S.view);
         if (o.ruby) attribution(&S.view, seed);
+        if (S.view.ruby_graph) retention(&S.view, seed);
         exercise(&S.view);
         diff(seed, &o);
     }
