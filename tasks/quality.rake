@@ -30,6 +30,13 @@ task :fuzz, [:seconds] => [:compile, "tmp/unit/ptmd_unit"] do |_t, args|
       t.join
     RUBY
   end
+  unless File.exist?("fuzz/corpus/graph.dump")
+    # with the Ruby object graph (RUBY_GRAPH, RUBY_EDGE_COUNTS, RUBY_EDGES, RUBY_ROOTS, RUBY_EDGE_NAMES)
+    ruby "-Ilib", "-rptmalloc_dump", "-e", <<~RUBY
+      module Seed; TABLE = Array.new(300) { |i| { "k\#{i}" => "v" * i } }; end
+      PtmallocDump.dump("fuzz/corpus/graph.dump", graph: true)
+    RUBY
+  end
   unless File.exist?("fuzz/corpus/noncontiguous.dump")
     # a main arena continued in mmapped regions (heap kind main_mmap): a page mapped right above the
     # break makes sbrk fail
