@@ -184,6 +184,8 @@ RSpec.describe "who keeps memory alive" do
       module Steady; LIST = Array.new(300) { |i| "s" * (4000 + i) }; end
       add = ->(from, to) { (from...to).each { |i| Growing::STORE["k\#{i}"] = "v" * (3000 + i % 5) } }
       add.call(0, 200)
+      GC.start
+      GC.disable # no slot freed and taken again between the dumps: the interface is exact
       PtmallocDump.dump(#{File.join(dir, 'a.dump').dump}, graph: true)
       add.call(200, 1200)
       PtmallocDump.dump(#{File.join(dir, 'b.dump').dump}, graph: true)
@@ -198,6 +200,11 @@ RSpec.describe "who keeps memory alive" do
     expect(grew.first[:root]).to eq("Growing::STORE")
     expect(grew.first[:growth_objects]).to be_within(4).of(2000) # 1000 keys and 1000 values
     expect(grew.first[:growth_bytes]).to be_within(memsize_growth / 10).of(memsize_growth)
+    # the interface: the Hash both dumps hold references the 2,000 new keys and values
+    hanging = diff.interface(limit: 5).first
+    expect(hanging[:root]).to eq("Growing::STORE")
+    expect(hanging[:new_objects]).to be_within(4).of(2000)
+    expect(hanging[:new_bytes]).to be_within(memsize_growth / 10).of(memsize_growth)
     steady = grew.find { |g| g[:root] == "Steady::LIST" }
     expect(steady.nil? || steady[:growth_bytes].abs < 4096).to be(true)
 

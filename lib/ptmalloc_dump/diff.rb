@@ -115,6 +115,25 @@ module PtmallocDump
       end.sort_by { |g| -g[:growth_bytes] }.first(limit)
     end
 
+    # Where new memory hangs from the old, as memdump's interface draws it: the objects both dumps
+    # hold (the same address, type and class, live in the earlier) that reference objects only the
+    # later dump holds. A slot a GC freed between the dumps and an object of the same type and class
+    # took again looks old: the figures are a floor, exact when no GC ran in between.
+    #
+    # @param limit [Integer] at most this many
+    # @return [Array<Hash>] most new bytes first: :root (the old object's name as {Dump#retainers}
+    #   gives it), :class_name, :address, :new_objects (the new objects it references), :new_bytes
+    #   (what those retain in the later dump)
+    # @raise [NoGraphError] when either dump has no object graph
+    def interface(limit: 20)
+      [@old, @new].each { |d| d.retainers(limit: 0) }
+      _interface(@old, @new, limit).map do |i, objects, bytes|
+        o = @new.ruby.object(i)
+        { root: @new.retainer_name(o.address), class_name: o.class_name, address: o.address, new_objects: objects,
+          new_bytes: bytes }
+      end
+    end
+
     # @return [Array(Symbol, String, Integer), nil] the owner that grew most: [:type or :class or
     #   :native, name, bytes]
     def top_growth_owner
