@@ -185,6 +185,7 @@ module PtmallocDump
       when :ivar, :constant then ruby.name(detail)
       when :index, :key_integer then "[#{detail}]"
       when :key_symbol, :thread_local then "[:#{ruby.name(detail)}]"
+      when :stack then "stack"
       when :key_string then "[#{ruby.name(detail).inspect}]"
       end
     end
@@ -199,6 +200,11 @@ module PtmallocDump
     def root_name(steps)
       return steps.first[:global] if steps.size == 1 && steps.first[:global]
       return steps.last[:module_name] if steps.last[:module_name] && steps.last[:edge_kind] != :constant
+
+      stack = steps.index { |s| s[:edge_kind] == :stack }
+      if stack&.positive?
+        return format("a frame or stack of %s 0x%x", steps[stack - 1][:class_name], steps[stack - 1][:address])
+      end
 
       constants = []
       i = steps.size - 1

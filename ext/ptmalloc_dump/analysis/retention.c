@@ -6,8 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define HOLDER_POOL 4096   /* candidates ranked before the listed descendants are taken out */
-#define CHAIN_LIMIT 100000 /* idom steps from a candidate up to the one listed above it */
+#define HOLDER_POOL 4096 /* holders ranked: the most a caller gets */
 
 static uint32_t slot_size(const ptmd_view *v, uint64_t address)
 {
@@ -50,34 +49,91 @@ static void queue_roots(const ptmd_view *v, ptmd_retention *r, int kind, uint32_
     }
 }
 
-/* Breadth first from the roots, so that each object's path is a shortest one, and among those one a
- * person would name: from a global variable first, then from the roots Ruby knows it holds, and from a
- * word on a machine stack that looks like a reference (marked conservatively) only for what nothing
- * else reaches. */
-static int shortest_paths(const ptmd_view *v, ptmd_retention *r)
+typedef struct {
+    uint32_t *queue;
+    size_t head, tail;
+    uint64_t *deferred; /* stack references met, to follow once nothing else is left */
+    size_t n_deferred;
+    uint8_t *stacks; /* per object: it has stack references */
+} bfs;
+
+static int is_stack_edge(const ptmd_view *v, uint64_t k)
 {
-    uint32_t n = r->n_objects, *queue = malloc(((size_t)n + 1) * sizeof(uint32_t));
-    size_t head = 0, tail = 0, i;
-    int kind;
-    if (!queue) return -1;
-    for (i = 0; i < n; i++) r->parent[i] = PTMD_RET_NONE;
-    for (kind = 0; kind < 3; kind++) {
-        queue_roots(v, r, kind, queue, &tail);
-        if (kind == 0) continue;
-        while (head < tail) {
-            uint32_t u = queue[head++];
+    const ptmd_ruby_edge_name *e = ptmd_retention_edge_name(v, k);
+    return e && e->kind == PTMD_EDGE_STACK;
+}
+
+static void visit(ptmd_retention *r, bfs *q, uint32_t w, uint32_t parent, uint64_t via)
+{
+    if (r->parent[w] != PTMD_RET_NONE) return;
+    r->parent[w] = parent;
+    r->via[w] = (uint32_t)via;
+    q->queue[q->tail++] = w;
+}
+
+/* The queue emptied, then what the stacks it met reference, until neither is left. */
+static void drain(const ptmd_view *v, ptmd_retention *r, bfs *q)
+{
+    do {
+        size_t i;
+        while (q->head < q->tail) {
+            uint32_t u = q->queue[q->head++];
             uint64_t k;
             for (k = r->edge_start[u]; k < r->edge_start[u + 1]; k++) {
-                uint32_t w = v->ruby_edges[k];
-                if (r->parent[w] != PTMD_RET_NONE) continue;
-                r->parent[w] = u;
-                r->via[w] = (uint32_t)k;
-                queue[tail++] = w;
+                if (q->stacks[u] && is_stack_edge(v, k)) q->deferred[q->n_deferred++] = k;
+                else visit(r, q, v->ruby_edges[k], u, k);
             }
         }
+        for (i = 0; i < q->n_deferred; i++) {
+            uint64_t k = q->deferred[i];
+            size_t lo = 0, hi = r->n_objects; /* the source: the last object whose edges start at or before k */
+            while (lo + 1 < hi) {
+                size_t mid = lo + (hi - lo) / 2;
+                if (r->edge_start[mid] <= k) lo = mid;
+                else hi = mid;
+            }
+            visit(r, q, v->ruby_edges[k], (uint32_t)lo, k);
+        }
+        q->n_deferred = 0;
+    } while (q->head < q->tail);
+}
+
+/* Breadth first from the roots, so that each object's path is a shortest one, and among those one a
+ * person would name: from a global variable first, then from the roots Ruby knows it holds; through
+ * a Thread's or Fiber's stacks (a frame holding the object for a moment), and from a word on a machine
+ * stack that looks like a reference (marked conservatively), only for what nothing else reaches. */
+static int shortest_paths(const ptmd_view *v, ptmd_retention *r)
+{
+    uint32_t n = r->n_objects;
+    bfs q;
+    size_t i;
+    int kind, rc = -1;
+    memset(&q, 0, sizeof(q));
+    q.queue = malloc(((size_t)n + 1) * sizeof(uint32_t));
+    q.deferred = malloc((v->n_ruby_edge_names + 1) * sizeof(uint64_t));
+    q.stacks = calloc((size_t)n + 1, 1);
+    if (q.queue && q.deferred && q.stacks) {
+        for (i = 0; i < n; i++) r->parent[i] = PTMD_RET_NONE;
+        for (i = 0; i < v->n_ruby_edge_names; i++) {
+            size_t lo = 0, hi = n;
+            if (v->ruby_edge_names[i].kind != PTMD_EDGE_STACK) continue;
+            while (lo + 1 < hi) {
+                size_t mid = lo + (hi - lo) / 2;
+                if (r->edge_start[mid] <= v->ruby_edge_names[i].edge) lo = mid;
+                else hi = mid;
+            }
+            if (n) q.stacks[lo] = 1;
+        }
+        for (kind = 0; kind < 3; kind++) {
+            queue_roots(v, r, kind, q.queue, &q.tail);
+            if (kind) drain(v, r, &q);
+        }
+        rc = 0;
     }
-    free(queue);
-    return 0;
+    free(q.queue);
+    free(q.deferred);
+    free(q.stacks);
+    return rc;
 }
 
 /* The graph in rows, with the super-root's row (every root object) after the objects' own. */
@@ -146,7 +202,10 @@ static int by_retained(const void *a, const void *b, void *ctx)
     return i < j ? -1 : i > j;
 }
 
-/* Objects no dominated object retains most of, largest first (at most HOLDER_POOL into pool). */
+/* The holders: the objects no dominated object retains most of (more than half), each the end of a
+ * chain of objects each retaining most of the one before, so that the chain is named by its deepest;
+ * largest first, at most HOLDER_POOL into pool. Which objects they are does not depend on how many
+ * are asked for. */
 static size_t candidates(const ptmd_retention *r, uint32_t *pool)
 {
     uint32_t n = r->n_objects, i;
@@ -166,7 +225,7 @@ static size_t candidates(const ptmd_retention *r, uint32_t *pool)
     }
     for (i = 0; i < n; i++) {
         uint64_t b = r->retained[(size_t)i * PTMD_RET_COLUMNS];
-        if (b && r->dom.idom[i] != PTMD_DOM_NONE && most[i] * 2 < b) all[count++] = i;
+        if (b && r->dom.idom[i] != PTMD_DOM_NONE && most[i] * 2 <= b) all[count++] = i;
     }
     ptmd_sort(all, count, sizeof(uint32_t), by_retained, r->retained);
     keep = count < HOLDER_POOL ? count : HOLDER_POOL;
@@ -176,54 +235,14 @@ static size_t candidates(const ptmd_retention *r, uint32_t *pool)
     return keep;
 }
 
-/* Which of the chosen are mostly other chosen ones' bytes: each chosen holder's bytes count against the
- * nearest chosen one above it in the dominator tree. Marks them in dropped; returns how many. */
-static size_t drop_covered(const ptmd_retention *r, const uint32_t *chosen, size_t n_chosen, uint8_t *state,
-                           uint64_t *covered)
-{
-    uint32_t n = r->n_objects;
-    size_t i, dropped = 0;
-    for (i = 0; i < n_chosen; i++) covered[chosen[i]] = 0;
-    for (i = 0; i < n_chosen; i++) {
-        uint32_t u = r->dom.idom[chosen[i]];
-        size_t steps = 0;
-        while (u < n && state[u] != 1 && steps++ < CHAIN_LIMIT) u = r->dom.idom[u];
-        if (u < n && state[u] == 1) covered[u] += r->retained[(size_t)chosen[i] * PTMD_RET_COLUMNS];
-    }
-    for (i = 0; i < n_chosen; i++)
-        if (covered[chosen[i]] * 2 >= r->retained[(size_t)chosen[i] * PTMD_RET_COLUMNS]) {
-            state[chosen[i]] = 2;
-            dropped++;
-        }
-    return dropped;
-}
-
 size_t ptmd_retention_holders(const ptmd_retention *r, size_t limit, uint32_t *out)
 {
-    uint32_t *pool = malloc(HOLDER_POOL * sizeof(uint32_t)), n = r->n_objects;
-    uint8_t *state = calloc((size_t)n + 1, 1); /* 1 chosen, 2 dropped for the holders below it */
-    uint64_t *covered = calloc((size_t)n + 1, sizeof(uint64_t));
-    size_t m = 0, next = 0, found = 0, round, i;
-    if (pool && state && covered) {
-        m = candidates(r, pool);
-        /* the largest `limit` chosen; those mostly made of chosen ones below them make room for the
-         * next, until none is */
-        for (round = 0; round < 64; round++) {
-            for (found = 0, i = 0; i < next; i++)
-                if (state[pool[i]] == 1) out[found++] = pool[i];
-            while (found < limit && next < m) {
-                state[pool[next]] = 1;
-                out[found++] = pool[next++];
-            }
-            if (!drop_covered(r, out, found, state, covered)) break;
-        }
-        for (found = 0, i = 0; i < next && found < limit; i++)
-            if (state[pool[i]] == 1) out[found++] = pool[i];
-    }
+    uint32_t *pool = malloc(HOLDER_POOL * sizeof(uint32_t));
+    size_t m = pool ? candidates(r, pool) : 0;
+    if (m > limit) m = limit;
+    if (m) memcpy(out, pool, m * sizeof(uint32_t));
     free(pool);
-    free(state);
-    free(covered);
-    return found;
+    return m;
 }
 
 const ptmd_ruby_edge_name *ptmd_retention_edge_name(const ptmd_view *v, uint64_t edge)

@@ -30,10 +30,10 @@ typedef struct {
 int ptmd_retention_build(const ptmd_view *v, const ptmd_attribution *a, ptmd_retention *r);
 void ptmd_retention_free(ptmd_retention *r);
 
-/* The holders worth naming, largest retained bytes first, at most `limit` into out (object indices);
- * returns how many. A holder retains bytes none of whose dominated objects retains most of, so a chain
- * of objects each retaining nearly all of the one before names its deepest; an object whose bytes are
- * mostly its listed descendants' is left out for them. */
+/* The holders worth naming, largest retained bytes first, at most `limit` (up to 4096) into out
+ * (object indices); returns how many. A holder is an object none of whose dominated objects retains
+ * more than half of what it retains: of a chain of objects each retaining most of the one before (a
+ * module, its constant's Hash), the deepest. */
 size_t ptmd_retention_holders(const ptmd_retention *r, size_t limit, uint32_t *out);
 
 /* The name of a reference (a RUBY_EDGES index): its RUBY_EDGE_NAMES entry, or NULL. */

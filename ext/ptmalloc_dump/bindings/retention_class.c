@@ -1,6 +1,7 @@
 /* PtmallocDump::Dump's retainer figures: what each Ruby object retains, the holders worth naming and
  * the path from a root to an object (analysis/retention.c), as Arrays the Ruby side names. */
 #include "bindings/bindings.h"
+#include "format/index.h"
 
 #include <string.h>
 
@@ -146,23 +147,35 @@ static VALUE dump_roots(VALUE self)
     return ary;
 }
 
-/* _dominator_tree(min_bytes, cap) -> [[index, parent index or nil, retained bytes, objects], ...]: every
- * object that retains at least min_bytes (its dominators do too, so the list is a tree from the
- * roots), at most cap of them (the largest). */
+static int by_bytes(const void *a, const void *b, void *ctx)
+{
+    const uint64_t *retained = ctx;
+    uint64_t x = retained[(size_t) * (const uint32_t *)a * PTMD_RET_COLUMNS];
+    uint64_t y = retained[(size_t) * (const uint32_t *)b * PTMD_RET_COLUMNS];
+    return x > y ? -1 : x < y;
+}
+
+/* _dominator_tree(min_bytes, cap) -> [[index, parent index or nil, retained bytes, objects], ...]: the
+ * objects that retain at least min_bytes (what dominates one retains as much, so they are a tree below
+ * the roots), the cap largest of them, largest first (a parent before its children). */
 static VALUE dump_dominator_tree(VALUE self, VALUE min_bytes, VALUE cap)
 {
     const ptmd_retention *r = retention_of(self);
     uint64_t min = NUM2ULL(min_bytes);
     long limit = NUM2LONG(cap);
-    uint32_t i;
+    uint32_t i, *picked = ALLOC_N(uint32_t, (size_t)r->n_objects + 1);
+    size_t n = 0, k;
     VALUE ary = rb_ary_new();
-    for (i = 0; i < r->n_objects && RARRAY_LEN(ary) < limit; i++) {
-        const uint64_t *x = &r->retained[(size_t)i * PTMD_RET_COLUMNS];
-        uint32_t p = r->dom.idom[i];
-        if (p == PTMD_DOM_NONE || x[PTMD_RET_BYTES] < min) continue;
-        rb_ary_push(ary, rb_ary_new_from_args(4, UINT2NUM(i), p < r->n_objects ? UINT2NUM(p) : Qnil,
+    for (i = 0; i < r->n_objects; i++)
+        if (r->dom.idom[i] != PTMD_DOM_NONE && r->retained[(size_t)i * PTMD_RET_COLUMNS] >= min) picked[n++] = i;
+    ptmd_sort(picked, n, sizeof(uint32_t), by_bytes, r->retained);
+    for (k = 0; k < n && (long)k < limit; k++) {
+        const uint64_t *x = &r->retained[(size_t)picked[k] * PTMD_RET_COLUMNS];
+        uint32_t p = r->dom.idom[picked[k]];
+        rb_ary_push(ary, rb_ary_new_from_args(4, UINT2NUM(picked[k]), p < r->n_objects ? UINT2NUM(p) : Qnil,
                                               PTMD_U64(x[PTMD_RET_BYTES]), PTMD_U64(x[PTMD_RET_OBJECTS])));
     }
+    xfree(picked);
     return ary;
 }
 

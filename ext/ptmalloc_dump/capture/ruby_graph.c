@@ -286,6 +286,7 @@ static void on_root(const char *category, VALUE v, void *data)
         g->dropped++;
         return;
     }
+    if (!category) category = "unknown";
     for (c = 0; c < g->n_categories && g->categories[c] != category; c++) {}
     if (c == g->n_categories) {
         if (c == MAX_CATEGORIES) c--; /* the last one stands for the rest */
@@ -367,6 +368,26 @@ static void drop_graph(ptmd_ruby_data *rd)
     rd->graph_present = 0;
 }
 
+/* A Thread's or a Fiber's references other than its variables are on its stacks (frames' locals and
+ * temporaries, and on machine stacks words that look like references): named so, so that a path to
+ * an object prefers what names it (a constant, a variable) to a frame that holds it for a moment. */
+static void name_stack_edges(graph_ctx *g)
+{
+    ptmd_buf *b = &g->rd->graph_edge_names;
+    uint64_t end = g->rd->graph_edges.len / sizeof(uint32_t), k;
+    size_t named = b->len / sizeof(ptmd_ruby_edge_name) - g->named_from, i = 0;
+    for (k = g->edge_start; k < end && !g->oom; k++) {
+        ptmd_ruby_edge_name n;
+        while (i < named && PTMD_BUF_AT(b, ptmd_ruby_edge_name, g->named_from + i)->edge < k) i++;
+        if (i < named && PTMD_BUF_AT(b, ptmd_ruby_edge_name, g->named_from + i)->edge == k) continue;
+        n.edge = (uint32_t)k;
+        n.kind = PTMD_EDGE_STACK;
+        n.detail = 0;
+        n.reserved = 0;
+        if (ptmd_buf_append(b, &n, sizeof(n)) != 0) g->oom = 1;
+    }
+}
+
 static void each_object(graph_ctx *g)
 {
     ptmd_ruby_data *rd = g->rd;
@@ -383,6 +404,10 @@ static void each_object(graph_ctx *g)
         if (count && !g->oom) {
             name_references(g, v, o->type);
             order_names(g);
+            if (o->type == T_DATA && ptmd_graph_stack_holder(v)) {
+                name_stack_edges(g);
+                order_names(g);
+            }
         }
     }
 }

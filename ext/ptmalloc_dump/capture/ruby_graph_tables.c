@@ -201,8 +201,9 @@ static void find_globals(void)
 static struct {
     int known, id_table;
     unsigned ec, storage;
-    uint64_t local_low;         /* the low bits of a local variable's ID */
-    const rb_data_type_t *type; /* Thread's typed-data type */
+    uint64_t local_low;               /* the low bits of a local variable's ID */
+    const rb_data_type_t *type;       /* Thread's typed-data type */
+    const rb_data_type_t *fiber_type; /* Fiber's */
 } locals;
 
 typedef struct {
@@ -233,6 +234,8 @@ static void find_thread_locals(void)
     ID key = rb_intern("__ptmalloc_dump_probe");
     uint64_t th;
     unsigned a, b;
+    VALUE fiber = rb_fiber_current();
+    if (RTYPEDDATA_P(fiber)) locals.fiber_type = RTYPEDDATA_TYPE(fiber);
     if (!RTYPEDDATA_P(thread)) return;
     locals.type = RTYPEDDATA_TYPE(thread);
     locals.local_low = key & ((1u << ID_SHIFT) - 1);
@@ -347,4 +350,12 @@ int ptmd_graph_thread_locals(VALUE thread, int (*each)(st_data_t id, st_data_t v
     if (h->entries_start > h->entries_bound || !pointer_like(h->entries)) return -1;
     rb_st_foreach((st_table *)(uintptr_t)tp, each, (st_data_t)data);
     return 0;
+}
+
+int ptmd_graph_stack_holder(VALUE v)
+{
+    const rb_data_type_t *t;
+    if (!RTYPEDDATA_P(v)) return 0;
+    t = RTYPEDDATA_TYPE(v);
+    return t && (t == locals.type || t == locals.fiber_type);
 }

@@ -460,8 +460,9 @@ typedef struct {
     X(PTMD_EDGE_KEY_SYMBOL, 4, "key_symbol")     /* a Hash value; detail: its Symbol key's name (SYMBOL) */            \
     X(PTMD_EDGE_KEY_STRING, 5, "key_string")     /* a Hash value; detail: its String key (STRING) */                   \
     X(PTMD_EDGE_KEY_INTEGER, 6, "key_integer")   /* a Hash value; detail: its Integer key (int32) */                   \
-    X(PTMD_EDGE_THREAD_LOCAL, 7, "thread_local") /* a Thread's; detail: its Thread#[] key (SYMBOL) */
-typedef enum { PTMD_EDGE_KINDS(PTMD_ENUM_CONSTANT) PTMD_EDGE_KIND_COUNT = 8 } ptmd_edge_kind;
+    X(PTMD_EDGE_THREAD_LOCAL, 7, "thread_local") /* a Thread's; detail: its Thread#[] key (SYMBOL) */                  \
+    X(PTMD_EDGE_STACK, 8, "stack") /* a Thread's or Fiber's stacks: frames, words that look like references; 0 */
+typedef enum { PTMD_EDGE_KINDS(PTMD_ENUM_CONSTANT) PTMD_EDGE_KIND_COUNT = 9 } ptmd_edge_kind;
 extern const char *const ptmd_edge_kind_names[PTMD_EDGE_KIND_COUNT];
 
 /* The name of a reference, in RUBY_EDGES order. */

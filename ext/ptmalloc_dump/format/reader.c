@@ -443,7 +443,7 @@ static int check_graph(const ptmd_view *v, const char *name, ptmd_err *err)
     }
     for (i = 0; i < v->n_ruby_edge_names; i++) {
         const ptmd_ruby_edge_name *e = &v->ruby_edge_names[i];
-        int by_name = e->kind != PTMD_EDGE_INDEX && e->kind != PTMD_EDGE_KEY_INTEGER;
+        int by_name = e->kind != PTMD_EDGE_INDEX && e->kind != PTMD_EDGE_KEY_INTEGER && e->kind != PTMD_EDGE_STACK;
         if (e->edge >= v->n_ruby_edges || !e->kind || e->kind >= PTMD_EDGE_KIND_COUNT ||
             (by_name && e->detail >= v->n_ruby_names) || e->reserved)
             FAIL("%s: Ruby reference name %zu names a reference, a kind or a name that does not exist", name, i);
