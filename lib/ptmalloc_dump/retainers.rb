@@ -86,7 +86,7 @@ module PtmallocDump
     # @raise [NoGraphError] when the dump has no object graph
     def graph_roots
       require_graph
-      _roots.map do |i, category, global|
+      _graph_roots.map do |i, category, global|
         object = ruby.object(i)
         { address: object.address, class_name: object.class_name, type: object.type, category: ruby.name(category),
           global: global && ruby.name(global) }

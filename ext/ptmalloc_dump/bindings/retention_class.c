@@ -133,8 +133,8 @@ static VALUE dump_references(VALUE self, VALUE index)
     return ary;
 }
 
-/* _roots -> [[object, category name index, global name index or nil], ...] */
-static VALUE dump_roots(VALUE self)
+/* _graph_roots -> [[object, category name index, global name index or nil], ...] */
+static VALUE dump_graph_roots(VALUE self)
 {
     const ptmd_view *v = ptmd_rb_dump_view(self);
     VALUE ary = rb_ary_new();
@@ -189,6 +189,6 @@ void ptmd_retention_class_init(void)
     rb_define_private_method(cDump, "_path", dump_path, 1);
     rb_define_private_method(cDump, "_module_names", dump_module_names, 0);
     rb_define_private_method(cDump, "_references", dump_references, 1);
-    rb_define_private_method(cDump, "_roots", dump_roots, 0);
+    rb_define_private_method(cDump, "_graph_roots", dump_graph_roots, 0);
     rb_define_private_method(cDump, "_dominator_tree", dump_dominator_tree, 2);
 }
