@@ -216,7 +216,10 @@ module PtmallocDump
 
       last = steps[-1]
       owner = steps[-2]
-      return format("Thread#%s of thread 0x%x", last[:edge], owner[:address]) if last[:edge_kind] == :thread_local
+      if last[:edge_kind] == :thread_local
+        thread = steps[0...-1].reverse.find { |s| s[:class_name] == "Thread" } || owner
+        return format("Thread#%s of thread 0x%x", last[:edge], thread[:address])
+      end
 
       if last[:edge_kind] == :ivar && owner
         separator = owner[:module_name] ? "." : "#"

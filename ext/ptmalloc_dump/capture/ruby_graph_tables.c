@@ -201,7 +201,9 @@ static void find_globals(void)
 static struct {
     int known, id_table;
     unsigned ec, storage;
-    uint64_t local_low;               /* the low bits of a local variable's ID */
+    uint64_t local_low; /* the low bits of a local variable's ID */
+    int fiber_known;
+    unsigned fiber_ec;                /* a Fiber's execution context, in its struct (cont.saved_ec) */
     const rb_data_type_t *type;       /* Thread's typed-data type */
     const rb_data_type_t *fiber_type; /* Fiber's */
 } locals;
@@ -252,8 +254,18 @@ static void find_thread_locals(void)
             else if (st_holds(tp, key, (uint64_t)probe)) locals.known = 1, locals.ec = a, locals.storage = b;
         }
     }
+    /* the running fiber's context is the one the thread points to: where it sits in the fiber's struct
+     * (Ruby 3.2 on marks a thread's variables from its fiber) */
+    if (locals.known && RTYPEDDATA_P(fiber) && RTYPEDDATA_TYPE(fiber) == locals.fiber_type) {
+        uint64_t ec = 0, f = (uint64_t)(uintptr_t)DATA_PTR(fiber);
+        if (safe_read(th + locals.ec, &ec, sizeof(ec)) == 0 && ec >= f && ec - f < 4096) {
+            locals.fiber_known = 1;
+            locals.fiber_ec = (unsigned)(ec - f);
+        }
+    }
     rb_thread_local_aset(thread, key, Qnil);
     RB_GC_GUARD(probe);
+    RB_GC_GUARD(fiber);
 }
 
 void ptmd_graph_tables_init(void)
@@ -327,10 +339,12 @@ int ptmd_graph_thread_locals(VALUE thread, int (*each)(st_data_t id, st_data_t v
 {
     uint64_t th, ec, tp;
     const st_header *h;
-    if (!locals.known || !RTYPEDDATA_P(thread) || RTYPEDDATA_TYPE(thread) != locals.type) return -1;
+    if (!locals.known || !RTYPEDDATA_P(thread)) return -1;
     th = (uint64_t)(uintptr_t)DATA_PTR(thread);
     if (!pointer_like(th)) return -1;
-    ec = *(const uint64_t *)(uintptr_t)(th + locals.ec);
+    if (RTYPEDDATA_TYPE(thread) == locals.type) ec = *(const uint64_t *)(uintptr_t)(th + locals.ec);
+    else if (locals.fiber_known && RTYPEDDATA_TYPE(thread) == locals.fiber_type) ec = th + locals.fiber_ec;
+    else return -1;
     if (!pointer_like(ec)) return -1;
     tp = *(const uint64_t *)(uintptr_t)(ec + locals.storage);
     if (!pointer_like(tp)) return -1;

@@ -19,8 +19,8 @@ int ptmd_graph_globals(void (*each)(uint64_t id, VALUE value, void *data), void 
 int ptmd_graph_thread_locals_known(void);
 /* Whether v is a Thread or a Fiber: what it references is on its stacks, but for its variables. */
 int ptmd_graph_stack_holder(VALUE v);
-/* Calls each(id, value, data) for each of a Thread's fiber-local variables (Thread#[]): 0, or -1 when
- * v is no Thread or their place was not found at load. */
+/* Calls each(id, value, data) for each of a Thread's or a Fiber's fiber-local variables (Thread#[]): 0,
+ * or -1 when v is neither or their place was not found at load. */
 int ptmd_graph_thread_locals(VALUE v, int (*each)(st_data_t id, st_data_t value, st_data_t data), void *data);
 
 #endif
