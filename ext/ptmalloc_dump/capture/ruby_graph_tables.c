@@ -230,6 +230,19 @@ static int st_holds(uint64_t tp, uint64_t key, uint64_t value)
     return 0;
 }
 
+/* Whether the structure at ec holds th in its first words: an execution context names its thread
+ * (rb_execution_context_t's thread_ptr), which a pointer that merely leads to the same table does
+ * not. */
+static int points_back(uint64_t ec, uint64_t th)
+{
+    uint64_t w[32];
+    size_t i;
+    if (safe_read(ec, w, sizeof(w)) != 0) return 0;
+    for (i = 0; i < 32; i++)
+        if (w[i] == th) return 1;
+    return 0;
+}
+
 static void find_thread_locals(void)
 {
     VALUE thread = rb_thread_current(), probe = rb_module_new();
@@ -245,7 +258,7 @@ static void find_thread_locals(void)
     rb_thread_local_aset(thread, key, probe);
     for (a = 0; a < 1024 && !locals.known; a += 8) {
         uint64_t ec;
-        if (safe_read(th + a, &ec, sizeof(ec)) != 0 || !pointer_like(ec)) continue;
+        if (safe_read(th + a, &ec, sizeof(ec)) != 0 || !pointer_like(ec) || !points_back(ec, th)) continue;
         for (b = 0; b < 512 && !locals.known; b += 8) {
             uint64_t tp;
             if (safe_read(ec + b, &tp, sizeof(tp)) != 0) continue;
