@@ -230,15 +230,18 @@ static int st_holds(uint64_t tp, uint64_t key, uint64_t value)
     return 0;
 }
 
-/* Whether the structure at ec holds th in its first words: an execution context names its thread
- * (rb_execution_context_t's thread_ptr), which a pointer that merely leads to the same table does
- * not. */
+/* Whether ec is th's execution context (vm_core.h rb_execution_context_t, the same in Ruby 2.7 to 3.4):
+ * its first fields are the VM stack, its size in words and the current frame, which lies in that
+ * stack, and it names its thread (thread_ptr). A pointer that merely leads to the same table, as a
+ * list node's does, is neither. */
 static int points_back(uint64_t ec, uint64_t th)
 {
     uint64_t w[32];
     size_t i;
-    if (safe_read(ec, w, sizeof(w)) != 0) return 0;
-    for (i = 0; i < 32; i++)
+    if (safe_read(ec, w, sizeof(w)) != 0 || !pointer_like(w[0]) || !w[1] || w[1] > (1ull << 28) ||
+        w[2] < w[0] || w[2] >= w[0] + w[1] * 8)
+        return 0;
+    for (i = 3; i < 32; i++)
         if (w[i] == th) return 1;
     return 0;
 }
