@@ -11,6 +11,9 @@ RSpec.describe "who keeps memory alive" do
   child = <<~'RUBY'
     require "objspace"
     require "fiddle"
+    # no GC from here to the dumps: the unreachable cycle below stays in the heap, unmarked
+    GC.start
+    GC.disable
     addr = ->(o) { Integer(JSON.parse(ObjectSpace.dump(o))["address"]) }
     strings = ->(n, c, size) { Array.new(n) { |i| (c * size) + i.to_s } }
     module Holders; CACHE = {}; end
@@ -42,8 +45,8 @@ RSpec.describe "who keeps memory alive" do
     c_held_contents = c_held.map { |s| addr.call(s) }
     c_held_memsize = c_held.sum { |s| ObjectSpace.memsize_of(s) } + ObjectSpace.memsize_of(c_held)
     c_held = nil
-    # garbage: a cycle of two Arrays with a large String, which nothing reaches (no GC since), made on
-    # a thread that has ended, whose stacks no root scans
+    # garbage: a cycle of two Arrays with a large String, which nothing reaches, made on a thread that
+    # has ended, whose stacks no root scans
     garbage = Thread.new { a = []; b = [a, "z" * 50_000]; a << b; [addr.call(a), addr.call(b)] }.value
     describe = lambda do |holder, contents|
       { address: addr.call(holder), contents: contents.map { |o| addr.call(o) },
@@ -173,6 +176,7 @@ RSpec.describe "who keeps memory alive" do
       # (a word on a stack that looks like a reference to it keeps it, for the GC as for the dump)
       it "retains a cycle nothing reaches by no root Ruby knows it holds" do
         @facts[:garbage].each do |a|
+          expect(@dump.ruby.object_at(a)).not_to be_nil # no GC ran: it is in the heap
           path = @dump.path_to_root(a)
           expect(path.nil? || path.first[:root] == "machine_context").to be(true), path.inspect
           expect(@dump.retained_by(a)).to be_nil if path.nil?
