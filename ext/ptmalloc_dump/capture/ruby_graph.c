@@ -62,26 +62,30 @@ const char *ptmd_ruby_graph_problem(void)
     return NULL;
 }
 
-/* The object index of v, NONE when v is no object the pass recorded. */
-static uint32_t index_of(const graph_ctx *g, VALUE v)
+/* The slot-map entry of the slot at address a (the object index + 1, 0 for none), NULL when a starts
+ * no slot of a recorded page. */
+static uint32_t *slot_entry(const graph_ctx *g, uint64_t a)
 {
     const ptmd_ruby_data *rd = g->rd;
     size_t lo = 0, hi = PTMD_BUF_COUNT(&rd->pages, ptmd_ruby_page);
-    uint64_t a = (uint64_t)v;
-    if (RB_SPECIAL_CONST_P(v)) return NONE;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
         const ptmd_ruby_page *p = PTMD_BUF_AT(&rd->pages, ptmd_ruby_page, mid);
         if (a < p->start) hi = mid;
         else if (a >= p->end) lo = mid + 1;
-        else {
-            uint64_t off = a - p->start;
-            if (off % p->stride) return NONE;
-            return PTMD_BUF_AT(&g->slots, uint32_t, *PTMD_BUF_AT(&g->slot_base, uint64_t, mid) + off / p->stride)[0] -
-                   1;
-        }
+        else if ((a - p->start) % p->stride) return NULL;
+        else
+            return PTMD_BUF_AT(&g->slots, uint32_t,
+                               *PTMD_BUF_AT(&g->slot_base, uint64_t, mid) + (a - p->start) / p->stride);
     }
-    return NONE;
+    return NULL;
+}
+
+/* The object index of v, NONE when v is no object the pass recorded. */
+static uint32_t index_of(const graph_ctx *g, VALUE v)
+{
+    const uint32_t *e = RB_SPECIAL_CONST_P(v) ? NULL : slot_entry(g, (uint64_t)v);
+    return e ? *e - 1 : NONE;
 }
 
 static int build_slot_map(graph_ctx *g)
@@ -96,21 +100,8 @@ static int build_slot_map(graph_ctx *g)
     }
     if (total && !ptmd_buf_push(&g->slots, total * sizeof(uint32_t))) return -1;
     for (i = 0; i < no; i++) {
-        uint64_t a = PTMD_BUF_AT(&rd->objects, ptmd_ruby_object, i)->address;
-        size_t lo = 0, hi = np;
-        while (lo < hi) {
-            size_t mid = lo + (hi - lo) / 2;
-            const ptmd_ruby_page *p = PTMD_BUF_AT(&rd->pages, ptmd_ruby_page, mid);
-            if (a < p->start) hi = mid;
-            else if (a >= p->end) lo = mid + 1;
-            else {
-                if ((a - p->start) % p->stride == 0)
-                    PTMD_BUF_AT(&g->slots, uint32_t,
-                                *PTMD_BUF_AT(&g->slot_base, uint64_t, mid) + (a - p->start) / p->stride)
-                [0] = (uint32_t)i + 1;
-                break;
-            }
-        }
+        uint32_t *e = slot_entry(g, PTMD_BUF_AT(&rd->objects, ptmd_ruby_object, i)->address);
+        if (e) *e = (uint32_t)i + 1;
     }
     return 0;
 }
