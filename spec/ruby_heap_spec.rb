@@ -139,6 +139,33 @@ RSpec.describe "correlating the malloc heap with Ruby's ObjectSpace" do
     end
   end
 
+  # Ruby 3.3 on keeps a Process::Status's 12-byte struct in an 80-byte slot, whose last words are what
+  # the slot's earlier object left there: here strings of the blocks' addresses
+  it "does not take the stale words past an embedded struct for its pointers" do
+    blocks = NativeThreads.hold(6_000, 64)
+    begin
+      # 48 bytes, embedded in an 80-byte slot on 3.2+ (an interpolation's new string; pack's has a buffer)
+      seeds = Array.new(6_000) { |i| "#{blocks.rotate(i).first(6).pack('Q*')}" } # rubocop:disable Style/RedundantInterpolation
+      seeds.clear # their slots are freed for the statuses
+      GC.start
+      statuses = Array.new(300) { Process.wait2(Process.spawn("true"))[1] }
+      known = blocks.to_set
+      slot = ObjectSpace.dump(statuses.first)[/"slot_size":(\d+)/, 1].to_i
+      if slot >= 80 # embedded: some statuses sit on seeds' words, which their slots still hold
+        stale = statuses.count { |st| Fiddle::Pointer.new(address_of(st))[48, slot - 48].unpack("Q*").any? { |w| known.include?(w) } }
+        expect(stale).to be_positive
+      end
+      dump = settled_dump(references: false)
+      blocks.each do |b|
+        chunk = dump.chunk_at(b - 16)
+        expect(dump.ruby.owner_of(chunk)).to be_nil, "#{dump.ruby.owner_of(chunk).inspect} owns block 0x#{b.to_s(16)}"
+      end
+      expect(statuses.map { |st| dump.ruby.object_at(address_of(st)).class_name }.uniq).to eq(["Process::Status"])
+    ensure
+      NativeThreads.release
+    end
+  end
+
   it "leaves GC enabled after a dump, also when the dump raises, and disabled when it was" do
     GC.enable
     dump_and_load
@@ -274,6 +301,35 @@ RSpec.describe "correlating the malloc heap with Ruby's ObjectSpace" do
     expect(top_class.bytes).to eq(entry[:bytes] - entry[:garbage_bytes])
     expect(top_class.text).to include(" #{name} objects")
     expect(top_class.text.include?("awaiting the lazy sweep")).to eq(entry[:garbage_bytes].positive?)
+  end
+
+  it "names garbage whose class the pending sweep has freed already, and the live objects' classes" do
+    # garbage objects with singleton classes over garbage anonymous classes, on other pages than theirs:
+    # the sweep's first steps free the classes of some and leave the objects
+    code = <<~RUBY
+      require "json"
+      out = Array.new(8) do |round|
+        classes = Array.new(3_000) { |i| Class.new { attr_accessor :x; const_set(:K, i) } }
+        filler = Array.new(10_000) { |i| "f\#{i}" }
+        objects = classes.map { |c| o = c.new; o.singleton_class.class_eval { def y; end }; o.x = "v" * 30; o }
+        kept = Class.new.new
+        classes = objects = filler = nil
+        GC.start(full_mark: true, immediate_sweep: false)
+        ((round * 7919) % 40_000).times { +"" }
+        sweeping = GC.latest_gc_info(:state) == :sweeping
+        path = File.join(#{tmpdir.inspect}, "freed-class.dump")
+        PtmallocDump.dump(path)
+        ruby = PtmallocDump.load(path).ruby
+        { sweeping: sweeping, garbage: ruby.summary[:garbage_objects],
+          kept: ruby.object_at(Fiddle.dlwrap(kept)).class_name, kept_class: kept.class.inspect }
+      end
+      puts JSON.generate(out)
+    RUBY
+    out, err, status = run_ruby("require 'fiddle'; #{code}")
+    expect(status).to be_success, err
+    rounds = JSON.parse(out, symbolize_names: true)
+    expect(rounds.count { |r| r[:sweeping] && r[:garbage].positive? }).to be >= 4
+    rounds.each { |r| expect(r[:kept]).to eq(r[:kept_class]) }
   end
 
   it "asks the GC for its pages where it cannot tell garbage from live, ending the pending sweep first" do

@@ -212,13 +212,17 @@ static inline uint16_t keep_slot_words(pass_ctx *c, VALUE v, VALUE flags, int ty
         if (RTYPEDDATA_P(v) && RTYPEDDATA_EMBEDDED_P(v)) {
             /* the slot past the struct may hold stale words of an earlier object: the type's own
              * dsize bounds the struct when it has one (what ObjectSpace.memsize_of reports:
-             * rb_objspace_data_type_memsize calls it, but Ruby 3.4 no longer exports that) */
+             * rb_objspace_data_type_memsize calls it, but Ruby 3.4 no longer exports that). Without
+             * one (or a size of 0), only the words the struct surely covers: Ruby gives an object the smallest slot
+             * that holds it, so its struct reaches past half the slot (the next smaller slot size),
+             * and no further is known (Process::Status, 12 bytes in an 80-byte slot). */
             const rb_data_type_t *dt = RTYPEDDATA_TYPE(v);
-            size_t first = (size_t)((uintptr_t)RTYPEDDATA_GET_DATA(v) - p) / sizeof(VALUE), end = nw;
+            size_t at = (size_t)((uintptr_t)RTYPEDDATA_GET_DATA(v) - p), first = at / sizeof(VALUE), end = nw;
             size_t words = dt->function.dsize
                                ? (dt->function.dsize(RTYPEDDATA_GET_DATA(v)) + sizeof(VALUE) - 1) / sizeof(VALUE)
                                : 0;
-            if (words && first + words < end) end = first + words;
+            if (!words) words = stride / 2 > at ? (stride / 2 - at) / sizeof(VALUE) + 1 : 1;
+            if (first + words < end) end = first + words;
             for (k = first; k < end; k++) kept = (uint16_t)(kept + keep_word(c, w[k]));
             break;
         }
@@ -294,17 +298,31 @@ static int each_page(void *start, void *end, size_t stride, void *data)
     return 0;
 }
 
+#define PTMD_MAX_SINGLETON_DEPTH 64 /* singleton classes of singleton classes: a walk's bound */
+
+/* rb_class_real, each step checked: a class in the heap's pages, else 0. Garbage the lazy sweep has
+ * not freed yet may name a garbage class whose superclass's slot the sweep freed already (or gave to
+ * another object): Module#name would read a freed table there. */
+static VALUE real_class(const ptmd_ruby_data *rd, VALUE klass)
+{
+    int depth;
+    for (depth = 0; depth < PTMD_MAX_SINGLETON_DEPTH; depth++) {
+        int t;
+        if (RB_SPECIAL_CONST_P(klass) || !ptmd_ruby_in_pages(rd, klass)) return 0;
+        t = BUILTIN_TYPE(klass);
+        if (t != T_CLASS && t != T_MODULE && t != T_ICLASS) return 0;
+        if (t != T_ICLASS && !FL_TEST_RAW(klass, RUBY_FL_SINGLETON)) return klass;
+        klass = rb_class_get_superclass(klass);
+    }
+    return 0;
+}
+
 /* The class's name as Module#name keeps it (no allocation), else what rb_class_path would make of
  * an anonymous class, written here into buf: rb_class_path allocates a new string for it. Returns
  * the length, 0 when klass is no class. */
 static size_t class_name(const ptmd_ruby_data *rd, VALUE klass, const char **out, char *buf, size_t cap)
 {
-    int t;
-    VALUE real, name;
-    if (RB_SPECIAL_CONST_P(klass) || !ptmd_ruby_in_pages(rd, klass)) return 0;
-    t = BUILTIN_TYPE(klass);
-    if (t != T_CLASS && t != T_MODULE && t != T_ICLASS) return 0;
-    real = rb_class_real(klass);
+    VALUE name, real = real_class(rd, klass);
     if (!real) return 0;
     name = rb_mod_name(real);
     if (RB_TYPE_P(name, T_STRING)) {
