@@ -10,13 +10,9 @@ static uint64_t *name_keys(const ptmd_view *v)
 {
     uint64_t *keys = calloc(v->n_ruby_names ? v->n_ruby_names : 1, sizeof(uint64_t));
     size_t off = 0, i = 0;
+    ptmd_view_name n;
     if (!keys) return NULL;
-    while (off + 16 <= v->ruby_names_len && i < v->n_ruby_names) {
-        uint32_t len;
-        memcpy(&keys[i++], v->ruby_names + off, 8);
-        memcpy(&len, v->ruby_names + off + 12, 4);
-        off += 16 + ((len + 7u) & ~7u);
-    }
+    while (i < v->n_ruby_names && ptmd_view_next_name(v, &off, &n)) keys[i++] = n.key;
     return keys;
 }
 

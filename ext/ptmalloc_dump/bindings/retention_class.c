@@ -91,16 +91,9 @@ static VALUE dump_module_names(VALUE self)
     const ptmd_view *v = ptmd_rb_dump_view(self);
     VALUE h = rb_hash_new();
     size_t off = 0;
-    while (off + 16 <= v->ruby_names_len) {
-        uint64_t key;
-        uint32_t kind, len;
-        memcpy(&key, v->ruby_names + off, 8);
-        memcpy(&kind, v->ruby_names + off + 8, 4);
-        memcpy(&len, v->ruby_names + off + 12, 4);
-        if (kind == PTMD_NAME_MODULE && len)
-            rb_hash_aset(h, PTMD_U64(key), rb_utf8_str_new((const char *)v->ruby_names + off + 16, len));
-        off += 16 + ((len + 7u) & ~7u);
-    }
+    ptmd_view_name n;
+    while (ptmd_view_next_name(v, &off, &n))
+        if (n.kind == PTMD_NAME_MODULE && n.len) rb_hash_aset(h, PTMD_U64(n.key), rb_utf8_str_new(n.name, n.len));
     return h;
 }
 

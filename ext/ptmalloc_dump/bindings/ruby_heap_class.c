@@ -59,15 +59,8 @@ static VALUE names_array(const ptmd_view *v)
 {
     VALUE ary = rb_ary_new_capa((long)v->n_ruby_names);
     size_t off = 0;
-    while (off + 16 <= v->ruby_names_len) {
-        uint64_t key;
-        uint32_t kind, len;
-        memcpy(&key, v->ruby_names + off, 8);
-        memcpy(&kind, v->ruby_names + off + 8, 4);
-        memcpy(&len, v->ruby_names + off + 12, 4);
-        rb_ary_push(ary, rb_utf8_str_new((const char *)v->ruby_names + off + 16, len));
-        off += 16 + ((len + 7u) & ~7u);
-    }
+    ptmd_view_name n;
+    while (ptmd_view_next_name(v, &off, &n)) rb_ary_push(ary, rb_utf8_str_new(n.name, n.len));
     return ary;
 }
 

@@ -26,18 +26,10 @@ static reachable_root_fn *reachable_from_root;
 #define NONE 0xffffffffu
 
 typedef struct {
-    uint64_t key;
-    uint32_t kind, index;
-} name_slot;
-
-typedef struct {
     ptmd_ruby_data *rd;
-    ptmd_buf slot_base; /* per page (RUBY_PAGES order): its first entry in slots */
-    ptmd_buf slots;     /* uint32 per slot of every page: object index + 1, 0 for none */
-    ptmd_buf names;     /* name_slot, open addressing, cap entries */
-    size_t names_cap, names_used;
-    ptmd_buf pending_names; /* name_slot in index order, resolved at the end */
-    uint32_t first_name;    /* RUBY_NAMES index of the first name the graph adds */
+    ptmd_buf slot_base;    /* per page (RUBY_PAGES order): its first entry in slots */
+    ptmd_buf slots;        /* uint32 per slot of every page: object index + 1, 0 for none */
+    ptmd_name_table names; /* the names the graph adds after the classes', resolved at the end */
     const char *categories[MAX_CATEGORIES];
     size_t n_categories;
     uint64_t edge_start, cursor; /* the current object's first edge, and where the last name was found */
@@ -109,39 +101,9 @@ static int build_slot_map(graph_ctx *g)
 /* The RUBY_NAMES index the name (key, kind) will have; the names are written at the end. */
 static uint32_t name_index(graph_ctx *g, uint64_t key, uint32_t kind)
 {
-    name_slot *t;
-    size_t mask, i;
-    if (g->names_used * 2 >= g->names_cap) {
-        ptmd_buf old = g->names;
-        size_t old_cap = g->names_cap, k;
-        memset(&g->names, 0, sizeof(g->names));
-        g->names_cap = old_cap ? old_cap * 2 : 1024;
-        if (!ptmd_buf_push(&g->names, g->names_cap * sizeof(name_slot))) {
-            g->names = old;
-            g->names_cap = old_cap;
-            g->oom = 1;
-            return NONE;
-        }
-        t = (name_slot *)(void *)g->names.base;
-        mask = g->names_cap - 1;
-        for (k = 0; k < old_cap; k++) {
-            const name_slot *s = &((const name_slot *)(const void *)old.base)[k];
-            if (!s->kind) continue;
-            for (i = (size_t)((s->key ^ s->kind) * 0x9E3779B97F4A7C15ull >> 20) & mask; t[i].kind; i = (i + 1) & mask) {
-            }
-            t[i] = *s;
-        }
-        ptmd_buf_release(&old);
-    }
-    t = (name_slot *)(void *)g->names.base;
-    mask = g->names_cap - 1;
-    for (i = (size_t)((key ^ kind) * 0x9E3779B97F4A7C15ull >> 20) & mask; t[i].kind; i = (i + 1) & mask)
-        if (t[i].key == key && t[i].kind == kind) return t[i].index;
-    t[i].key = key;
-    t[i].kind = kind;
-    t[i].index = g->first_name + (uint32_t)g->names_used++;
-    if (ptmd_buf_append(&g->pending_names, &t[i], sizeof(name_slot)) != 0) g->oom = 1;
-    return t[i].index;
+    uint32_t i = ptmd_name_table_index(&g->names, key, kind);
+    if (g->names.oom) g->oom = 1;
+    return i;
 }
 
 static void on_edge(VALUE v, void *data)
@@ -312,9 +274,9 @@ static void on_global(uint64_t id, VALUE v, void *data)
 /* The names the graph refers to, after the class names: read from what Ruby holds, nothing made. */
 static void resolve_names(graph_ctx *g)
 {
-    size_t i, n = PTMD_BUF_COUNT(&g->pending_names, name_slot);
+    size_t i, n = PTMD_BUF_COUNT(&g->names.order, ptmd_name_slot);
     for (i = 0; i < n && !g->oom; i++) {
-        const name_slot *s = PTMD_BUF_AT(&g->pending_names, name_slot, i);
+        const ptmd_name_slot *s = PTMD_BUF_AT(&g->names.order, ptmd_name_slot, i);
         const char *name = "";
         size_t len = 0;
         if (s->kind == PTMD_NAME_SYMBOL) {
@@ -346,8 +308,7 @@ static void release(graph_ctx *g)
 {
     ptmd_buf_release(&g->slot_base);
     ptmd_buf_release(&g->slots);
-    ptmd_buf_release(&g->names);
-    ptmd_buf_release(&g->pending_names);
+    ptmd_name_table_release(&g->names);
 }
 
 static void drop_graph(ptmd_ruby_data *rd)
@@ -410,7 +371,7 @@ int ptmd_ruby_graph(ptmd_ruby_data *rd, char *why, size_t cap)
     uint64_t t0 = ptmd_now_ns();
     memset(&g, 0, sizeof(g));
     g.rd = rd;
-    g.first_name = (uint32_t)rd->n_names;
+    g.names.first = (uint32_t)rd->n_names;
     memset(&rd->graph, 0, sizeof(rd->graph));
     if (problem) {
         snprintf(why, cap, "%s", problem);

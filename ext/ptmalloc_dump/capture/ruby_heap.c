@@ -48,16 +48,8 @@ static const char *missing[sizeof(internal_functions) / sizeof(internal_function
 #define PTMD_MAX_POINTER 0x800000000000ull
 
 typedef struct {
-    uint64_t key;
-    uint32_t index;
-    uint32_t kind;
-} name_slot;
-
-typedef struct {
     ptmd_ruby_data *rd;
-    ptmd_buf table; /* open addressing of name_slot */
-    size_t cap, used;
-    ptmd_buf keys; /* name_slot in index order */
+    ptmd_name_table names; /* the classes' and data types' names the objects ask for */
     uint64_t last_klass;
     uint32_t last_index;
     ptmd_code_pass code; /* what the code pass needs of the walk (capture/ruby_code.c) */
@@ -68,38 +60,9 @@ typedef struct {
 
 static uint32_t name_index(pass_ctx *c, uint64_t key, uint32_t kind)
 {
-    name_slot *t;
-    size_t mask, i;
-    if (c->used * 2 >= c->cap) {
-        ptmd_buf old = c->table;
-        size_t old_cap = c->cap, k;
-        memset(&c->table, 0, sizeof(c->table));
-        c->cap = old_cap ? old_cap * 2 : 1024;
-        if (!ptmd_buf_push(&c->table, c->cap * sizeof(name_slot))) {
-            c->table = old;
-            c->cap = old_cap;
-            c->oom = 1;
-            return PTMD_NO_NAME;
-        }
-        for (k = 0; k < old_cap; k++) {
-            name_slot *s = &((name_slot *)(void *)old.base)[k];
-            if (!s->key) continue;
-            t = (name_slot *)(void *)c->table.base;
-            mask = c->cap - 1;
-            for (i = (size_t)((s->key >> 3) * 0x9E3779B97F4A7C15ull >> 17) & mask; t[i].key; i = (i + 1) & mask) {}
-            t[i] = *s;
-        }
-        ptmd_buf_release(&old);
-    }
-    t = (name_slot *)(void *)c->table.base;
-    mask = c->cap - 1;
-    for (i = (size_t)((key >> 3) * 0x9E3779B97F4A7C15ull >> 17) & mask; t[i].key; i = (i + 1) & mask)
-        if (t[i].key == key && t[i].kind == kind) return t[i].index;
-    t[i].key = key;
-    t[i].kind = kind;
-    t[i].index = (uint32_t)c->used++;
-    if (ptmd_buf_append(&c->keys, &t[i], sizeof(name_slot)) != 0) c->oom = 1;
-    return t[i].index;
+    uint32_t i = ptmd_name_table_index(&c->names, key, kind);
+    if (c->names.oom) c->oom = 1;
+    return i;
 }
 
 /* n bytes at the end of b, within its room where it has it (the walk's common case: no call, no
@@ -499,9 +462,7 @@ static int pages_by_structure(ptmd_ruby_data *rd, pass_ctx *c)
     if (c->oom || c->found == (size_t)rb_gc_stat(sym_live)) return 1;
     /* what the pages held is dropped: objects, words, the names they asked for, the code noted */
     rd->pages.len = rd->objects.len = rd->words.len = 0;
-    ptmd_buf_release(&c->table);
-    c->keys.len = 0;
-    c->cap = c->used = 0;
+    ptmd_name_table_release(&c->names);
     c->last_klass = 0;
     c->code.modules.len = c->code.ments.len = c->code.iseqs.len = 0;
     c->code.vm = 0;
@@ -512,9 +473,9 @@ static int pages_by_structure(ptmd_ruby_data *rd, pass_ctx *c)
  * glibc's counters follows). */
 static void finish_pass(ptmd_ruby_data *rd, pass_ctx *c)
 {
-    size_t i, n = PTMD_BUF_COUNT(&c->keys, name_slot);
+    size_t i, n = PTMD_BUF_COUNT(&c->names.order, ptmd_name_slot);
     for (i = 0; i < n && !c->oom; i++) {
-        const name_slot *s = PTMD_BUF_AT(&c->keys, name_slot, i);
+        const ptmd_name_slot *s = PTMD_BUF_AT(&c->names.order, ptmd_name_slot, i);
         if (s->kind == PTMD_NAME_DATA_TYPE) {
             const char *nm = ((const rb_data_type_t *)(uintptr_t)s->key)->wrap_struct_name;
             if (!nm) nm = "(unnamed)";
@@ -527,8 +488,7 @@ static void finish_pass(ptmd_ruby_data *rd, pass_ctx *c)
         }
     }
     if (!c->oom && ptmd_ruby_code_finish(&c->code, rd) != 0) c->oom = 1;
-    ptmd_buf_release(&c->table);
-    ptmd_buf_release(&c->keys);
+    ptmd_name_table_release(&c->names);
 }
 
 /* GC.stat's figures the RUBY_META section keeps, read with the pass. */

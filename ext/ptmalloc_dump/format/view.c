@@ -1,4 +1,5 @@
-/* What the writer writes of a view: each section's count and bytes, made from PTMD_SECTIONS. */
+/* What the writer writes of a view: each section's count and bytes, made from PTMD_SECTIONS; and the
+ * RUBY_NAMES entries one by one. */
 #include "format/view.h"
 
 #include <string.h>
@@ -44,4 +45,15 @@ int ptmd_view_section(const ptmd_view *v, uint32_t type, ptmd_section_payload *p
         PTMD_SECTIONS(PAYLOAD)
     }
     return -1;
+}
+
+int ptmd_view_next_name(const ptmd_view *v, size_t *off, ptmd_view_name *out)
+{
+    if (*off + 16 > v->ruby_names_len) return 0;
+    memcpy(&out->key, v->ruby_names + *off, 8);
+    memcpy(&out->kind, v->ruby_names + *off + 8, 4);
+    memcpy(&out->len, v->ruby_names + *off + 12, 4);
+    out->name = (const char *)v->ruby_names + *off + 16;
+    *off += 16 + ((out->len + 7u) & ~7u);
+    return 1;
 }

@@ -97,4 +97,15 @@ typedef struct {
  * no chunk_words: CHUNKS is then the writer's to make. */
 int ptmd_view_section(const ptmd_view *v, uint32_t type, ptmd_section_payload *p);
 
+/* One RUBY_NAMES entry: its key and kind (PTMD_NAME_), its bytes (not NUL-terminated). */
+typedef struct {
+    uint64_t key;
+    uint32_t kind, len;
+    const char *name;
+} ptmd_view_name;
+
+/* The RUBY_NAMES entry at *off, *off moved past it: 1, or 0 after the last (the reader has checked
+ * the section's entries). */
+int ptmd_view_next_name(const ptmd_view *v, size_t *off, ptmd_view_name *out);
+
 #endif
