@@ -238,8 +238,8 @@ static int points_back(uint64_t ec, uint64_t th)
 {
     uint64_t w[32];
     size_t i;
-    if (safe_read(ec, w, sizeof(w)) != 0 || !pointer_like(w[0]) || !w[1] || w[1] > (1ull << 28) ||
-        w[2] < w[0] || w[2] >= w[0] + w[1] * 8)
+    if (safe_read(ec, w, sizeof(w)) != 0 || !pointer_like(w[0]) || !w[1] || w[1] > (1ull << 28) || w[2] < w[0] ||
+        w[2] >= w[0] + w[1] * 8)
         return 0;
     for (i = 3; i < 32; i++)
         if (w[i] == th) return 1;
