@@ -22,6 +22,7 @@ fail_with("dl_iterate_phdr is missing from libc") unless have_func("dl_iterate_p
 have_func("mallinfo2", "malloc.h")
 have_func("malloc_info", "malloc.h")
 have_library("dl", "dladdr")
+have_library("m", "log")
 # The heap maps are drawn by libpng.
 unless have_header("png.h") && have_library("png", "png_create_write_struct")
   fail_with("libpng is missing: install libpng-dev (Debian/Ubuntu) or libpng-devel (Fedora/RHEL)")

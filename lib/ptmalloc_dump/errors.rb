@@ -61,4 +61,13 @@ module PtmallocDump
   # process or from a core, by an older version, or by a Ruby that does not give the graph. The
   # message says which.
   class NoGraphError < Error; end
+
+  # Allocation tracing cannot start: it is already on ({PtmallocDump.stop_allocation_tracing} first), or
+  # its tables could not be mapped. The message says which.
+  class TracingError < Error; end
+
+  # The dump holds no allocation sites: it was not taken while {PtmallocDump.trace_allocations} was on,
+  # or it holds no Ruby heap (`ruby: false`, from outside the process or from a core), or an older
+  # version wrote it. The message says which.
+  class NoSitesError < Error; end
 end

@@ -12,7 +12,7 @@ static uint64_t *name_keys(const ptmd_view *v)
     size_t off = 0, i = 0;
     ptmd_view_name n;
     if (!keys) return NULL;
-    while (i < v->n_ruby_names && ptmd_view_next_name(v, &off, &n)) keys[i++] = n.key;
+    while (i < v->n_ruby_names && ptmd_view_next_name(v->ruby_names, v->ruby_names_len, &off, &n)) keys[i++] = n.key;
     return keys;
 }
 

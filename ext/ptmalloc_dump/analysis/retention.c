@@ -8,24 +8,11 @@
 
 #define HOLDER_POOL 4096 /* holders ranked: the most a caller gets */
 
-static uint32_t slot_size(const ptmd_view *v, uint64_t address)
-{
-    size_t lo = 0, hi = v->n_ruby_pages;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        const ptmd_ruby_page *p = &v->ruby_pages[mid];
-        if (address < p->start) hi = mid;
-        else if (address >= p->end) lo = mid + 1;
-        else return p->stride;
-    }
-    return 0;
-}
-
 static void own_weights(const ptmd_view *v, const ptmd_attribution *a, ptmd_retention *r)
 {
     size_t i;
     for (i = 0; i < r->n_objects; i++) {
-        r->self[i * PTMD_RET_COLUMNS + PTMD_RET_SLOT_BYTES] = slot_size(v, v->ruby_objects[i].address);
+        r->self[i * PTMD_RET_COLUMNS + PTMD_RET_SLOT_BYTES] = ptmd_view_slot_size(v, v->ruby_objects[i].address);
         r->self[i * PTMD_RET_COLUMNS + PTMD_RET_OBJECTS] = 1;
     }
     for (i = 0; i < v->n_chunks; i++) {

@@ -59,6 +59,7 @@ void ptmd_format_module_init(void);
 void ptmd_dump_class_init(void);
 void ptmd_owners_class_init(void);    /* Dump's owner methods: after ptmd_dump_class_init */
 void ptmd_retention_class_init(void); /* Dump's retainer methods: after ptmd_dump_class_init */
+void ptmd_sites_class_init(void);     /* tracing, and Dump's allocation sites: after ptmd_dump_class_init */
 void ptmd_ruby_heap_class_init(void);
 void ptmd_render_module_init(void);
 void ptmd_diff_class_init(void);

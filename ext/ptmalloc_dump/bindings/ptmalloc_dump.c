@@ -403,6 +403,7 @@ RUBY_FUNC_EXPORTED void Init_ptmalloc_dump(void)
     ptmd_dump_class_init();
     ptmd_owners_class_init();
     ptmd_retention_class_init();
+    ptmd_sites_class_init();
     ptmd_ruby_heap_class_init();
     ptmd_render_module_init();
     ptmd_diff_class_init();

@@ -92,7 +92,7 @@ static VALUE dump_module_names(VALUE self)
     VALUE h = rb_hash_new();
     size_t off = 0;
     ptmd_view_name n;
-    while (ptmd_view_next_name(v, &off, &n))
+    while (ptmd_view_next_name(v->ruby_names, v->ruby_names_len, &off, &n))
         if (n.kind == PTMD_NAME_MODULE && n.len) rb_hash_aset(h, PTMD_U64(n.key), rb_utf8_str_new(n.name, n.len));
     return h;
 }

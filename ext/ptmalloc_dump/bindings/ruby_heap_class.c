@@ -60,7 +60,8 @@ static VALUE names_array(const ptmd_view *v)
     VALUE ary = rb_ary_new_capa((long)v->n_ruby_names);
     size_t off = 0;
     ptmd_view_name n;
-    while (ptmd_view_next_name(v, &off, &n)) rb_ary_push(ary, rb_utf8_str_new(n.name, n.len));
+    while (ptmd_view_next_name(v->ruby_names, v->ruby_names_len, &off, &n))
+        rb_ary_push(ary, rb_utf8_str_new(n.name, n.len));
     return ary;
 }
 

@@ -211,6 +211,10 @@ void ptmd_dump_release(ptmd_dump_state *d)
     ptmd_buf_release(&d->ruby.graph_edges);
     ptmd_buf_release(&d->ruby.graph_roots);
     ptmd_buf_release(&d->ruby.graph_edge_names);
+    ptmd_buf_release(&d->ruby.stacks);
+    ptmd_buf_release(&d->ruby.frames);
+    ptmd_buf_release(&d->ruby.traced);
+    ptmd_buf_release(&d->ruby.site_names);
     ptmd_writer_abort(&d->writer);
     ptmd_walk_release(&d->w);
     if (d->target_lc) munmap(d->target_lc, sizeof(*d->target_lc));

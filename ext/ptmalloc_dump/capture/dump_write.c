@@ -139,6 +139,11 @@ static void write_sections(ptmd_dump_state *d)
         PTMD_SEC_RUBY_EDGES,
         PTMD_SEC_RUBY_ROOTS,
         PTMD_SEC_RUBY_EDGE_NAMES,
+        PTMD_SEC_ALLOC_TRACE,
+        PTMD_SEC_RUBY_STACKS,
+        PTMD_SEC_RUBY_FRAMES,
+        PTMD_SEC_RUBY_TRACED,
+        PTMD_SEC_RUBY_SITE_NAMES,
         PTMD_SEC_REFS,
         PTMD_SEC_INT_REFS,
         PTMD_SEC_ROOTS,
@@ -269,6 +274,21 @@ void ptmd_dump_view(const ptmd_dump_state *d, ptmd_view *v)
             v->n_ruby_roots = PTMD_BUF_COUNT(&d->ruby.graph_roots, ptmd_ruby_root);
             v->ruby_edge_names = (const ptmd_ruby_edge_name *)(const void *)d->ruby.graph_edge_names.base;
             v->n_ruby_edge_names = PTMD_BUF_COUNT(&d->ruby.graph_edge_names, ptmd_ruby_edge_name);
+        }
+        if (d->ruby.sites_present) {
+            v->sections |= PTMD_SECTION_BIT(PTMD_SEC_ALLOC_TRACE) | PTMD_SECTION_BIT(PTMD_SEC_RUBY_STACKS) |
+                           PTMD_SECTION_BIT(PTMD_SEC_RUBY_FRAMES) | PTMD_SECTION_BIT(PTMD_SEC_RUBY_TRACED) |
+                           PTMD_SECTION_BIT(PTMD_SEC_RUBY_SITE_NAMES);
+            v->alloc_trace = &d->ruby.alloc_trace;
+            v->ruby_stacks = (const ptmd_ruby_stack *)(const void *)d->ruby.stacks.base;
+            v->n_ruby_stacks = PTMD_BUF_COUNT(&d->ruby.stacks, ptmd_ruby_stack);
+            v->ruby_frames = (const ptmd_ruby_frame *)(const void *)d->ruby.frames.base;
+            v->n_ruby_frames = PTMD_BUF_COUNT(&d->ruby.frames, ptmd_ruby_frame);
+            v->ruby_traced = (const ptmd_ruby_traced *)(const void *)d->ruby.traced.base;
+            v->n_ruby_traced = PTMD_BUF_COUNT(&d->ruby.traced, ptmd_ruby_traced);
+            v->ruby_site_names = d->ruby.site_names.base;
+            v->ruby_site_names_len = d->ruby.site_names.len;
+            v->n_ruby_site_names = d->ruby.n_site_names;
         }
     }
     if (w->references) {

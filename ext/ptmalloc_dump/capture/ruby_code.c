@@ -249,6 +249,20 @@ static size_t module_name(const ptmd_ruby_data *rd, VALUE mod, const char **out,
     return anonymous(buf, cap, mod);
 }
 
+size_t ptmd_ruby_code_module_name(const ptmd_ruby_data *rd, VALUE mod, const char **out, char *buf, size_t cap)
+{
+    if (!L || !is_module(rd, (uint64_t)mod)) return 0;
+    return module_name(rd, mod, out, buf, cap);
+}
+
+VALUE ptmd_ruby_code_frame_owner(const ptmd_ruby_data *rd, VALUE frame)
+{
+    uint64_t owner;
+    if (!L || !is_imemo(rd, (uint64_t)frame, L->imemo_ment)) return 0;
+    owner = word_at((uint64_t)frame, L->ment_owner);
+    return is_module(rd, owner) ? (VALUE)owner : 0;
+}
+
 static int resolve_name(ptmd_ruby_data *rd, const name_ref *n)
 {
     char buf[512];

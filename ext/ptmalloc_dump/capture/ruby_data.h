@@ -28,6 +28,14 @@ typedef struct {
     ptmd_buf graph_edges;      /* uint32 object index */
     ptmd_buf graph_roots;      /* ptmd_ruby_root */
     ptmd_buf graph_edge_names; /* ptmd_ruby_edge_name */
+    /* allocation sites (capture/ruby_sites.c), while tracing */
+    int sites_present;
+    ptmd_alloc_trace_rec alloc_trace;
+    ptmd_buf stacks;     /* ptmd_ruby_stack */
+    ptmd_buf frames;     /* ptmd_ruby_frame */
+    ptmd_buf traced;     /* ptmd_ruby_traced, by address */
+    ptmd_buf site_names; /* serialized RUBY_SITE_NAMES entries */
+    uint64_t n_site_names;
 } ptmd_ruby_data;
 
 /* The names a pass asks for, each (key, kind) given the next RUBY_NAMES index the first time: an

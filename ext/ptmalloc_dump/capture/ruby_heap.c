@@ -10,6 +10,7 @@
 #include "capture/ruby_code.h"
 #include "capture/ruby_graph.h"
 #include "capture/ruby_pages.h"
+#include "capture/ruby_sites.h"
 #include "format/index.h"
 #include <ruby/re.h>
 #include <ruby/io.h>
@@ -512,11 +513,13 @@ static void begin_pass(ptmd_ruby_data *rd, pass_ctx *c)
     c->sweeping = (rd->gc.flags & PTMD_GF_SWEEPING) != 0;
 }
 
-/* The object graph of the objects just recorded, when asked for; where it cannot be had, the reason. */
-static void graph_pass(ptmd_ruby_data *rd)
+/* What follows the objects just recorded: their graph, when asked for (where it cannot be had, the
+ * reason), and the traced ones' allocation sites while tracing. 0, or -1 when mmap fails. */
+static int after_walk(ptmd_ruby_data *rd)
 {
     rd->graph_problem[0] = '\0';
     if (rd->graph_wanted) ptmd_ruby_graph(rd, rd->graph_problem, sizeof(rd->graph_problem));
+    return ptmd_ruby_sites_capture(rd);
 }
 
 /* Collects Ruby's heap into rd. Raises on failure. */
@@ -536,8 +539,8 @@ void ptmd_ruby_pass(ptmd_ruby_data *rd)
     finish_pass(rd, &c);
     rd->meta.pass_ns = ptmd_now_ns() - t0;
     rd->present = 1;
-    if (c.oom) rb_raise(rb_eNoMemError, "ptmalloc_dump: mmap failed while recording Ruby's heap");
-    graph_pass(rd);
+    if (c.oom || after_walk(rd) != 0)
+        rb_raise(rb_eNoMemError, "ptmalloc_dump: mmap failed while recording Ruby's heap");
 }
 
 int ptmd_ruby_pass_by_structure_possible(void)
@@ -567,11 +570,11 @@ int ptmd_ruby_pass_in_copy(ptmd_ruby_data *rd, char *why, size_t cap)
     finish_pass(rd, &c);
     rd->meta.pass_ns = ptmd_now_ns() - t0;
     rd->meta.flags |= PTMD_RF_IN_SNAPSHOT;
-    if (c.oom) {
+    rd->present = 1;
+    if (c.oom || after_walk(rd) != 0) {
+        rd->present = 0;
         snprintf(why, cap, "mmap failed while the snapshot process recorded Ruby's heap");
         return -1;
     }
-    rd->present = 1;
-    graph_pass(rd);
     return 0;
 }

@@ -97,7 +97,17 @@ const char *ptmd_name_of(const char *const *names, size_t n, uint32_t value);
     X(PTMD_SEC_RUBY_ROOTS, 45, "ruby_roots", 0, ptmd_ruby_root, NULL, RECORDS, ruby_roots, n_ruby_roots)               \
     /* names of references where Ruby knows one: instance variable, constant, Array index, Hash key */                 \
     X(PTMD_SEC_RUBY_EDGE_NAMES, 46, "ruby_edge_names", 0, ptmd_ruby_edge_name, NULL, RECORDS, ruby_edge_names,         \
-      n_ruby_edge_names)
+      n_ruby_edge_names)                                                                                               \
+    /* allocation tracing (PtmallocDump.trace_allocations): how it sampled */                                          \
+    X(PTMD_SEC_ALLOC_TRACE, 47, "alloc_trace", 0, ptmd_alloc_trace_rec, check_alloc_trace_rec, ONE, alloc_trace)       \
+    /* the traced stacks: each a run of RUBY_FRAMES, innermost first */                                                \
+    X(PTMD_SEC_RUBY_STACKS, 48, "ruby_stacks", 0, ptmd_ruby_stack, NULL, RECORDS, ruby_stacks, n_ruby_stacks)          \
+    X(PTMD_SEC_RUBY_FRAMES, 49, "ruby_frames", 0, ptmd_ruby_frame, NULL, RECORDS, ruby_frames, n_ruby_frames)          \
+    /* the traced objects not yet freed, by address, and the stack that allocated each */                              \
+    X(PTMD_SEC_RUBY_TRACED, 50, "ruby_traced", 0, ptmd_ruby_traced, NULL, RECORDS, ruby_traced, n_ruby_traced)         \
+    /* the frames' paths, methods and owners */                                                                        \
+    X(PTMD_SEC_RUBY_SITE_NAMES, 51, "ruby_site_names", 0, unsigned char, NULL, NAMES, ruby_site_names,                 \
+      ruby_site_names_len, n_ruby_site_names)
 
 #define PTMD_SECTION_CONSTANT(constant, value, ...) constant = (value),
 #define PTMD_SECTION_ONE(...) +1
@@ -441,6 +451,38 @@ typedef struct {
     uint32_t reserved;
 } ptmd_ruby_graph_rec;
 
+/* ---- Allocation sites (ALLOC_TRACE, RUBY_STACKS, RUBY_FRAMES, RUBY_TRACED, RUBY_SITE_NAMES) ---- */
+
+typedef struct {
+    uint64_t every;      /* the mean gap between sampled new objects (1: every object) */
+    uint64_t seen;       /* new objects since tracing started */
+    uint64_t sampled;    /* of them, sampled */
+    uint64_t dropped;    /* sampled but not kept: the table of traced objects was full */
+    uint64_t started_ns; /* when tracing started (CLOCK_REALTIME) */
+    uint32_t max_frames; /* the deepest stack kept: deeper ones keep their innermost frames */
+    uint32_t reserved;
+} ptmd_alloc_trace_rec;
+
+typedef struct {
+    uint32_t first;    /* index into RUBY_FRAMES */
+    uint32_t n_frames; /* 0: no Ruby frame was running (the VM's own allocation, a C thread's) */
+} ptmd_ruby_stack;
+
+/* A Ruby frame as rb_profile_frames gives it: indices into RUBY_SITE_NAMES, PTMD_NO_NAME where Ruby has
+ * none (a C method has no path). */
+typedef struct {
+    uint32_t path;  /* kind PATH: the file */
+    uint32_t label; /* kind METHOD: the method or block ("block in work") */
+    uint32_t owner; /* kind MODULE: the class or module defining the method ("#<Class:Foo>" for Foo.bar) */
+    int32_t line;   /* the line running, 0 for a C method */
+} ptmd_ruby_frame;
+
+typedef struct {
+    uint64_t address; /* the object: an address in RUBY_OBJECTS when the Ruby pass recorded it */
+    uint32_t stack;   /* index into RUBY_STACKS */
+    uint32_t reserved;
+} ptmd_ruby_traced;
+
 /* A root: an object the GC marks without any object referencing it, in the GC's category for it
  * (rb_objspace_reachable_objects_from_root). */
 typedef struct {
@@ -676,6 +718,10 @@ _Static_assert(sizeof(ptmd_root_ref) == 16, "root reference layout");
 _Static_assert(sizeof(ptmd_ruby_graph_rec) == 32, "ruby graph record layout");
 _Static_assert(sizeof(ptmd_ruby_root) == 16, "ruby root layout");
 _Static_assert(sizeof(ptmd_ruby_edge_name) == 16, "ruby edge name layout");
+_Static_assert(sizeof(ptmd_alloc_trace_rec) == 48, "allocation trace record layout");
+_Static_assert(sizeof(ptmd_ruby_stack) == 8, "ruby stack layout");
+_Static_assert(sizeof(ptmd_ruby_frame) == 16, "ruby frame layout");
+_Static_assert(sizeof(ptmd_ruby_traced) == 16, "ruby traced object layout");
 
 #define PTMD_PREAMBLE_SIZE 16
 #define PTMD_END_SIZE (sizeof(ptmd_section_hdr) + sizeof(ptmd_footer))

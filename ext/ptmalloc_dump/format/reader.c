@@ -230,6 +230,15 @@ static int check_graph_rec(const ptmd_view *v, const char *name, ptmd_err *err)
     return 0;
 }
 
+static int check_alloc_trace_rec(const ptmd_view *v, const char *name, ptmd_err *err)
+{
+    const ptmd_alloc_trace_rec *t = v->alloc_trace;
+    if (t->reserved) FAIL("%s: alloc_trace section: reserved field not zero", name);
+    if (!t->every || t->sampled > t->seen || t->dropped > t->sampled)
+        FAIL("%s: alloc_trace section: its counts do not hold together", name);
+    return 0;
+}
+
 static int check_snapshot(const ptmd_view *v, const char *name, ptmd_err *err)
 {
     if (v->snapshot->reserved) FAIL("%s: snapshot section: reserved field not zero", name);
@@ -453,6 +462,39 @@ static int check_graph(const ptmd_view *v, const char *name, ptmd_err *err)
     return 0;
 }
 
+static int site_name_ok(const ptmd_view *v, uint32_t i)
+{
+    return i == PTMD_NO_NAME || i < v->n_ruby_site_names;
+}
+
+/* The allocation sites whole: every stack a run of frames, every name a site name, every traced
+ * object a stack, by address. */
+static int check_sites(const ptmd_view *v, const char *name, ptmd_err *err)
+{
+    size_t i;
+    if (!v->alloc_trace && !v->ruby_stacks && !v->ruby_frames && !v->ruby_traced && !v->ruby_site_names) return 0;
+    if (!v->alloc_trace || !v->ruby_stacks || !v->ruby_frames || !v->ruby_traced || !v->ruby_site_names)
+        FAIL("%s: the allocation site sections are incomplete", name);
+    for (i = 0; i < v->n_ruby_stacks; i++) {
+        const ptmd_ruby_stack *s = &v->ruby_stacks[i];
+        if (s->first > v->n_ruby_frames || s->n_frames > v->n_ruby_frames - s->first ||
+            s->n_frames > v->alloc_trace->max_frames)
+            FAIL("%s: traced stack %zu names frames that do not exist", name, i);
+    }
+    for (i = 0; i < v->n_ruby_frames; i++) {
+        const ptmd_ruby_frame *f = &v->ruby_frames[i];
+        if (!site_name_ok(v, f->path) || !site_name_ok(v, f->label) || !site_name_ok(v, f->owner) || f->line < 0)
+            FAIL("%s: traced frame %zu names a name that does not exist", name, i);
+    }
+    for (i = 0; i < v->n_ruby_traced; i++) {
+        const ptmd_ruby_traced *t = &v->ruby_traced[i];
+        if (t->stack >= v->n_ruby_stacks || t->reserved)
+            FAIL("%s: traced object %zu names a stack that does not exist", name, i);
+        if (i && t->address <= v->ruby_traced[i - 1].address) FAIL("%s: traced object %zu is out of order", name, i);
+    }
+    return 0;
+}
+
 int ptmd_read_view(const unsigned char *data, size_t len, const char *name, ptmd_view *v, ptmd_err *err)
 {
     const ptmd_footer *f = NULL;
@@ -469,6 +511,7 @@ int ptmd_read_view(const unsigned char *data, size_t len, const char *name, ptmd
     if (check_rss_sections(v, name, err) != 0) return -1;
     if (check_code(v, name, err) != 0) return -1;
     if (check_graph(v, name, err) != 0) return -1;
+    if (check_sites(v, name, err) != 0) return -1;
     if (v->trim_released && v->n_trim_released != v->n_arenas)
         FAIL("%s: the trim check does not cover every arena", name);
     for (i = 0; i < v->n_refs; i++)

@@ -1,5 +1,5 @@
 /* What the writer writes of a view: each section's count and bytes, made from PTMD_SECTIONS; and the
- * RUBY_NAMES entries one by one. */
+ * names sections' entries one by one, and a Ruby object's slot size. */
 #include "format/view.h"
 
 #include <string.h>
@@ -47,13 +47,26 @@ int ptmd_view_section(const ptmd_view *v, uint32_t type, ptmd_section_payload *p
     return -1;
 }
 
-int ptmd_view_next_name(const ptmd_view *v, size_t *off, ptmd_view_name *out)
+int ptmd_view_next_name(const unsigned char *names, size_t len, size_t *off, ptmd_view_name *out)
 {
-    if (*off + 16 > v->ruby_names_len) return 0;
-    memcpy(&out->key, v->ruby_names + *off, 8);
-    memcpy(&out->kind, v->ruby_names + *off + 8, 4);
-    memcpy(&out->len, v->ruby_names + *off + 12, 4);
-    out->name = (const char *)v->ruby_names + *off + 16;
+    if (*off + 16 > len) return 0;
+    memcpy(&out->key, names + *off, 8);
+    memcpy(&out->kind, names + *off + 8, 4);
+    memcpy(&out->len, names + *off + 12, 4);
+    out->name = (const char *)names + *off + 16;
     *off += 16 + ((out->len + 7u) & ~7u);
     return 1;
+}
+
+uint32_t ptmd_view_slot_size(const ptmd_view *v, uint64_t address)
+{
+    size_t lo = 0, hi = v->n_ruby_pages;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        const ptmd_ruby_page *p = &v->ruby_pages[mid];
+        if (address < p->start) hi = mid;
+        else if (address >= p->end) lo = mid + 1;
+        else return p->stride;
+    }
+    return 0;
 }

@@ -74,6 +74,16 @@ typedef struct {
     size_t n_ruby_roots;
     const ptmd_ruby_edge_name *ruby_edge_names; /* by src */
     size_t n_ruby_edge_names;
+    /* allocation sites (PtmallocDump.trace_allocations), NULL when the dump has none */
+    const ptmd_alloc_trace_rec *alloc_trace;
+    const ptmd_ruby_stack *ruby_stacks;
+    size_t n_ruby_stacks;
+    const ptmd_ruby_frame *ruby_frames;
+    size_t n_ruby_frames;
+    const ptmd_ruby_traced *ruby_traced; /* by address */
+    size_t n_ruby_traced;
+    const unsigned char *ruby_site_names;
+    size_t ruby_site_names_len, n_ruby_site_names;
 } ptmd_view;
 
 #define PTMD_SECTION_BIT(type) (1ull << (type))
@@ -97,15 +107,18 @@ typedef struct {
  * no chunk_words: CHUNKS is then the writer's to make. */
 int ptmd_view_section(const ptmd_view *v, uint32_t type, ptmd_section_payload *p);
 
-/* One RUBY_NAMES entry: its key and kind (PTMD_NAME_), its bytes (not NUL-terminated). */
+/* One entry of a names section: its key and kind (PTMD_NAME_), its bytes (not NUL-terminated). */
 typedef struct {
     uint64_t key;
     uint32_t kind, len;
     const char *name;
 } ptmd_view_name;
 
-/* The RUBY_NAMES entry at *off, *off moved past it: 1, or 0 after the last (the reader has checked
- * the section's entries). */
-int ptmd_view_next_name(const ptmd_view *v, size_t *off, ptmd_view_name *out);
+/* The entry of a names section (RUBY_NAMES, RUBY_CODE_NAMES, RUBY_SITE_NAMES: `len` bytes at names) at
+ * *off, *off moved past it: 1, or 0 after the last (the reader has checked the section's entries). */
+int ptmd_view_next_name(const unsigned char *names, size_t len, size_t *off, ptmd_view_name *out);
+
+/* The slot size of the Ruby page holding address (RUBY_PAGES, by address), 0 when none does. */
+uint32_t ptmd_view_slot_size(const ptmd_view *v, uint64_t address);
 
 #endif

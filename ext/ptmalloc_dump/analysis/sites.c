@@ -1,0 +1,61 @@
+/* Allocation sites at load: the traced objects joined to the Ruby objects the pass recorded, and the
+ * chunks the attribution gives those objects. */
+#include "analysis/sites.h"
+#include "format/glibc.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* The index of the recorded object at address (order: the objects by address), or UINT32_MAX. */
+static uint32_t object_at(const ptmd_view *v, const uint32_t *order, uint64_t address)
+{
+    size_t lo = 0, hi = v->n_ruby_objects;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        uint64_t a = v->ruby_objects[order[mid]].address;
+        if (a == address) return order[mid];
+        if (a < address) lo = mid + 1;
+        else hi = mid;
+    }
+    return UINT32_MAX;
+}
+
+int ptmd_site_totals(const ptmd_view *v, const ptmd_attribution *a, ptmd_stack_totals *out)
+{
+    size_t n = v->n_ruby_objects, i;
+    uint64_t *bytes = calloc(n ? n : 1, sizeof(uint64_t)), *chunks = calloc(n ? n : 1, sizeof(uint64_t));
+    uint32_t *order = malloc((n ? n : 1) * sizeof(uint32_t));
+    memset(out, 0, v->n_ruby_stacks * sizeof(*out));
+    if (!bytes || !chunks || !order) {
+        free(bytes);
+        free(chunks);
+        free(order);
+        return -1;
+    }
+    for (i = 0; i < v->n_chunks; i++) {
+        uint32_t o = a->owner[i];
+        if (!o || o == UINT32_MAX) continue;
+        bytes[o - 1] += ptmd_rec_size(&v->chunks[i]);
+        chunks[o - 1]++;
+    }
+    ptmd_object_order(v, order);
+    for (i = 0; i < v->n_ruby_traced; i++) {
+        const ptmd_ruby_traced *t = &v->ruby_traced[i];
+        uint32_t o = object_at(v, order, t->address);
+        ptmd_stack_totals *s = &out[t->stack];
+        if (o == UINT32_MAX) continue;
+        if (v->ruby_objects[o].flags & PTMD_OF_GARBAGE) {
+            s->garbage++;
+            s->garbage_bytes += bytes[o];
+            continue;
+        }
+        s->objects++;
+        s->bytes += bytes[o];
+        s->chunks += chunks[o];
+        s->slot_bytes += ptmd_view_slot_size(v, t->address);
+    }
+    free(bytes);
+    free(chunks);
+    free(order);
+    return 0;
+}

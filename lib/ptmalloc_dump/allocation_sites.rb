@@ -1,0 +1,170 @@
+# frozen_string_literal: true
+
+require "rbconfig"
+
+module PtmallocDump
+  # The mean gap between traced objects {PtmallocDump.trace_allocations} samples by default.
+  DEFAULT_TRACE_EVERY = 64
+  # Traced objects alive at once, and distinct stacks, the tracing tables hold by default.
+  DEFAULT_TRACE_MAX_OBJECTS = 1_000_000
+  DEFAULT_TRACE_MAX_STACKS = 65_536
+
+  class << self
+    # Starts recording where Ruby objects are allocated: every +every+-th new object on average (a
+    # random, geometric gap, so that a loop's fixed rhythm cannot hide a site), with the Ruby stack that
+    # allocated it, until the object is freed. Dumps taken while tracing is on hold the sites of the
+    # traced objects still alive ({Dump#allocation_sites}); a forked child (a preforked worker) keeps
+    # tracing on its copy.
+    #
+    # It uses the VM's internal NEWOBJ and FREEOBJ events and allocates nothing inside them: its tables
+    # are mapped at their fixed size here (+max_objects+ traced objects alive at once, +max_stacks+
+    # distinct stacks); samples that find them full are counted as dropped. Each new object costs a
+    # counter decrement, each sample a walk of the Ruby stack (up to 64 frames).
+    #
+    # @param every [Integer] the mean gap, 1 to trace every object
+    # @param seed [Integer, nil] the sampler's seed, for repeatable runs (nil: from the clock)
+    # @param max_objects [Integer] traced objects alive at once
+    # @param max_stacks [Integer] distinct stacks
+    # @return [nil]
+    # @raise [TracingError] when tracing is already on, or its tables cannot be mapped
+    def trace_allocations(every: DEFAULT_TRACE_EVERY, seed: nil, max_objects: DEFAULT_TRACE_MAX_OBJECTS,
+                          max_stacks: DEFAULT_TRACE_MAX_STACKS)
+      { every: every, max_objects: max_objects, max_stacks: max_stacks }.each do |name, value|
+        unless value.is_a?(Integer) && value.positive?
+          raise ArgumentError, "#{name}: must be a positive Integer, not #{value.inspect}"
+        end
+      end
+      raise ArgumentError, "seed: must be an Integer or nil, not #{seed.inspect}" unless seed.nil? || seed.is_a?(Integer)
+
+      _trace_allocations(every, seed.to_i & ((1 << 64) - 1), max_objects, max_stacks)
+    end
+
+    # Stops allocation tracing and releases its tables (nothing when it is off).
+    # @return [nil]
+    def stop_allocation_tracing
+      _stop_allocation_tracing
+    end
+
+    # @return [Hash, nil] nil when tracing is off, else +:every+, +:seen+ (new objects since it started),
+    #   +:sampled+, +:dropped+ (samples the full tables could not keep), +:tracked+ (traced objects alive),
+    #   +:stacks+, +:frames+, +:max_objects+, +:max_stacks+, +:mapped_bytes+ (its tables' address space;
+    #   only the pages used are resident) and +:started_at+
+    def allocation_tracing
+      _allocation_tracing
+    end
+  end
+
+  # Where the memory of a dump's traced objects was allocated.
+  class Dump
+    # @return [Boolean] whether the dump holds allocation sites (taken while tracing was on)
+    def allocation_sites?
+      !_alloc_trace.nil?
+    end
+
+    # @return [Hash, nil] how the traced objects were sampled: +:every+, +:seen+, +:sampled+, +:dropped+,
+    #   +:traced+ (traced objects not yet freed at the dump), +:stacks+, +:max_frames+, +:started_at+;
+    #   nil without sites
+    def allocation_trace
+      _alloc_trace
+    end
+
+    # @return [String, nil] why the dump has no allocation sites, nil when it has them
+    def no_sites_reason
+      return nil if allocation_sites?
+      return "the dump has no Ruby heap data: #{no_ruby_reason}" unless ruby
+
+      "it was not taken while PtmallocDump.trace_allocations was on"
+    end
+
+    # The allocation sites of the traced objects alive at the dump, the largest first. A site is the
+    # innermost frame of the application's own code (frames in gems, in Ruby's library and Ruby's
+    # internal files are skipped, and kept in +:frames+); its bytes are the malloc chunks its traced
+    # objects own (the dump's attribution), times the sampling gap.
+    #
+    # @param limit [Integer] the most sites returned
+    # @return [Array<Hash>] +:site+ (+"path:LINE"+), +:method+ (+"Owner#name"+, +"Owner.name"+ or the
+    #   block's label), +:frames+ (the stack, innermost first, +"path:LINE in label"+), +:kind+ (+:ruby+),
+    #   +:bytes+, +:count+ (objects), +:slot_bytes+, +:ruby_owned_bytes+ (all of +:bytes+: Ruby objects own
+    #   them), +:anchored_bytes+ and +:leaked_bytes+ (0), +:garbage_count+ and +:garbage_bytes+ (dead traced
+    #   objects the lazy sweep has not freed yet, and the chunks they still hold: not in +:count+ and
+    #   +:bytes+), +:estimated+ (true when sampled: the figures are the samples' times the gap)
+    # @raise [NoSitesError] when the dump has none
+    def allocation_sites(limit: 50)
+      raise NoSitesError, "this dump has no allocation sites: #{no_sites_reason}" unless allocation_sites?
+
+      every = allocation_trace[:every]
+      names = _site_names
+      sites = Hash.new { |h, k| h[k] = Hash.new(0) }
+      _traced_stacks.each do |stack, *figures|
+        frames = _stack_frames(stack).map { |path, line, label, owner| SiteFrame.new(names, path, line, label, owner) }
+        entry = sites[SiteFrame.site_of(frames)]
+        SITE_FIGURES.zip(figures).each { |key, n| entry[key] += n }
+        entry[:frames] = frames unless entry.key?(:frames)
+      end
+      sites.map { |(site, method), e| site_entry(site, method, e, every) }
+           .sort_by { |s| [-s[:bytes], -s[:count], s[:site]] }.first(limit)
+    end
+
+    private
+
+    # the figures of a traced stack, as _traced_stacks gives them after its index
+    SITE_FIGURES = %i[count bytes chunks slot_bytes garbage_count garbage_bytes].freeze
+    private_constant :SITE_FIGURES
+
+    def site_entry(site, method, e, every)
+      bytes = e[:bytes] * every
+      { site: site, method: method, frames: e[:frames].map(&:to_s), kind: :ruby, bytes: bytes,
+        count: e[:count] * every, slot_bytes: e[:slot_bytes] * every, ruby_owned_bytes: bytes,
+        anchored_bytes: 0, leaked_bytes: 0, garbage_count: e[:garbage_count] * every,
+        garbage_bytes: e[:garbage_bytes] * every, estimated: every > 1 }
+    end
+  end
+
+  # A frame of a traced stack, with its names.
+  class SiteFrame
+    # Paths of code that is not the application's own: installed gems, Ruby's library, the VM's
+    # internal files.
+    LIBRARY_PATHS = [RbConfig::CONFIG["rubylibprefix"], RbConfig::CONFIG["vendordir"],
+                     RbConfig::CONFIG["sitedir"]].compact.reject(&:empty?).freeze
+
+    attr_reader :path, :line, :label, :owner
+
+    def initialize(names, path, line, label, owner)
+      @path = path && names[path]
+      @line = line
+      @label = label && names[label]
+      @owner = owner && names[owner]
+    end
+
+    # @return [Array(String, String)] the site (+"path:LINE"+) and method of a stack: its innermost
+    #   application frame, else its innermost frame with a path, else +"(no Ruby frame)"+
+    def self.site_of(frames)
+      frame = frames.find(&:application?) || frames.find(&:path)
+      return ["(no Ruby frame)", ""] unless frame
+
+      ["#{frame.path}:#{frame.line}", frame.method_name]
+    end
+
+    # @return [Boolean] whether the frame runs the application's own code
+    def application?
+      return false unless path
+      return false if path.start_with?("<internal:") || path.include?("/gems/")
+
+      LIBRARY_PATHS.none? { |dir| path.start_with?("#{dir}/") }
+    end
+
+    # @return [String] "Owner#label", "Owner.label" for a singleton's method, else the label
+    def method_name
+      return label.to_s unless owner && !owner.empty?
+
+      if (of = owner[/\A#<Class:(.+)>\z/, 1]) && !of.start_with?("0x") then "#{of}.#{label}"
+      else "#{owner}##{label}"
+      end
+    end
+
+    # @return [String] "path:LINE in method" ("(C) in method" for a C method)
+    def to_s
+      "#{path ? "#{path}:#{line}" : '(C)'} in #{method_name}"
+    end
+  end
+end
