@@ -34,7 +34,10 @@ module PtmallocDump
           raise ArgumentError, "#{name}: must be a positive Integer, not #{value.inspect}"
         end
       end
-      raise ArgumentError, "seed: must be an Integer or nil, not #{seed.inspect}" unless seed.nil? || seed.is_a?(Integer)
+      unless seed.nil? || seed.is_a?(Integer)
+        raise ArgumentError,
+              "seed: must be an Integer or nil, not #{seed.inspect}"
+      end
 
       _trace_allocations(every, seed.to_i & ((1 << 64) - 1), max_objects, max_stacks)
     end
@@ -93,10 +96,9 @@ module PtmallocDump
       raise NoSitesError, "this dump has no allocation sites: #{no_sites_reason}" unless allocation_sites?
 
       every = allocation_trace[:every]
-      names = _site_names
       sites = Hash.new { |h, k| h[k] = Hash.new(0) }
       _traced_stacks.each do |stack, *figures|
-        frames = _stack_frames(stack).map { |path, line, label, owner| SiteFrame.new(names, path, line, label, owner) }
+        frames = stack_frames(stack)
         entry = sites[SiteFrame.site_of(frames)]
         SITE_FIGURES.zip(figures).each { |key, n| entry[key] += n }
         entry[:frames] = frames unless entry.key?(:frames)
@@ -105,7 +107,36 @@ module PtmallocDump
            .sort_by { |s| [-s[:bytes], -s[:count], s[:site]] }.first(limit)
     end
 
+    # Where the traced object at +address+ was allocated.
+    # @param address [Integer] a Ruby object's address (+ObjectSpace.dump+'s)
+    # @return [Hash, nil] +:site+, +:method+, +:frames+ as {#allocation_sites} gives them; nil when no
+    #   traced object is there (tracing samples, and an object from before it started is not traced)
+    # @raise [NoSitesError] when the dump has no allocation sites
+    def allocation_site_of(address)
+      raise NoSitesError, "this dump has no allocation sites: #{no_sites_reason}" unless allocation_sites?
+
+      stack = _traced_stack_of(Integer(address)) or return nil
+      frames = stack_frames(stack)
+      site, method = SiteFrame.site_of(frames)
+      { site: site, method: method, frames: frames.map(&:to_s) }
+    end
+
+    # Every traced object not freed at the dump.
+    # @return [Array<Array(Integer, String)>] its address and its site (+"path:LINE"+), by address
+    # @raise [NoSitesError] when the dump has no allocation sites
+    def traced_objects
+      raise NoSitesError, "this dump has no allocation sites: #{no_sites_reason}" unless allocation_sites?
+
+      sites = Hash.new { |h, stack| h[stack] = SiteFrame.site_of(stack_frames(stack)).first }
+      _traced.map { |address, stack| [address, sites[stack]] }
+    end
+
     private
+
+    def stack_frames(stack)
+      names = (@site_names ||= _site_names)
+      _stack_frames(stack).map { |path, line, label, owner| SiteFrame.new(names, path, line, label, owner) }
+    end
 
     # the figures of a traced stack, as _traced_stacks gives them after its index
     SITE_FIGURES = %i[count bytes chunks slot_bytes garbage_count garbage_bytes].freeze

@@ -93,6 +93,33 @@ static VALUE dump_traced_stacks(VALUE self)
     return ary;
 }
 
+/* Dump#_traced -> [[address, stack], ...] by address: every traced object not freed at the dump */
+static VALUE dump_traced(VALUE self)
+{
+    const ptmd_view *v = ptmd_rb_dump_view(self);
+    VALUE ary = rb_ary_new_capa((long)v->n_ruby_traced);
+    size_t i;
+    for (i = 0; i < v->n_ruby_traced; i++)
+        rb_ary_push(ary,
+                    rb_ary_new_from_args(2, PTMD_U64(v->ruby_traced[i].address), UINT2NUM(v->ruby_traced[i].stack)));
+    return ary;
+}
+
+/* Dump#_traced_stack_of(address) -> the stack of the traced object at address, nil when none is */
+static VALUE dump_traced_stack_of(VALUE self, VALUE address)
+{
+    const ptmd_view *v = ptmd_rb_dump_view(self);
+    uint64_t a = NUM2ULL(address);
+    size_t lo = 0, hi = v->n_ruby_traced;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (v->ruby_traced[mid].address == a) return UINT2NUM(v->ruby_traced[mid].stack);
+        if (v->ruby_traced[mid].address < a) lo = mid + 1;
+        else hi = mid;
+    }
+    return Qnil;
+}
+
 /* Dump#_site_names -> [name, ...] by index */
 static VALUE dump_site_names(VALUE self)
 {
@@ -131,5 +158,7 @@ void ptmd_sites_class_init(void)
     rb_define_private_method(cDump, "_alloc_trace", dump_alloc_trace, 0);
     rb_define_private_method(cDump, "_traced_stacks", dump_traced_stacks, 0);
     rb_define_private_method(cDump, "_site_names", dump_site_names, 0);
+    rb_define_private_method(cDump, "_traced", dump_traced, 0);
+    rb_define_private_method(cDump, "_traced_stack_of", dump_traced_stack_of, 1);
     rb_define_private_method(cDump, "_stack_frames", dump_stack_frames, 1);
 }

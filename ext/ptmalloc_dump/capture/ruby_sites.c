@@ -268,7 +268,8 @@ static const rb_data_type_t holder_type = {
 
 void ptmd_ruby_sites_init(void)
 {
-    holder = TypedData_Wrap_Struct(rb_cObject, &holder_type, NULL);
+    /* the GC calls dmark and dcompact only for a non-NULL data pointer */
+    holder = TypedData_Wrap_Struct(0, &holder_type, &T);
     rb_gc_register_mark_object(holder);
     tracepoint = rb_tracepoint_new(0, RUBY_INTERNAL_EVENT_NEWOBJ | RUBY_INTERNAL_EVENT_FREEOBJ, on_event, NULL);
     rb_gc_register_mark_object(tracepoint);
