@@ -116,6 +116,14 @@ static const field ruby_roots_fields[] = { F(ptmd_ruby_root, object), F(ptmd_rub
 static const field ruby_edge_names_fields[] = { F(ptmd_ruby_edge_name, edge), F(ptmd_ruby_edge_name, kind),
                                                 F(ptmd_ruby_edge_name, detail), F(ptmd_ruby_edge_name, reserved) };
 static const field ruby_edge_counts_fields[] = { { 0, 4 } }, ruby_edges_fields[] = { { 0, 4 } };
+static const field alloc_trace_fields[] = { F(ptmd_alloc_trace_rec, every),      F(ptmd_alloc_trace_rec, seen),
+                                            F(ptmd_alloc_trace_rec, sampled),    F(ptmd_alloc_trace_rec, dropped),
+                                            F(ptmd_alloc_trace_rec, max_frames), F(ptmd_alloc_trace_rec, reserved) };
+static const field ruby_stacks_fields[] = { F(ptmd_ruby_stack, first), F(ptmd_ruby_stack, n_frames) };
+static const field ruby_frames_fields[] = { F(ptmd_ruby_frame, path), F(ptmd_ruby_frame, label),
+                                            F(ptmd_ruby_frame, owner), F(ptmd_ruby_frame, line) };
+static const field ruby_traced_fields[] = { F(ptmd_ruby_traced, address), F(ptmd_ruby_traced, stack),
+                                            F(ptmd_ruby_traced, reserved) };
 #define WORD                                                                                                           \
     {                                                                                                                  \
         {                                                                                                              \

@@ -11,8 +11,10 @@ RSpec.describe "a dump file whose checksum is valid but one field is not" do
     # with other work beside it
     out, err, status = run_ruby(<<~RUBY, timeout: 1800)
       require #{sweep.dump}
+      PtmallocDump.trace_allocations(every: 4, seed: 1)
       keep = Array.new(2000) { |i| "x" * (i % 300) }
       PtmallocDump.dump(#{path.dump}, references: true, trim_check: true, graph: true)
+      PtmallocDump.stop_allocation_tracing
       puts JSON.generate(FieldSweep.run(#{path.dump}, #{progress.dump}))
       keep.size
     RUBY

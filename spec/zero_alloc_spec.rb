@@ -46,7 +46,10 @@ RSpec.describe "the walk's allocations" do
       keep = Array.new(20_000) { |i| "x" * (30 + i % 200) } # strings with malloc'd buffers
       Array.new(3) { Thread.new { 1000.times { "x" * 100 } } }.each(&:join) # several arenas
       sweeps = 0
-      r = [{ ruby: false }, { ruby: false }, {}, { references: false }, {}, { graph: true }, { graph: true }].map do |opts|
+      runs = [{ ruby: false }, { ruby: false }, {}, { references: false }, {}, { graph: true }, { graph: true },
+              { graph: true, trace: true }]
+      r = runs.map do |opts|
+        PtmallocDump.trace_allocations(every: 2, seed: 3) if opts.delete(:trace) # the sites too
         keep.concat(Array.new(5_000) { "y" * 100 }) # garbage, and a lazy sweep for the dump to find
         keep.shift(5_000)
         GC.start(immediate_sweep: false)
@@ -57,18 +60,20 @@ RSpec.describe "the walk's allocations" do
       last = PtmallocDump.load(#{path.inspect})
       ruby = last.ruby
       puts JSON.generate(windows: windows.call, calls: r, sweeps: sweeps, from_gc: ruby.meta[:pages_from_gc],
-                         garbage: ruby.summary[:garbage_objects], edges: last.graph_meta&.fetch(:edges))
+                         garbage: ruby.summary[:garbage_objects], edges: last.graph_meta&.fetch(:edges),
+                         traced: last.allocation_sites? ? last.traced_objects.size : 0)
     RUBY
     out, err, status = run_ruby("require 'fiddle'; require 'json'; #{code}", env: { "LD_PRELOAD" => probe })
     expect(status).to be_success, err
     result = JSON.parse(out, symbolize_names: true)
-    expect(result[:windows]).to eq(7)
+    expect(result[:windows]).to eq(8)
     calls = result[:calls]
-    expect(result[:sweeps]).to eq(7) # every dump began with a lazy sweep pending
-    # the first call in the process included, ruby: true and the object graph included
-    expect(calls).to eq([[0, 0]] * 7)
+    expect(result[:sweeps]).to eq(8) # every dump began with a lazy sweep pending
+    # the first call in the process included, ruby: true, the object graph and the allocation sites included
+    expect(calls).to eq([[0, 0]] * 8)
     expect(result[:from_gc]).to be(false)
     expect(result[:edges]).to be > 20_000 # the last dump recorded the graph
+    expect(result[:traced]).to be > 1_000 # and the sites of the objects traced since the one before
     expect(result[:garbage]).to be >= 5_000 # the strings dropped just before: dead, not yet swept
     expect(PtmallocDump.load(path).verify).to be_ok
   end

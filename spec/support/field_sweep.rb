@@ -53,7 +53,11 @@ module FieldSweep
     43 => ["ruby_edge_count", [%w[count L]]],
     44 => ["ruby_edge", [%w[object L]]],
     45 => ["ruby_root", fields([], %w[object category name flags])],
-    46 => ["ruby_edge_name", fields([], %w[edge kind detail reserved])]
+    46 => ["ruby_edge_name", fields([], %w[edge kind detail reserved])],
+    47 => ["alloc_trace", fields(%w[every seen sampled dropped started_ns], %w[max_frames reserved])],
+    48 => ["ruby_stack", fields([], %w[first n_frames])],
+    49 => ["ruby_frame", fields([], %w[path label owner line])],
+    50 => ["ruby_traced", fields(%w[address], %w[stack reserved])]
   }.freeze
   # Sections whose records follow a fixed head: the head's layout (swept as one record).
   HEADS = {
@@ -132,6 +136,8 @@ module FieldSweep
     dump.each_chunk.count
     dump.ruby&.summary
     dump.retainers.each { |r| dump.path_to_root(r[:address]) } if dump.graph?
+    dump.allocation_sites.each { |site| site[:frames].size } if dump.allocation_sites?
+    dump.traced_objects.first(20).each { |address, _| dump.allocation_site_of(address) } if dump.allocation_sites?
     PtmallocDump::TextSummary.new(dump).to_s
     JSON.generate(PtmallocDump::JsonSummary.new(dump).to_h)
     [["--summary", path], ["--json", path], ["--retainers", path], [path, File.join(dir, "render")],

@@ -473,7 +473,8 @@ static int check_sites(const ptmd_view *v, const char *name, ptmd_err *err)
 {
     size_t i;
     if (!v->alloc_trace && !v->ruby_stacks && !v->ruby_frames && !v->ruby_traced && !v->ruby_site_names) return 0;
-    if (!v->alloc_trace || !v->ruby_stacks || !v->ruby_frames || !v->ruby_traced || !v->ruby_site_names)
+    if (!v->alloc_trace || !v->ruby_stacks || !v->ruby_frames || !v->ruby_traced || !v->ruby_site_names ||
+        !v->ruby_objects)
         FAIL("%s: the allocation site sections are incomplete", name);
     for (i = 0; i < v->n_ruby_stacks; i++) {
         const ptmd_ruby_stack *s = &v->ruby_stacks[i];
