@@ -57,6 +57,33 @@ module PtmallocDump
     end
   end
 
+  # One line per allocation site, as the text summary and `--sites` print them.
+  module SiteLines
+    # @param trace [Hash] {Dump#allocation_trace}
+    # @return [String] what the figures are
+    def self.heading(trace)
+      every = trace[:every]
+      sampled = every == 1 ? "every new object traced" : "one new object in #{every} traced, figures scaled"
+      "where the traced Ruby objects still alive were allocated (the malloc memory they own; #{sampled}):"
+    end
+
+    # @param s [Hash] an entry of {Dump#allocation_sites}
+    # @return [String] "4.0 MiB in 3,001 objects at app/models/user.rb:12 in User#load"
+    def self.line(s)
+      about = s[:estimated] ? "about " : ""
+      "#{about}#{FormatHelpers.human_bytes(s[:bytes])} in #{FormatHelpers.count(s[:count])} " \
+        "object#{s[:count] == 1 ? '' : 's'} at #{s[:site]}#{s[:method].empty? ? '' : " in #{s[:method]}"}"
+    end
+
+    # @param s [Hash] an entry of {Dump#allocation_sites}
+    # @param limit [Integer] how many
+    # @return [Array<String>] the frames that called the site's frame
+    def self.callers(s, limit: 3)
+      at = s[:frames].index { |f| f.start_with?("#{s[:site]} in ") }
+      at ? s[:frames][(at + 1)..].first(limit) : []
+    end
+  end
+
   # Where the memory of a dump's traced objects was allocated.
   class Dump
     # @return [Boolean] whether the dump holds allocation sites (taken while tracing was on)
@@ -107,6 +134,19 @@ module PtmallocDump
            .sort_by { |s| [-s[:bytes], -s[:count], s[:site]] }.first(limit)
     end
 
+    # The traced stacks with live objects, for a flame graph of live bytes by stack.
+    # @return [Array<Hash>] +:frames+ (innermost first, as in {#allocation_sites}), +:bytes+, +:count+,
+    #   scaled by the sampling gap
+    # @raise [NoSitesError] when the dump has no allocation sites
+    def allocation_stacks
+      raise NoSitesError, "this dump has no allocation sites: #{no_sites_reason}" unless allocation_sites?
+
+      every = allocation_trace[:every]
+      _traced_stacks.filter_map do |stack, count, bytes, *|
+        { frames: stack_frames(stack).map(&:to_s), bytes: bytes * every, count: count * every } if count.positive?
+      end
+    end
+
     # Where the traced object at +address+ was allocated.
     # @param address [Integer] a Ruby object's address (+ObjectSpace.dump+'s)
     # @return [Hash, nil] +:site+, +:method+, +:frames+ as {#allocation_sites} gives them; nil when no
@@ -133,9 +173,13 @@ module PtmallocDump
 
     private
 
+    # a stack's frames, innermost first, without those that had not begun to run (a path, line 0: the
+    # script's own top frame below its <main>)
     def stack_frames(stack)
       names = (@site_names ||= _site_names)
-      _stack_frames(stack).map { |path, line, label, owner| SiteFrame.new(names, path, line, label, owner) }
+      _stack_frames(stack).filter_map do |path, line, label, owner|
+        SiteFrame.new(names, path, line, label, owner) unless path && line.zero?
+      end
     end
 
     # the figures of a traced stack, as _traced_stacks gives them after its index

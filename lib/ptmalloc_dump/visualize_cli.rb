@@ -9,6 +9,7 @@ module PtmallocDump
             "       ptmalloc-visualize --summary|--json DUMP\n" \
             "       ptmalloc-visualize --explain ADDR [--json] DUMP\n" \
             "       ptmalloc-visualize --retainers [--json] DUMP\n" \
+            "       ptmalloc-visualize --sites [--json] DUMP\n" \
             "       ptmalloc-visualize --diff OLD NEW OUTDIR\n" \
             "       ptmalloc-visualize --compare DUMP... OUTDIR\n" \
             "       ptmalloc-visualize --timeline FILE... OUTDIR"
@@ -29,6 +30,7 @@ module PtmallocDump
       when :json then with_dump(1) { |d| @out.puts JSON.pretty_generate(JsonSummary.new(d).to_h) }
       when :explain then explain
       when :retainers then retainers
+      when :sites then sites
       when :diff then diff
       when :compare then compare
       when :timeline then timeline
@@ -61,6 +63,9 @@ module PtmallocDump
         end
         o.on("--retainers", "Print who keeps DUMP's Ruby memory alive (a dump with its object graph)") do
           @options[:mode] = :retainers
+        end
+        o.on("--sites", "Print where DUMP's traced objects were allocated (PtmallocDump.trace_allocations)") do
+          @options[:mode] = :sites
         end
         o.on("--diff", "Compare two dumps of one process: OLD NEW OUTDIR") { @options[:mode] = :diff }
         o.on("--compare", "Compare dumps of several workers: DUMP... OUTDIR") { @options[:mode] = :compare }
@@ -110,6 +115,16 @@ module PtmallocDump
 
         @out.puts "who keeps Ruby's memory alive (malloc bytes each holder alone retains, with its objects):"
         list.each { |r| @out.puts RetainerLines.line(r), "    #{r[:path].join(' > ')}" }
+      end
+    end
+
+    def sites
+      with_dump(1) do |d|
+        list = d.allocation_sites
+        next @out.puts(JSON.pretty_generate(list)) if @options[:json]
+
+        @out.puts SiteLines.heading(d.allocation_trace)
+        list.each { |s| @out.puts SiteLines.line(s), *SiteLines.callers(s).map { |f| "    from #{f}" } }
       end
     end
 

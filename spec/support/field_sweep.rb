@@ -137,7 +137,7 @@ module FieldSweep
     dump.ruby&.summary
     dump.retainers.each { |r| dump.path_to_root(r[:address]) } if dump.graph?
     dump.allocation_sites.each { |site| site[:frames].size } if dump.allocation_sites?
-    dump.traced_objects.first(20).each { |address, _| dump.allocation_site_of(address) } if dump.allocation_sites?
+    dump.traced_objects.first(20).map(&:first).each { |a| dump.allocation_site_of(a) } if dump.allocation_sites?
     PtmallocDump::TextSummary.new(dump).to_s
     JSON.generate(PtmallocDump::JsonSummary.new(dump).to_h)
     [["--summary", path], ["--json", path], ["--retainers", path], [path, File.join(dir, "render")],

@@ -17,8 +17,8 @@ module PtmallocDump
       @address = address
     end
 
-    # @return [Hash] :address, :heap, :chunk, :owner, :holder, :code, :page, :ruby_slot, :references (each
-    #   nil when it does not apply)
+    # @return [Hash] :address, :heap, :chunk, :owner, :holder, :code, :allocated (the owner's allocation site),
+    #   :page, :ruby_slot, :references (each nil when it does not apply)
     def to_h
       @to_h ||= begin
         heap = @dump.heaps.find { |h| h.range.cover?(@address) }
@@ -30,6 +30,7 @@ module PtmallocDump
           owner: chunk && owner_h(chunk),
           holder: chunk && holder(chunk),
           code: chunk && code_h(chunk),
+          allocated: allocated_h(chunk),
           page: heap && page_h(heap),
           # on Ruby 2.7 and 3.0 an object page is a malloc chunk: both apply
           ruby_slot: ruby_slot,
@@ -62,6 +63,10 @@ module PtmallocDump
         lines << row("owner", e[:owner][:text])
         lines << row("holder", e[:holder]) if e[:holder]
         lines << row("code", e[:code][:text]) if e[:code]
+        if (a = e[:allocated])
+          lines << row("allocated", "#{a[:site]} in #{a[:method]}#{a[:object] ? " (its owner, #{a[:object]})" : ''}")
+          a[:frames].first(12).each { |f| lines << row("", "  #{f}") }
+        end
       elsif e[:heap]
         lines << row("chunk", "none: the walk did not reach this address")
       end
@@ -129,6 +134,16 @@ module PtmallocDump
       when :leaked then "leaked: nothing reaches it"
       when :ruby then "a Ruby object"
       end
+    end
+
+    # Where the chunk's owner (or the Ruby object at the address) was allocated, when the dump has
+    # allocation sites and traced it.
+    def allocated_h(chunk)
+      return nil unless @dump.ruby && @dump.allocation_sites?
+
+      object = chunk ? @dump.ruby.owner_of(chunk) : @dump.ruby.object_at(@address)
+      site = object && @dump.allocation_site_of(object.address)
+      site&.merge(object: chunk ? hex(object.address) : nil)
     end
 
     # The code the chunk is charged to (RubyHeap#code_charge_of), worded as the explorer's panel does.

@@ -6,6 +6,7 @@ require_relative "explanation"
 require_relative "explorer"
 require_relative "findings"
 require_relative "retainers_section"
+require_relative "sites_section"
 
 module PtmallocDump
   # Writes OUTDIR/index.html, its PNG maps and the explorer's data (explorer-data.js) for one dump: a
@@ -114,6 +115,7 @@ module PtmallocDump
       [:contents],
       [:ruby_section, "owners", "Where the heap goes"],
       [:retainers_section, "retainers", "Who keeps it alive"],
+      [:sites_section, "sites", "Where it was allocated"],
       [:explorer_section, "explorer", "Heap explorer"],
       [:reclaimable_section, "reclaimable", "Reclaimable now"],
       [:fragmentation_section, "fragmentation", "Fragmentation"],
@@ -379,6 +381,10 @@ module PtmallocDump
         <div class="legend">#{states.join("\n")}</div>
         #{owner_maps}
       HTML
+    end
+
+    def sites_section
+      @dump.ruby ? SitesSection.new(@dump).html : ""
     end
 
     def retainers_section

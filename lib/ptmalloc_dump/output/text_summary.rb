@@ -144,7 +144,16 @@ module PtmallocDump
         lines << format("  %-16s %s in %d block(s)", "leaked", human_bytes(o.dig(:leaked, :bytes)),
                         o.dig(:leaked, :count))
       end
-      lines.concat(holder_lines) << ""
+      lines.concat(holder_lines).concat(site_lines) << ""
+    end
+
+    # Where it was allocated: the five largest sites, when the dump has them.
+    def site_lines
+      return [] unless @dump.ruby && @dump.allocation_sites?
+
+      @dump.allocation_sites(limit: 5).map.with_index do |s, i|
+        format("  %-16s %s", i.zero? ? "allocated at" : "", SiteLines.line(s))
+      end
     end
 
     # Who keeps it alive: the five largest holders, or why the dump cannot say.
