@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "json"
+require "open3"
 require "set"
 require "spec_helper"
 
@@ -163,5 +164,37 @@ RSpec.describe "Ruby allocation sites" do
     end
     expect(PtmallocDump.allocation_tracing).to be_nil
     PtmallocDump.stop_allocation_tracing # stopping twice does nothing
+  end
+
+  it "names the sites in --sites, --explain, the text summary and the report" do
+    dump, facts = run_child(child, 1, 1, "every1.dump")
+    path = File.join(tmpdir, "every1.dump")
+    strings = "#{facts[:file]}:#{facts[:lines][:strings]}"
+    visualize = ->(*args) { Open3.capture3(RbConfig.ruby, "-I", SpecHelpers::LIB, SpecHelpers::VISUALIZE, *args) }
+    out, err, status = visualize.call("--sites", path)
+    expect(status).to be_success, err
+    first = dump.allocation_sites.first
+    expect(out.lines[1]).to eq("#{PtmallocDump::SiteLines.line(first)}\n")
+    expect(out).to include(" objects at #{strings} in Keeper.strings\n")
+    json, = visualize.call("--sites", "--json", path)
+    expect(JSON.parse(json).map { |s| s["site"] }).to eq(dump.allocation_sites.map { |s| s[:site] })
+    # a chunk a traced String owns: its site and the stack that made it
+    owned = dump.each_chunk.find do |c|
+      (o = dump.ruby.owner_of(c)) && facts[:strings].include?(o.address) && c.size > 1500
+    end
+    out, = visualize.call("--explain", format("0x%x", owned.address + 16), path)
+    expect(out).to match(/^allocated +#{Regexp.escape(strings)} in Keeper\.strings \(its owner, 0x/)
+    summary, = visualize.call("--summary", path)
+    expect(summary).to include("allocated at     #{PtmallocDump::SiteLines.line(first)}")
+    report = File.join(tmpdir, "report")
+    _, err, status = visualize.call(path, report)
+    expect(status).to be_success, err
+    html = File.read(File.join(report, "index.html"))
+    expect(html).to include('<h2 id="sites">Where it was allocated</h2>', "<b>#{strings}</b> in Keeper.strings")
+    expect(html).to include('aria-label="live bytes by allocating stack"')
+    plain, = visualize.call(File.join(tmpdir, "plain.dump").tap { |p| PtmallocDump.dump(p) }, File.join(tmpdir, "r2"))
+    expect(plain).to include("wrote")
+    expect(File.read(File.join(tmpdir, "r2", "index.html")))
+      .to include("Not known for this dump: it was not taken while PtmallocDump.trace_allocations was on")
   end
 end
