@@ -129,14 +129,14 @@ RSpec.describe "Ruby allocation sites" do
     expect(status).to be_success, err
     facts = JSON.parse(out.lines.last, symbolize_names: true)
     expect(facts).to include(child_ok: true, tracing: true)
-    child = PtmallocDump.load(File.join(tmpdir, "child.dump"))
-    sites = child.allocation_sites.to_h { |e| [e[:site], e] }
+    forked = PtmallocDump.load(File.join(tmpdir, "child.dump"))
+    sites = forked.allocation_sites.to_h { |e| [e[:site], e] }
     # the parent's objects, traced before the fork, and the child's own, after a compaction moved some
     expect(sites.fetch(facts[:parents])[:count]).to be_between(501, 503) # and a temporary a stack word holds
     expect(sites.fetch(facts[:childs])[:count]).to be_between(401, 403)
     expect(sites.fetch(facts[:childs])[:bytes]).to be >= 400 * 700
     # every traced object the dump lists is a live object there: none was left at an old address
-    expect(child.traced_objects.map { |a, _| child.ruby.object_at(a) }).to all(be_truthy)
+    expect(forked.traced_objects.map { |a, _| forked.ruby.object_at(a) }).to all(be_truthy)
     snapshot = PtmallocDump.load(File.join(tmpdir, "snapshot.dump"))
     expect(snapshot.allocation_sites.find { |e| e[:site] == facts[:parents] }[:count]).to be_between(501, 503)
   end
@@ -196,5 +196,50 @@ RSpec.describe "Ruby allocation sites" do
     expect(plain).to include("wrote")
     expect(File.read(File.join(tmpdir, "r2", "index.html")))
       .to include("Not known for this dump: it was not taken while PtmallocDump.trace_allocations was on")
+  end
+
+  it "says which sites grew between two dumps, on the --diff page too" do
+    code = <<~'RUBY'
+      require "json"
+      GROWS = __LINE__ + 1
+      def grows(n) = Array.new(n) { |i| "g" * (1200 + i % 3) }
+      NEW = __LINE__ + 1
+      def appears(n) = Array.new(n) { |i| "n" * (2500 + i % 3) }
+      PtmallocDump.trace_allocations(every: 1)
+      first = grows(300)
+      dir = ARGV.fetch(0)
+      GC.start
+      PtmallocDump.dump(File.join(dir, "old.dump"))
+      second = grows(700)
+      third = appears(200)
+      GC.start
+      PtmallocDump.dump(File.join(dir, "new.dump"))
+      puts JSON.generate(grows: "#{__FILE__}:#{GROWS}", appears: "#{__FILE__}:#{NEW}",
+                         kept: [first, second, third].map(&:size))
+    RUBY
+    file = File.join(tmpdir, "grower.rb")
+    File.write(file, code)
+    out, err, status = run_ruby("ARGV.replace([#{tmpdir.inspect}]); load #{file.inspect}")
+    expect(status).to be_success, err
+    facts = JSON.parse(out.lines.last, symbolize_names: true)
+    old_path = File.join(tmpdir, "old.dump")
+    new_path = File.join(tmpdir, "new.dump")
+    diff = PtmallocDump::Diff.new(old_path, new_path)
+    growth = diff.allocation_sites(limit: 100).to_h { |g| [g[:site], g] }
+    before = PtmallocDump.load(old_path).allocation_sites(limit: 100).to_h { |e| [e[:site], e] }
+    after = PtmallocDump.load(new_path).allocation_sites(limit: 100).to_h { |e| [e[:site], e] }
+    was, now = [before, after].map { |sites| sites.fetch(facts[:grows]) }
+    expect(growth.fetch(facts[:grows]))
+      .to include(growth_bytes: now[:bytes] - was[:bytes], growth_count: now[:count] - was[:count])
+    expect(growth.fetch(facts[:grows])[:growth_bytes]).to be >= 700 * 1200
+    expect(growth.fetch(facts[:appears])).to include(growth_bytes: after[facts[:appears]][:bytes])
+    expect(diff.allocation_sites(limit: 2).map { |g| g[:site] }).to eq([facts[:grows], facts[:appears]])
+    outdir = File.join(tmpdir, "diff")
+    _, err, status = Open3.capture3(RbConfig.ruby, "-I", SpecHelpers::LIB, SpecHelpers::VISUALIZE, "--diff", old_path,
+                                    new_path, outdir)
+    expect(status).to be_success, err
+    expect(File.read(File.join(outdir, "index.html")))
+      .to include("<h3>Which allocation site grew</h3>",
+                  "The site whose live objects grew most: <b>#{facts[:grows]}</b>")
   end
 end

@@ -115,6 +115,24 @@ module PtmallocDump
       end.sort_by { |g| -g[:growth_bytes] }.first(limit)
     end
 
+    # Which allocation sites grew: each site's live bytes and objects in the later dump against the
+    # earlier's (sites are joined by their +"path:LINE"+ and method). Both dumps need allocation sites
+    # ({PtmallocDump.trace_allocations} on across both).
+    #
+    # @param limit [Integer] at most this many
+    # @return [Array<Hash>] largest growth first: :site, :method, :growth_bytes, :growth_count, :bytes
+    #   and :count (in the later dump), :estimated
+    # @raise [NoSitesError] when either dump has no allocation sites
+    def allocation_sites(limit: 20)
+      before = @old.allocation_sites(limit: 100_000).to_h { |s| [[s[:site], s[:method]], s] }
+      @new.allocation_sites(limit: 100_000).map do |s|
+        was = before.delete([s[:site], s[:method]])
+        { site: s[:site], method: s[:method], growth_bytes: s[:bytes] - (was ? was[:bytes] : 0),
+          growth_count: s[:count] - (was ? was[:count] : 0), bytes: s[:bytes], count: s[:count],
+          estimated: s[:estimated] || (was && was[:estimated]) || false }
+      end.concat(before.values.map { |s| gone_site(s) }).sort_by { |g| [-g[:growth_bytes], g[:site]] }.first(limit)
+    end
+
     # Where new memory hangs from the old, as memdump's interface draws it: the objects both dumps
     # hold (the same address, type and class, live in the earlier) that reference objects only the
     # later dump holds. A slot a GC freed between the dumps and an object of the same type and class
@@ -132,6 +150,12 @@ module PtmallocDump
         { root: @new.retainer_name(o.address), class_name: o.class_name, address: o.address, new_objects: objects,
           new_bytes: bytes }
       end
+    end
+
+    # a site of the earlier dump whose objects are all gone from the later one
+    def gone_site(s)
+      { site: s[:site], method: s[:method], growth_bytes: -s[:bytes], growth_count: -s[:count], bytes: 0, count: 0,
+        estimated: s[:estimated] }
     end
 
     # @return [Array(Symbol, String, Integer), nil] the owner that grew most: [:type or :class or

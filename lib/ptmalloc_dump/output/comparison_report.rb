@@ -230,6 +230,27 @@ module PtmallocDump
         <p>Grew most: #{most}. Native (no Ruby owner): #{h(signed(o[:native]))}.#{extra_growth(o)}</p>
         <div class="maps">#{tables.join(' ')}</div>
         #{holders_growth(diff)}
+        #{sites_growth(diff)}
+      HTML
+    end
+
+    # Which allocation sites grew (Diff#allocation_sites), where both dumps have them.
+    def sites_growth(diff)
+      return "" unless diff.old.allocation_sites? && diff.new.allocation_sites?
+
+      grew = diff.allocation_sites(limit: 10).select { |g| g[:growth_bytes].positive? }
+      return "<p>No allocation site grew.</p>" if grew.empty?
+
+      lines = grew.map do |g|
+        row([h(signed(g[:growth_bytes])), h(signed(g[:growth_count])), "<b>#{h(g[:site])}</b> #{h(g[:method])}",
+             h(human_bytes(g[:bytes]))])
+      end
+      <<~HTML
+        <h3>Which allocation site grew</h3>
+        <p>The site whose live objects grew most: <b>#{h(grew.first[:site])}</b> #{h(grew.first[:method])},
+        #{h(signed(grew.first[:growth_bytes]))}#{grew.first[:estimated] ? ' (estimated from sampled objects)' : ''}.</p>
+        <table><tr><th>growth</th><th>objects</th><th class="l">site</th><th>now</th></tr>
+        #{lines.join}</table>
       HTML
     end
 
