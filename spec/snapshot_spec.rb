@@ -106,18 +106,29 @@ RSpec.describe "fork snapshots" do
     expect(added.size).to be_between(1, 20)
     expect(added.map { |a| in_objects[a].class_name }).to include("IO")
     expect(snap_objects.map { |_a, o| [o.type, o.class_name] }).to eq(snap_objects.keys.map { |a| [in_objects[a].type, in_objects[a].class_name] })
-    # owners by builtin type, class and typed-data name, chunk by chunk: the same bytes, but for what
-    # those new objects own, and the VM's own tables (Ruby 3.3 on interns every call site's call info
-    # in a table of the VM's: the calls between the two dumps may grow it)
-    owned = lambda do |dump, skip|
-      totals = Hash.new(0)
-      dump.each_chunk do |c|
+    # owners by builtin type, class and typed-data name, chunk by chunk: the same, but for what those
+    # new objects own, the chunks malloc handed out or took back between the two dumps, and the VM's own
+    # tables (Ruby 3.3 on interns every call site's call info in a table of the VM's: the calls between
+    # the dumps may grow it). A chunk freed and handed out again in between, at the same address and
+    # size, looks the same to both: at most two such, small, may differ (a Hash's table that grew, its
+    # old entries taken by the snapshot call's IO).
+    owners = lambda do |dump, skip|
+      dump.each_chunk.select { |c| %i[in_use mmapped].include?(c.state) }.to_h do |c|
         o = dump.ruby.owner_of(c)
-        totals[[o.type, o.class_name, o.data_type]] += c.size if o && !skip.include?(o.address) && o.data_type != "VM"
+        owner = if o.nil? then :none
+                elsif skip.include?(o.address) || o.data_type == "VM" then :skipped
+                else [o.type, o.class_name, o.data_type]
+                end
+        [[c.address, c.size], owner]
       end
-      totals
     end
-    expect(owned.call(inproc, added.to_set)).to eq(owned.call(snap, Set.new))
+    before = owners.call(snap, Set.new)
+    after = owners.call(inproc, added.to_set)
+    both = (before.keys & after.keys).reject { |k| before[k] == :skipped || after[k] == :skipped }
+    differ = both.reject { |k| before[k] == after[k] }
+    expect(differ.size).to be <= 2, differ.map { |k| [k, before[k], after[k]] }.inspect
+    expect(differ.sum { |_, size| size }).to be <= 1024
+    expect(both.count { |k| before[k].is_a?(Array) }).to be > 10_000
     # code memory by defining module and method: equal
     expect(inproc.ruby.code_owners[:by_module]).to eq(snap.ruby.code_owners[:by_module])
     expect(inproc.ruby.code_owners[:methods]).to eq(snap.ruby.code_owners[:methods])
