@@ -77,10 +77,13 @@ module PtmallocDump
 
     # @param s [Hash] an entry of {Dump#allocation_sites}
     # @param limit [Integer] how many
-    # @return [Array<String>] the frames that called the site's frame
+    # @return [Array<String>] the Ruby frames that called the site's frame (C methods and the site's own
+    #   method around its block left out)
     def self.callers(s, limit: 3)
       at = s[:frames].index { |f| f.start_with?("#{s[:site]} in ") }
-      at ? s[:frames][(at + 1)..].first(limit) : []
+      return [] unless at
+
+      s[:frames][(at + 1)..].reject { |f| f.start_with?("(C)", "#{s[:site]} in ") }.first(limit)
     end
   end
 
