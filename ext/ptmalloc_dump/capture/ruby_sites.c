@@ -40,19 +40,26 @@ typedef struct {
     int64_t line;
 } frame_ref;
 
-/* The mapped tables, sized at start (sizes in entries; every table of open addressing is a power of
- * two and kept at most three quarters full). */
+#define FIRST_OBJECTS_CAP 65536 /* slots of the traced objects' table at first: 1 MiB */
+#define FILTER_BITS 16          /* the free filter's counters: 64 KiB, in cache */
+
+/* The mapped tables (sizes in entries; every table of open addressing is a power of two and kept at
+ * most three quarters full). The traced objects' table starts small and doubles up to the room for
+ * max_objects (its slots are spread over all its pages: a large one would be resident at once); the
+ * others are mapped at their full size, and only their used beginnings become resident. */
 typedef struct {
     traced_slot *objects; /* address -> stack */
-    size_t objects_cap, objects_used;
+    size_t objects_cap, objects_used, objects_max_cap;
+    uint8_t *filter;       /* per hash of an address, how many traced objects (saturating): most frees miss */
     uint32_t *stack_index; /* open addressing of stack ids + 1 */
     size_t stack_index_cap;
     stack_rec *stacks;
     size_t stacks_cap, n_stacks;
     frame_ref *frames;
     size_t frames_cap, n_frames;
-    VALUE *marks; /* the distinct frames, marked while tracing */
+    VALUE *marks; /* the distinct frames: open addressing */
     size_t marks_cap, n_marks;
+    VALUE *marked; /* the same, in order: what the GC marks */
 } tables;
 
 static struct {
@@ -80,6 +87,8 @@ static void unmap(void *p, size_t bytes)
 static void release(tables *t)
 {
     unmap(t->objects, t->objects_cap * sizeof(traced_slot));
+    unmap(t->filter, (size_t)1 << FILTER_BITS);
+    unmap(t->marked, t->marks_cap * sizeof(VALUE));
     unmap(t->stack_index, t->stack_index_cap * sizeof(uint32_t));
     unmap(t->stacks, t->stacks_cap * sizeof(stack_rec));
     unmap(t->frames, t->frames_cap * sizeof(frame_ref));
@@ -128,26 +137,58 @@ static size_t object_home(uint64_t address, size_t cap)
     return (size_t)mix(address) & (cap - 1);
 }
 
+static uint8_t *filter_at(tables *t, uint64_t address)
+{
+    return &t->filter[((address >> 3) * 0x9E3779B97F4A7C15ull) >> (64 - FILTER_BITS)];
+}
+
+static void slot_put(traced_slot *slots, size_t cap, uint64_t address, uint32_t stack)
+{
+    size_t i;
+    for (i = object_home(address, cap); slots[i].address != EMPTY; i = (i + 1) & (cap - 1)) {}
+    slots[i].address = address;
+    slots[i].stack = stack;
+}
+
+/* Twice the slots, mapped anew (no malloc): 0, or -1 at the most or when mmap fails. */
+static int objects_grow(tables *t)
+{
+    size_t cap = t->objects_cap * 2, i;
+    traced_slot *slots;
+    if (cap > t->objects_max_cap || !(slots = map(cap * sizeof(traced_slot)))) return -1;
+    for (i = 0; i < t->objects_cap; i++)
+        if (t->objects[i].address != EMPTY) slot_put(slots, cap, t->objects[i].address, t->objects[i].stack);
+    unmap(t->objects, t->objects_cap * sizeof(traced_slot));
+    t->objects = slots;
+    t->objects_cap = cap;
+    return 0;
+}
+
 static int object_put(tables *t, uint64_t address, uint32_t stack)
 {
     size_t mask = t->objects_cap - 1, i;
-    if ((t->objects_used + 1) * 4 > t->objects_cap * 3) return -1;
-    for (i = object_home(address, t->objects_cap); t->objects[i].address != EMPTY; i = (i + 1) & mask)
-        if (t->objects[i].address == address) { /* a slot used again before its FREEOBJ was seen */
-            t->objects[i].stack = stack;
-            return 0;
-        }
-    t->objects[i].address = address;
-    t->objects[i].stack = stack;
+    uint8_t *f = filter_at(t, address);
+    if (*f)
+        for (i = object_home(address, t->objects_cap); t->objects[i].address != EMPTY; i = (i + 1) & mask)
+            if (t->objects[i].address == address) { /* a slot used again before its FREEOBJ was seen */
+                t->objects[i].stack = stack;
+                return 0;
+            }
+    if ((t->objects_used + 1) * 4 > t->objects_cap * 3 && objects_grow(t) != 0) return -1;
+    slot_put(t->objects, t->objects_cap, address, stack);
     t->objects_used++;
+    if (*f < UINT8_MAX) (*f)++;
     return 0;
 }
 
 static void object_delete(tables *t, uint64_t address)
 {
     size_t mask = t->objects_cap - 1, i, j;
+    uint8_t *f = filter_at(t, address);
+    if (!*f) return; /* no traced object hashes there: the common case of a free */
     for (i = object_home(address, t->objects_cap); t->objects[i].address != address; i = (i + 1) & mask)
         if (t->objects[i].address == EMPTY) return;
+    if (*f < UINT8_MAX) (*f)--; /* a saturated counter stays: the filter only lets more through */
     /* the entries after it that would no longer be found move back into the gap */
     for (j = (i + 1) & mask; t->objects[j].address != EMPTY; j = (j + 1) & mask) {
         size_t home = object_home(t->objects[j].address, t->objects_cap);
@@ -169,7 +210,7 @@ static int mark_put(tables *t, VALUE frame)
         if (t->marks[i] == frame) return 0;
     if ((t->n_marks + 1) * 4 > t->marks_cap * 3) return -1;
     t->marks[i] = frame;
-    t->n_marks++;
+    t->marked[t->n_marks++] = frame;
     return 0;
 }
 
@@ -240,8 +281,7 @@ static void holder_mark(void *p)
 {
     size_t i;
     (void)p;
-    for (i = 0; T.on && i < T.t.marks_cap; i++)
-        if (T.t.marks[i]) rb_gc_mark(T.t.marks[i]);
+    for (i = 0; T.on && i < T.t.n_marks; i++) rb_gc_mark(T.t.marked[i]);
 }
 
 /* GC.compact moved some traced objects: their entries are put where their new addresses lead. */
@@ -284,8 +324,8 @@ static uint64_t realtime_ns(void)
 
 static size_t mapped_bytes(const tables *t)
 {
-    return t->objects_cap * sizeof(traced_slot) + t->stack_index_cap * sizeof(uint32_t) +
-           t->stacks_cap * sizeof(stack_rec) + t->frames_cap * sizeof(frame_ref) + t->marks_cap * sizeof(VALUE);
+    return t->objects_cap * sizeof(traced_slot) + ((size_t)1 << FILTER_BITS) + t->stack_index_cap * sizeof(uint32_t) +
+           t->stacks_cap * sizeof(stack_rec) + t->frames_cap * sizeof(frame_ref) + 2 * t->marks_cap * sizeof(VALUE);
 }
 
 int ptmd_ruby_sites_start(const ptmd_sites_options *o, char *why, size_t cap)
@@ -296,7 +336,8 @@ int ptmd_ruby_sites_start(const ptmd_sites_options *o, char *why, size_t cap)
         return -1;
     }
     memset(&t, 0, sizeof(t));
-    t.objects_cap = power_of_two_above(o->max_objects / 3 * 4 + 4);
+    t.objects_max_cap = power_of_two_above(o->max_objects / 3 * 4 + 4);
+    t.objects_cap = t.objects_max_cap < FIRST_OBJECTS_CAP ? t.objects_max_cap : FIRST_OBJECTS_CAP;
     t.stacks_cap = o->max_stacks;
     t.stack_index_cap = power_of_two_above(o->max_stacks / 3 * 4 + 4);
     t.frames_cap = o->max_stacks * 16; /* deeper stacks use up the room sooner */
@@ -306,7 +347,9 @@ int ptmd_ruby_sites_start(const ptmd_sites_options *o, char *why, size_t cap)
     t.stacks = map(t.stacks_cap * sizeof(stack_rec));
     t.frames = map(t.frames_cap * sizeof(frame_ref));
     t.marks = map(t.marks_cap * sizeof(VALUE));
-    if (!t.objects || !t.stack_index || !t.stacks || !t.frames || !t.marks) {
+    t.marked = map(t.marks_cap * sizeof(VALUE));
+    t.filter = map((size_t)1 << FILTER_BITS);
+    if (!t.objects || !t.stack_index || !t.stacks || !t.frames || !t.marks || !t.marked || !t.filter) {
         snprintf(why, cap, "mmap of %zu bytes for the tracing tables failed: %s", mapped_bytes(&t), strerror(errno));
         release(&t);
         return -1;
@@ -343,7 +386,7 @@ void ptmd_ruby_sites_stats(ptmd_sites_stats *s)
     s->tracked = T.t.objects_used;
     s->stacks = T.t.n_stacks;
     s->frames = T.t.n_frames;
-    s->max_objects = T.t.objects_cap / 4 * 3;
+    s->max_objects = T.t.objects_max_cap / 4 * 3;
     s->max_stacks = T.t.stacks_cap;
     s->mapped_bytes = mapped_bytes(&T.t);
 }
