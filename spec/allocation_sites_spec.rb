@@ -51,6 +51,15 @@ RSpec.describe "Ruby allocation sites" do
     [PtmallocDump.load(path), JSON.parse(out, symbolize_names: true)]
   end
 
+  # runs `code` from a file in tmpdir with tmpdir as its argument: the file and its last line's JSON
+  def run_script(name, code)
+    file = File.join(tmpdir, name)
+    File.write(file, code)
+    out, err, status = run_ruby("ARGV.replace([#{tmpdir.inspect}]); load #{file.inspect}")
+    expect(status).to be_success, err
+    [file, JSON.parse(out.lines.last, symbolize_names: true)]
+  end
+
   # bytes of the chunks the dump gives to each of the objects at `addresses`
   def owned_bytes(dump, addresses)
     wanted = addresses.to_set
@@ -123,11 +132,7 @@ RSpec.describe "Ruby allocation sites" do
       puts JSON.generate(child_ok: child_ok, tracing: PtmallocDump.allocation_tracing[:tracked] > 0,
                          parents: "#{__FILE__}:#{PARENTS}", childs: "#{__FILE__}:#{CHILDS}", kept: kept.size)
     RUBY
-    file = File.join(tmpdir, "forker.rb")
-    File.write(file, code)
-    out, err, status = run_ruby("ARGV.replace([#{tmpdir.inspect}]); load #{file.inspect}")
-    expect(status).to be_success, err
-    facts = JSON.parse(out.lines.last, symbolize_names: true)
+    _file, facts = run_script("forker.rb", code)
     expect(facts).to include(child_ok: true, tracing: true)
     forked = PtmallocDump.load(File.join(tmpdir, "child.dump"))
     sites = forked.allocation_sites.to_h { |e| [e[:site], e] }
@@ -217,11 +222,7 @@ RSpec.describe "Ruby allocation sites" do
       puts JSON.generate(grows: "#{__FILE__}:#{GROWS}", appears: "#{__FILE__}:#{NEW}",
                          kept: [first, second, third].map(&:size))
     RUBY
-    file = File.join(tmpdir, "grower.rb")
-    File.write(file, code)
-    out, err, status = run_ruby("ARGV.replace([#{tmpdir.inspect}]); load #{file.inspect}")
-    expect(status).to be_success, err
-    facts = JSON.parse(out.lines.last, symbolize_names: true)
+    _file, facts = run_script("grower.rb", code)
     old_path = File.join(tmpdir, "old.dump")
     new_path = File.join(tmpdir, "new.dump")
     diff = PtmallocDump::Diff.new(old_path, new_path)

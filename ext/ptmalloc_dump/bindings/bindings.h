@@ -42,6 +42,8 @@ VALUE ptmd_rb_mappings_head(const ptmd_view *v);
 VALUE ptmd_rb_gc(const ptmd_view *v);
 VALUE ptmd_rb_source(const ptmd_view *v);
 VALUE ptmd_rb_snapshot(const ptmd_view *v);
+/* figures.c: a names section's entries (a count of n, `len` bytes) as an Array of Strings by index */
+VALUE ptmd_rb_names(const unsigned char *names, size_t len, size_t n);
 
 /* dump_class.c: a loaded PtmallocDump::Dump's view, and what is computed from it once. */
 const ptmd_view *ptmd_rb_dump_view(VALUE dump);

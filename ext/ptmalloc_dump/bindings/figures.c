@@ -519,3 +519,12 @@ VALUE ptmd_rb_gc(const ptmd_view *v)
     PTMD_SET(h, "sweep_pending", PTMD_BOOL(g->flags & PTMD_GF_SWEEPING));
     return h;
 }
+
+VALUE ptmd_rb_names(const unsigned char *names, size_t len, size_t n)
+{
+    VALUE ary = rb_ary_new_capa((long)n);
+    size_t off = 0;
+    ptmd_view_name e;
+    while (ptmd_view_next_name(names, len, &off, &e)) rb_ary_push(ary, rb_utf8_str_new(e.name, e.len));
+    return ary;
+}

@@ -54,15 +54,9 @@ static const ptmd_view *ruby_view(VALUE self)
     return v;
 }
 
-/* Offsets of the names, computed on demand (the section is a sequence of variable entries). */
 static VALUE names_array(const ptmd_view *v)
 {
-    VALUE ary = rb_ary_new_capa((long)v->n_ruby_names);
-    size_t off = 0;
-    ptmd_view_name n;
-    while (ptmd_view_next_name(v->ruby_names, v->ruby_names_len, &off, &n))
-        rb_ary_push(ary, rb_utf8_str_new(n.name, n.len));
-    return ary;
+    return ptmd_rb_names(v->ruby_names, v->ruby_names_len, v->n_ruby_names);
 }
 
 static VALUE heap_meta(VALUE self)

@@ -124,12 +124,7 @@ static VALUE dump_traced_stack_of(VALUE self, VALUE address)
 static VALUE dump_site_names(VALUE self)
 {
     const ptmd_view *v = ptmd_rb_dump_view(self);
-    VALUE ary = rb_ary_new_capa((long)v->n_ruby_site_names);
-    size_t off = 0;
-    ptmd_view_name n;
-    while (ptmd_view_next_name(v->ruby_site_names, v->ruby_site_names_len, &off, &n))
-        rb_ary_push(ary, rb_utf8_str_new(n.name, n.len));
-    return ary;
+    return ptmd_rb_names(v->ruby_site_names, v->ruby_site_names_len, v->n_ruby_site_names);
 }
 
 /* Dump#_stack_frames(stack) -> [[path, line, label, owner], ...] innermost first, name indices or nil */
