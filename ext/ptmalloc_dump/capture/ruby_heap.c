@@ -177,9 +177,9 @@ static inline uint16_t keep_slot_words(pass_ctx *c, VALUE v, VALUE flags, int ty
             /* the slot past the struct may hold stale words of an earlier object: the type's own
              * dsize bounds the struct when it has one (what ObjectSpace.memsize_of reports:
              * rb_objspace_data_type_memsize calls it, but Ruby 3.4 no longer exports that). Without
-             * one (or a size of 0), only the words the struct surely covers: Ruby gives an object the smallest slot
-             * that holds it, so its struct reaches past half the slot (the next smaller slot size),
-             * and no further is known (Process::Status, 12 bytes in an 80-byte slot). */
+             * one (or a size of 0), only the words the struct surely covers: Ruby gives an object the
+             * smallest slot that holds it, so its struct reaches past half the slot (the next smaller
+             * slot size), and no further is known (Process::Status, 12 bytes in an 80-byte slot). */
             const rb_data_type_t *dt = RTYPEDDATA_TYPE(v);
             size_t at = (size_t)((uintptr_t)RTYPEDDATA_GET_DATA(v) - p), first = at / sizeof(VALUE), end = nw;
             size_t words = dt->function.dsize
@@ -275,7 +275,8 @@ static VALUE real_class(const ptmd_ruby_data *rd, VALUE klass)
         if (RB_SPECIAL_CONST_P(klass) || !ptmd_ruby_in_pages(rd, klass)) return 0;
         t = BUILTIN_TYPE(klass);
         if (t != T_CLASS && t != T_MODULE && t != T_ICLASS) return 0;
-        if (t != T_ICLASS && !FL_TEST_RAW(klass, RUBY_FL_SINGLETON)) return klass;
+        /* RCLASS_SINGLETON_P: the bit means something else on a module (3.2 on: not initialized yet) */
+        if (t == T_MODULE || (t == T_CLASS && !FL_TEST_RAW(klass, RUBY_FL_SINGLETON))) return klass;
         klass = rb_class_get_superclass(klass);
     }
     return 0;
