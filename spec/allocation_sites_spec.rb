@@ -91,6 +91,13 @@ RSpec.describe "Ruby allocation sites" do
     expect(strings[:bytes]).to be >= 3000 * 1500
     expect(tables[:bytes]).to be >= 2000 * 22 * 16
     expect(strings[:frames].first).to eq("#{facts[:file]}:#{facts[:lines][:strings]} in Keeper.strings")
+    # by class: the Strings' sites, and the Hashes' (the tables)
+    by_class = %w[String Hash].to_h { |name| [name, dump.allocation_sites(class_name: name).first] }
+    expect(by_class.transform_values { |s| s[:site] }).to eq("String" => strings[:site], "Hash" => tables[:site])
+    expect(by_class["String"][:count]).to be_between(3000, 3002) # and a temporary a stack word holds
+    expect(by_class["Hash"][:count]).to eq(2000)
+    finding = PtmallocDump::Findings.new(dump).all.find { |f| f.topic == :class }
+    expect(finding.text).to include(" The largest share was allocated at #{strings[:site]} in Keeper.strings")
     trace = dump.allocation_trace
     expect(trace).to include(every: 1, dropped: 0)
     expect(trace[:sampled]).to eq(trace[:seen])

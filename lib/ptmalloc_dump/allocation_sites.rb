@@ -115,6 +115,8 @@ module PtmallocDump
     # objects own (the dump's attribution), times the sampling gap.
     #
     # @param limit [Integer] the most sites returned
+    # @param class_name [String, nil] only the traced objects of this class (as {RubyHeap#summary}'s
+    #   +:by_class+ names it), e.g. to say where a class's memory was allocated
     # @return [Array<Hash>] +:site+ (+"path:LINE"+), +:method+ (+"Owner#name"+, +"Owner.name"+ or the
     #   block's label), +:frames+ (the stack, innermost first, +"path:LINE in label"+), +:kind+ (+:ruby+),
     #   +:bytes+, +:count+ (objects), +:slot_bytes+, +:ruby_owned_bytes+ (all of +:bytes+: Ruby objects own
@@ -122,12 +124,12 @@ module PtmallocDump
     #   objects the lazy sweep has not freed yet, and the chunks they still hold: not in +:count+ and
     #   +:bytes+), +:estimated+ (true when sampled: the figures are the samples' times the gap)
     # @raise [NoSitesError] when the dump has none
-    def allocation_sites(limit: 50)
+    def allocation_sites(limit: 50, class_name: nil)
       raise NoSitesError, "this dump has no allocation sites: #{no_sites_reason}" unless allocation_sites?
 
       every = allocation_trace[:every]
       sites = Hash.new { |h, k| h[k] = Hash.new(0) }
-      _traced_stacks.each do |stack, *figures|
+      _traced_stacks(class_name).each do |stack, *figures|
         frames = stack_frames(stack)
         entry = sites[SiteFrame.site_of(frames)]
         SITE_FIGURES.zip(figures).each { |key, n| entry[key] += n }
@@ -145,7 +147,7 @@ module PtmallocDump
       raise NoSitesError, "this dump has no allocation sites: #{no_sites_reason}" unless allocation_sites?
 
       every = allocation_trace[:every]
-      _traced_stacks.filter_map do |stack, count, bytes, *|
+      _traced_stacks(nil).filter_map do |stack, count, bytes, *|
         { frames: stack_frames(stack).map(&:to_s), bytes: bytes * every, count: count * every } if count.positive?
       end
     end

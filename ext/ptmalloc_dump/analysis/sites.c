@@ -20,7 +20,7 @@ static uint32_t object_at(const ptmd_view *v, const uint32_t *order, uint64_t ad
     return UINT32_MAX;
 }
 
-int ptmd_site_totals(const ptmd_view *v, const ptmd_attribution *a, ptmd_stack_totals *out)
+int ptmd_site_totals(const ptmd_view *v, const ptmd_attribution *a, const uint8_t *classes, ptmd_stack_totals *out)
 {
     size_t n = v->n_ruby_objects, i;
     uint64_t *bytes = calloc(n ? n : 1, sizeof(uint64_t)), *chunks = calloc(n ? n : 1, sizeof(uint64_t));
@@ -44,6 +44,7 @@ int ptmd_site_totals(const ptmd_view *v, const ptmd_attribution *a, ptmd_stack_t
         uint32_t o = object_at(v, order, t->address);
         ptmd_stack_totals *s = &out[t->stack];
         if (o == UINT32_MAX) continue;
+        if (classes && (v->ruby_objects[o].klass >= v->n_ruby_names || !classes[v->ruby_objects[o].klass])) continue;
         if (v->ruby_objects[o].flags & PTMD_OF_GARBAGE) {
             s->garbage++;
             s->garbage_bytes += bytes[o];

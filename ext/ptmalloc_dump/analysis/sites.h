@@ -15,7 +15,8 @@ typedef struct {
 } ptmd_stack_totals;
 
 /* out[v->n_ruby_stacks], zeroed here. A traced object the Ruby pass did not record (freed between the
- * trace and the pass's walk) counts nowhere. Returns 0, or -1 when out of memory. */
-int ptmd_site_totals(const ptmd_view *v, const ptmd_attribution *a, ptmd_stack_totals *out);
+ * trace and the pass's walk) counts nowhere; with `classes` (a flag per RUBY_NAMES entry), only objects
+ * whose class entry is flagged count. Returns 0, or -1 when out of memory. */
+int ptmd_site_totals(const ptmd_view *v, const ptmd_attribution *a, const uint8_t *classes, ptmd_stack_totals *out);
 
 #endif

@@ -4,6 +4,8 @@
 #include "analysis/sites.h"
 #include "capture/ruby_sites.h"
 
+#include <string.h>
+
 /* _trace_allocations(every, seed, max_objects, max_stacks) -> nil; raises TracingError */
 static VALUE trace_allocations(VALUE self, VALUE every, VALUE seed, VALUE max_objects, VALUE max_stacks)
 {
@@ -70,17 +72,38 @@ static VALUE dump_alloc_trace(VALUE self)
     return h;
 }
 
-/* Dump#_traced_stacks -> [[stack, objects, bytes, chunks, slot_bytes, garbage, garbage_bytes], ...] for each
- * stack with a traced object the Ruby pass recorded */
-static VALUE dump_traced_stacks(VALUE self)
+/* The RUBY_NAMES entries naming class `name`: a flag per entry (xmalloc'd), NULL for nil. */
+static uint8_t *class_flags(const ptmd_view *v, VALUE name)
+{
+    uint8_t *flags;
+    size_t off = 0, i = 0;
+    ptmd_view_name n;
+    if (NIL_P(name)) return NULL;
+    StringValue(name);
+    flags = ZALLOC_N(uint8_t, v->n_ruby_names ? v->n_ruby_names : 1);
+    while (i < v->n_ruby_names && ptmd_view_next_name(v->ruby_names, v->ruby_names_len, &off, &n)) {
+        flags[i++] = n.kind == PTMD_NAME_CLASS && (long)n.len == RSTRING_LEN(name) &&
+                     memcmp(n.name, RSTRING_PTR(name), n.len) == 0;
+    }
+    return flags;
+}
+
+/* Dump#_traced_stacks(class_name) -> [[stack, objects, bytes, chunks, slot_bytes, garbage, garbage_bytes], ...]
+ * for each stack with a traced object the Ruby pass recorded (of that class, unless nil) */
+static VALUE dump_traced_stacks(VALUE self, VALUE class_name)
 {
     const ptmd_view *v = ptmd_rb_dump_view(self);
     ptmd_stack_totals *t;
+    uint8_t *classes;
     VALUE ary = rb_ary_new();
     size_t i;
+    int rc;
     if (!v->alloc_trace || !v->n_ruby_stacks) return ary;
+    classes = class_flags(v, class_name);
     t = ALLOC_N(ptmd_stack_totals, v->n_ruby_stacks);
-    if (ptmd_site_totals(v, ptmd_rb_dump_attribution(self), t) != 0) {
+    rc = ptmd_site_totals(v, ptmd_rb_dump_attribution(self), classes, t);
+    xfree(classes);
+    if (rc != 0) {
         xfree(t);
         rb_raise(rb_eNoMemError, "out of memory joining the traced objects to their chunks");
     }
@@ -151,7 +174,7 @@ void ptmd_sites_class_init(void)
     rb_define_singleton_method(ptmd_mPtmallocDump, "_stop_allocation_tracing", stop_allocation_tracing, 0);
     rb_define_singleton_method(ptmd_mPtmallocDump, "_allocation_tracing", allocation_tracing, 0);
     rb_define_private_method(cDump, "_alloc_trace", dump_alloc_trace, 0);
-    rb_define_private_method(cDump, "_traced_stacks", dump_traced_stacks, 0);
+    rb_define_private_method(cDump, "_traced_stacks", dump_traced_stacks, 1);
     rb_define_private_method(cDump, "_site_names", dump_site_names, 0);
     rb_define_private_method(cDump, "_traced", dump_traced, 0);
     rb_define_private_method(cDump, "_traced_stack_of", dump_traced_stack_of, 1);

@@ -82,6 +82,17 @@ module PtmallocDump
       Finding.new(:native, r[:unattributed_bytes], text, "owners")
     end
 
+    # Where most of a class's traced memory was allocated, when the dump has allocation sites.
+    def site_of_class(name)
+      return "" unless @dump.allocation_sites?
+
+      site = @dump.allocation_sites(limit: 1, class_name: name).first
+      return "" unless site && site[:bytes].positive?
+
+      " The largest share was allocated at #{site[:site]}#{site[:method].empty? ? '' : " in #{site[:method]}"} " \
+        "(#{site[:estimated] ? 'about ' : ''}#{human_bytes(site[:bytes])})."
+    end
+
     # The class whose live objects own the most: the bytes of garbage awaiting the lazy sweep are
     # said apart, and do not rank it (a class whose memory is mostly garbage is no leak).
     def top_class
@@ -96,7 +107,7 @@ module PtmallocDump
                "#{human_bytes(live)} is owned by live #{name} objects, the largest class; its dead objects awaiting " \
                  "the lazy sweep hold #{human_bytes(garbage)} more."
              end
-      Finding.new(:class, live, text, "owners")
+      Finding.new(:class, live, text + site_of_class(name), "owners")
     end
 
     # The largest holder a person would name (a constant, a global, a variable: not a root of the VM's
