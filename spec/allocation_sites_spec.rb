@@ -120,9 +120,9 @@ RSpec.describe "Ruby allocation sites" do
     code = <<~'RUBY'
       require "json"
       PARENTS = __LINE__ + 1
-      def parents(n) = Array.new(n) { |i| "p" * (900 + i % 5) }
+      def parents(n); Array.new(n) { |i| "p" * (900 + i % 5) }; end
       CHILDS = __LINE__ + 1
-      def childs(n) = Array.new(n) { |i| "c" * (700 + i % 5) }
+      def childs(n); Array.new(n) { |i| "c" * (700 + i % 5) }; end
       PtmallocDump.trace_allocations(every: 1)
       kept = parents(500)
       dir = ARGV.fetch(0)
@@ -214,9 +214,9 @@ RSpec.describe "Ruby allocation sites" do
     code = <<~'RUBY'
       require "json"
       GROWS = __LINE__ + 1
-      def grows(n) = Array.new(n) { |i| "g" * (1200 + i % 3) }
+      def grows(n); Array.new(n) { |i| "g" * (1200 + i % 3) }; end
       NEW = __LINE__ + 1
-      def appears(n) = Array.new(n) { |i| "n" * (2500 + i % 3) }
+      def appears(n); Array.new(n) { |i| "n" * (2500 + i % 3) }; end
       PtmallocDump.trace_allocations(every: 1)
       first = grows(300)
       dir = ARGV.fetch(0)
