@@ -21,6 +21,6 @@ Gem::Specification.new do |spec|
   spec.bindir = "exe"
   spec.executables = %w[ptmalloc-dump ptmalloc-visualize]
   spec.require_paths = ["lib"]
-  spec.extensions = ["ext/ptmalloc_dump/extconf.rb"]
+  spec.extensions = ["ext/ptmalloc_dump/extconf.rb", "ext/ptmalloc_dump_track/extconf.rb"]
   spec.metadata["rubygems_mfa_required"] = "true"
 end

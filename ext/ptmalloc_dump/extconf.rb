@@ -48,6 +48,6 @@ end
 FOLDERS = %w[format capture analysis bindings].freeze
 $VPATH.concat(FOLDERS.map { |folder| "$(srcdir)/#{folder}" })
 $srcs = FOLDERS.flat_map { |folder| Dir[File.join(__dir__, folder, "*.c")].sort.map { |f| File.basename(f) } }
-$INCFLAGS << " -I$(srcdir)"
+$INCFLAGS << " -I$(srcdir) -I$(srcdir)/../ptmalloc_dump_track"
 
 create_makefile("ptmalloc_dump/ptmalloc_dump")

@@ -16,6 +16,11 @@ module PtmallocDump
   # +malloc+ in this process is not glibc's (jemalloc, tcmalloc, ...).
   class UnsupportedAllocatorError < Error; end
 
+  # +ptmalloc-dump --track+ cannot track the command: it is not found, statically linked (so
+  # +LD_PRELOAD+ cannot reach its malloc), or its malloc is not glibc's; or the tracker library is
+  # missing. Nothing is started.
+  class TrackError < Error; end
+
   # Not Linux x86-64 with glibc.
   class UnsupportedPlatformError < Error; end
 

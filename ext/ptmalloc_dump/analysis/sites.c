@@ -3,6 +3,9 @@
 #include "analysis/sites.h"
 #include "format/glibc.h"
 
+#include "format/reader.h"
+
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -59,4 +62,39 @@ int ptmd_site_totals(const ptmd_view *v, const ptmd_attribution *a, const uint8_
     free(chunks);
     free(order);
     return 0;
+}
+
+double ptmd_native_weight(uint64_t size, uint64_t mean)
+{
+    double p = -expm1(-(double)(size ? size : 1) / (double)(mean ? mean : 1));
+    return p > 0 ? 1.0 / p : 1.0;
+}
+
+/* Whether chunk c belongs to an object whose class is flagged. */
+static int of_class(const ptmd_view *v, const ptmd_attribution *a, const uint8_t *classes, long c)
+{
+    uint32_t owner = a ? a->owner[c] : 0;
+    if (!owner || owner == UINT32_MAX || owner - 1 >= v->n_ruby_objects) return 0;
+    uint32_t klass = v->ruby_objects[owner - 1].klass;
+    return klass < v->n_ruby_names && classes[klass];
+}
+
+void ptmd_native_site_totals(const ptmd_view *v, const ptmd_attribution *a, const ptmd_owners *o,
+                             const uint8_t *classes, ptmd_native_totals *out)
+{
+    memset(out, 0, v->n_native_stacks * sizeof(*out));
+    if (!v->native_track) return;
+    for (size_t i = 0; i < v->n_native_samples; i++) {
+        const ptmd_native_sample *s = &v->native_samples[i];
+        long c = ptmd_view_find_chunk(v, ptmd_mem2chunk(s->address), 0);
+        if (c < 0 || !ptmd_rec_is_allocated(&v->chunks[c]) || s->stack >= v->n_native_stacks) continue;
+        if (classes && !of_class(v, a, classes, c)) continue;
+        double w = ptmd_native_weight(s->size, v->native_track->mean_bytes),
+               bytes = w * (double)ptmd_rec_size(&v->chunks[c]);
+        ptmd_native_totals *t = &out[s->stack];
+        t->samples++;
+        t->count += w;
+        t->bytes += bytes;
+        t->kind_bytes[o && o->kind ? o->kind[c] : PTMD_OK_NONE] += bytes;
+    }
 }

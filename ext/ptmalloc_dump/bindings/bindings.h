@@ -62,6 +62,9 @@ void ptmd_dump_class_init(void);
 void ptmd_owners_class_init(void);    /* Dump's owner methods: after ptmd_dump_class_init */
 void ptmd_retention_class_init(void); /* Dump's retainer methods: after ptmd_dump_class_init */
 void ptmd_sites_class_init(void);     /* tracing, and Dump's allocation sites: after ptmd_dump_class_init */
+/* The RUBY_NAMES entries naming class `name`: a flag per entry (xmalloc'd), NULL for nil. */
+uint8_t *ptmd_rb_class_flags(const ptmd_view *v, VALUE name);
+void ptmd_native_sites_class_init(void); /* the allocation tracker's samples: after ptmd_dump_class_init */
 void ptmd_ruby_heap_class_init(void);
 void ptmd_render_module_init(void);
 void ptmd_diff_class_init(void);

@@ -53,6 +53,7 @@ void ptmd_format_module_init(void)
     FLAGS("OBJECT_FLAGS", PTMD_OBJECT_FLAGS);
     FLAGS("GC_FLAGS", PTMD_GC_FLAGS);
     FLAGS("GRAPH_FLAGS", PTMD_GRAPH_FLAGS);
+    FLAGS("NATIVE_TRACK_FLAGS", PTMD_NATIVE_TRACK_FLAGS);
     FLAGS("SOURCE_FLAGS", PTMD_SOURCE_FLAGS);
     rb_define_const(mFormat, "SOURCE_KINDS", NAMES(ptmd_source_kind_names));
     {

@@ -6,10 +6,12 @@
 #include "capture/dump_outside.h"
 #include "capture/dump_write.h"
 #include "capture/locate.h"
+#include "capture/native_track.h"
 #include "capture/ruby_heap.h"
 #include "capture/source_ptrace.h"
 #include "format/format.h"
 
+#include <dlfcn.h>
 #include <ruby/thread.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -398,12 +400,15 @@ VALUE ptmd_mPtmallocDump;
 RUBY_FUNC_EXPORTED void Init_ptmalloc_dump(void)
 {
     ptmd_mPtmallocDump = rb_define_module("PtmallocDump");
+    /* the allocation tracker, when ptmalloc-dump --track preloaded it */
+    ptmd_native_track_set_self((uint64_t)(uintptr_t)dlsym(RTLD_DEFAULT, PTMD_TRACK_SYMBOL));
     ptmd_errors_init();
     ptmd_format_module_init();
     ptmd_dump_class_init();
     ptmd_owners_class_init();
     ptmd_retention_class_init();
     ptmd_sites_class_init();
+    ptmd_native_sites_class_init();
     ptmd_ruby_heap_class_init();
     ptmd_render_module_init();
     ptmd_diff_class_init();

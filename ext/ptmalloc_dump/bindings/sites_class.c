@@ -72,8 +72,7 @@ static VALUE dump_alloc_trace(VALUE self)
     return h;
 }
 
-/* The RUBY_NAMES entries naming class `name`: a flag per entry (xmalloc'd), NULL for nil. */
-static uint8_t *class_flags(const ptmd_view *v, VALUE name)
+uint8_t *ptmd_rb_class_flags(const ptmd_view *v, VALUE name)
 {
     uint8_t *flags;
     size_t off = 0, i = 0;
@@ -99,7 +98,7 @@ static VALUE dump_traced_stacks(VALUE self, VALUE class_name)
     size_t i;
     int rc;
     if (!v->alloc_trace || !v->n_ruby_stacks) return ary;
-    classes = class_flags(v, class_name);
+    classes = ptmd_rb_class_flags(v, class_name);
     t = ALLOC_N(ptmd_stack_totals, v->n_ruby_stacks);
     rc = ptmd_site_totals(v, ptmd_rb_dump_attribution(self), classes, t);
     xfree(classes);

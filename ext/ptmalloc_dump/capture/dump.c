@@ -170,6 +170,11 @@ int ptmd_dump_run(ptmd_dump_state *d, const ptmd_dump_opts *o, ptmd_err *err)
     oracles = oracles && !skipped;
     outgrown = oracles && ptmd_oracles_capture(d) != 0;
     t2 = ptmd_now_ns();
+    if (d->w.src.in_place && !d->native_state) d->native_state = ptmd_native_track_self();
+    if (ptmd_native_track_capture(&d->w.src, d->native_state, d->ruby.present ? &d->ruby : NULL, &d->native) != 0) {
+        ptmd_fail_sys(err, errno, "allocation tracker", "mmap");
+        goto out;
+    }
     if (ptmd_walk_residency(&d->w, err) != 0) goto out;
     d->snapshot = o->fork_child;
     ptmd_dump_meta(d, lc, &now);
@@ -200,6 +205,7 @@ void ptmd_dump_release(ptmd_dump_state *d)
 {
     ptmd_buf_release(&d->trim);
     ptmd_buf_release(&d->ruby_rss);
+    ptmd_native_track_release(&d->native);
     if (!d->parent_mappings) ptmd_mappings_release(&d->mappings);
     ptmd_buf_release(&d->ruby.pages);
     ptmd_buf_release(&d->ruby.objects);

@@ -4,6 +4,7 @@
 
 #include "format/view.h"
 #include "capture/mappings.h"
+#include "capture/native_track.h"
 #include "capture/ruby_data.h"
 #include "capture/walk_ctx.h"
 #include "capture/writer.h"
@@ -38,6 +39,8 @@ typedef struct {
     ptmd_buf strings;
     ptmd_writer writer;
     ptmd_ruby_data ruby;                  /* filled by the caller before ptmd_dump_run, if wanted */
+    ptmd_native_data native;              /* the allocation tracker's tables, when it is preloaded */
+    uint64_t native_state;                /* where the tracker's state is in the target, 0: none */
     ptmd_buf trim;                        /* uint64 per arena: resident bytes malloc_trim(0) released */
     int snapshot;                         /* written by a fork snapshot child */
     const ptmd_walk *parent;              /* a snapshot child's: the parent's walk, with its thread list */

@@ -125,7 +125,8 @@ static void write_sections(ptmd_dump_state *d)
         PTMD_SEC_RUBY_STACKS,   PTMD_SEC_RUBY_FRAMES,     PTMD_SEC_RUBY_TRACED,     PTMD_SEC_RUBY_SITE_NAMES,
         PTMD_SEC_REFS,          PTMD_SEC_INT_REFS,        PTMD_SEC_ROOTS,           PTMD_SEC_ROOT_REFS,
         PTMD_SEC_SOURCE,        PTMD_SEC_SNAPSHOT,        PTMD_SEC_TRIM_CHECK,      PTMD_SEC_GC,
-        PTMD_SEC_RUBY_PAGE_RSS, PTMD_SEC_MAPPINGS,
+        PTMD_SEC_NATIVE_TRACK,  PTMD_SEC_NATIVE_SAMPLES,  PTMD_SEC_NATIVE_STACKS,   PTMD_SEC_NATIVE_PCS,
+        PTMD_SEC_NATIVE_FRAMES, PTMD_SEC_NATIVE_NAMES,    PTMD_SEC_RUBY_PAGE_RSS,   PTMD_SEC_MAPPINGS,
     };
     _Static_assert(sizeof(file_order) / sizeof(file_order[0]) == PTMD_SEC_COUNT, "every section has its place");
     ptmd_writer *wr = &d->writer;
@@ -262,6 +263,24 @@ void ptmd_dump_view(const ptmd_dump_state *d, ptmd_view *v)
             v->ruby_site_names_len = d->ruby.site_names.len;
             v->n_ruby_site_names = d->ruby.n_site_names;
         }
+    }
+    if (d->native.present) {
+        const ptmd_native_data *n = &d->native;
+        v->sections |= PTMD_SECTION_BIT(PTMD_SEC_NATIVE_TRACK) | PTMD_SECTION_BIT(PTMD_SEC_NATIVE_SAMPLES) |
+                       PTMD_SECTION_BIT(PTMD_SEC_NATIVE_STACKS) | PTMD_SECTION_BIT(PTMD_SEC_NATIVE_PCS) |
+                       PTMD_SECTION_BIT(PTMD_SEC_NATIVE_FRAMES) | PTMD_SECTION_BIT(PTMD_SEC_NATIVE_NAMES);
+        v->native_track = &n->rec;
+        v->native_samples = (const ptmd_native_sample *)(const void *)n->samples.base;
+        v->n_native_samples = PTMD_BUF_COUNT(&n->samples, ptmd_native_sample);
+        v->native_stacks = (const ptmd_native_stack *)(const void *)n->stacks.base;
+        v->n_native_stacks = PTMD_BUF_COUNT(&n->stacks, ptmd_native_stack);
+        v->native_pcs = (const uint64_t *)(const void *)n->pcs.base;
+        v->n_native_pcs = PTMD_BUF_COUNT(&n->pcs, uint64_t);
+        v->native_frames = (const ptmd_ruby_frame *)(const void *)n->frames.base;
+        v->n_native_frames = PTMD_BUF_COUNT(&n->frames, ptmd_ruby_frame);
+        v->native_names = n->names.base;
+        v->native_names_len = n->names.len;
+        v->n_native_names = n->n_names;
     }
     if (w->references) {
         v->sections |= PTMD_SECTION_BIT(PTMD_SEC_REFS) | PTMD_SECTION_BIT(PTMD_SEC_INT_REFS) |

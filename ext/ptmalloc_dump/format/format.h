@@ -107,7 +107,20 @@ const char *ptmd_name_of(const char *const *names, size_t n, uint32_t value);
     X(PTMD_SEC_RUBY_TRACED, 50, "ruby_traced", 0, ptmd_ruby_traced, NULL, RECORDS, ruby_traced, n_ruby_traced)         \
     /* the frames' paths, methods and owners */                                                                        \
     X(PTMD_SEC_RUBY_SITE_NAMES, 51, "ruby_site_names", 0, unsigned char, NULL, NAMES, ruby_site_names,                 \
-      ruby_site_names_len, n_ruby_site_names)
+      ruby_site_names_len, n_ruby_site_names)                                                                          \
+    /* the allocation tracker (ptmalloc-dump --track): how it sampled, its own memory */                               \
+    X(PTMD_SEC_NATIVE_TRACK, 52, "native_track", 0, ptmd_native_track_rec, check_native_track_rec, ONE, native_track)  \
+    /* the sampled blocks not yet freed, by address, and the stack that allocated each */                              \
+    X(PTMD_SEC_NATIVE_SAMPLES, 53, "native_samples", 0, ptmd_native_sample, NULL, RECORDS, native_samples,             \
+      n_native_samples)                                                                                                \
+    /* the stacks: each a run of NATIVE_PCS (innermost first) and a run of NATIVE_FRAMES (Ruby's, innermost first) */  \
+    X(PTMD_SEC_NATIVE_STACKS, 54, "native_stacks", 0, ptmd_native_stack, NULL, RECORDS, native_stacks,                 \
+      n_native_stacks)                                                                                                 \
+    X(PTMD_SEC_NATIVE_PCS, 55, "native_pcs", 0, uint64_t, NULL, RECORDS, native_pcs, n_native_pcs)                     \
+    X(PTMD_SEC_NATIVE_FRAMES, 56, "native_frames", 0, ptmd_ruby_frame, NULL, RECORDS, native_frames, n_native_frames)  \
+    /* the Ruby frames' paths and methods */                                                                           \
+    X(PTMD_SEC_NATIVE_NAMES, 57, "native_names", 0, unsigned char, NULL, NAMES, native_names, native_names_len,        \
+      n_native_names)
 
 #define PTMD_SECTION_CONSTANT(constant, value, ...) constant = (value),
 #define PTMD_SECTION_ONE(...) +1
@@ -477,6 +490,49 @@ typedef struct {
     int32_t line;   /* the line running, 0 for a C method */
 } ptmd_ruby_frame;
 
+/* ---- The allocation tracker (NATIVE_TRACK, NATIVE_SAMPLES, NATIVE_STACKS, NATIVE_PCS, NATIVE_FRAMES,
+ * NATIVE_NAMES): malloc's blocks sampled by bytes, each with its native and Ruby stack ---- */
+
+#define PTMD_NATIVE_MAX_REGIONS 16
+#define PTMD_NATIVE_MAX_PCS 48
+#define PTMD_NATIVE_MAX_FRAMES 64
+#define PTMD_NATIVE_TRACK_FLAGS(X)                                                                                     \
+    X(PTMD_NTF_RUBY, 1u << 0, "ruby")         /* Ruby's frames were recorded where a thread held the GVL */            \
+    X(PTMD_NTF_FULL, 1u << 1, "full")         /* a table was full: samples were dropped */                             \
+    X(PTMD_NTF_FORKED, 1u << 2, "forked")     /* a fork of the process that started tracking */                        \
+    X(PTMD_NTF_UNLOCKED, 1u << 3, "unlocked") /* read without the tracker's lock (a thread held it at a fork) */
+enum { PTMD_NATIVE_TRACK_FLAGS(PTMD_ENUM_CONSTANT) };
+
+typedef struct {
+    uint64_t start, length, resident; /* resident: bytes in RAM at the capture */
+} ptmd_native_region;
+
+typedef struct {
+    uint64_t mean_bytes; /* the mean of the byte sampler's exponential draws: a block of n bytes was
+                          * sampled with probability 1 - exp(-n / mean_bytes) */
+    uint64_t started_ns; /* when tracking started (CLOCK_REALTIME) */
+    uint64_t sampled;    /* samples taken */
+    uint64_t freed;      /* sampled blocks freed since */
+    uint64_t dropped;    /* samples not kept: a table was full */
+    uint32_t flags;      /* PTMD_NTF_* */
+    uint32_t pid;        /* the process that started tracking */
+    uint32_t n_regions;  /* the tracker's own mappings: its share of RSS */
+    uint32_t reserved;
+    ptmd_native_region regions[PTMD_NATIVE_MAX_REGIONS];
+} ptmd_native_track_rec;
+
+typedef struct {
+    uint64_t address; /* what malloc returned */
+    uint64_t size;    /* the bytes asked for */
+    uint32_t stack;   /* index into NATIVE_STACKS */
+    uint32_t reserved;
+} ptmd_native_sample;
+
+typedef struct {
+    uint32_t first_pc, n_pcs;       /* NATIVE_PCS */
+    uint32_t first_frame, n_frames; /* NATIVE_FRAMES: 0 when no Ruby frame was running or its thread had no GVL */
+} ptmd_native_stack;
+
 typedef struct {
     uint64_t address; /* the object: an address in RUBY_OBJECTS when the Ruby pass recorded it */
     uint32_t stack;   /* index into RUBY_STACKS */
@@ -722,6 +778,9 @@ _Static_assert(sizeof(ptmd_alloc_trace_rec) == 48, "allocation trace record layo
 _Static_assert(sizeof(ptmd_ruby_stack) == 8, "ruby stack layout");
 _Static_assert(sizeof(ptmd_ruby_frame) == 16, "ruby frame layout");
 _Static_assert(sizeof(ptmd_ruby_traced) == 16, "ruby traced object layout");
+_Static_assert(sizeof(ptmd_native_track_rec) == 440, "native track record layout");
+_Static_assert(sizeof(ptmd_native_sample) == 24, "native sample layout");
+_Static_assert(sizeof(ptmd_native_stack) == 16, "native stack layout");
 
 #define PTMD_PREAMBLE_SIZE 16
 #define PTMD_END_SIZE (sizeof(ptmd_section_hdr) + sizeof(ptmd_footer))

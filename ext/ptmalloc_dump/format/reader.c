@@ -239,6 +239,22 @@ static int check_alloc_trace_rec(const ptmd_view *v, const char *name, ptmd_err 
     return 0;
 }
 
+static int check_native_track_rec(const ptmd_view *v, const char *name, ptmd_err *err)
+{
+    const ptmd_native_track_rec *t = v->native_track;
+    uint32_t i;
+    if (t->reserved) FAIL("%s: native_track section: reserved field not zero", name);
+    if (!t->mean_bytes || t->dropped > t->sampled || t->freed > t->sampled || t->n_regions > PTMD_NATIVE_MAX_REGIONS)
+        FAIL("%s: native_track section: its counts do not hold together", name);
+    for (i = 0; i < PTMD_NATIVE_MAX_REGIONS; i++) {
+        const ptmd_native_region *r = &t->regions[i];
+        if (i >= t->n_regions ? (r->start || r->length || r->resident)
+                              : (r->resident > r->length || r->start + r->length < r->start))
+            FAIL("%s: native_track section: region %u does not hold together", name, i);
+    }
+    return 0;
+}
+
 static int check_snapshot(const ptmd_view *v, const char *name, ptmd_err *err)
 {
     if (v->snapshot->reserved) FAIL("%s: snapshot section: reserved field not zero", name);
@@ -496,6 +512,43 @@ static int check_sites(const ptmd_view *v, const char *name, ptmd_err *err)
     return 0;
 }
 
+static int native_name_ok(const ptmd_view *v, uint32_t i)
+{
+    return i == PTMD_NO_NAME || i < v->n_native_names;
+}
+
+/* The tracker's sections whole: every stack runs of pcs and frames, every frame's names present,
+ * every sample a stack, by address. */
+static int check_native(const ptmd_view *v, const char *name, ptmd_err *err)
+{
+    size_t i;
+    if (!v->native_track && !v->native_samples && !v->native_stacks && !v->native_pcs && !v->native_frames &&
+        !v->native_names)
+        return 0;
+    if (!v->native_track || !v->native_samples || !v->native_stacks || !v->native_pcs || !v->native_frames ||
+        !v->native_names)
+        FAIL("%s: the allocation tracker's sections are incomplete", name);
+    for (i = 0; i < v->n_native_stacks; i++) {
+        const ptmd_native_stack *s = &v->native_stacks[i];
+        if (s->first_pc > v->n_native_pcs || s->n_pcs > v->n_native_pcs - s->first_pc ||
+            s->first_frame > v->n_native_frames || s->n_frames > v->n_native_frames - s->first_frame ||
+            s->n_pcs > PTMD_NATIVE_MAX_PCS || s->n_frames > PTMD_NATIVE_MAX_FRAMES)
+            FAIL("%s: tracked stack %zu names frames that do not exist", name, i);
+    }
+    for (i = 0; i < v->n_native_frames; i++) {
+        const ptmd_ruby_frame *f = &v->native_frames[i];
+        if (!native_name_ok(v, f->path) || !native_name_ok(v, f->label) || !native_name_ok(v, f->owner) || f->line < 0)
+            FAIL("%s: tracked frame %zu names a name that does not exist", name, i);
+    }
+    for (i = 0; i < v->n_native_samples; i++) {
+        const ptmd_native_sample *t = &v->native_samples[i];
+        if (t->stack >= v->n_native_stacks || t->reserved)
+            FAIL("%s: tracked block %zu names a stack that does not exist", name, i);
+        if (i && t->address <= v->native_samples[i - 1].address) FAIL("%s: tracked block %zu is out of order", name, i);
+    }
+    return 0;
+}
+
 int ptmd_read_view(const unsigned char *data, size_t len, const char *name, ptmd_view *v, ptmd_err *err)
 {
     const ptmd_footer *f = NULL;
@@ -513,6 +566,7 @@ int ptmd_read_view(const unsigned char *data, size_t len, const char *name, ptmd
     if (check_code(v, name, err) != 0) return -1;
     if (check_graph(v, name, err) != 0) return -1;
     if (check_sites(v, name, err) != 0) return -1;
+    if (check_native(v, name, err) != 0) return -1;
     if (v->trim_released && v->n_trim_released != v->n_arenas)
         FAIL("%s: the trim check does not cover every arena", name);
     for (i = 0; i < v->n_refs; i++)

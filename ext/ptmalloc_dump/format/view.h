@@ -84,6 +84,18 @@ typedef struct {
     size_t n_ruby_traced;
     const unsigned char *ruby_site_names;
     size_t ruby_site_names_len, n_ruby_site_names;
+    /* the allocation tracker (ptmalloc-dump --track), NULL when the dump has none */
+    const ptmd_native_track_rec *native_track;
+    const ptmd_native_sample *native_samples; /* by address */
+    size_t n_native_samples;
+    const ptmd_native_stack *native_stacks;
+    size_t n_native_stacks;
+    const uint64_t *native_pcs;
+    size_t n_native_pcs;
+    const ptmd_ruby_frame *native_frames;
+    size_t n_native_frames;
+    const unsigned char *native_names;
+    size_t native_names_len, n_native_names;
 } ptmd_view;
 
 #define PTMD_SECTION_BIT(type) (1ull << (type))

@@ -1,0 +1,14 @@
+# frozen_string_literal: true
+
+require "mkmf"
+
+# The allocation tracker: a library for LD_PRELOAD (ptmalloc-dump --track), not a Ruby extension. It
+# finds Ruby's profiling functions by name when the program has them, so it links nothing of Ruby's
+# and can be preloaded into a shell or any other program a command starts.
+$LIBRUBYARG = ""
+$defs << "-D_GNU_SOURCE"
+have_library("dl", "dlsym")
+have_library("m", "log")
+append_cflags(%w[-Wall -Wextra -std=gnu11 -fvisibility=hidden -Wno-missing-field-initializers
+                 -fno-omit-frame-pointer])
+create_makefile("ptmalloc_dump/ptmalloc_dump_track")
