@@ -1,7 +1,9 @@
 /* A sampled block's stack: the native frames (glibc's backtrace, its unwinder loaded before the first
  * sample), less the tracker's own, and, on a thread holding Ruby's GVL outside GC, the Ruby frames
  * (rb_profile_frames, which allocates nothing), their path and label read from the strings Ruby
- * already has. Ruby is found by name at the start, so that a program without it runs as well. */
+ * already has. Ruby is found by name at the start, so that a program without it runs as well; its
+ * frames are read only once ruby_init has returned (the VM's own start allocates before its first
+ * frame exists), which the tracker learns by standing in for ruby_init, as main calls it. */
 #include "track.h"
 
 #include <dlfcn.h>
@@ -20,6 +22,14 @@ static struct {
     char *(*string_ptr)(volatile value *v);
 } ruby;
 static uint64_t own_start, own_end; /* the tracker's own code: frames there are not the program's */
+static volatile int ruby_ready;     /* ruby_init has returned */
+
+__attribute__((visibility("default"))) void ruby_init(void)
+{
+    void (*real)(void) = (void (*)(void))dlsym(RTLD_NEXT, "ruby_init");
+    if (real) real();
+    __atomic_store_n(&ruby_ready, 1, __ATOMIC_RELEASE);
+}
 
 static int find_own(struct dl_phdr_info *info, size_t size, void *data)
 {
@@ -64,7 +74,9 @@ static const char *text(value v, size_t *len)
 
 static int ruby_frames(ptmd_track_rframe *out)
 {
-    if (!(ptmalloc_dump_track.flags & PTMD_TRACK_F_RUBY) || !ruby.has_gvl() || ruby.during_gc()) return 0;
+    if (!(ptmalloc_dump_track.flags & PTMD_TRACK_F_RUBY) || !__atomic_load_n(&ruby_ready, __ATOMIC_ACQUIRE) ||
+        !ruby.has_gvl() || ruby.during_gc())
+        return 0;
     value frames[PTMD_TRACK_MAX_RUBY];
     int lines[PTMD_TRACK_MAX_RUBY];
     int n = ruby.frames(0, PTMD_TRACK_MAX_RUBY, frames, lines);

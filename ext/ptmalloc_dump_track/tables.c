@@ -9,10 +9,10 @@
 #define FILTER_SLOTS (1u << 16)
 #define FIRST_SLOTS (1u << 14)
 #define MAX_SLOTS (1u << 22)
-#define STACK_CAP (1u << 17)
-#define PC_CAP (1u << 21)
+#define STACK_CAP (1u << 18)
+#define PC_CAP (1u << 22)
 #define RUBY_FRAME_CAP (1u << 18)
-#define RUBY_REF_CAP (1u << 21)
+#define RUBY_REF_CAP (1u << 22)
 #define NAMES_CAP (1u << 23)
 #define NAME_MAX_LEN 1024u
 

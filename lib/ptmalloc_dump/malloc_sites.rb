@@ -9,9 +9,9 @@ module PtmallocDump
   class MallocSites
     # Native functions that only pass an allocation on: the allocator, libc's wrappers, the tracker,
     # C++'s operator new and Ruby's xmalloc family.
-    PLUMBING_LIBRARIES = /\A(?:libc\.so|ld-linux|libstdc\+\+\.so|ptmalloc_dump_track\.so)/.freeze
+    PLUMBING_LIBRARIES = /\A(?:libc\.so|ld-linux|libstdc\+\+\.so|ptmalloc_dump_track\.so|ruby[\d.]*\z)/.freeze
     PLUMBING_FUNCTIONS = /\A(?:ruby_x(?:m|c|re)alloc|rb_x(?:m|c|re)alloc|objspace_x|rb_aligned_malloc|
-                            ruby_mimmalloc|rb_alloc_tmp_buffer|ruby_xmalloc2|ruby_xrealloc2)/x.freeze
+                            ruby_mimmalloc|rb_alloc_tmp_buffer|ruby_xmalloc2|ruby_xrealloc2|_start\z|main\z)/x.freeze
     private_constant :PLUMBING_LIBRARIES, :PLUMBING_FUNCTIONS
 
     # @param tracking [Hash] Dump#allocation_tracking
@@ -70,8 +70,7 @@ module PtmallocDump
           SiteFrame.new(@names, path, line, label, owner) unless path && line.zero?
         end
         native = pcs.each_with_index.map { |pc, i| @symbols.name(pc, innermost: i.zero?) }
-        native_site = native.find { |n| !plumbing?(n) && !n.start_with?("libruby") } ||
-                      native.find { |n| !plumbing?(n) }
+        native_site = native_site_of(native)
         site, method, kind = site_and_method(frames, native_site)
         { site: site, method: method, kind: kind, frames: frames.map(&:to_s), native_frames: native,
           native_site: native_site }
@@ -90,8 +89,17 @@ module PtmallocDump
     end
 
     def plumbing?(name)
-      library, function = name.split("!", 2)
-      library.match?(PLUMBING_LIBRARIES) || function.to_s.match?(PLUMBING_FUNCTIONS)
+      library, function = name.split(/[!+]/, 2)
+      library.match?(PLUMBING_LIBRARIES) || (name.include?("!") && function.match?(PLUMBING_FUNCTIONS))
+    end
+
+    # the innermost function that is not plumbing: a named one outside Ruby's library first (a C
+    # extension's), then an unnamed one there (a library without symbols), then Ruby's own
+    def native_site_of(native)
+      candidates = native.reject { |n| plumbing?(n) }
+      named, unnamed = candidates.partition { |n| n.include?("!") }
+      outside_ruby = ->(n) { !n.start_with?("libruby") }
+      named.find(&outside_ruby) || unnamed.find(&outside_ruby) || named.first || candidates.first
     end
 
     def entry(e)
