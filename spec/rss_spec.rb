@@ -51,7 +51,7 @@ RSpec.describe "the whole RSS, accounted" do
   def expect_accounted(result, data)
     rss = result[:rss]
     parts = %i[malloc_in_use malloc_free_resident malloc_metadata mmapped_chunks ruby_pages stacks file_backed
-               other_anonymous]
+               other_anonymous allocation_tracking]
     puts format("    RSS %d = %s; VmRSS %d (before %d, after %d); smaps read in %.2f ms", rss[:total],
                 parts.map { |p| "#{p} #{rss[p]}" }.join(", "), rss[:vm_rss], result[:before], result[:after],
                 result[:info][:read_ns] / 1e6)

@@ -62,6 +62,7 @@ RSpec.describe "ptmalloc-dump --track" do
       leak(File.join(ARGV[0], "leaked"))
       path = File.join(ARGV[0], "leak.dump")
       PtmallocDump.dump(path, references: true, gc: true)
+      File.write(File.join(ARGV[0], "smaps"), File.read("/proc/self/smaps"))
       puts JSON.generate(path: path, file: __FILE__, line: LINE)
     RUBY
     dump = PtmallocDump.load(facts[:path])
@@ -84,6 +85,20 @@ RSpec.describe "ptmalloc-dump --track" do
     expect(dump.allocation_site_of(sampled)).to include(site: site[:site], method: "Fiddle.malloc")
     expect(dump.allocation_tracking).to include(mean_bytes: 65_536, dropped: 0)
     expect(dump.allocation_tracking[:flags]).to include(:ruby)
+    # the tracker's own tables are their own RSS part: the mappings they make up (adjacent ones merge
+    # into one), resident as the kernel's smaps says, read by the child right after the dump
+    regions = dump.allocation_tracking[:regions]
+    vmas = File.read(File.join(tmpdir, "smaps")).split(/^(?=\h+-\h+ )/).map do |vma|
+      start, stop = vma[/\A\h+-\h+/].split("-").map { |x| x.to_i(16) }
+      [start, stop, vma[/^Rss:\s+(\d+) kB/, 1].to_i * 1024]
+    end
+    tracker = vmas.select do |start, stop, _|
+      regions.sum { |r| [[stop, r[:start] + r[:length]].min - [start, r[:start]].max, 0].max } == stop - start
+    end
+    expect(tracker.sum { |start, stop, _| stop - start }).to eq(regions.sum { |r| r[:length] })
+    expect(dump.rss[:allocation_tracking]).to eq(regions.sum { |r| r[:resident] })
+    expect(dump.rss[:allocation_tracking]).to be_within(64 * 1024).of(tracker.sum(&:last))
+    expect(dump.rss[:total]).to eq(dump.rss.values_at(*PtmallocDump::Report::RSS_PARTS.keys).sum)
   end
 
   it "names each of a C extension's two allocating functions, and with every byte sampled counts each block" do

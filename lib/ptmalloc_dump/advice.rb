@@ -41,7 +41,7 @@ module PtmallocDump
 
     # @return [Array<Line>]
     def lines
-      @lines ||= [trim, trim_threshold, arenas, pinned_pages, small_free, mmap_threshold, tcache, holder].compact
+      @lines ||= [trim, trim_threshold, arenas, pinned_pages, small_free, mmap_threshold, tcache, holder, leak].compact
     end
 
     private
@@ -229,6 +229,28 @@ module PtmallocDump
                "#{count(r[:retained_objects])} objects, reached through #{r[:path].join(' > ')}: if it is a cache, " \
                "bound it (an LRU, an expiry); if it should be empty between requests, clear it. That gives back up " \
                "to #{human_bytes(r[:retained_bytes])}.")
+    end
+
+    # Memory nothing points at (the owners' classification): where it was allocated, when the tracker
+    # ran in the process, else how to find out.
+    def leak
+      leaked = @s.dig(:owners, :leaked)
+      return nil unless leaked && leaked[:bytes] >= 4 * MIB && leaked[:bytes] * 20 >= @s[:in_use_bytes]
+
+      Line.new(:leak, leaked[:bytes], :bytes, leaked[:bytes],
+               "#{b(leaked[:bytes])} in #{count(leaked[:count])} blocks is leaked: nothing points at it any more. " \
+               "#{leak_site}That gives back up to #{human_bytes(leaked[:bytes])}, and stops the growth.")
+    end
+
+    def leak_site
+      site = @dump.malloc_sites? && @dump.allocation_sites(limit: 10_000).max_by { |e| e[:leaked_bytes] }
+      if site && site[:leaked_bytes].positive?
+        return "Most was allocated at #{SiteLines.where(site)} (about #{human_bytes(site[:leaked_bytes])}): free " \
+               "what that code allocates once it is done with it. "
+      end
+
+      "Run the process under ptmalloc-dump --track -- COMMAND (or with LD_PRELOAD=$(ptmalloc-dump " \
+        "--preload-path)) and dump it again: that dump names where the leaked blocks were allocated. "
     end
 
     def tcache

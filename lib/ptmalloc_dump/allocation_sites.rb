@@ -59,29 +59,55 @@ module PtmallocDump
 
   # One line per allocation site, as the text summary and `--sites` print them.
   module SiteLines
-    # @param trace [Hash] {Dump#allocation_trace}
+    # @param dump [Dump] a dump with allocation sites
     # @return [String] what the figures are
-    def self.heading(trace)
-      every = trace[:every]
+    def self.heading(dump)
+      if dump.malloc_sites?
+        mean = FormatHelpers.human_bytes(dump.allocation_tracking[:mean_bytes])
+        return "where the malloc memory still allocated was allocated (the tracker sampled one block in about " \
+               "#{mean} allocated, figures scaled):"
+      end
+      every = dump.allocation_trace[:every]
       sampled = every == 1 ? "every new object traced" : "one new object in #{every} traced, figures scaled"
       "where the traced Ruby objects still alive were allocated (the malloc memory they own; #{sampled}):"
     end
 
     # @param s [Hash] an entry of {Dump#allocation_sites}
-    # @return [String] "4.0 MiB in 3,001 objects at app/models/user.rb:12 in User#load"
+    # @return [String] "app/models/user.rb:12 in User#load"
+    def self.where(s)
+      "#{s[:site]}#{s[:method].empty? ? '' : " in #{s[:method]}"}"
+    end
+
+    # @param s [Hash] an entry of {Dump#allocation_sites}
+    # @return [String] "4.0 MiB in 3,001 objects at app/models/user.rb:12 in User#load", and for malloc
+    #   blocks how much of it is leaked or anchored
     def self.line(s)
       about = s[:estimated] ? "about " : ""
+      what = s[:source] == :malloc ? "block" : "object"
+      kept = s[:source] == :malloc ? kept_by(s) : ""
       "#{about}#{FormatHelpers.human_bytes(s[:bytes])} in #{FormatHelpers.count(s[:count])} " \
-        "object#{s[:count] == 1 ? '' : 's'} at #{s[:site]}#{s[:method].empty? ? '' : " in #{s[:method]}"}"
+        "#{what}#{s[:count] == 1 ? '' : 's'} at #{where(s)}#{kept}"
+    end
+
+    # " (3.0 MiB leaked, 1.0 MiB anchored)", or "" when Ruby objects keep it all
+    def self.kept_by(s)
+      parts = { leaked_bytes: "leaked", anchored_bytes: "held by native code" }.filter_map do |key, word|
+        "#{FormatHelpers.human_bytes(s[key])} #{word}" if s[key].positive?
+      end
+      parts.empty? ? "" : " (#{parts.join(', ')})"
     end
 
     # @param s [Hash] an entry of {Dump#allocation_sites}
     # @param limit [Integer] how many
     # @return [Array<String>] the Ruby frames that called the site's frame (C methods and the site's own
-    #   method around its block left out)
+    #   method around its block left out); for a native site, the native functions that called it
     def self.callers(s, limit: 3)
       at = s[:frames].index { |f| f.start_with?("#{s[:site]} in ") }
-      return [] unless at
+      unless at
+        native = s[:native_frames] || []
+        i = native.index(s[:site])
+        return i ? native[(i + 1)..].first(limit) : []
+      end
 
       s[:frames][(at + 1)..].reject { |f| f.start_with?("(C)", "#{s[:site]} in ") }.first(limit)
     end

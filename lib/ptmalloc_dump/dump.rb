@@ -223,7 +223,8 @@ module PtmallocDump
     # The process's whole RSS at the capture, every resident byte in one part: :malloc_in_use,
     # :malloc_free_resident, :malloc_metadata (heap_info, arenas, tcache structs, fenceposts),
     # :mmapped_chunks, :ruby_pages (Ruby's object pages outside malloc), :stacks (thread and fiber
-    # stacks), :file_backed, :other_anonymous; :total (their sum), :vm_rss (the kernel's VmRSS read
+    # stacks), :file_backed, :other_anonymous, :allocation_tracking (the allocation tracker's own tables,
+    # under ptmalloc-dump --track); :total (their sum), :vm_rss (the kernel's VmRSS read
     # with the mappings) and :files ([{ path:, bytes: }], file-backed bytes by path, largest first).
     #
     # @return [Hash{Symbol=>Object}, nil] nil for a dump without mappings (written before they were

@@ -123,7 +123,7 @@ module PtmallocDump
         list = d.allocation_sites
         next @out.puts(JSON.pretty_generate(list)) if @options[:json]
 
-        @out.puts SiteLines.heading(d.allocation_trace)
+        @out.puts SiteLines.heading(d)
         list.each { |s| @out.puts SiteLines.line(s), *SiteLines.callers(s).map { |f| "    from #{f}" } }
       end
     end

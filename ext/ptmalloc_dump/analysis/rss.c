@@ -105,6 +105,13 @@ int ptmd_rss_account(const ptmd_view *v, ptmd_rss *out, uint64_t *file_bytes)
         out->part[PTMD_RSS_RUBY_PAGES] += v->ruby_page_rss[i];
         if ((m = mapping_of(v, v->ruby_pages[i].start)) >= 0) known[m] += v->ruby_page_rss[i];
     }
+    for (i = 0; v->native_track && i < v->native_track->n_regions; i++) {
+        const ptmd_native_region *r = &v->native_track->regions[i];
+        long m = mapping_of(v, r->start);
+        if (m < 0 || v->mappings[m].kind == PTMD_MK_FILE) continue;
+        out->part[PTMD_RSS_TRACKING] += r->resident;
+        known[m] += r->resident;
+    }
     for (i = 0; i < v->n_mappings; i++) {
         const ptmd_mapping_rec *m = &v->mappings[i];
         uint64_t rest = m->rss > known[i] ? m->rss - known[i] : 0;

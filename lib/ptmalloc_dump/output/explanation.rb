@@ -64,7 +64,8 @@ module PtmallocDump
         lines << row("holder", e[:holder]) if e[:holder]
         lines << row("code", e[:code][:text]) if e[:code]
         if (a = e[:allocated])
-          lines << row("allocated", "#{a[:site]} in #{a[:method]}#{a[:object] ? " (its owner, #{a[:object]})" : ''}")
+          lines << row("allocated", "#{SiteLines.where(a)}#{a[:object] ? " (its owner, #{a[:object]})" : ''}")
+          lines << row("", "native: #{a[:native_frames].first(4).join(' < ')}") if a[:native_frames]
           a[:frames].first(12).each { |f| lines << row("", "  #{f}") }
         end
       elsif e[:heap]
@@ -139,7 +140,9 @@ module PtmallocDump
     # Where the chunk's owner (or the Ruby object at the address) was allocated, when the dump has
     # allocation sites and traced it.
     def allocated_h(chunk)
-      return nil unless @dump.ruby && @dump.allocation_sites?
+      block = chunk && @dump.malloc_sites? && @dump.allocation_site_of(chunk.address + 16)
+      return block if block
+      return nil unless @dump.ruby && @dump.object_sites?
 
       object = chunk ? @dump.ruby.owner_of(chunk) : @dump.ruby.object_at(@address)
       site = object && @dump.allocation_site_of(object.address)

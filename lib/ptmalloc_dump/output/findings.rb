@@ -52,7 +52,7 @@ module PtmallocDump
       big = Array(o[:leaked_by_size]).max_by { |e| e[:bytes] }
       how = big ? ", most in #{big[:count]} block(s) of #{human_bytes(big[:size])}" : ""
       text = "#{human_bytes(o[:leaked][:bytes])} in #{o[:leaked][:count]} block(s) is leaked: " \
-             "nothing points at it#{how}."
+             "nothing points at it#{how}.#{site_of_owned(:leaked_bytes)}"
       Finding.new(:leaked, o[:leaked][:bytes], text, "owners")
     end
 
@@ -73,13 +73,22 @@ module PtmallocDump
       if o && o[:anchored]
         name, bytes = Array(o[:anchored_by]).max_by { |_, b| b }
         by = name ? ", most by #{name} (#{human_bytes(bytes)})" : ""
-        text = "#{human_bytes(o[:anchored][:bytes])} in #{o[:anchored][:count]} block(s) is held by native code#{by}."
+        text = "#{human_bytes(o[:anchored][:bytes])} in #{o[:anchored][:count]} block(s) is held by native " \
+               "code#{by}.#{site_of_owned(:anchored_bytes)}"
         return Finding.new(:anchored, o[:anchored][:bytes], text, "owners")
       end
       share = percent(r[:unattributed_bytes], @s[:in_use_bytes] + @s[:mmapped_bytes])
       text = "#{human_bytes(r[:unattributed_bytes])} in use is native: no Ruby object points at it " \
              "(#{share} of the memory in use)."
       Finding.new(:native, r[:unattributed_bytes], text, "owners")
+    end
+
+    # Where most of the leaked (or anchored) memory was allocated, when the tracker ran in the process.
+    def site_of_owned(key)
+      site = @dump.malloc_sites? && @dump.allocation_sites(limit: 10_000).max_by { |e| e[key] }
+      return "" unless site && site[key].positive?
+
+      " Most was allocated at #{SiteLines.where(site)} (about #{human_bytes(site[key])})."
     end
 
     # Where most of a class's traced memory was allocated, when the dump has allocation sites.
@@ -89,7 +98,7 @@ module PtmallocDump
       site = @dump.allocation_sites(limit: 1, class_name: name).first
       return "" unless site && site[:bytes].positive?
 
-      " The largest share was allocated at #{site[:site]}#{site[:method].empty? ? '' : " in #{site[:method]}"} " \
+      " The largest share was allocated at #{SiteLines.where(site)} " \
         "(#{site[:estimated] ? 'about ' : ''}#{human_bytes(site[:bytes])})."
     end
 

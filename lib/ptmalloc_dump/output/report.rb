@@ -166,7 +166,8 @@ module PtmallocDump
       malloc_in_use: ["malloc, in use", "#3b73b9"], malloc_free_resident: ["malloc, free but resident", "#e31a1c"],
       malloc_metadata: ["malloc metadata", "#5b6770"], mmapped_chunks: ["mmapped chunks", "#17a398"],
       ruby_pages: ["Ruby object pages", "#bcbd22"], stacks: ["thread stacks", "#9467bd"],
-      file_backed: ["mapped files", "#c7c7c7"], other_anonymous: ["other anonymous memory", "#ff7f0e"]
+      file_backed: ["mapped files", "#c7c7c7"], other_anonymous: ["other anonymous memory", "#ff7f0e"],
+      allocation_tracking: ["allocation tracker", "#8c564b"]
     }.freeze
 
     # The first screen: the RSS as one bar, the malloc heap, the findings, the advice, the check.
@@ -246,7 +247,9 @@ module PtmallocDump
         HTML
       end
 
-      parts = RSS_PARTS.map { |k, (label, color)| [label, rss[k].to_i, color] }
+      parts = RSS_PARTS.filter_map do |k, (label, color)|
+        [label, rss[k].to_i, color] unless k == :allocation_tracking && !@dump.malloc_sites?
+      end
       vm = rss[:vm_rss] ? " (the kernel's VmRSS at the dump: #{human_bytes(rss[:vm_rss])})" : ""
       unknown = if @dump.ruby then ""
                 else

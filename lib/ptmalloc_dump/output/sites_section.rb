@@ -4,9 +4,10 @@ require "cgi"
 require_relative "../format_helpers"
 
 module PtmallocDump
-  # The report's "Where it was allocated" section: the allocation sites of the traced objects still
-  # alive, largest first, and a flame graph of their live bytes by stack (outermost frame at the top,
-  # each bar as wide as the bytes allocated below it). Without sites, why not and how to get them.
+  # The report's "Where it was allocated" section: the allocation sites of the memory still alive
+  # (tracked malloc blocks, else traced Ruby objects), largest first, and a flame graph of its live
+  # bytes by stack (outermost frame at the top, each bar as wide as the bytes allocated below it).
+  # Without sites, why not and how to get them.
   class SitesSection
     include FormatHelpers
 
@@ -25,13 +26,14 @@ module PtmallocDump
       return absent unless @dump.allocation_sites?
 
       list = @dump.allocation_sites(limit: LIMIT).select { |s| s[:bytes].positive? }
+      malloc = @dump.malloc_sites?
       <<~HTML
         <h2 id="sites">Where it was allocated</h2>
-        <p>Where the traced Ruby objects still alive were allocated, and the malloc memory they own
-        (#{h(sampling)}). A site is the innermost frame of the application's own code; frames in gems and
-        Ruby's library are in its stack. Sites whose objects own no malloc memory are left out here.</p>
-        <table><tr><th>bytes</th><th>objects</th><th class="l">site</th><th class="l">called from</th></tr>
-        #{list.map { |s| row(s) }.join("\n")}</table>
+        <p>#{malloc ? malloc_intro : objects_intro} A site is the innermost frame of the application's own code;
+        frames in gems and Ruby's library are in its stack.</p>
+        <table><tr><th>bytes</th><th>#{malloc ? 'blocks' : 'objects'}</th><th class="l">site</th>
+        #{malloc ? '<th class="l">kept by</th>' : ''}<th class="l">called from</th></tr>
+        #{list.map { |s| row(s, malloc) }.join("\n")}</table>
         #{flame}
       HTML
     end
@@ -42,25 +44,42 @@ module PtmallocDump
       CGI.escapeHTML(utf8(value.to_s))
     end
 
-    def sampling
+    def objects_intro
       every = @dump.allocation_trace[:every]
-      every == 1 ? "every new object traced" : "one new object in #{every} traced: the figures are estimates"
+      sampling = every == 1 ? "every new object traced" : "one new object in #{every} traced: the figures are estimates"
+      "Where the traced Ruby objects still alive were allocated, and the malloc memory they own (#{h(sampling)}). " \
+        "Sites whose objects own no malloc memory are left out here."
+    end
+
+    def malloc_intro
+      mean = human_bytes(@dump.allocation_tracking[:mean_bytes])
+      "Where the malloc blocks still allocated were allocated, as the allocation tracker sampled them (one block " \
+        "in about #{h(mean)} allocated: the figures are estimates), and what keeps them: a Ruby object, native " \
+        "code (a root outside malloc), or nothing (leaked)."
     end
 
     def absent
       <<~HTML
         <h2 id="sites">Where it was allocated</h2>
-        <p class="warn">Not known for this dump: #{h(@dump.no_sites_reason)}. Start
-        <code>PtmallocDump.trace_allocations</code> when the process boots (it samples one new object in 64
-        by default); dumps taken afterwards record where their traced objects were allocated.</p>
+        <p class="warn">Not known for this dump: #{h(@dump.no_sites_reason)}. Start the process under
+        <code>ptmalloc-dump --track -- COMMAND</code> (or with <code>LD_PRELOAD=$(ptmalloc-dump --preload-path)</code>):
+        its dumps then say where every sampled malloc block was allocated, native or Ruby. Or call
+        <code>PtmallocDump.trace_allocations</code> when the process boots (it samples one new Ruby object in 64 by
+        default): dumps taken afterwards record where their traced objects were allocated.</p>
       HTML
     end
 
-    def row(s)
+    def row(s, malloc)
       about = s[:estimated] ? "about " : ""
+      kept = malloc ? "<td class=\"l\">#{h(kept_by(s))}</td>" : ""
       "<tr><td>#{h(about + human_bytes(s[:bytes]))}</td><td>#{h(count(s[:count]))}</td>" \
         "<td class=\"l\"><b>#{h(s[:site])}</b>#{s[:method].empty? ? '' : " in #{h(s[:method])}"}</td>" \
-        "<td class=\"l\">#{h(SiteLines.callers(s).join(' ‹ '))}</td></tr>"
+        "#{kept}<td class=\"l\">#{h(SiteLines.callers(s).join(' ‹ '))}</td></tr>"
+    end
+
+    def kept_by(s)
+      { ruby_owned_bytes: "Ruby", anchored_bytes: "native code", leaked_bytes: "nothing (leaked)" }
+        .select { |key, _| s[key].positive? }.map { |key, who| "#{who} #{human_bytes(s[key])}" }.join(", ")
     end
 
     # Live bytes by stack: a tree from the outermost frame, laid out row by row.

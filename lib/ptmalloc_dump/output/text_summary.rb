@@ -97,7 +97,7 @@ module PtmallocDump
     RSS_LABELS = {
       malloc_in_use: "malloc, in use", malloc_free_resident: "malloc, free", malloc_metadata: "malloc metadata",
       mmapped_chunks: "mmapped chunks", ruby_pages: "Ruby pages", stacks: "thread stacks", file_backed: "mapped files",
-      other_anonymous: "other anonymous"
+      other_anonymous: "other anonymous", allocation_tracking: "tracker tables"
     }.freeze
 
     # The RSS by part, where the dump accounts it (dumps with a mappings section).
@@ -108,6 +108,7 @@ module PtmallocDump
       vm = rss[:vm_rss] ? ", VmRSS #{human_bytes(rss[:vm_rss])} (#{rss[:vm_rss]} B)" : ""
       lines = [row("rss", "#{human_bytes(rss[:total])} (#{rss[:total]} B)#{vm}")]
       RSS_LABELS.each do |k, label|
+        next if k == :allocation_tracking && !@dump.malloc_sites?
         if k == :ruby_pages && !@dump.ruby
           lines << format("  %-16s %s", label, "not recorded (no Ruby objects): counted in other anonymous")
           next
@@ -149,7 +150,7 @@ module PtmallocDump
 
     # Where it was allocated: the five largest sites, when the dump has them.
     def site_lines
-      return [] unless @dump.ruby && @dump.allocation_sites?
+      return [] unless @dump.malloc_sites? || (@dump.ruby && @dump.allocation_sites?)
 
       @dump.allocation_sites(limit: 5).map.with_index do |s, i|
         format("  %-16s %s", i.zero? ? "allocated at" : "", SiteLines.line(s))
