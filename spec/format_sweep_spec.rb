@@ -9,7 +9,9 @@ RSpec.describe "a dump file whose checksum is valid but one field is not" do
     progress = File.join(tmpdir, "case")
     # about 1,200 damaged files, each through every reader path: 4 to 8 minutes here, 16 beside two
     # other test runs, and past 30 with more work beside it
-    out, err, status = run_ruby(<<~RUBY, timeout: 3600)
+    # under the allocation tracker (sampling often), so that its sections are in the file too
+    tracker = { "LD_PRELOAD" => PtmallocDump::Tracker.path, "PTMALLOC_DUMP_TRACK_BYTES" => "8192" }
+    out, err, status = run_ruby(<<~RUBY, env: tracker, timeout: 3600)
       require #{sweep.dump}
       PtmallocDump.trace_allocations(every: 4, seed: 1)
       keep = Array.new(2000) { |i| "x" * (i % 300) }

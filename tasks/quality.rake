@@ -65,6 +65,12 @@ task :fuzz, [:seconds] => [:compile, "tmp/unit/ptmd_unit"] do |_t, args|
       end
     RUBY
   end
+  unless File.exist?("fuzz/corpus/tracked.dump")
+    # under the allocation tracker, sampling often (NATIVE_TRACK to NATIVE_NAMES)
+    tracker = { "LD_PRELOAD" => File.expand_path("lib/ptmalloc_dump/ptmalloc_dump_track.so"),
+                "PTMALLOC_DUMP_TRACK_BYTES" => "4096" }
+    sh tracker, RbConfig.ruby, "-Ilib", "-rptmalloc_dump", "-e", 'PtmallocDump.dump("fuzz/corpus/tracked.dump")'
+  end
   unless File.exist?("fuzz/corpus/snapshot.dump")
     # a fork snapshot (the SNAPSHOT section; Ruby's heap recorded by the child)
     ruby "-Ilib", "-rptmalloc_dump", "-e", 'PtmallocDump.dump("fuzz/corpus/snapshot.dump", fork: true, wait: true)'

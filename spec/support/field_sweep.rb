@@ -57,7 +57,17 @@ module FieldSweep
     47 => ["alloc_trace", fields(%w[every seen sampled dropped started_ns], %w[max_frames reserved])],
     48 => ["ruby_stack", fields([], %w[first n_frames])],
     49 => ["ruby_frame", fields([], %w[path label owner line])],
-    50 => ["ruby_traced", fields(%w[address], %w[stack reserved])]
+    50 => ["ruby_traced", fields(%w[address], %w[stack reserved])],
+    # the regions past the first two are laid out (a name with "_" first) but not swept
+    52 => ["native_track", fields(%w[mean_bytes started_ns sampled freed dropped]) +
+                           fields([], %w[flags pid n_regions reserved]) +
+                           fields((0...16).flat_map do |i|
+                             %w[start length resident].map { |f| "#{i < 2 ? '' : '_'}region#{i}_#{f}" }
+                           end)],
+    53 => ["native_sample", fields(%w[address size], %w[stack reserved])],
+    54 => ["native_stack", fields([], %w[first_pc n_pcs first_frame n_frames])],
+    55 => ["native_pc", [%w[pc Q]]],
+    56 => ["native_frame", fields([], %w[path label owner line])]
   }.freeze
   # Sections whose records follow a fixed head: the head's layout (swept as one record).
   HEADS = {
@@ -95,9 +105,11 @@ module FieldSweep
   def record_fields(name, layout, payload, r, count)
     rec_size = layout.sum { |_, d| SIZES[d] }
     pos = payload + r * rec_size
-    layout.map do |field, d|
+    layout.filter_map do |field, d|
       at = pos
       pos += SIZES[d]
+      next if field.start_with?("_")
+
       { where: "#{name}[#{r}].#{field}", at: at, size: SIZES[d], directive: d, next_at: r + 1 < count ? at + rec_size : nil }
     end
   end
