@@ -124,12 +124,15 @@ static const field ruby_frames_fields[] = { F(ptmd_ruby_frame, path), F(ptmd_rub
                                             F(ptmd_ruby_frame, owner), F(ptmd_ruby_frame, line) };
 static const field ruby_traced_fields[] = { F(ptmd_ruby_traced, address), F(ptmd_ruby_traced, stack),
                                             F(ptmd_ruby_traced, reserved) };
-static const field native_track_fields[] = {
-    F(ptmd_native_track_rec, mean_bytes), F(ptmd_native_track_rec, sampled),  F(ptmd_native_track_rec, freed),
-    F(ptmd_native_track_rec, dropped),    F(ptmd_native_track_rec, flags),    F(ptmd_native_track_rec, n_regions),
-    F(ptmd_native_track_rec, reserved),   { offsetof(ptmd_native_track_rec, regions) + 16, 8 },
-    { offsetof(ptmd_native_track_rec, regions) + 8, 8 }
-};
+static const field native_track_fields[] = { F(ptmd_native_track_rec, mean_bytes),
+                                             F(ptmd_native_track_rec, sampled),
+                                             F(ptmd_native_track_rec, freed),
+                                             F(ptmd_native_track_rec, dropped),
+                                             F(ptmd_native_track_rec, flags),
+                                             F(ptmd_native_track_rec, n_regions),
+                                             F(ptmd_native_track_rec, reserved),
+                                             { offsetof(ptmd_native_track_rec, regions) + 16, 8 },
+                                             { offsetof(ptmd_native_track_rec, regions) + 8, 8 } };
 static const field native_samples_fields[] = { F(ptmd_native_sample, address), F(ptmd_native_sample, size),
                                                F(ptmd_native_sample, stack), F(ptmd_native_sample, reserved) };
 static const field native_stacks_fields[] = { F(ptmd_native_stack, first_pc), F(ptmd_native_stack, n_pcs),

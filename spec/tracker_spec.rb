@@ -167,6 +167,30 @@ RSpec.describe "ptmalloc-dump --track" do
     end
   end
 
+  it "reads a tracked process from outside: ptmalloc-dump --pid names its sites" do
+    file = File.join(tmpdir, "target.rb")
+    File.write(file, <<~RUBY)
+      def strings; Array.new(5000) { |i| "z" * (3000 + i % 5) }; end
+      keep = strings
+      $stdout.puts("ready")
+      $stdout.flush
+      $stdin.read # until the spec closes it
+      keep.size
+    RUBY
+    env = sampling[:env].merge("PTMALLOC_DUMP_TRACK_BYTES" => sampling[:bytes].to_s)
+    Open3.popen2(env, RbConfig.ruby, "-I", SpecHelpers::LIB, dump_exe, "--track", "--", RbConfig.ruby, file) do |i, o, t|
+      expect(o.gets).to eq("ready\n")
+      PtmallocDump.dump_process(t.pid, File.join(tmpdir, "outside.dump"))
+      i.close
+      expect(t.value).to be_success
+    end
+    dump = PtmallocDump.load(File.join(tmpdir, "outside.dump"))
+    expect(dump.header[:source]).to eq(:pid)
+    site = dump.allocation_sites(limit: 1).first
+    expect(site).to include(site: "#{file}:1", kind: :ruby, native_site: a_string_ending_with("!rb_str_times"))
+    expect(site[:bytes]).to be_within(5000 * 3017 * 0.3).of(5000 * 3017)
+  end
+
   it "survives four threads hammering malloc, calloc, realloc and free: every dump reproduces glibc's counters" do
     stats = track_ruby(fixture_code + <<~RUBY, bytes: 4096, timeout: 900)
       TrackFixture.hammer_start(4)

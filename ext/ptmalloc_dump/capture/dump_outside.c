@@ -6,6 +6,7 @@
 #include "capture/arena.h"
 #include "capture/dump.h"
 #include "capture/dump_write.h"
+#include "capture/native_track.h"
 #include "capture/outside.h"
 #include "capture/residency.h"
 #include "capture/source_core.h"
@@ -37,6 +38,10 @@ static int outside_walk_write(ptmd_dump_state *d, const ptmd_dump_opts *o, ptmd_
     t0 = ptmd_now_ns();
     if (ptmd_walk_run(&d->w, err) != 0) return -1;
     t1 = ptmd_now_ns();
+    /* the allocation tracker's tables, when it runs there (read as they are now: the heap was copied
+     * while the process was stopped, so a sample whose block it freed since counts nowhere) */
+    if (ptmd_native_track_capture(&d->w.src, ptmd_native_track_find(&d->w.maps), NULL, &d->native) != 0)
+        return ptmd_fail_sys(err, errno, "allocation tracker", "mmap");
     if (ptmd_walk_residency(&d->w, err) != 0) return -1;
     ptmd_dump_meta(d, lc, &now);
     d->meta.pid = (uint64_t)d->w.src.pid;

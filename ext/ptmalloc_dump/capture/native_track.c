@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 #include <string.h>
+#include "capture/elfread.h"
 #include "capture/ruby_code.h"
 #include "capture/ruby_data.h"
 #include "format/ptmd.h"
@@ -25,6 +26,44 @@ void ptmd_native_track_set_self(uint64_t state_address)
 uint64_t ptmd_native_track_self(void)
 {
     return self_state;
+}
+
+#define TRACKER_FILE "/ptmalloc_dump_track.so"
+
+uint64_t ptmd_native_track_find(const ptmd_maps *maps)
+{
+    const char *p = (const char *)maps->text.base, *end = p + maps->text.len;
+    while (p && p < end) {
+        const char *eol = memchr(p, '\n', (size_t)(end - p)), *path;
+        size_t n = sizeof(TRACKER_FILE) - 1;
+        char file[4096];
+        if (!eol) eol = end;
+        path = memchr(p, '/', (size_t)(eol - p));
+        /* the library's first mapping (offset 0) is its load base: "start-end perms 00000000 ..." */
+        if (path && (size_t)(eol - path) > n && (size_t)(eol - path) < sizeof(file) &&
+            memcmp(eol - n, TRACKER_FILE, n) == 0) {
+            const char *q = p;
+            uint64_t base = ptmd_parse_hex(&q, eol), offset;
+            q = memchr(q, ' ', (size_t)(eol - q));
+            q = q ? memchr(q + 1, ' ', (size_t)(eol - q - 1)) : NULL;
+            if (!q) break;
+            q++;
+            offset = ptmd_parse_hex(&q, eol);
+            if (offset == 0) {
+                ptmd_elf_file f;
+                ptmd_elf_sym sym = { PTMD_TRACK_SYMBOL, 0, 0, 0, 0 };
+                ptmd_err ignored;
+                memcpy(file, path, (size_t)(eol - path));
+                file[eol - path] = '\0';
+                if (ptmd_elf_open(&f, file, &ignored) != 0) return 0;
+                int found = ptmd_elf_lookup(&f, &sym, 1) > 0 && sym.found && sym.size == sizeof(ptmd_track_state);
+                ptmd_elf_close(&f);
+                return found ? base + sym.value : 0;
+            }
+        }
+        p = eol + 1;
+    }
+    return 0;
 }
 
 static int read_at(ptmd_source *s, uint64_t addr, void *dst, size_t len)

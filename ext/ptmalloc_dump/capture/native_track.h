@@ -6,6 +6,7 @@
 
 #include "format/format.h"
 #include "capture/scratch.h"
+#include "capture/procfs.h"
 #include "capture/ruby_data.h"
 #include "capture/source.h"
 #include "track_abi.h"
@@ -24,6 +25,9 @@ typedef struct {
 /* At load: where this process's tracker keeps its state (dlsym), 0 when it is not preloaded. */
 void ptmd_native_track_set_self(uint64_t state_address);
 uint64_t ptmd_native_track_self(void);
+/* Where another process's tracker keeps its state: the tracker library in its /proc/PID/maps text
+ * (maps->text), and the symbol in that file's symbol table; 0 when it is not loaded there. */
+uint64_t ptmd_native_track_find(const ptmd_maps *maps);
 /* The tracker at state_address in the source's memory into nd (nd->present), nothing allocated:
  * 0, also when there is no tracker there; -1 when mmap fails. With rd (this process's Ruby pass), each
  * Ruby frame that is a method entry still on Ruby's pages is given its owner's name. */
