@@ -178,7 +178,8 @@ RSpec.describe "ptmalloc-dump --track" do
       keep.size
     RUBY
     env = sampling[:env].merge("PTMALLOC_DUMP_TRACK_BYTES" => sampling[:bytes].to_s)
-    Open3.popen2(env, RbConfig.ruby, "-I", SpecHelpers::LIB, dump_exe, "--track", "--", RbConfig.ruby, file) do |i, o, t|
+    Open3.popen2(env, RbConfig.ruby, "-I", SpecHelpers::LIB, dump_exe, "--track", "--", RbConfig.ruby,
+                 file) do |i, o, t|
       expect(o.gets).to eq("ready\n")
       PtmallocDump.dump_process(t.pid, File.join(tmpdir, "outside.dump"))
       i.close

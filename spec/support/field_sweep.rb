@@ -60,10 +60,10 @@ module FieldSweep
     50 => ["ruby_traced", fields(%w[address], %w[stack reserved])],
     # the regions past the first two are laid out (a name with "_" first) but not swept
     52 => ["native_track", fields(%w[mean_bytes started_ns sampled freed dropped]) +
-                           fields([], %w[flags pid n_regions reserved]) +
-                           fields((0...16).flat_map do |i|
-                             %w[start length resident].map { |f| "#{i < 2 ? '' : '_'}region#{i}_#{f}" }
-                           end)],
+      fields([], %w[flags pid n_regions reserved]) +
+      fields((0...16).flat_map do |i|
+        %w[start length resident].map { |f| "#{i < 2 ? '' : '_'}region#{i}_#{f}" }
+      end)],
     53 => ["native_sample", fields(%w[address size], %w[stack reserved])],
     54 => ["native_stack", fields([], %w[first_pc n_pcs first_frame n_frames])],
     55 => ["native_pc", [%w[pc Q]]],

@@ -109,6 +109,7 @@ module PtmallocDump
       lines = [row("rss", "#{human_bytes(rss[:total])} (#{rss[:total]} B)#{vm}")]
       RSS_LABELS.each do |k, label|
         next if k == :allocation_tracking && !@dump.malloc_sites?
+
         if k == :ruby_pages && !@dump.ruby
           lines << format("  %-16s %s", label, "not recorded (no Ruby objects): counted in other anonymous")
           next
