@@ -7,7 +7,7 @@
 #include <string.h>
 
 #define FILTER_SLOTS (1u << 16)
-#define FIRST_SLOTS (1u << 14)
+#define FIRST_SLOTS (1u << 12)
 #define MAX_SLOTS (1u << 22)
 #define STACK_CAP (1u << 18)
 #define PC_CAP (1u << 22)

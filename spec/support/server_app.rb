@@ -136,24 +136,28 @@ class ServerApp
 
   # Stops every process started (their process groups), then removes the app.
   def stop
-    @pids.each do |pid|
-      begin
-        Process.kill("TERM", -pid)
-      rescue Errno::ESRCH
-        next
-      end
-      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 10
-      until Process.wait(pid, Process::WNOHANG)
-        if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
-          Process.kill("KILL", -pid) rescue nil # rubocop:disable Style/RescueModifier
-          Process.wait(pid)
-          break
-        end
-        sleep 0.05
-      end
-    rescue Errno::ECHILD
-      nil
-    end
+    @pids.dup.each { |pid| stop_process(pid) }
     FileUtils.rm_rf(@dir)
+  end
+
+  # Stops one process started (its process group), waiting for it.
+  def stop_process(pid)
+    @pids.delete(pid)
+    begin
+      Process.kill("TERM", -pid)
+    rescue Errno::ESRCH
+      return
+    end
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 10
+    until Process.wait(pid, Process::WNOHANG)
+      if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+        Process.kill("KILL", -pid) rescue nil # rubocop:disable Style/RescueModifier
+        Process.wait(pid)
+        break
+      end
+      sleep 0.05
+    end
+  rescue Errno::ECHILD
+    nil
   end
 end
