@@ -103,7 +103,9 @@ module TrackBench
     begin
       TCPSocket.open("127.0.0.1", port).close
     rescue SystemCallError
-      raise "Puma did not start in 60 s; its log:\n#{app.log}" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+      if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+        raise "Puma did not start in 60 s; its log:\n#{app.log}"
+      end
 
       sleep 0.1
       retry

@@ -69,6 +69,32 @@ RSpec.describe "the worker recipes" do
     end
   end
 
+  it "#{NEWEST_PUMA} under ptmalloc-dump --track (README's command): a worker's dump says where its memory was " \
+     "allocated, in the master before the fork and in the worker" do
+    name = NEWEST_PUMA
+    app = app_for(name, [%(gem "puma", "#{PUMAS[name][0]}")])
+    app.write("config.ru", CONFIG_RU)
+    app.write("config/puma.rb", <<~RUBY)
+      workers 2
+      threads 1, 2
+      bind "tcp://127.0.0.1:#{app.port}"
+      #{recipe(app, name)}
+    RUBY
+    command = ServerApp.command("track-puma")
+    expect(command.first(2)).to eq(%w[bundle exec])
+    # one block in about 16 KiB: enough samples of the app's 1.5 MB for the check below to be sure
+    master = app.start(*command.drop(2), "config.ru", extra_env: { "PTMALLOC_DUMP_TRACK_BYTES" => "16384" })
+    workers = app.booted(2)
+    expect(app.get).to match(%r{\AHTTP/1\.1 200})
+    d = expect_dump_of(app, workers.first)
+    expect(d.allocation_tracking).to include(pid: master, dropped: 0)
+    expect(d.allocation_tracking[:flags]).to include(:forked, :ruby)
+    # KEEP, built by config.ru's first line in the master before the fork: about 20,000 strings of 72
+    # bytes (80-byte chunks) and their Array's 160 KB
+    keep = d.allocation_sites(limit: 10_000).select { |s| s[:site].end_with?("config.ru:1") }
+    expect(keep.sum { |s| s[:ruby_owned_bytes] }).to be_within(800_000).of(20_000 * 80 + 160_000)
+  end
+
   it "unicorn: after_fork installs the handler in each worker" do
     app = app_for("unicorn", [%(gem "unicorn", "~> 6.1"), %(gem "rack", "~> 2.2")]) # unicorn does not depend on rack
     app.write("config.ru", CONFIG_RU)

@@ -16,6 +16,14 @@ class ServerApp
 
   attr_reader :dir, :dumps, :port
 
+  # The command line of README's block that follows `<!-- command: name -->`, as words, without `$ `.
+  def self.command(name)
+    block = File.read(README)[/<!-- command: #{Regexp.escape(name)} -->\n```\n\$ (.*?)\n```/m, 1]
+    raise "README.md has no command #{name}" unless block
+
+    block.split
+  end
+
   # The Ruby block of README that follows `<!-- recipe: ... name ... -->`, with its dump directory.
   def self.recipe(name, dir)
     text = File.read(README)
@@ -74,10 +82,11 @@ class ServerApp
   end
 
   # Starts `bundle exec *command` in the app, its output to log; returns the pid.
-  def start(*command)
+  def start(*command, extra_env: {})
     @log = File.join(@dir, "server.log")
     pid = Bundler.with_unbundled_env do
-      Process.spawn(env, "bundle", "exec", *command, chdir: @dir, out: @log, err: %i[child out], pgroup: true)
+      Process.spawn(env.merge(extra_env), "bundle", "exec", *command, chdir: @dir, out: @log, err: %i[child out],
+                    pgroup: true)
     end
     @pids << pid
     pid
