@@ -86,7 +86,7 @@ class ServerApp
     @log = File.join(@dir, "server.log")
     pid = Bundler.with_unbundled_env do
       Process.spawn(env.merge(extra_env), "bundle", "exec", *command, chdir: @dir, out: @log, err: %i[child out],
-                    pgroup: true)
+                                                                      pgroup: true)
     end
     @pids << pid
     pid
