@@ -181,7 +181,10 @@ RSpec.describe "ptmalloc-dump --track" do
     Open3.popen2(env, RbConfig.ruby, "-I", SpecHelpers::LIB, dump_exe, "--track", "--", RbConfig.ruby,
                  file) do |i, o, t|
       expect(o.gets).to eq("ready\n")
-      PtmallocDump.dump_process(t.pid, File.join(tmpdir, "outside.dump"))
+      # the command line's process traces it (this one, its parent, would see the ptrace stops too)
+      _out, err, status = run_command({}, RbConfig.ruby, "-I", SpecHelpers::LIB, dump_exe, "--pid", t.pid.to_s,
+                                      File.join(tmpdir, "outside.dump"))
+      expect(status).to be_success, err
       i.close
       expect(t.value).to be_success
     end

@@ -11,4 +11,10 @@ have_library("dl", "dlsym")
 have_library("m", "log")
 append_cflags(%w[-Wall -Wextra -std=gnu11 -fvisibility=hidden -Wno-missing-field-initializers
                  -fno-omit-frame-pointer])
+# rake spec:sanitize: UndefinedBehaviorSanitizer, linked in (a preloaded library cannot count on the
+# program having it). AddressSanitizer replaces malloc itself: with it the tracker has nothing to track.
+if ENV["PTMALLOC_DUMP_SANITIZE"].to_s.split(",").include?("undefined")
+  append_cflags(%w[-fsanitize=undefined -fno-sanitize-recover=undefined -g])
+  $LDFLAGS << " -fsanitize=undefined"
+end
 create_makefile("ptmalloc_dump/ptmalloc_dump_track")
