@@ -65,8 +65,12 @@ module PtmallocDump
         lines << row("code", e[:code][:text]) if e[:code]
         if (a = e[:allocated])
           lines << row("allocated", "#{SiteLines.where(a)}#{a[:object] ? " (its owner, #{a[:object]})" : ''}")
-          lines << row("", "native: #{a[:native_frames].first(4).join(' < ')}") if a[:native_frames]
           a[:frames].first(12).each { |f| lines << row("", "  #{f}") }
+          a[:native_frames]&.first(12)&.each { |f| lines << row("", "  #{f}") }
+        elsif @dump.malloc_sites? && c[:state].to_s == "in_use"
+          mean = human_bytes(@dump.allocation_tracking[:mean_bytes])
+          lines << row("allocated", "not known: the tracker did not sample this block (it samples one in about " \
+                                    "#{mean} allocated)")
         end
       elsif e[:heap]
         lines << row("chunk", "none: the walk did not reach this address")
