@@ -167,6 +167,27 @@ RSpec.describe "ptmalloc-dump --track" do
     end
   end
 
+  it "names the site that grew between two dumps (Diff#allocation_sites, --diff)" do
+    facts = track_ruby(<<~RUBY, **sampling)
+      require "json"
+      require "ptmalloc_dump"
+      dir = ARGV[0]
+      PtmallocDump.dump(File.join(dir, "before.dump"))
+      GROW = __LINE__ + 1
+      grown = Array.new(2500) { |i| "g" * (4000 + i % 9) }
+      PtmallocDump.dump(File.join(dir, "after.dump"))
+      puts JSON.generate(file: __FILE__, line: GROW, kept: grown.size)
+    RUBY
+    before, after = %w[before after].map { |n| PtmallocDump.load(File.join(tmpdir, "#{n}.dump")) }
+    grew = PtmallocDump::Diff.new(before, after).allocation_sites(limit: 1).first
+    expect(grew).to include(site: "#{facts[:file]}:#{facts[:line]}", estimated: true)
+    expect(grew[:growth_bytes]).to be_within(2500 * 4021 * 0.3).of(2500 * 4021)
+    out, err, status = run_command({}, RbConfig.ruby, "-I", SpecHelpers::LIB, SpecHelpers::VISUALIZE, "--diff",
+                                   before.path, after.path, File.join(tmpdir, "diff"))
+    expect(status).to be_success, err + out
+    expect(File.read(File.join(tmpdir, "diff", "index.html"))).to include("#{facts[:file]}:#{facts[:line]}")
+  end
+
   it "reads a tracked process from outside: ptmalloc-dump --pid names its sites" do
     file = File.join(tmpdir, "target.rb")
     File.write(file, <<~RUBY)
