@@ -63,10 +63,12 @@ void ptmd_track_stacks_start(void)
 }
 
 /* A Ruby String's bytes, or NULL for nil and the other special constants (no heap object is below
- * 4096, and every one is 8-aligned). */
+ * 4096, and every one is 8-aligned) and for any object that is not a String (rb_string_value_ptr would
+ * raise, out of malloc): its type is the low five bits of its first word, RBasic's flags, T_STRING 5
+ * in every Ruby. Ruby's paths and labels end in a NUL; 1,024 bytes at most are read. */
 static const char *text(value v, size_t *len)
 {
-    if (v < 4096 || (v & 7)) return NULL;
+    if (v < 4096 || (v & 7) || (*(const value *)v & 0x1f) != 0x05) return NULL;
     const char *p = ruby.string_ptr(&v);
     *len = p ? strnlen(p, 1024) : 0;
     return p;
