@@ -30,7 +30,7 @@ static inline void forget(void *p)
     ptmd_track_lock();
     ptmd_track_remove((uint64_t)(uintptr_t)p);
     ptmd_track_unlock();
-    ptmd_track_busy = 0;
+    ptmd_track_busy = 0; /* nothing here sets errno */
 }
 
 EXPORT void *malloc(size_t n)

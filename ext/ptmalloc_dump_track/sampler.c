@@ -48,7 +48,7 @@ static int64_t draw(void)
 int ptmd_track_draw(void)
 {
     if (!__atomic_load_n(&on, __ATOMIC_ACQUIRE)) {
-        ptmd_track_countdown = 1 << 20; /* before the start, or when off: look again later */
+        ptmd_track_countdown = 4096; /* before the start, or when off: look again soon */
         return 0;
     }
     if (!rng) { /* a thread's first block: its count starts before it */
@@ -58,6 +58,11 @@ int ptmd_track_draw(void)
     }
     ptmd_track_countdown = draw();
     return !ptmd_track_busy;
+}
+
+void ptmd_track_sampler_forked(void)
+{
+    if (!seed) rng = 0; /* drawn again from the clock and this thread's id: workers sample apart */
 }
 
 void ptmd_track_sampler_start(uint64_t mean, uint64_t s)

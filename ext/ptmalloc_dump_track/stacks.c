@@ -7,6 +7,7 @@
 #include "track.h"
 
 #include <dlfcn.h>
+#include <errno.h>
 #include <execinfo.h>
 #include <link.h>
 #include <string.h>
@@ -22,12 +23,28 @@ static struct {
     char *(*string_ptr)(volatile value *v);
 } ruby;
 static uint64_t own_start, own_end; /* the tracker's own code: frames there are not the program's */
-static volatile int ruby_ready;     /* ruby_init has returned */
+static volatile int ruby_ready;     /* ruby_init has returned, and Ruby's teardown not begun */
+volatile int ptmd_track_forking, ptmd_track_in_flight;
+
+/* Ruby's last end proc (the first registered runs last): after it, finalizers run and the VM is torn
+ * down, its frames freed. */
+static void ruby_ending(uintptr_t data)
+{
+    (void)data;
+    __atomic_store_n(&ruby_ready, 0, __ATOMIC_RELEASE);
+}
 
 __attribute__((visibility("default"))) void ruby_init(void)
 {
     void (*real)(void) = (void (*)(void))dlsym(RTLD_NEXT, "ruby_init");
+    void (*set_end_proc)(void (*)(uintptr_t), uintptr_t) =
+        (void (*)(void (*)(uintptr_t), uintptr_t))dlsym(RTLD_DEFAULT, "rb_set_end_proc");
     if (real) real();
+    /* a Ruby linked into the program itself calls its own ruby_init: then no Ruby frame is read, and
+     * the dump does not claim any */
+    if (!set_end_proc || !ruby.frames) return;
+    set_end_proc(ruby_ending, 0);
+    __atomic_or_fetch(&ptmalloc_dump_track.flags, PTMD_TRACK_F_RUBY, __ATOMIC_RELEASE);
     __atomic_store_n(&ruby_ready, 1, __ATOMIC_RELEASE);
 }
 
@@ -58,8 +75,8 @@ void ptmd_track_stacks_start(void)
     ruby.label = (value(*)(value))dlsym(RTLD_DEFAULT, "rb_profile_frame_label");
     ruby.method_name = (value(*)(value))dlsym(RTLD_DEFAULT, "rb_profile_frame_method_name");
     ruby.string_ptr = (char *(*)(volatile value *))dlsym(RTLD_DEFAULT, "rb_string_value_ptr");
-    if (ruby.has_gvl && ruby.during_gc && ruby.frames && ruby.path && ruby.label && ruby.method_name && ruby.string_ptr)
-        ptmalloc_dump_track.flags |= PTMD_TRACK_F_RUBY;
+    if (!ruby.has_gvl || !ruby.during_gc || !ruby.path || !ruby.label || !ruby.method_name || !ruby.string_ptr)
+        ruby.frames = NULL; /* not a Ruby this knows: no Ruby frames */
 }
 
 /* A Ruby String's bytes, or NULL for nil and the other special constants (no heap object is below
@@ -97,14 +114,18 @@ void ptmd_track_record(void *p, size_t n)
     void *raw[PTMD_TRACK_MAX_NATIVE + 8];
     uint64_t pcs[PTMD_TRACK_MAX_NATIVE];
     ptmd_track_rframe rframes[PTMD_TRACK_MAX_RUBY];
-    if (ptmd_track_busy) return;
+    if (ptmd_track_busy || __atomic_load_n(&ptmd_track_forking, __ATOMIC_SEQ_CST)) return;
+    int saved = errno;
     ptmd_track_busy = 1;
+    __atomic_add_fetch(&ptmd_track_in_flight, 1, __ATOMIC_SEQ_CST);
     int got = backtrace(raw, PTMD_TRACK_MAX_NATIVE + 8), n_pcs = 0, i = 0;
     while (i < got && (uint64_t)(uintptr_t)raw[i] >= own_start && (uint64_t)(uintptr_t)raw[i] < own_end) i++;
     for (; i < got && n_pcs < PTMD_TRACK_MAX_NATIVE; i++) pcs[n_pcs++] = (uint64_t)(uintptr_t)raw[i];
     int n_ruby = ruby_frames(rframes);
+    __atomic_sub_fetch(&ptmd_track_in_flight, 1, __ATOMIC_SEQ_CST);
     ptmd_track_lock();
     ptmd_track_insert((uint64_t)(uintptr_t)p, n, pcs, n_pcs, rframes, n_ruby);
     ptmd_track_unlock();
     ptmd_track_busy = 0;
+    errno = saved;
 }

@@ -112,12 +112,16 @@ static int resize_samples(uint64_t n)
     return 0;
 }
 
+/* Room for one more sample: a bigger table at half full, or the same size rehashed when freed
+ * slots (tombstones) are an eighth of it; at the cap with too few of those, none (the sample is
+ * dropped rather than every insert rehashing the whole table). */
 static int room_for_one(void)
 {
     if ((S->n_samples + S->n_deleted + 1) * 2 <= S->sample_slots) return 0;
     uint64_t n = S->sample_slots;
     while ((S->n_samples + 1) * 4 > n && n < MAX_SLOTS) n *= 2;
     if ((S->n_samples + 1) * 2 > n) return -1;
+    if (n == S->sample_slots && S->n_deleted < n / 8) return -1;
     return resize_samples(n);
 }
 

@@ -20,10 +20,15 @@ void ptmd_track_unmap(void *p, size_t bytes);
 /* One line to stderr, "ptmalloc-dump --track: " first; nothing allocated. */
 void ptmd_track_say(const char *a, const char *b);
 
+/* stacks.c: records in flight (a backtrace may hold the loader's lock, which fork does not reset). */
+extern volatile int ptmd_track_forking;
+extern volatile int ptmd_track_in_flight;
+
 /* sampler.c: each thread counts bytes down to its next sample. */
 extern PTMD_TRACK_TLS __thread int64_t ptmd_track_countdown;
 int ptmd_track_draw(void); /* after the count crossed zero: 1 to sample this block */
 void ptmd_track_sampler_start(uint64_t mean, uint64_t seed);
+void ptmd_track_sampler_forked(void); /* in a fork's child: its own random draws */
 static inline int ptmd_track_sampled(size_t n)
 {
     int64_t left = ptmd_track_countdown - (int64_t)(n > INT64_MAX / 2 ? INT64_MAX / 2 : n);

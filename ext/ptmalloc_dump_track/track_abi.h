@@ -43,9 +43,8 @@ typedef struct {
     uint32_t reserved;
 } ptmd_track_ruby_frame;
 
-#define PTMD_TRACK_F_RUBY (1u << 0)   /* Ruby's profiling functions were found: Ruby frames are kept */
-#define PTMD_TRACK_F_FULL (1u << 1)   /* a table reached its cap: later samples were dropped */
-#define PTMD_TRACK_F_FORKED (1u << 2) /* this process is a fork of the one that started tracking */
+#define PTMD_TRACK_F_RUBY (1u << 0) /* Ruby's profiling functions were found: Ruby frames are kept */
+#define PTMD_TRACK_F_FULL (1u << 1) /* a table reached its cap: later samples were dropped */
 
 /* A mapping of the tracker's own (tables and their indexes). */
 typedef struct {

@@ -147,13 +147,16 @@ module PtmallocDump
     #   block of n bytes was sampled with probability 1 - exp(-n / mean_bytes)), +:sampled+, +:freed+,
     #   +:dropped+ (samples its full tables could not keep), +:samples+ (sampled blocks not freed),
     #   +:stacks+, +:pid+ (the process that started tracking), +:started_at+, +:flags+ (of
-    #   +Format::NATIVE_TRACK_FLAGS+: +:ruby+ when Ruby's frames were recorded, +:forked+ in a fork of
-    #   it), +:mapped_bytes+ and +:resident_bytes+ (its own tables); nil without malloc sites
+    #   +Format::NATIVE_TRACK_FLAGS+: +:ruby+ when Ruby's frames were recorded, +:partial+ when a table
+    #   could not be read whole, +:unlocked+ when it was read while its lock was held; and +:forked+ when
+    #   the dumped process is a fork of the one that started tracking, a preforked worker),
+    #   +:mapped_bytes+ and +:resident_bytes+ (its own tables); nil without malloc sites
     def allocation_tracking
       @allocation_tracking ||= _native_track&.then do |t|
         regions = t.delete(:regions)
-        t.merge(flags: Format::NATIVE_TRACK_FLAGS.select { |_, bit| t[:flags].anybits?(bit) }.keys,
-                mapped_bytes: regions.sum { |r| r[1] }, resident_bytes: regions.sum { |r| r[2] },
+        flags = Format::NATIVE_TRACK_FLAGS.select { |_, bit| t[:flags].anybits?(bit) }.keys
+        flags << :forked if t[:pid] != header[:pid]
+        t.merge(flags: flags, mapped_bytes: regions.sum { |r| r[1] }, resident_bytes: regions.sum { |r| r[2] },
                 regions: regions.map { |start, length, resident| { start: start, length: length, resident: resident } })
       end
     end

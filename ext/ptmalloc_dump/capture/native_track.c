@@ -123,7 +123,11 @@ static int copy_samples(ptmd_source *s, const ptmd_track_state *t, ptmd_native_d
         return 0;
     for (uint64_t i = 0; i < t->sample_slots; i += BATCH) {
         uint64_t n = t->sample_slots - i < BATCH ? t->sample_slots - i : BATCH;
-        if (read_at(s, t->samples + i * sizeof(ptmd_track_sample), batch, n * sizeof(ptmd_track_sample))) return 0;
+        if (read_at(s, t->samples + i * sizeof(ptmd_track_sample), batch, n * sizeof(ptmd_track_sample))) {
+            nd->samples.len = 0; /* some of the table only: none (a truncated core, a table moved meanwhile) */
+            nd->rec.flags |= PTMD_NTF_PARTIAL;
+            return 0;
+        }
         for (uint64_t k = 0; k < n; k++) {
             const ptmd_track_sample *e = &batch[k];
             ptmd_native_sample *out;
@@ -267,6 +271,7 @@ static int copy_all(ptmd_source *s, const ptmd_track_state *t, const ptmd_ruby_d
         copy_table(s, t, t->names, t->names_len, 1, &blob)) {
         /* a table that is not where the state says: keep nothing of it rather than guess */
         nd->samples.len = nd->pcs.len = 0;
+        nd->rec.flags |= PTMD_NTF_PARTIAL;
         rc = 0;
         goto out;
     }
@@ -305,7 +310,7 @@ int ptmd_native_track_capture(ptmd_source *src, uint64_t state_address, const pt
         nd->rec.pid = t.pid;
         nd->rec.flags = (t.flags & PTMD_TRACK_F_RUBY ? PTMD_NTF_RUBY : 0) |
                         (t.flags & PTMD_TRACK_F_FULL ? PTMD_NTF_FULL : 0) |
-                        (t.flags & PTMD_TRACK_F_FORKED ? PTMD_NTF_FORKED : 0) | (locked < 0 ? PTMD_NTF_UNLOCKED : 0);
+                        (locked < 0 || (!locked && t.lock) ? PTMD_NTF_UNLOCKED : 0);
         copy_regions(src, &t, &nd->rec);
         rc = copy_all(src, &t, rd, nd);
         nd->present = rc == 0;

@@ -499,8 +499,8 @@ typedef struct {
 #define PTMD_NATIVE_TRACK_FLAGS(X)                                                                                     \
     X(PTMD_NTF_RUBY, 1u << 0, "ruby")         /* Ruby's frames were recorded where a thread held the GVL */            \
     X(PTMD_NTF_FULL, 1u << 1, "full")         /* a table was full: samples were dropped */                             \
-    X(PTMD_NTF_FORKED, 1u << 2, "forked")     /* a fork of the process that started tracking */                        \
-    X(PTMD_NTF_UNLOCKED, 1u << 3, "unlocked") /* read without the tracker's lock (a thread held it at a fork) */
+    X(PTMD_NTF_PARTIAL, 1u << 2, "partial")   /* a table could not be read whole: its samples are left out */          \
+    X(PTMD_NTF_UNLOCKED, 1u << 3, "unlocked") /* read while its lock was held (a stopped writer, a fork's child) */
 enum { PTMD_NATIVE_TRACK_FLAGS(PTMD_ENUM_CONSTANT) };
 
 typedef struct {
