@@ -24,6 +24,19 @@ RSpec.describe "the worker recipes" do
     marked
   end
 
+  # Clustered Puma (2 workers) serving CONFIG_RU, with the README's recipe in config/puma.rb.
+  def puma_app(name, version)
+    app = app_for(name, [%(gem "puma", "#{version}")])
+    app.write("config.ru", CONFIG_RU)
+    app.write("config/puma.rb", <<~RUBY)
+      workers 2
+      threads 1, 2
+      bind "tcp://127.0.0.1:#{app.port}"
+      #{recipe(app, name)}
+    RUBY
+    app
+  end
+
   def expect_dump_of(app, pid, fork: true)
     path = app.dump_of(pid)
     d = PtmallocDump.load(path)
@@ -49,14 +62,7 @@ RSpec.describe "the worker recipes" do
   NEWEST_PUMA = PUMAS.keys.last
   PUMAS.each do |name, (version, hook)|
     it "#{name}: #{hook} installs the handler in each worker; a signal to a worker dumps it" do
-      app = app_for(name, [%(gem "puma", "#{version}")])
-      app.write("config.ru", CONFIG_RU)
-      app.write("config/puma.rb", <<~RUBY)
-        workers 2
-        threads 1, 2
-        bind "tcp://127.0.0.1:#{app.port}"
-        #{recipe(app, name)}
-      RUBY
+      app = puma_app(name, version)
       master = app.start("puma", "-C", "config/puma.rb", "config.ru")
       workers = app.booted(2)
       expect(workers).not_to include(master)
@@ -72,14 +78,7 @@ RSpec.describe "the worker recipes" do
   it "#{NEWEST_PUMA} under ptmalloc-dump --track (README's command): a worker's dump says where its memory was " \
      "allocated, in the master before the fork and in the worker" do
     name = NEWEST_PUMA
-    app = app_for(name, [%(gem "puma", "#{PUMAS[name][0]}")])
-    app.write("config.ru", CONFIG_RU)
-    app.write("config/puma.rb", <<~RUBY)
-      workers 2
-      threads 1, 2
-      bind "tcp://127.0.0.1:#{app.port}"
-      #{recipe(app, name)}
-    RUBY
+    app = puma_app(name, PUMAS[name][0])
     command = ServerApp.command("track-puma")
     expect(command.first(2)).to eq(%w[bundle exec])
     # one block in about 16 KiB: enough samples of the app's 1.5 MB for the check below to be sure

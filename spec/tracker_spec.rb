@@ -9,20 +9,6 @@ require "spec_helper"
 RSpec.describe "ptmalloc-dump --track" do
   dump_exe = File.join(SpecHelpers::ROOT, "exe", "ptmalloc-dump")
 
-  # Runs a command with a watchdog: [stdout, stderr, status].
-  def run_command(env, *cmd, timeout: 600)
-    Open3.popen3(env, *cmd) do |stdin, out, err, wait|
-      stdin.close
-      readers = [out, err].map { |io| Thread.new { io.read } }
-      unless wait.join(timeout)
-        Process.kill(:KILL, wait.pid)
-        wait.join
-        raise "watchdog: #{cmd.first(6).join(' ')} did not end within #{timeout} s\n#{readers[1].value}"
-      end
-      [readers[0].value, readers[1].value, wait.value]
-    end
-  end
-
   # Runs Ruby code from a file under ptmalloc-dump --track, with the tree's gem and tmpdir as its first
   # argument: its stdout's last line as JSON.
   define_method(:track_ruby) do |code, bytes: nil, env: {}, timeout: 600|
