@@ -1,5 +1,6 @@
-/* The allocation tracker's parts: the state and its mappings (track.c), the byte sampler
- * (sampler.c), the tables (tables.c), the stacks (stacks.c), and the malloc family (interpose.c). */
+/* The allocation tracker's parts, each using only those listed before it: the state, its lock and
+ * mappings (state.c), the byte sampler (sampler.c), the tables (tables.c), the stacks (stacks.c), the
+ * malloc family (interpose.c), and the start from the environment and the part in fork (start.c). */
 #ifndef PTMD_TRACK_H
 #define PTMD_TRACK_H
 
@@ -9,7 +10,7 @@
 
 #define PTMD_TRACK_TLS __attribute__((tls_model("initial-exec")))
 
-/* track.c */
+/* state.c */
 extern ptmd_track_state ptmalloc_dump_track;
 extern PTMD_TRACK_TLS __thread int ptmd_track_busy; /* this thread is inside the tracker */
 void ptmd_track_lock(void);
