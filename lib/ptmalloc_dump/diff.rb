@@ -115,22 +115,34 @@ module PtmallocDump
       end.sort_by { |g| -g[:growth_bytes] }.first(limit)
     end
 
-    # Which allocation sites grew: each site's live bytes and objects in the later dump against the
-    # earlier's (sites are joined by their +"path:LINE"+ and method). Both dumps need allocation sites
-    # ({PtmallocDump.trace_allocations} on across both).
+    # Which allocation sites grew: each site's live bytes and objects (or blocks) in the later dump
+    # against the earlier's (sites are joined by their +"path:LINE"+ and method). Both dumps need
+    # allocation sites of one source: the tracker's malloc blocks where both have them, else the traced
+    # objects ({PtmallocDump.trace_allocations} on across both).
     #
     # @param limit [Integer] at most this many
     # @return [Array<Hash>] largest growth first: :site, :method, :growth_bytes, :growth_count, :bytes
-    #   and :count (in the later dump), :estimated
-    # @raise [NoSitesError] when either dump has no allocation sites
+    #   and :count (in the later dump), :estimated, :source
+    # @raise [NoSitesError] when the dumps have no allocation sites of one source
     def allocation_sites(limit: 20)
-      before = @old.allocation_sites(limit: 100_000).to_h { |s| [[s[:site], s[:method]], s] }
-      @new.allocation_sites(limit: 100_000).map do |s|
+      source = site_source
+      unless source
+        have = [@old, @new].map { |d| site_sources(d).empty? ? "none" : site_sources(d).join(" and ") }
+        raise NoSitesError, "the two dumps have no allocation sites of one source: #{have.join(' against ')}"
+      end
+      before = @old.allocation_sites(limit: 100_000, source: source).to_h { |s| [[s[:site], s[:method]], s] }
+      @new.allocation_sites(limit: 100_000, source: source).map do |s|
         was = before.delete([s[:site], s[:method]])
         { site: s[:site], method: s[:method], growth_bytes: s[:bytes] - (was ? was[:bytes] : 0),
           growth_count: s[:count] - (was ? was[:count] : 0), bytes: s[:bytes], count: s[:count],
-          estimated: s[:estimated] || (was && was[:estimated]) || false }
-      end.concat(before.values.map { |s| gone_site(s) }).sort_by { |g| [-g[:growth_bytes], g[:site]] }.first(limit)
+          estimated: s[:estimated] || (was && was[:estimated]) || false, source: source }
+      end.concat(before.values.map { |s| gone_site(s).merge(source: source) })
+          .sort_by { |g| [-g[:growth_bytes], g[:site]] }.first(limit)
+    end
+
+    # @return [Symbol, nil] the allocation sites' source both dumps have (:malloc first), nil for none
+    def site_source
+      (site_sources(@old) & site_sources(@new)).first
     end
 
     # Where new memory hangs from the old, as memdump's interface draws it: the objects both dumps
@@ -169,6 +181,10 @@ module PtmallocDump
     end
 
     private
+
+    def site_sources(dump)
+      [(:malloc if dump.malloc_sites?), (:objects if dump.object_sites?)].compact
+    end
 
     def owner_kind_growth
       a = @old.owners

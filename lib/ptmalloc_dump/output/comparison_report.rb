@@ -236,10 +236,12 @@ module PtmallocDump
 
     # Which allocation sites grew (Diff#allocation_sites), where both dumps have them.
     def sites_growth(diff)
-      return "" unless diff.old.allocation_sites? && diff.new.allocation_sites?
+      return "" unless diff.site_source
 
       grew = diff.allocation_sites(limit: 10).select { |g| g[:growth_bytes].positive? }
       return "<p>No allocation site grew.</p>" if grew.empty?
+
+      what, unit = grew.first[:source] == :malloc ? ["malloc blocks", "blocks"] : ["live objects", "objects"]
 
       lines = grew.map do |g|
         row([h(signed(g[:growth_bytes])), h(signed(g[:growth_count])), "<b>#{h(g[:site])}</b> #{h(g[:method])}",
@@ -247,9 +249,9 @@ module PtmallocDump
       end
       <<~HTML
         <h3>Which allocation site grew</h3>
-        <p>The site whose live objects grew most: <b>#{h(grew.first[:site])}</b> #{h(grew.first[:method])},
-        #{h(signed(grew.first[:growth_bytes]))}#{grew.first[:estimated] ? ' (estimated from sampled objects)' : ''}.</p>
-        <table><tr><th>growth</th><th>objects</th><th class="l">site</th><th>now</th></tr>
+        <p>The site whose #{what} grew most: <b>#{h(grew.first[:site])}</b> #{h(grew.first[:method])},
+        #{h(signed(grew.first[:growth_bytes]))}#{grew.first[:estimated] ? ' (estimated from samples)' : ''}.</p>
+        <table><tr><th>growth</th><th>#{unit}</th><th class="l">site</th><th>now</th></tr>
         #{lines.join}</table>
       HTML
     end
