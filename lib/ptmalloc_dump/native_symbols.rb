@@ -156,7 +156,7 @@ module PtmallocDump
         name, info, _other, shndx, value, size = data.unpack("@#{i * 24}L<CCS<Q<Q<")
         next if shndx.zero? || value.zero? || ![STT_FUNC, STT_GNU_IFUNC].include?(info & 0xf)
 
-        [value, size, strings.unpack1("@#{name}Z*")]
+        [value, size, strings.unpack1("@#{name}Z*").split("@", 2).first] # "f@GLIBC_2.2.5": f
       end
     end
 
