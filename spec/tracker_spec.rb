@@ -110,13 +110,15 @@ RSpec.describe "ptmalloc-dump --track" do
       expect(entry[:native_frames].first(2)).to eq(["track_fixture.so!#{side}_leaf", "track_fixture.so!keep"])
       expect(entry[:frames].first).to eq("(C) in TrackFixture.#{side}")
       # every block sampled (mean 1 byte): the site holds exactly the blocks the extension returned,
-      # and their chunks' bytes (its static array holds them: anchored)
+      # and their chunks' bytes; its static array holds them (anchored), but for a few a stale word in
+      # a Ruby object's slot also points at (the scan is conservative: those count as Ruby's)
       chunks = blocks[i].map { |a| dump.chunk_containing(a) }
       expect(chunks.map(&:address)).to eq(blocks[i].map { |a| a - 16 })
       expect(entry[:samples]).to eq(chunks.size)
       expect(entry[:count]).to eq(chunks.size)
       expect(entry[:bytes]).to eq(chunks.sum(&:size))
-      expect(entry[:anchored_bytes]).to eq(entry[:bytes])
+      expect(entry[:anchored_bytes] + entry[:ruby_owned_bytes]).to eq(entry[:bytes])
+      expect(entry[:anchored_bytes]).to be >= entry[:bytes] * 0.99
       expect(entry[:estimated]).to be(false)
     end
   end
