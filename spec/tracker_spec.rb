@@ -60,15 +60,19 @@ RSpec.describe "ptmalloc-dump --track" do
     expect(chunks.map(&:address)).to eq(leaked.map { |a| a - 16 })
     expect(dump.malloc_sites?).to be(true)
     site = dump.allocation_sites(limit: 1).first
-    expect(site).to include(site: "#{facts[:file]}:#{facts[:line]}", method: "Fiddle.malloc", kind: :ruby,
+    # Ruby 2.7's rb_profile_frames gives no C method's frame: the site's method is then the line's own
+    called = RUBY_VERSION >= "3.0" ? "Fiddle.malloc" : "Object#leak"
+    expect(site).to include(site: "#{facts[:file]}:#{facts[:line]}", method: called, kind: :ruby,
                             source: :malloc, estimated: true)
     expect(site[:leaked_bytes]).to be_within(truth * 0.25).of(truth)
     expect(site[:count]).to be_within(50_000 * 0.25).of(50_000)
-    expect(site[:frames][0]).to eq("(C) in Fiddle.malloc")
-    expect(site[:frames][1]).to match(/\A#{Regexp.escape("#{facts[:file]}:#{facts[:line]}")} in .*leak\z/)
+    expect(site[:frames][0]).to eq("(C) in Fiddle.malloc") if RUBY_VERSION >= "3.0"
+    line = Regexp.escape("#{facts[:file]}:#{facts[:line]}")
+    expect(site[:frames]).to include(a_string_matching(/\A#{line} in .*leak\z/))
+    expect(site[:native_site]).to start_with("fiddle.so")
     # a forgotten block's chunk names the same site where the tracker sampled it
     sampled = leaked.find { |a| dump.allocation_site_of(a) }
-    expect(dump.allocation_site_of(sampled)).to include(site: site[:site], method: "Fiddle.malloc")
+    expect(dump.allocation_site_of(sampled)).to include(site: site[:site], method: called)
     expect(dump.allocation_tracking).to include(mean_bytes: 65_536, dropped: 0)
     expect(dump.allocation_tracking[:flags]).to include(:ruby)
     # the tracker's own tables are their own RSS part: the mappings they make up (adjacent ones merge
