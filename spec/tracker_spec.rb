@@ -109,10 +109,11 @@ RSpec.describe "ptmalloc-dump --track" do
     sites = dump.allocation_sites(limit: 1000)
     { left: 0, right: 1 }.each do |side, i|
       entry = sites.find { |s| s[:site] == "#{facts[:file]}:#{facts[side]}" }
-      expect(entry).to include(native_site: "track_fixture.so!#{side}_leaf", method: "TrackFixture.#{side}",
-                               kind: :ruby)
+      # the C method the line called; Ruby 2.7's rb_profile_frames gives no C method's frame: the line's own
+      called = RUBY_VERSION >= "3.0" ? "TrackFixture.#{side}" : "<main>"
+      expect(entry).to include(native_site: "track_fixture.so!#{side}_leaf", method: called, kind: :ruby)
       expect(entry[:native_frames].first(2)).to eq(["track_fixture.so!#{side}_leaf", "track_fixture.so!keep"])
-      expect(entry[:frames].first).to eq("(C) in TrackFixture.#{side}")
+      expect(entry[:frames].first).to eq("(C) in TrackFixture.#{side}") if RUBY_VERSION >= "3.0"
       # every block sampled (mean 1 byte): the site holds exactly the blocks the extension returned,
       # and their chunks' bytes; its static array holds them (anchored), but for a few a stale word in
       # a Ruby object's slot also points at (the scan is conservative: those count as Ruby's)
@@ -203,8 +204,8 @@ RSpec.describe "ptmalloc-dump --track" do
     end
     dump = PtmallocDump.load(File.join(tmpdir, "outside.dump"))
     expect(dump.header[:source]).to eq(:pid)
-    site = dump.allocation_sites(limit: 1).first
-    expect(site).to include(site: "#{file}:1", kind: :ruby, native_site: a_string_ending_with("!rb_str_times"))
+    site = dump.allocation_sites(limit: 100).find { |s| s[:site] == "#{file}:1" }
+    expect(site).to include(kind: :ruby, native_site: a_string_ending_with("!rb_str_times"))
     expect(site[:bytes]).to be_within(5000 * 3017 * 0.3).of(5000 * 3017)
   end
 
