@@ -6,13 +6,16 @@
 
 #include <string.h>
 
+/* The caps are address space, not memory: a table's pages become resident only as it fills. A
+ * program whose every block is sampled can intern a hundred thousand stacks of forty frames each
+ * during Ruby's start alone. */
 #define FILTER_SLOTS (1u << 16)
 #define FIRST_SLOTS (1u << 12)
 #define MAX_SLOTS (1u << 22)
-#define STACK_CAP (1u << 18)
-#define PC_CAP (1u << 22)
+#define STACK_CAP (1u << 19)
+#define PC_CAP (1u << 24)
 #define RUBY_FRAME_CAP (1u << 18)
-#define RUBY_REF_CAP (1u << 22)
+#define RUBY_REF_CAP (1u << 24)
 #define NAMES_CAP (1u << 23)
 #define NAME_MAX_LEN 1024u
 
