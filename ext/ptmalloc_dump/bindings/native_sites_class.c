@@ -37,13 +37,15 @@ static VALUE dump_native_stacks(VALUE self, VALUE class_name)
 {
     const ptmd_view *v = ptmd_rb_dump_view(self);
     VALUE ary = rb_ary_new();
-    ptmd_native_totals *t;
     size_t i;
     if (!v->native_track || !v->n_native_stacks) return ary;
+    /* what may raise comes first; the totals live in a String the GC frees, whatever raises after */
+    const ptmd_attribution *attr = v->ruby_objects || !NIL_P(class_name) ? ptmd_rb_dump_attribution(self) : NULL;
+    const ptmd_owners *owners = ptmd_rb_dump_owners(self);
+    VALUE buf = rb_str_buf_new((long)(v->n_native_stacks * sizeof(ptmd_native_totals)));
+    ptmd_native_totals *t = (ptmd_native_totals *)(void *)RSTRING_PTR(buf);
     uint8_t *classes = ptmd_rb_class_flags(v, class_name);
-    t = ALLOC_N(ptmd_native_totals, v->n_native_stacks);
-    ptmd_native_site_totals(v, classes || v->ruby_objects ? ptmd_rb_dump_attribution(self) : NULL,
-                            ptmd_rb_dump_owners(self), classes, t);
+    ptmd_native_site_totals(v, classes || v->ruby_objects ? attr : NULL, owners, classes, t);
     xfree(classes);
     for (i = 0; i < v->n_native_stacks; i++) {
         VALUE row[7];
@@ -57,7 +59,7 @@ static VALUE dump_native_stacks(VALUE self, VALUE class_name)
         row[6] = DBL2NUM(t[i].kind_bytes[PTMD_OK_LEAKED]);
         rb_ary_push(ary, rb_ary_new_from_values(7, row));
     }
-    xfree(t);
+    RB_GC_GUARD(buf);
     return ary;
 }
 
