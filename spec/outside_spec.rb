@@ -561,6 +561,14 @@ RSpec.describe "ptmalloc-dump --pid" do
     expect(stderr).to match(/missing argument: --pid or CORE/)
     expect(stderr).to match(/Usage: ptmalloc-dump/)
   end
+
+  it "has --version and --help" do
+    out, err, status = ptmalloc_dump("--version")
+    expect([out, err, status.exitstatus]).to eq(["ptmalloc-dump #{PtmallocDump::VERSION}\n", "", 0])
+    out, _e, status = ptmalloc_dump("--help")
+    expect(status.exitstatus).to eq(0)
+    expect(out).to start_with("Usage: ptmalloc-dump").and include("--pid PID", "--track", "--version")
+  end
 end
 
 # An arena whose lock a thread of the target holds is never walked. Oracle: the target's main thread

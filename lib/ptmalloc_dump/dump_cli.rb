@@ -25,6 +25,7 @@ module PtmallocDump
     # @return [Integer] the exit status (for --track, only when the command could not be started)
     def run
       parser.parse!(@argv)
+      return 0 if @options[:done]
       return preload_path if @options[:preload_path]
       return track if @options[:track]
 
@@ -92,6 +93,14 @@ module PtmallocDump
         o.on("--symbols MODE", %i[auto file heuristic],
              "auto (default: a symbol file, else by structure), file or heuristic (by structure alone)") do |m|
           @options[:symbols] = m
+        end
+        o.on("-v", "--version", "Print the version") do
+          @out.puts "ptmalloc-dump #{VERSION}"
+          @options[:done] = true
+        end
+        o.on("-h", "--help", "Print this help") do
+          @out.puts o
+          @options[:done] = true
         end
       end
     end
