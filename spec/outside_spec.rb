@@ -117,6 +117,36 @@ RSpec.describe "reading another process" do
     expect(state_of(pid)).not_to eq("t")
   end
 
+  it "says that the target belongs to another user before reading its mappings, which are closed to it" do
+    pid, = start_target
+    reader, writer = IO.pipe
+    out = File.join(tmpdir, "other.dump")
+    File.chmod(0o777, tmpdir)
+    child = fork do
+      reader.close
+      Process::Sys.setgid(65_534)
+      Process::Sys.setuid(65_534)
+      begin
+        File.read("/proc/#{pid}/maps")
+        writer.write("maps readable")
+      rescue Errno::EACCES
+        begin
+          PtmallocDump.dump_process(pid, out)
+          writer.write("no error")
+        rescue PtmallocDump::Error => e
+          writer.write("#{e.class}: #{e.message}")
+        end
+      end
+      exit!(0)
+    end
+    writer.close
+    Process.wait(child)
+    message = reader.read
+    expect(message).to match(/\APtmallocDump::PtracePermissionError: process #{pid} belongs to uid 0/)
+    expect(File.exist?(out)).to be(false)
+    expect(state_of(pid)).not_to eq("t")
+  end
+
   it "reads the target's mappings as /proc/PID/maps lists them, its buffer in a readable one" do
     pid, buffer, = start_target
     oracle = File.readlines("/proc/#{pid}/maps").map do |line|
@@ -411,6 +441,15 @@ RSpec.describe "ptmalloc-dump --pid" do
     expect(status.exitstatus).to eq(1)
     expect(stderr).to match(/another architecture/)
     expect { PtmallocDump.dump_core(__FILE__, out) }.to raise_error(PtmallocDump::CoreFileError, /is no core file/)
+    expect { PtmallocDump.dump_core(tmpdir, out) }
+      .to raise_error(PtmallocDump::CoreFileError, "#{tmpdir} is a directory, not a core file")
+    expect { PtmallocDump.dump_core("/dev/zero", out) }
+      .to raise_error(PtmallocDump::CoreFileError, "/dev/zero is a device, a pipe or a socket, not a core file")
+    missing = File.join(tmpdir, "missing.core")
+    expect { PtmallocDump.dump_core(missing, out) }
+      .to raise_error(PtmallocDump::CoreFileError, "cannot open core file #{missing}: No such file or directory")
+    _o, stderr, status = ptmalloc_dump(tmpdir, out)
+    expect([stderr, status.exitstatus]).to eq(["ptmalloc-dump: #{tmpdir} is a directory, not a core file\n", 1])
     expect(File).not_to exist(out)
   end
 

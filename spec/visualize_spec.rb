@@ -276,6 +276,12 @@ RSpec.describe "ptmalloc-visualize" do
       expect(err).to include("is not empty (use --force")
       _o, err, status = visualize("--force", dump_path, out_dir)
       expect(status).to be_success, err
+      nested = File.join(tmpdir, "no", "report")
+      out, err, status = visualize(dump_path, nested)
+      expect([out, err, status.exitstatus])
+        .to eq(["", "ptmalloc-visualize: cannot make #{nested}: its parent directory #{File.dirname(nested)} " \
+                    "does not exist\n", 1])
+      expect(File).not_to exist(File.dirname(nested))
     end
 
     it "has --help and --version" do

@@ -32,6 +32,10 @@ module PtmallocDump
   # when the handler is installed, not when the signal arrives.
   class DumpDirectoryError < Error; end
 
+  # A report's output directory cannot be made: its parent directory does not exist (it is not made
+  # for you, so that a mistyped path does not scatter directories).
+  class OutputDirectoryError < Error; end
+
   # A dump is already running in this process (for example a signal arrived during another dump).
   class BusyError < Error; end
 

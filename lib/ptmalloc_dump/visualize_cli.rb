@@ -197,6 +197,11 @@ module PtmallocDump
           raise UsageError, "#{dir} is not empty (use --force to write into it anyway)"
         end
       else
+        parent = File.dirname(File.expand_path(dir))
+        unless File.directory?(parent)
+          raise OutputDirectoryError, "cannot make #{dir}: its parent directory #{parent} does not exist"
+        end
+
         Dir.mkdir(dir)
       end
     end

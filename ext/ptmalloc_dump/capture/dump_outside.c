@@ -10,6 +10,7 @@
 #include "capture/outside.h"
 #include "capture/residency.h"
 #include "capture/source_core.h"
+#include "capture/source_ptrace.h"
 #include "capture/walk.h"
 
 #include <errno.h>
@@ -86,7 +87,11 @@ int ptmd_dump_process(ptmd_dump_state *d, const ptmd_dump_opts *o, int pid, ptmd
     if (ptmd_dump_begin(err) != 0) return -1;
     if (!(lc = outside_libc(d, err))) goto out;
     /* everything that can fail without stopping the target, first */
-    if (ptmd_maps_load_pid(&d->w.maps, pid, err) != 0) goto out;
+    if (ptmd_maps_load_pid(&d->w.maps, pid, err) != 0) {
+        /* another user's process (or one that is not dumpable): its /proc files are closed to us */
+        if (err->code == PTMD_E_SYSTEM && err->sys_errno == EACCES) ptmd_source_permission_error(pid, EACCES, err);
+        goto out;
+    }
     if (!d->w.maps.count) {
         ptmd_fail(err, PTMD_E_TARGET,
                   "process %d has no memory to read: it has exited (a zombie its parent has not "
