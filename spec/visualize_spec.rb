@@ -159,6 +159,26 @@ RSpec.describe "ptmalloc-visualize" do
       expect(out[/malloc heap .*\((\d+) B\)/, 1].to_i).to eq(s[:arena])
     end
 
+    it "prints one block per dump for --summary and --json given several, each its own dump's" do
+      other = File.join(tmpdir, "other.dump")
+      keep = Array.new(5000) { |i| "y" * (100 + i % 200) }
+      PtmallocDump.dump(other)
+      paths = [dump_path, other]
+      out, err, status = visualize("--summary", *paths)
+      expect(status).to be_success, err
+      blocks = out.split(/^(?=#{paths.map { |p| Regexp.escape(p) }.join('|')}:$)/)
+      expect(blocks.map { |b| b.lines.first.chomp }).to eq(paths.map { |p| "#{p}:" })
+      blocks.zip(paths).each do |block, path|
+        single, = visualize("--summary", path)
+        expect(block.lines.drop(1).join.rstrip).to eq(single.rstrip)
+      end
+      out, err, status = visualize("--json", *paths)
+      expect(status).to be_success, err
+      list = JSON.parse(out, symbolize_names: true)
+      expect(list.map { |j| j[:summary][:in_use_bytes] }).to eq(paths.map { |p| PtmallocDump.load(p).summary[:in_use_bytes] })
+      expect(keep.size).to eq(5000)
+    end
+
     it "prints the RSS, the Ruby owners (the summary's own figures), the findings and the advice in --summary" do
       out, err, status = visualize("--summary", dump_path)
       expect(status).to be_success, err

@@ -6,7 +6,7 @@ module PtmallocDump
   # `ptmalloc-visualize`: option parsing and dispatch. The work is done by the library.
   class VisualizeCLI
     USAGE = "Usage: ptmalloc-visualize [options] DUMP OUTDIR\n" \
-            "       ptmalloc-visualize --summary|--json DUMP\n" \
+            "       ptmalloc-visualize --summary|--json DUMP...\n" \
             "       ptmalloc-visualize --explain ADDR [--json] DUMP\n" \
             "       ptmalloc-visualize --retainers [--json] DUMP\n" \
             "       ptmalloc-visualize --sites [--json] DUMP\n" \
@@ -26,8 +26,8 @@ module PtmallocDump
       parser.parse!(@argv)
       @options[:mode] = :json if @options[:json] && @options[:mode] == :render
       case @options[:mode]
-      when :summary then with_dump(1) { |d| @out.print TextSummary.new(d) }
-      when :json then with_dump(1) { |d| @out.puts JSON.pretty_generate(JsonSummary.new(d).to_h) }
+      when :summary then summaries
+      when :json then json_summaries
       when :explain then explain
       when :retainers then retainers
       when :sites then sites
@@ -53,8 +53,9 @@ module PtmallocDump
       OptionParser.new do |o|
         o.banner = USAGE
         o.separator ""
-        o.on("--summary", "Print the text summary of DUMP and exit") { @options[:mode] = :summary }
-        o.on("--json", "Print the summary of DUMP as JSON and exit (with --explain: the explanation)") do
+        o.on("--summary", "Print the text summary of each DUMP and exit") { @options[:mode] = :summary }
+        o.on("--json", "Print the summary of each DUMP as JSON (an Array for several) and exit;",
+             "with --explain, --retainers or --sites: theirs") do
           @options[:json] = true
         end
         o.on("--explain ADDR", "Say what ADDR (hex or decimal) is in DUMP: heap, chunk, state, owner, page") do |a|
@@ -84,6 +85,28 @@ module PtmallocDump
           throw :done
         end
       end
+    end
+
+    # --summary DUMP...: one block each, headed by its file when there are several
+    def summaries
+      raise UsageError, "--summary: expected one or more DUMPs" if @argv.empty?
+
+      @argv.each_with_index do |path, i|
+        @out.puts if i.positive?
+        @out.puts "#{path}:" if @argv.size > 1
+        @out.print TextSummary.new(PtmallocDump.load(path))
+      end
+      0
+    end
+
+    # --json DUMP...: one object, or an Array of them in the order given when there are several
+    def json_summaries
+      raise UsageError, "--json: expected one or more DUMPs" if @argv.empty?
+
+      require "json"
+      list = @argv.map { |path| JsonSummary.new(PtmallocDump.load(path)).to_h }
+      @out.puts JSON.pretty_generate(@argv.size == 1 ? list.first : list)
+      0
     end
 
     def with_dump(args)
