@@ -162,8 +162,9 @@ module TrackBench
                   "address space %d MiB", t[:resident_bytes] / 1024, t[:samples], t[:sampled], t[:stacks],
                   t[:mapped_bytes] / 1_048_576)
       puts "  each sampled block: a 24-byte slot of a table kept at most half full (48 to 96 B); each distinct " \
-           "stack 24 B, 8 B a native frame, 4 B a Ruby frame and 24 B a new one; caps: 4,194,304 blocks, " \
-           "262,144 stacks (then samples are counted as dropped)"
+           "stack 24 B, 8 B a native frame, 4 B a Ruby frame and 24 B a new one; caps: 2,097,152 sampled " \
+           "blocks alive at once (a table of 4,194,304 slots), 524,288 stacks, 16,777,216 native frames " \
+           "(then samples are counted as dropped)"
     end
   end
 
