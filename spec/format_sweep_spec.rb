@@ -7,18 +7,23 @@ RSpec.describe "a dump file whose checksum is valid but one field is not" do
     sweep = File.join(__dir__, "support", "field_sweep.rb")
     path = File.join(tmpdir, "small.dump")
     progress = File.join(tmpdir, "case")
-    # about 1,200 damaged files, each through every reader path: 4 to 8 minutes here, 16 beside two
-    # other test runs, and past 30 with more work beside it
-    # under the allocation tracker (sampling often), so that its sections are in the file too
+    # the dump under the allocation tracker (sampling often), so that its sections are in the file too;
+    # the sweep in a process of its own without it, whose every reader path would be sampled too
     tracker = { "LD_PRELOAD" => PtmallocDump::Tracker.path, "PTMALLOC_DUMP_TRACK_BYTES" => "8192" }
-    out, err, status = run_ruby(<<~RUBY, env: tracker, timeout: 3600)
-      require #{sweep.dump}
+    _o, err, status = run_ruby(<<~RUBY, env: tracker)
       PtmallocDump.trace_allocations(every: 4, seed: 1)
       keep = Array.new(2000) { |i| "x" * (i % 300) }
       PtmallocDump.dump(#{path.dump}, references: true, trim_check: true, graph: true)
       PtmallocDump.stop_allocation_tracing
-      puts JSON.generate(FieldSweep.run(#{path.dump}, #{progress.dump}))
       keep.size
+    RUBY
+    expect(status).to be_success, err
+    expect(PtmallocDump.load(path)).to have_attributes(malloc_sites?: true, object_sites?: true, graph?: true)
+    # about 1,200 damaged files, each through every reader path: 4 to 8 minutes here, 16 beside two
+    # other test runs, and past 30 with more work beside it
+    out, err, status = run_ruby(<<~RUBY, timeout: 3600)
+      require #{sweep.dump}
+      puts JSON.generate(FieldSweep.run(#{path.dump}, #{progress.dump}))
     RUBY
     crash = -> { "the sweep died at #{File.read(progress)}: #{err[/^.*\[BUG\].*$/] || err[-500..]}" }
     expect(status.signaled?).to be(false), crash
