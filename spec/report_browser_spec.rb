@@ -525,16 +525,16 @@ RSpec.describe "the report's explorer: bins and tcache threads in a browser" do
         plan.call(Fiddle::Pointer[threads], Fiddle::Pointer[addrs], list.size)
       end
       tids.each_index do |i|
-        # tcache sizes, larger ones for the small and large bins, ten blocks of 600 bytes kept apart by
-        # small ones (7 fill their tcache bin, 3 must go to the small bin), and a run of one size to free
-        # last
-        sizes = Array.new(150) { rng.rand < 0.6 ? rng.rand(16..1000) : rng.rand(1000..40_000) } + [600, 24] * 10 + [56] * 12
+        # tcache sizes, larger ones for the small and large bins, 24 blocks of 600 bytes kept apart by
+        # small ones (a tcache bin holds 7 before glibc 2.43 and 16 from it: the rest must go to the
+        # small bin), and a run of one size to free last
+        sizes = Array.new(150) { rng.rand < 0.6 ? rng.rand(16..1000) : rng.rand(1000..40_000) } + [600, 24] * 24 + [56] * 12
         out = "\\0".b * (8 * sizes.size)
         packed = sizes.pack("Q*")
         malloc.call(i, Fiddle::Pointer[out], Fiddle::Pointer[packed], sizes.size)
         got = out.unpack("Q*").map { |a| [i, a] }
         blocks.concat(got.first(150))
-        apart.concat(got[150, 20].each_slice(2).map(&:first))
+        apart.concat(got[150, 48].each_slice(2).map(&:first))
         late.concat(got.last(12))
       end
       to_free = blocks.shuffle(random: rng).first(blocks.size * 6 / 10) + apart
@@ -543,7 +543,8 @@ RSpec.describe "the report's explorer: bins and tcache threads in a browser" do
       # consolidates its fastbins)
       big = [100_000].pack("Q")
       tids.each_index { |i| malloc.call(i, Fiddle::Pointer["\\0".b * 8], Fiddle::Pointer[big], 1) }
-      # then the run: 7 fill the thread's tcache bin for 64-byte chunks, the rest go to a fastbin
+      # then the run: 7 fill the thread's tcache bin for 64-byte chunks, the rest go to a fastbin (before
+      # glibc 2.43, which has no fastbins and keeps 16 in a tcache bin)
       free.call(late)
       File.write(#{freed_path.dump}, JSON.generate(tids: tids, freed: (to_free + late).map { |i, a| [a, tids[i]] }))
       PtmallocDump.dump(#{@dump_path.dump})
