@@ -94,16 +94,16 @@ RSpec.describe "reading another process" do
     expect(state_of(pid)).not_to eq("t")
   end
 
-  it "says that the target belongs to another user, and leaves it running" do
-    pid, = start_target
+  # What a block run as nobody (uid and gid 65534) in a forked child says: its String, or the
+  # PtmallocDump::Error it raised
+  def as_nobody
     reader, writer = IO.pipe
     child = fork do
       reader.close
       Process::Sys.setgid(65_534)
       Process::Sys.setuid(65_534)
       begin
-        PtmallocDump._read_process(pid, 0x1000, 8)
-        writer.write("no error")
+        writer.write(yield)
       rescue PtmallocDump::Error => e
         writer.write("#{e.class}: #{e.message}")
       end
@@ -111,7 +111,12 @@ RSpec.describe "reading another process" do
     end
     writer.close
     Process.wait(child)
-    message = reader.read
+    reader.read
+  end
+
+  it "says that the target belongs to another user, and leaves it running" do
+    pid, = start_target
+    message = as_nobody { PtmallocDump._read_process(pid, 0x1000, 8) && "no error" }
     expect(message).to match(/\APtmallocDump::PtracePermissionError: process #{pid} belongs to uid 0/)
     expect(message).to match(/run ptmalloc-dump as that user or as root/)
     expect(state_of(pid)).not_to eq("t")
@@ -119,29 +124,14 @@ RSpec.describe "reading another process" do
 
   it "says that the target belongs to another user before reading its mappings, which are closed to it" do
     pid, = start_target
-    reader, writer = IO.pipe
     out = File.join(tmpdir, "other.dump")
     File.chmod(0o777, tmpdir)
-    child = fork do
-      reader.close
-      Process::Sys.setgid(65_534)
-      Process::Sys.setuid(65_534)
-      begin
-        File.read("/proc/#{pid}/maps")
-        writer.write("maps readable")
-      rescue Errno::EACCES
-        begin
-          PtmallocDump.dump_process(pid, out)
-          writer.write("no error")
-        rescue PtmallocDump::Error => e
-          writer.write("#{e.class}: #{e.message}")
-        end
-      end
-      exit!(0)
+    message = as_nobody do
+      File.read("/proc/#{pid}/maps")
+      "maps readable"
+    rescue Errno::EACCES
+      PtmallocDump.dump_process(pid, out) && "no error"
     end
-    writer.close
-    Process.wait(child)
-    message = reader.read
     expect(message).to match(/\APtmallocDump::PtracePermissionError: process #{pid} belongs to uid 0/)
     expect(File.exist?(out)).to be(false)
     expect(state_of(pid)).not_to eq("t")

@@ -25,6 +25,13 @@ module PtmallocDump
       format("%.1f%%", 100.0 * part / whole)
     end
 
+    # @param value [Object]
+    # @return [String] value's text for HTML: valid UTF-8 (see {utf8}), with <, >, &, " and ' escaped
+    def h(value)
+      require "cgi/util"
+      CGI.escapeHTML(utf8(value.to_s))
+    end
+
     # Strings from a dump (paths, host and class names) as valid UTF-8, for HTML and JSON: bytes that
     # are not UTF-8 (another encoding, a damaged file) become U+FFFD.
     #

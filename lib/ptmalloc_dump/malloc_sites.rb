@@ -29,13 +29,15 @@ module PtmallocDump
     end
 
     # @param rows [Array<Array>] per stack: index, samples, count, bytes, ruby, anchored and leaked bytes
-    # @return [Array<Hash>] the sites, largest first (Dump#allocation_sites)
+    # @return [Array<Hash>] the sites, largest first (Dump#allocation_sites); a site's frames and
+    #   native site are its largest stack's
     def sites(rows)
       by_site = {}
       rows.each do |stack, samples, count, bytes, ruby, anchored, leaked|
         named = stack_named(stack)
-        e = by_site[named.values_at(:site, :method)] ||= named.merge(samples: 0, count: 0.0, bytes: 0.0, ruby: 0.0,
-                                                                     anchored: 0.0, leaked: 0.0)
+        e = by_site[named.values_at(:site, :method)] ||= { samples: 0, count: 0.0, bytes: 0.0, ruby: 0.0, anchored: 0.0,
+                                                           leaked: 0.0, largest: -1.0 }
+        e.merge!(named, largest: bytes) if bytes > e[:largest]
         e[:samples] += samples
         e[:count] += count
         e[:bytes] += bytes

@@ -57,7 +57,7 @@ module PtmallocDump
       @tables.fetch([m[:path], m[:inode]]) do |key|
         @tables[key] = begin
           same_file = File.stat(m[:path]).ino == m[:inode]
-          same_file ? ElfSymbols.new(m[:path], @debug_dir) : nil
+          same_file ? ElfSymbols.of(m[:path], @debug_dir) : nil
         rescue SystemCallError, ElfSymbols::Unreadable
           nil
         end
@@ -77,6 +77,23 @@ module PtmallocDump
     STT_FUNC = 2
     STT_GNU_IFUNC = 10
     private_constant :PT_LOAD, :SHT_SYMTAB, :SHT_NOTE, :SHT_DYNSYM, :STT_FUNC, :STT_GNU_IFUNC
+
+    @read = {}
+    @lock = Mutex.new
+
+    # The functions of the file at path, read once in this process for each version of the file (its
+    # inode, size and modification time): every dump a report or a comparison loads names its frames
+    # from the same tables.
+    #
+    # @param path [String]
+    # @param debug_dir [String]
+    # @return [ElfSymbols]
+    # @raise [Unreadable, SystemCallError]
+    def self.of(path, debug_dir)
+      st = File.stat(path)
+      key = [path, st.ino, st.size, st.mtime.to_r, debug_dir].freeze
+      @lock.synchronize { @read[key] ||= new(path, debug_dir) }
+    end
 
     # @param path [String]
     # @param debug_dir [String]

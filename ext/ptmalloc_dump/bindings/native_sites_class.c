@@ -93,16 +93,10 @@ static VALUE dump_native_names(VALUE self)
 static VALUE dump_native_sample_at(VALUE self, VALUE address)
 {
     const ptmd_view *v = ptmd_rb_dump_view(self);
-    uint64_t a = NUM2ULL(address);
-    size_t lo = 0, hi = v->n_native_samples;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        const ptmd_native_sample *s = &v->native_samples[mid];
-        if (s->address == a) return rb_ary_new_from_args(2, UINT2NUM(s->stack), PTMD_U64(s->size));
-        if (s->address < a) lo = mid + 1;
-        else hi = mid;
-    }
-    return Qnil;
+    size_t i =
+        ptmd_view_find_address(v->native_samples, v->n_native_samples, sizeof(ptmd_native_sample), NUM2ULL(address));
+    if (i == v->n_native_samples) return Qnil;
+    return rb_ary_new_from_args(2, UINT2NUM(v->native_samples[i].stack), PTMD_U64(v->native_samples[i].size));
 }
 
 void ptmd_native_sites_class_init(void)

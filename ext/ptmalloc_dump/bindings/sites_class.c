@@ -131,15 +131,8 @@ static VALUE dump_traced(VALUE self)
 static VALUE dump_traced_stack_of(VALUE self, VALUE address)
 {
     const ptmd_view *v = ptmd_rb_dump_view(self);
-    uint64_t a = NUM2ULL(address);
-    size_t lo = 0, hi = v->n_ruby_traced;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (v->ruby_traced[mid].address == a) return UINT2NUM(v->ruby_traced[mid].stack);
-        if (v->ruby_traced[mid].address < a) lo = mid + 1;
-        else hi = mid;
-    }
-    return Qnil;
+    size_t i = ptmd_view_find_address(v->ruby_traced, v->n_ruby_traced, sizeof(ptmd_ruby_traced), NUM2ULL(address));
+    return i == v->n_ruby_traced ? Qnil : UINT2NUM(v->ruby_traced[i].stack);
 }
 
 /* Dump#_site_names -> [name, ...] by index */

@@ -70,3 +70,18 @@ uint32_t ptmd_view_slot_size(const ptmd_view *v, uint64_t address)
     }
     return 0;
 }
+
+size_t ptmd_view_find_address(const void *records, size_t n, size_t stride, uint64_t key)
+{
+    const unsigned char *base = records;
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        uint64_t a;
+        memcpy(&a, base + mid * stride, sizeof(a));
+        if (a == key) return mid;
+        if (a < key) lo = mid + 1;
+        else hi = mid;
+    }
+    return n;
+}

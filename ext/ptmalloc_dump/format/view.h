@@ -130,6 +130,10 @@ typedef struct {
  * *off, *off moved past it: 1, or 0 after the last (the reader has checked the section's entries). */
 int ptmd_view_next_name(const unsigned char *names, size_t len, size_t *off, ptmd_view_name *out);
 
+/* The index of the record whose first field, a u64 address, is key, among n records of `stride` bytes
+ * sorted by it (the tracked blocks, the traced objects); n when none is. */
+size_t ptmd_view_find_address(const void *records, size_t n, size_t stride, uint64_t key);
+
 /* The slot size of the Ruby page holding address (RUBY_PAGES, by address), 0 when none does. */
 uint32_t ptmd_view_slot_size(const ptmd_view *v, uint64_t address);
 

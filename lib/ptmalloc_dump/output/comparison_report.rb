@@ -93,10 +93,6 @@ module PtmallocDump
 
     private
 
-    def h(v)
-      CGI.escapeHTML(utf8(v.to_s))
-    end
-
     def signed(n)
       n.negative? ? "-#{human_bytes(-n)}" : "+#{human_bytes(n)}"
     end

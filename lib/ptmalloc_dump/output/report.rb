@@ -95,10 +95,6 @@ module PtmallocDump
 
     private
 
-    def h(value)
-      CGI.escapeHTML(utf8(value.to_s))
-    end
-
     def summary
       @dump.summary
     end

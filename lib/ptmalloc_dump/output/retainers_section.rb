@@ -38,10 +38,6 @@ module PtmallocDump
 
     private
 
-    def h(value)
-      CGI.escapeHTML(utf8(value.to_s))
-    end
-
     def absent
       <<~HTML
         <h2 id="retainers">Who keeps it alive</h2>

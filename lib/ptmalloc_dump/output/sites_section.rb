@@ -40,10 +40,6 @@ module PtmallocDump
 
     private
 
-    def h(value)
-      CGI.escapeHTML(utf8(value.to_s))
-    end
-
     def objects_intro
       every = @dump.allocation_trace[:every]
       sampling = every == 1 ? "every new object traced" : "one new object in #{every} traced: the figures are estimates"

@@ -36,10 +36,6 @@ module PtmallocDump
 
     private
 
-    def h(v)
-      CGI.escapeHTML(utf8(v.to_s))
-    end
-
     def page
       <<~HTML
         <!DOCTYPE html>
