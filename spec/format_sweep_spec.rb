@@ -7,9 +7,10 @@ RSpec.describe "a dump file whose checksum is valid but one field is not" do
     sweep = File.join(__dir__, "support", "field_sweep.rb")
     path = File.join(tmpdir, "small.dump")
     progress = File.join(tmpdir, "case")
-    # the dump under the allocation tracker (sampling often), so that its sections are in the file too;
+    # the dump under the allocation tracker, so that its sections are in the file too (a few hundred
+    # stacks: every reader path names them all, in each of the sweep's files);
     # the sweep in a process of its own without it, whose every reader path would be sampled too
-    tracker = { "LD_PRELOAD" => PtmallocDump::Tracker.path, "PTMALLOC_DUMP_TRACK_BYTES" => "8192" }
+    tracker = { "LD_PRELOAD" => PtmallocDump::Tracker.path, "PTMALLOC_DUMP_TRACK_BYTES" => "65536" }
     _o, err, status = run_ruby(<<~RUBY, env: tracker)
       PtmallocDump.trace_allocations(every: 4, seed: 1)
       keep = Array.new(2000) { |i| "x" * (i % 300) }
