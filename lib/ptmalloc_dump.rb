@@ -3,35 +3,18 @@
 require_relative "ptmalloc_dump/version"
 require_relative "ptmalloc_dump/errors"
 require "ptmalloc_dump/ptmalloc_dump"
-# the model: a dump and what is read from it
+
+require_relative "ptmalloc_dump/autoloads"
 require_relative "ptmalloc_dump/ruby_layer"
-require_relative "ptmalloc_dump/records"
-require_relative "ptmalloc_dump/malloc_info"
+require_relative "ptmalloc_dump/tracing"
+require_relative "ptmalloc_dump/signal_handler"
+# the Ruby side of the classes the extension defines (a dump, a diff, Ruby's heap in a dump, readings)
+require_relative "ptmalloc_dump/stats"
 require_relative "ptmalloc_dump/dump"
-require_relative "ptmalloc_dump/verification"
 require_relative "ptmalloc_dump/ruby_heap"
 require_relative "ptmalloc_dump/retainers"
-require_relative "ptmalloc_dump/native_symbols"
-require_relative "ptmalloc_dump/malloc_sites"
-require_relative "ptmalloc_dump/tracker"
 require_relative "ptmalloc_dump/allocation_sites"
-require_relative "ptmalloc_dump/format_helpers"
-require_relative "ptmalloc_dump/advice"
 require_relative "ptmalloc_dump/diff"
-require_relative "ptmalloc_dump/fleet"
-require_relative "ptmalloc_dump/signal_handler"
-# readings over time: cheap figures, a sampler, Prometheus text
-require_relative "ptmalloc_dump/stats"
-require_relative "ptmalloc_dump/sampler"
-require_relative "ptmalloc_dump/prometheus"
-require_relative "ptmalloc_dump/timeline"
-# the outputs: text, JSON, the HTML report and the comparison page
-require_relative "ptmalloc_dump/output/text_summary"
-require_relative "ptmalloc_dump/output/json_summary"
-require_relative "ptmalloc_dump/output/geometry"
-require_relative "ptmalloc_dump/output/report"
-require_relative "ptmalloc_dump/output/comparison_report"
-require_relative "ptmalloc_dump/output/timeline_report"
 
 # Looks inside glibc's malloc (ptmalloc2) heap of the running Ruby process: every arena, heap and
 # chunk, classified and reconciled with glibc's own counters, written to one file.
@@ -209,6 +192,35 @@ module PtmallocDump
       RubyLayer.current
     end
 
+    # Samples {stats} every `every` seconds into `to` (one JSON line per reading) from a background
+    # thread, until the returned sampler is stopped. A thread does not survive fork: in a forking
+    # server call this in each worker's boot hook (a second call in the same process returns the
+    # sampler already running for that path; in a forked child, it starts that sampler's thread again).
+    #
+    # @param every [Numeric] seconds between readings
+    # @param to [String] the JSON Lines file (read by `ptmalloc-visualize --timeline`)
+    # @param smaps [Boolean] as for {stats}
+    # @return [Sampler]
+    def sample(to:, every: 60, smaps: false)
+      @samplers ||= {}
+      path = File.expand_path(to.to_s)
+      sampler = @samplers[path]
+      return sampler.start if sampler && sampler.every == every
+
+      sampler&.stop
+      @samplers[path] = Sampler.new(every: every, to: path, smaps: smaps).start
+    end
+
+    # The figures of {stats} as Prometheus text exposition format, for a /metrics endpoint (README
+    # shows one, and a Yabeda collector).
+    #
+    # @param prefix [String] prepended to every metric name
+    # @param smaps [Boolean] as for {stats}
+    # @return [String]
+    def prometheus_text(prefix: "ptmalloc", smaps: false)
+      Prometheus.text(stats(smaps: smaps), prefix: prefix)
+    end
+
     # Where libc, its build-id and its symbols were found, without dumping.
     #
     # @param debug_dir [String, nil] as for {dump}
@@ -307,13 +319,17 @@ module PtmallocDump
 
     # Built once per value of +ruby+: a dump should allocate as little as possible before glibc's
     # counters are taken.
+    # The cache is an Array made when the gem loads ([program, strings without ruby, with ruby]):
+    # storing into it allocates nothing, where a new instance variable of this module could grow its
+    # table inside the dump's window.
     def dump_strings(ruby)
       program = $PROGRAM_NAME.to_s
-      unless @dump_strings_program.equal?(program)
-        @dump_strings_program = program
-        @dump_strings = {}
+      cache = @dump_strings
+      unless cache[0].equal?(program)
+        cache[0] = program
+        cache[1] = cache[2] = nil
       end
-      @dump_strings[ruby ? true : false] ||= begin
+      cache[ruby ? 2 : 1] ||= begin
         layer, reason = ruby_layer.status(ruby)
         ["ruby_version", RUBY_DESCRIPTION, "gem_version", VERSION, "program", program,
          "ruby_layer", layer, "ruby_layer_reason", reason, "ruby_code_reason", ruby_code_reason(layer)].freeze
@@ -321,6 +337,7 @@ module PtmallocDump
     end
   end
 
+  @dump_strings = [nil, nil, nil]
   warm_up
 end
 

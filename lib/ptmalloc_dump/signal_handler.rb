@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
-require "fileutils"
-require "tmpdir"
+# the handler runs in trap context, where nothing may be autoloaded: what it uses is loaded here
+require_relative "format_helpers"
 
 module PtmallocDump
   # The worker recipe: dump on a signal.
@@ -75,6 +75,7 @@ module PtmallocDump
       # A missing directory is made, readable by this user only (its parents too); several workers
       # booting at once may each try
       def make_dir(path)
+        require "fileutils"
         FileUtils.mkdir_p(path, mode: 0o700)
       rescue SystemCallError => e
         raise DumpDirectoryError,
@@ -184,8 +185,8 @@ module PtmallocDump
     # @param signal [String, Symbol, Integer] URG by default: ignored where no handler is installed, and
     #   used by none of Puma, Unicorn, Pitchfork and Sidekiq (Puma's workers inherit the master's USR2
     #   handler, a restart, which this handler would chain to)
-    # @param dir [String] where dumps go: a writable directory, not a symbolic link; made (mode 0700,
-    #   with its parents) when it does not exist
+    # @param dir [String, nil] where dumps go: a writable directory, not a symbolic link; made (mode
+    #   0700, with its parents) when it does not exist; nil (default): +Dir.tmpdir+
     # @param fork [Boolean] fork snapshot mode (the default): the worker pauses for the fork only (as
     #   long as a bare fork of it in a Rails worker under load: README has the figures); the snapshot
     #   process records Ruby's heap, walks and writes; false dumps in the worker, which then waits for
@@ -196,7 +197,11 @@ module PtmallocDump
     # @return [Proc] the handler
     # @raise [DumpDirectoryError] when `dir` cannot take dumps
     # @raise [ArgumentError] for an unknown signal or dump option
-    def install_signal_handler(signal = "URG", dir: Dir.tmpdir, fork: true, log: $stderr, **dump_options)
+    def install_signal_handler(signal = "URG", dir: nil, fork: true, log: $stderr, **dump_options)
+      if dir.nil?
+        require "tmpdir"
+        dir = Dir.tmpdir
+      end
       SignalHandler.install(signal, dir: dir, fork: fork, log: log, dump_options: dump_options)
     end
   end

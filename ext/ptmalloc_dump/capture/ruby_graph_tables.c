@@ -17,6 +17,7 @@
  * accepted only where known constants and globals come out with their known values. */
 #define _GNU_SOURCE
 #include "capture/ruby_graph_tables.h"
+#include "capture/procfs.h"
 
 #include <dlfcn.h>
 #include <link.h>
@@ -78,12 +79,14 @@ static int sane_table(const id_table *t, unsigned max_capa)
 static uint64_t safe_lookup(uint64_t tp, uint32_t serial, unsigned max_capa)
 {
     id_table t;
-    int i;
+    id_item batch[64]; /* items read 64 at a time: one system call each, not one an item */
+    int i, j, n;
     if (!pointer_like(tp) || safe_read(tp, &t, sizeof(t)) != 0 || !sane_table(&t, max_capa)) return 0;
-    for (i = 0; i < t.capa; i++) {
-        id_item it;
-        if (safe_read(t.items + (uint64_t)i * sizeof(it), &it, sizeof(it)) != 0) return 0;
-        if (it.key == serial) return it.val;
+    for (i = 0; i < t.capa; i += n) {
+        n = t.capa - i < 64 ? t.capa - i : 64;
+        if (safe_read(t.items + (uint64_t)i * sizeof(id_item), batch, (size_t)n * sizeof(id_item)) != 0) return 0;
+        for (j = 0; j < n; j++)
+            if (batch[j].key == serial) return batch[j].val;
     }
     return 0;
 }
@@ -136,7 +139,20 @@ static void find_constants(void)
 typedef struct {
     uint64_t found;
     uint32_t serial[N_KNOWN_GLOBALS];
+    const ptmd_maps *maps; /* the mappings when the search began, NULL when unknown */
 } global_search;
+
+/* Whether p may be the global table: malloc'd, so in writable anonymous memory or the brk heap, with
+ * room for the table's header. Words that point elsewhere (code, other libraries' data, stacks) are
+ * most of the candidates, and are passed over without a system call. */
+static int in_heap_memory(const global_search *s, uint64_t p)
+{
+    const ptmd_map *m;
+    if (!s->maps) return 1;
+    m = ptmd_maps_find(s->maps, (uintptr_t)p);
+    return m && (m->kind == PTMD_MAPKIND_ANON || m->kind == PTMD_MAPKIND_BRK) &&
+           (m->prot & (PTMD_MAP_R | PTMD_MAP_W)) == (PTMD_MAP_R | PTMD_MAP_W) && p + sizeof(id_table) <= m->end;
+}
 
 /* Whether the table at tp holds the globals every Ruby defines at boot, each an entry whose variable
  * has a known getter where Ruby keeps the value itself: then it is the global table, and the
@@ -172,7 +188,7 @@ static int search_segments(struct dl_phdr_info *info, size_t size, void *arg)
         end = info->dlpi_addr + ph->p_vaddr + ph->p_memsz;
         for (; at + 8 <= end && !s->found; at += 8) {
             uint64_t w = *(const uint64_t *)(uintptr_t)at;
-            if (pointer_like(w) && holds_known_globals(w, s)) s->found = at;
+            if (pointer_like(w) && in_heap_memory(s, w) && holds_known_globals(w, s)) s->found = at;
         }
     }
     return 0;
@@ -182,14 +198,20 @@ static void find_globals(void)
 {
     static const char *const known[N_KNOWN_GLOBALS] = { "$stdout", "$stderr", "$stdin", "$;", "$,", "$0" };
     global_search s;
+    ptmd_maps maps;
+    ptmd_err err;
     int i;
     globals.val_getter = (uint64_t)(uintptr_t)dlsym(RTLD_DEFAULT, "rb_gvar_val_getter");
     globals.var_getter = (uint64_t)(uintptr_t)dlsym(RTLD_DEFAULT, "rb_gvar_var_getter");
     globals.global_low = rb_intern("$stdout") & ((1u << ID_SHIFT) - 1);
     if (!globals.val_getter || !globals.var_getter) return;
     memset(&s, 0, sizeof(s));
+    memset(&maps, 0, sizeof(maps));
+    memset(&err, 0, sizeof(err));
     for (i = 0; i < N_KNOWN_GLOBALS; i++) s.serial[i] = (uint32_t)(rb_intern(known[i]) >> ID_SHIFT);
+    if (ptmd_maps_load(&maps, &err) == 0) s.maps = &maps;
     dl_iterate_phdr(search_segments, &s);
+    ptmd_maps_release(&maps);
     globals.table_at = s.found;
     globals.known = s.found != 0;
 }
