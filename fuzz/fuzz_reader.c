@@ -425,10 +425,15 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
             uint8_t *change = calloc(v.n_pages ? v.n_pages : 1, 1);
             if (usage && change) {
                 ptmd_diff_totals dt;
+                size_t p;
                 ptmd_page_usage_fill(&v, usage);
                 figures(&v, usage);
                 ptmd_first_difference(&v, &v);
                 ptmd_diff(&v, usage, &v, usage, &dt, change);
+                /* every page against its neighbour as the page before: each rule of the page changes */
+                for (p = 0; p < v.n_pages; p++)
+                    change[p] = ptmd_page_change(p ? &usage[p - 1] : NULL, p ? v.pages[p - 1] : 0, &usage[p],
+                                                 v.pages[p], v.meta->page_size);
             }
             owners(&v);
             rss(&v);

@@ -257,8 +257,10 @@ RSpec.describe "ptmalloc-visualize" do
       excess = big.summary[:ruby][:by_class]["String"][:bytes] - small.summary[:ruby][:by_class]["String"][:bytes]
       expect(excess).to be >= 20_000 * 2_000
       expect(out).to include("deviates most: pid #{big.header[:pid]}")
-      expect(out[/above the median worker: (.*)$/, 1].split(", ")).to include("String instances +#{excess} B")
-      expect(out).to include("pid #{big.header[:pid]}: String #{big.summary[:ruby][:by_class]['String'][:bytes]} B")
+      above = out[/above the median worker: (.*)$/, 1].split(", ")
+      expect(above).to include("String instances #{PtmallocDump::FormatHelpers.signed_bytes(excess)}")
+      strings = PtmallocDump::FormatHelpers.human_bytes(big.summary[:ruby][:by_class]["String"][:bytes])
+      expect(out).to include("pid #{big.header[:pid]}: String #{strings}")
       html = File.read(File.join(tmpdir, "fleet", "index.html"))
       REXML::Document.new(html)
       expect(html).to include("Owners by worker", "malloc heap (arenas)", "mmapped chunks", "String instances")

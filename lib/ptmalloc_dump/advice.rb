@@ -33,10 +33,22 @@ module PtmallocDump
       end
     end
 
-    def initialize(dump)
+    # What to do about a holder of Ruby memory that keeps growing.
+    HOLDER_STEP = "if it is a cache, bound it (an LRU, an expiry); if it should be empty between requests, clear it"
+    # What to do about free memory that other threads' arenas hold.
+    ARENA_STEP = "MALLOC_ARENA_MAX=#{ARENA_MAX} makes threads share #{ARENA_MAX} arenas so they reuse each other's " \
+                 "free memory"
+    # What to do about whole free pages that stay resident.
+    TRIM_STEP = "call malloc_trim(0) periodically, for example after a major GC"
+
+    # @param dump [Dump]
+    # @param exact [Boolean] give each byte figure in bytes too, beside its human unit ("1.5 MiB
+    #   (1572864 B)"), as the single report and --summary do; false: the human unit alone
+    def initialize(dump, exact: true)
       @dump = dump
       @s = dump.summary
       @a = dump.analysis
+      @exact = exact
     end
 
     # @return [Array<Line>]
@@ -44,10 +56,24 @@ module PtmallocDump
       @lines ||= [trim, trim_threshold, arenas, pinned_pages, small_free, mmap_threshold, tcache, holder, leak].compact
     end
 
+    # What to do about leaked memory: free it where it was allocated, when the tracker ran in the
+    # process; else how to find out where that was.
+    # @return [String] a sentence or two, each ending with a full stop and a space
+    def leak_step
+      site = @dump.malloc_sites? && @dump.allocation_sites(limit: 10_000).max_by { |e| e[:leaked_bytes] }
+      if site && site[:leaked_bytes].positive?
+        return "Most was allocated at #{SiteLines.where(site)} (about #{human_bytes(site[:leaked_bytes])}): free " \
+               "what that code allocates once it is done with it. "
+      end
+
+      "Run the process under ptmalloc-dump --track -- COMMAND (or with LD_PRELOAD=$(ptmalloc-dump " \
+        "--preload-path)) and dump it again: that dump names where the leaked blocks were allocated. "
+    end
+
     private
 
     def b(n)
-      "#{human_bytes(n)} (#{n} B)"
+      @exact ? "#{human_bytes(n)} (#{n} B)" : human_bytes(n)
     end
 
     def trim
@@ -60,7 +86,7 @@ module PtmallocDump
       high = (est * TRIM_RANGE.last).ceil
       Line.new(:malloc_trim, est, :bytes, est,
                "malloc_trim(0) would return #{b(est)} of resident memory now (whole pages inside free chunks and the " \
-               "main arena's top): call it periodically, for example after a major GC, to gain about " \
+               "main arena's top): #{TRIM_STEP}, to gain about " \
                "#{human_bytes(est)} (#{human_bytes(low)} to #{human_bytes(high)} of RSS)#{checked}.", low, high)
     end
 
@@ -82,10 +108,9 @@ module PtmallocDump
 
       Line.new(:arena_max, held, :bytes, est,
                "#{others.size + 1} arenas; the #{others.size} besides the main arena hold #{b(held)} free but " \
-               "resident: MALLOC_ARENA_MAX=#{ARENA_MAX} makes threads share #{ARENA_MAX} arenas so they reuse each " \
-               "other's free memory; each arena left keeps some, so expect about #{human_bytes(est)} less heap and " \
-               "RSS (#{human_bytes(low)} to #{human_bytes(high)}; all #{human_bytes(held)} only if every thread's " \
-               "free memory were reused).",
+               "resident: #{ARENA_STEP}; each arena left keeps some, so expect about #{human_bytes(est)} less heap " \
+               "and RSS (#{human_bytes(low)} to #{human_bytes(high)}; all #{human_bytes(held)} only if every " \
+               "thread's free memory were reused).",
                low, high, { "MALLOC_ARENA_MAX" => ARENA_MAX.to_s })
     end
 
@@ -226,9 +251,8 @@ module PtmallocDump
 
       Line.new(:holder, r[:retained_bytes], :bytes, r[:retained_bytes],
                "#{r[:root]} (#{r[:class_name]}) alone keeps #{b(r[:retained_bytes])} of Ruby memory alive in " \
-               "#{count(r[:retained_objects])} objects, reached through #{r[:path].join(' > ')}: if it is a cache, " \
-               "bound it (an LRU, an expiry); if it should be empty between requests, clear it. That gives back up " \
-               "to #{human_bytes(r[:retained_bytes])}.")
+               "#{count(r[:retained_objects])} objects, reached through #{r[:path].join(' > ')}: #{HOLDER_STEP}. " \
+               "That gives back up to #{human_bytes(r[:retained_bytes])}.")
     end
 
     # Memory nothing points at (the owners' classification): where it was allocated, when the tracker
@@ -239,18 +263,7 @@ module PtmallocDump
 
       Line.new(:leak, leaked[:bytes], :bytes, leaked[:bytes],
                "#{b(leaked[:bytes])} in #{count(leaked[:count])} blocks is leaked: nothing points at it any more. " \
-               "#{leak_site}That gives back up to #{human_bytes(leaked[:bytes])}, and stops the growth.")
-    end
-
-    def leak_site
-      site = @dump.malloc_sites? && @dump.allocation_sites(limit: 10_000).max_by { |e| e[:leaked_bytes] }
-      if site && site[:leaked_bytes].positive?
-        return "Most was allocated at #{SiteLines.where(site)} (about #{human_bytes(site[:leaked_bytes])}): free " \
-               "what that code allocates once it is done with it. "
-      end
-
-      "Run the process under ptmalloc-dump --track -- COMMAND (or with LD_PRELOAD=$(ptmalloc-dump " \
-        "--preload-path)) and dump it again: that dump names where the leaked blocks were allocated. "
+               "#{leak_step}That gives back up to #{human_bytes(leaked[:bytes])}, and stops the growth.")
     end
 
     def tcache

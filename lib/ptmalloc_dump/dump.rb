@@ -164,6 +164,18 @@ module PtmallocDump
       @size_classes ||= _size_classes.freeze
     end
 
+    # The chunk sizes below this have a size class each (analysis.h: PTMD_EXACT_CLASSES x 16).
+    EXACT_SIZE_CLASSES_END = 66 * 16
+
+    # @param size_class [Integer] a key of {#size_classes}
+    # @return [Range] the chunk sizes the class holds: one exact size, or the powers of two's
+    #   (2^(k-1), 2^k] above the exact sizes
+    def self.size_class_range(size_class)
+      return size_class..size_class if size_class < EXACT_SIZE_CLASSES_END
+
+      [size_class / 2 + 1, EXACT_SIZE_CLASSES_END].max..size_class
+    end
+
     # @return [Array<PageMap>] page residency, one per heap (same order as {#heaps})
     def pages
       @pages ||= heaps.map do |h|

@@ -8,14 +8,23 @@ module PtmallocDump
     module_function
 
     # @param bytes [Integer]
+    # @param digits [Integer, nil] decimals above bytes; nil: one below 10 of the unit, none above
     # @return [String] e.g. "1.5 MiB"
-    def human_bytes(bytes)
+    def human_bytes(bytes, digits: nil)
       return "0 B" if bytes.nil? || bytes.zero?
 
       exp = [(Math.log(bytes.abs) / Math.log(1024)).floor, UNITS.size - 1].min
       exp = 0 if exp.negative?
       value = bytes.to_f / (1024**exp)
-      exp.zero? ? "#{bytes} B" : format("%.#{value < 10 ? 1 : 0}f %s", value, UNITS[exp])
+      exp.zero? ? "#{bytes} B" : format("%.#{digits || (value.abs < 10 ? 1 : 0)}f %s", value, UNITS[exp])
+    end
+
+    # @param bytes [Integer] a growth
+    # @return [String] signed, one decimal above bytes: "+86.5 MiB", "-512 B", "0 B"
+    def signed_bytes(bytes)
+      return human_bytes(0) if bytes.nil? || bytes.zero?
+
+      "#{bytes.negative? ? '-' : '+'}#{human_bytes(bytes.abs, digits: 1)}"
     end
 
     # @return [String] "12.3%"

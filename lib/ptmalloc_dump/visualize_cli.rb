@@ -169,10 +169,12 @@ module PtmallocDump
       d = Diff.new(old, new, force: @options[:force])
       prepare_outdir(outdir)
       ComparisonReport.new(outdir).write_diff(d)
-      g = d.growth
-      @out.puts "malloc heap #{format('%+d', g[:arena])} B, in use #{format('%+d', g[:in_use_bytes])} B, " \
-                "free but resident #{format('%+d', g[:free_resident_bytes])} B, " \
-                "mmapped chunks #{format('%+d', g[:hblkhd])} B"
+      findings = GrowthFindings.new(d)
+      @out.puts findings.lead
+      findings.all.each do |f|
+        @out.puts "- #{f.title.sub(/\A./, &:upcase)}: #{f.text}"
+        f.steps.each { |s| @out.puts "  next: #{s}" }
+      end
       @out.puts "wrote #{File.join(outdir, 'index.html')}"
       0
     end
@@ -184,21 +186,29 @@ module PtmallocDump
       fleet = Fleet.new(@argv)
       prepare_outdir(outdir)
       ComparisonReport.new(outdir).write_fleet(fleet)
+      print_fleet(fleet)
+      @out.puts "wrote #{File.join(outdir, 'index.html')}"
+      0
+    end
+
+    # --compare's lines: the worker that deviates most and why, then each worker's owners.
+    def print_fleet(fleet)
       d = fleet.most_deviant
-      @out.puts "deviates most: pid #{d[:pid]} (#{ComparisonReport.label(d[:figure])} #{d[:value]} B, " \
-                "median #{d[:median]} B)"
+      hb = FormatHelpers.method(:human_bytes)
+      @out.puts "deviates most: pid #{d[:pid]} (#{ComparisonReport.label(d[:figure])} #{hb.call(d[:value])}, " \
+                "median #{hb.call(d[:median])})"
       reasons = ComparisonReport.deviation_reasons(fleet)
       unless reasons.empty?
-        @out.puts "  above the median worker: #{reasons.map { |what, b| "#{what} +#{b} B" }.join(', ')}"
+        above = reasons.map { |what, b| "#{what} #{FormatHelpers.signed_bytes(b)}" }
+        @out.puts "  above the median worker: #{above.join(', ')}"
       end
       fleet.dumps.each do |dump|
         o = ComparisonReport.owners_of(dump)
-        top = (o[:classes].empty? ? o[:types] : o[:classes]).map { |n, b| "#{n} #{b} B" }.join(", ")
+        top = (o[:classes].empty? ? o[:types] : o[:classes]).map { |n, b| "#{n} #{hb.call(b)}" }.join(", ")
         @out.puts "  pid #{dump.header[:pid]}: #{top.empty? ? 'no Ruby data' : top}" \
-                  "#{o[:native] ? ", native #{o[:native]} B" : ''}#{o[:leaked] ? ", leaked #{o[:leaked]} B" : ''}"
+                  "#{o[:native] ? ", native #{hb.call(o[:native])}" : ''}" \
+                  "#{o[:leaked] ? ", leaked #{hb.call(o[:leaked])}" : ''}"
       end
-      @out.puts "wrote #{File.join(outdir, 'index.html')}"
-      0
     end
 
     def timeline

@@ -181,13 +181,71 @@ out:
     free(a.direct);
 }
 
+/* Bytes of the page at pl in v by what holds them, and its flags, counted over every chunk of every heap
+ * (no page usage, no index): returns 0 when v has no such page. */
+static int brute_page(const ptmd_view *v, uint64_t pl, uint64_t *live, uint64_t *free_bytes, uint8_t *flags)
+{
+    uint64_t ps = v->meta->page_size;
+    size_t h, i;
+    int found = 0;
+    *live = *free_bytes = 0;
+    *flags = 0;
+    for (h = 0; h < v->n_heaps; h++) {
+        const ptmd_heap_rec *hp = &v->heaps[h];
+        if (pl < hp->page_base || pl >= hp->page_base + hp->n_pages * ps) continue;
+        found = 1;
+        *flags = v->pages[hp->first_page + (pl - hp->page_base) / ps];
+        for (i = hp->first_chunk; i < hp->first_chunk + hp->n_chunks; i++) {
+            const ptmd_chunk_rec *c = &v->chunks[i];
+            uint64_t lo = c->addr > pl ? c->addr : pl, hi = c->addr + ptmd_rec_size(c);
+            int st = ptmd_rec_state(c);
+            if (hi > pl + ps) hi = pl + ps;
+            if (hi <= lo) continue;
+            if (st == PTMD_ST_IN_USE || st == PTMD_ST_MMAPPED) *live += hi - lo;
+            else if (st != PTMD_ST_META) *free_bytes += hi - lo;
+        }
+    }
+    return found;
+}
+
+/* Every page of b classified by what it holds now against what it held in a, by brute force: resident
+ * and more than half free now, not before, is new free resident whatever it held; more than half live
+ * now and not before, new in use. */
+static void page_changes(const ptmd_view *a, const ptmd_view *b, const uint8_t *change, const ptmd_diff_totals *t,
+                         uint64_t seed)
+{
+    uint64_t ps = b->meta->page_size, counts[PTMD_PCHG_COUNT] = { 0 };
+    size_t h, p;
+    int c;
+    for (h = 0; h < b->n_heaps; h++) {
+        const ptmd_heap_rec *hp = &b->heaps[h];
+        for (p = 0; p < hp->n_pages; p++) {
+            uint64_t pl = hp->page_base + p * ps, la, fa, lb, fb;
+            uint8_t ga, gb;
+            int had = brute_page(a, pl, &la, &fa, &ga), pa = had && (ga & PTMD_PAGE_PRESENT);
+            int pb = (brute_page(b, pl, &lb, &fb, &gb), (gb & PTMD_PAGE_PRESENT) != 0);
+            int expect;
+            if (pa && !pb && !(gb & PTMD_PAGE_SWAPPED)) expect = PTMD_PCHG_RELEASED;
+            else if (pb && 2 * lb > ps && !(pa && 2 * la > ps)) expect = PTMD_PCHG_NEW_IN_USE;
+            else if (pb && 2 * fb > ps && !(pa && 2 * fa > ps)) expect = PTMD_PCHG_NEW_FREE_RESIDENT;
+            else expect = had ? PTMD_PCHG_UNCHANGED : PTMD_PCHG_NEW_PAGE;
+            CHECK(change[hp->first_page + p] == expect, "seed %llu: page 0x%llx is %s, expected %s",
+                  (unsigned long long)seed, (unsigned long long)pl,
+                  ptmd_page_change_names[change[hp->first_page + p] % PTMD_PCHG_COUNT], ptmd_page_change_names[expect]);
+            counts[expect]++;
+        }
+    }
+    for (c = 0; c < PTMD_PCHG_COUNT; c++) CHECK_EQ(t->pages[c], counts[c]);
+}
+
 static void diff(uint64_t seed, const synth_opts *o)
 {
     ptmd_view *a = &S.view, *b = &T.view;
     ptmd_page_usage *ua = calloc(a->n_pages, sizeof(*ua)), *ub = calloc(a->n_pages, sizeof(*ub));
     uint8_t *change = calloc(a->n_pages, 1);
     ptmd_diff_totals t;
-    size_t k;
+    uint64_t r = seed * 7919, freed_live = 0;
+    size_t k, i;
     synth_build(&T, seed, o);
     k = (size_t)(seed % b->n_chunks);
     if (!ua || !ub || !change) goto out;
@@ -206,6 +264,26 @@ static void diff(uint64_t seed, const synth_opts *o)
     CHECK_EQ(t.same_count, a->n_chunks - 1);
     CHECK_EQ(t.new_count, 1);
     CHECK_EQ(t.gone_count, 1);
+    page_changes(a, b, change, &t, seed);
+
+    /* the heap changed all over: a third of the in-use chunks freed, a sixth of the free ones taken,
+     * an eighth of the pages' residency turned over */
+    for (i = 0; i < b->n_chunks; i++) {
+        int st = ptmd_rec_state(&T.chunks[i]), roll = (int)(synth_random(&r) % 6);
+        if (st == PTMD_ST_IN_USE && roll < 2) {
+            ptmd_rec_set_state(&T.chunks[i], PTMD_ST_SMALLBIN);
+            freed_live += ptmd_rec_size(&T.chunks[i]);
+        } else if ((st == PTMD_ST_SMALLBIN || st == PTMD_ST_TCACHE) && roll == 0)
+            ptmd_rec_set_state(&T.chunks[i], PTMD_ST_IN_USE);
+    }
+    for (i = 0; i < b->n_pages; i++)
+        if (synth_random(&r) % 8 == 0) T.pages[i] ^= PTMD_PAGE_PRESENT;
+    ptmd_page_usage_fill(b, ub);
+    ptmd_diff(a, ua, b, ub, &t, change);
+    page_changes(a, b, change, &t, seed);
+    if (freed_live > 4 * b->meta->page_size)
+        CHECK(t.pages[PTMD_PCHG_NEW_FREE_RESIDENT] > 0, "seed %llu: %llu live bytes freed, no page newly free",
+              (unsigned long long)seed, (unsigned long long)freed_live);
 out:
     free(ua);
     free(ub);
