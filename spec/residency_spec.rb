@@ -71,6 +71,9 @@ RSpec.describe "the mincore fallback", :quiescent do
     expect(dump.pages.first.state_at(dump.arenas.first.top)).to eq(:present)
     expect(dump.summary[:resident_bytes]).to be > 0
     expect(dump.summary[:shared_bytes]).to eq(0) # mincore cannot tell sharing
+    expect(dump.summary[:sharing_unknown_bytes]).to eq(dump.summary[:resident_bytes])
+    expect(dump.header[:page_sharing]).to be(false)
+    expect(dump.pages.first.sharing_at(dump.arenas.first.top)).to eq(:unknown)
     expect_valid_dump(dump)
   end
 end
