@@ -365,6 +365,9 @@ RSpec.describe "ptmalloc-dump --pid" do
     expect(b.threads.map { |t| [t.tid, t.tcache, t.tcache_count] }.sort_by(&:first))
       .to eq(a.threads.map { |t| [t.tid, t.tcache, t.tcache_count] }.sort_by(&:first))
     expect(b.anomalies).to eq([])
+    # a core tells no residency and no sharing: every page present, none of it called shared
+    expect(b.summary[:resident_bytes]).to be > 0
+    expect(b.summary).to include(shared_bytes: 0, sharing_unknown_bytes: b.summary[:resident_bytes])
     puts "  #{stdout.strip}"
     # without a symbol file, by structure: the same again
     by_structure = File.join(tmpdir, "core-structure.dump")

@@ -36,6 +36,8 @@ module PtmallocDump
     #
     # @return [Hash{Symbol=>Object}] with at least :format_version, :pid, :time (Time), :glibc_version,
     #   :page_size, :main_arena (Integer), :symbol_source (Symbol), :symbol_file, :residency_source,
+    #   :page_sharing (whether the pages tell which are still shared copy-on-write: false for mincore
+    #   and for a fork snapshot written before snapshots took sharing from their parent),
     #   :mallinfo2 (Hash keyed by glibc's field names; before glibc 2.33 mallinfo()'s, whose int fields
     #   keep only the low 32 bits: then :mallinfo_32bit is true), :malloc_info (the XML String),
     #   :ruby_layer (:recorded, :off for +ruby: false+, :skipped where this Ruby did not allow the Ruby
@@ -59,6 +61,7 @@ module PtmallocDump
         m = _meta
         strings = m.delete(:strings)
         source_info = _source
+        page_sharing = page_sharing?(m)
         m.merge(
           format_version: 1,
           time: Time.at(m[:time_sec], m[:time_nsec], :nsec),
@@ -76,6 +79,7 @@ module PtmallocDump
           strings: strings,
           threads_complete: flag?(m, :threads_complete),
           fork_snapshot: flag?(m, :fork_child),
+          page_sharing: page_sharing,
           oracles_captured: !flag?(m, :no_oracles),
           oracles_outgrown: flag?(m, :oracles_outgrown),
           oracles_off: flag?(m, :oracles_off),
@@ -179,7 +183,8 @@ module PtmallocDump
     # @return [Array<PageMap>] page residency, one per heap (same order as {#heaps})
     def pages
       @pages ||= heaps.map do |h|
-        PageMap.new(h, heap_records[h.index][:page_base], header[:page_size], _pages(h.index))
+        PageMap.new(h, heap_records[h.index][:page_base], header[:page_size], _pages(h.index),
+                    sharing: header[:page_sharing])
       end
     end
 
@@ -386,6 +391,14 @@ module PtmallocDump
 
     def flag?(meta, name)
       meta[:flags].anybits?(Format::META_FLAGS.fetch(name))
+    end
+
+    # Whether the pages' exclusive bits tell sharing: pagemap's (mincore cannot tell), and in a fork
+    # snapshot its parent's from before the fork (an older snapshot's are the child's own: every page
+    # shared with its parent).
+    def page_sharing?(meta)
+      RESIDENCY_SOURCES[meta[:residency_source_code]] == :pagemap &&
+        (!flag?(meta, :fork_child) || flag?(meta, :sharing_before_fork))
     end
 
     # Dumps written before the header said it: recorded when Ruby data is present.

@@ -75,7 +75,9 @@ static void add_heap(synth *s, uint64_t *r, const synth_opts *o, uint64_t start,
         s->pages[v->n_pages++] = (uint8_t)((k < 6    ? PTMD_PAGE_PRESENT
                                             : k == 6 ? PTMD_PAGE_SWAPPED
                                                      : 0) |
-                                           (below(r, 4) ? PTMD_PAGE_EXCLUSIVE : 0));
+                                           (below(r, 4) ? PTMD_PAGE_EXCLUSIVE : 0) |
+                                           /* a snapshot's page its parent's reading did not cover */
+                                           (k < 6 && i % 7 == 3 ? PTMD_PAGE_SHARING_UNKNOWN : 0));
     }
     v->n_heaps++;
 }
@@ -332,6 +334,8 @@ void synth_build(synth *s, uint64_t seed, const synth_opts *o)
     s->meta.glibc_major = 2;
     s->meta.glibc_minor = 36;
     s->meta.flags = PTMD_MF_TCACHE | PTMD_MF_MP | PTMD_MF_NO_ORACLES; /* MALLINFO2 zero, MALLOC_INFO empty */
+    /* a third are fork snapshots with their parent's sharing, a third older snapshots without it */
+    if (seed % 3) s->meta.flags |= PTMD_MF_FORK_CHILD | (seed % 3 == 1 ? PTMD_MF_SHARING_BEFORE_FORK : 0);
     s->meta.n_mmaps = (uint64_t)o->mmapped;
     memcpy(s->strings, "\1\0k\1\0\0\0v", 8);
     for (k = 0; k < SYNTH_MAX_CHUNKS && (size_t)k < v->n_chunks; k++) s->words[k] = s->chunks[k].word;

@@ -44,8 +44,14 @@ static void summary(const ptmd_view *v, uint64_t seed)
             for (a = c->addr; a < c->addr + size; a++) { /* byte by byte */
                 uint8_t f = page_flags(v, hp, a);
                 if (f & PTMD_PAGE_PRESENT) {
+                    /* sharing is known from pagemap, in a snapshot only from its parent's reading */
+                    int known =
+                        v->meta->residency_source == PTMD_RESIDENCY_PAGEMAP &&
+                        (!(v->meta->flags & PTMD_MF_FORK_CHILD) || (v->meta->flags & PTMD_MF_SHARING_BEFORE_FORK)) &&
+                        !(f & PTMD_PAGE_SHARING_UNKNOWN);
                     b.resident_bytes++;
-                    if (!(f & PTMD_PAGE_EXCLUSIVE)) b.shared_bytes++;
+                    if (known && !(f & PTMD_PAGE_EXCLUSIVE)) b.shared_bytes++;
+                    if (!known) b.sharing_unknown_bytes++;
                     if (ptmd_state_is_free(st)) b.free_resident_bytes++;
                 } else if (f & PTMD_PAGE_SWAPPED) b.swapped_bytes++;
                 else b.absent_bytes++;
@@ -63,6 +69,7 @@ static void summary(const ptmd_view *v, uint64_t seed)
     CHECK_EQ(t.hblkhd, b.hblkhd);
     CHECK_EQ(t.resident_bytes, b.resident_bytes);
     CHECK_EQ(t.shared_bytes, b.shared_bytes);
+    CHECK_EQ(t.sharing_unknown_bytes, b.sharing_unknown_bytes);
     CHECK_EQ(t.swapped_bytes, b.swapped_bytes);
     CHECK_EQ(t.absent_bytes, b.absent_bytes);
     CHECK_EQ(t.free_resident_bytes, b.free_resident_bytes);

@@ -37,6 +37,7 @@ static void totals_into(VALUE h, const ptmd_totals *t)
     PTMD_SET(h, "swapped_bytes", PTMD_U64(t->swapped_bytes));
     PTMD_SET(h, "absent_bytes", PTMD_U64(t->absent_bytes));
     PTMD_SET(h, "shared_bytes", PTMD_U64(t->shared_bytes));
+    PTMD_SET(h, "sharing_unknown_bytes", PTMD_U64(t->sharing_unknown_bytes));
     PTMD_SET(h, "free_resident_bytes", PTMD_U64(t->free_resident_bytes));
     PTMD_SET(h, "free_swapped_bytes", PTMD_U64(t->free_swapped_bytes));
     PTMD_SET(h, "free_released_bytes", PTMD_U64(t->free_released_bytes));

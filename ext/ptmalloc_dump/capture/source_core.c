@@ -206,7 +206,7 @@ int ptmd_source_open_core(ptmd_source *s, const char *path, ptmd_maps *maps, ptm
         ptmd_region *r = PTMD_BUF_AT(&s->regions, ptmd_region, i);
         size_t np = (size_t)((r->end - r->start) / s->page_size);
         if (!(r->pages = ptmd_source_zeroed(np))) return ptmd_fail_sys(err, errno, "core regions", "mmap");
-        memset(r->pages, PTMD_PAGE_PRESENT, np);
+        memset(r->pages, PTMD_PAGE_PRESENT | PTMD_PAGE_SHARING_UNKNOWN, np); /* a core tells no sharing */
     }
     return 0;
 }

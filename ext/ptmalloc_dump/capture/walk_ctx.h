@@ -10,7 +10,7 @@
 #include "capture/scratch.h"
 #include "capture/source.h"
 
-typedef struct {
+typedef struct ptmd_walk {
     const ptmd_libc *lc;
     const ptmd_layout *L;
     ptmd_maps maps;
@@ -79,7 +79,20 @@ typedef struct {
     const ptmd_buf *given_objects;
     uint64_t given_tls_below;
     const ptmd_buf *given_gone; /* and the descriptors of its threads that were not running */
+
+    /* a fork snapshot's parent: the PTMD_PAGE_* flags of its anonymous mappings, read just before the
+     * fork (capture/residency.c), sharing_taken once read */
+    ptmd_buf sharing;       /* ptmd_sharing_range, sorted by start */
+    ptmd_buf sharing_pages; /* one flags byte per page of those ranges */
+    int sharing_taken;
+    /* a fork snapshot's child: that parent, whose reading gives its pages' exclusivity, or NULL */
+    const struct ptmd_walk *sharing_from;
 } ptmd_walk;
+
+/* Pages [start, end) of the parent's reading, their flags from sharing_pages[first]. */
+typedef struct {
+    uint64_t start, end, first;
+} ptmd_sharing_range;
 
 /* One arena as the walk sees it. */
 typedef struct {
@@ -125,7 +138,7 @@ static inline void ptmd_prefetch_ahead(uint64_t *ahead, uint64_t p, uint64_t end
     &(w)->arenas, &(w)->heaps, &(w)->chunks, &(w)->anomalies, &(w)->threads, &(w)->pages, &(w)->lists,                 \
         &(w)->tcache_cands, &(w)->heap_order, &(w)->ring, &(w)->exclude, &(w)->refs, &(w)->int_refs, &(w)->cmap,       \
         &(w)->roots, &(w)->root_refs, &(w)->objects, &(w)->tcache_entries, &(w)->gone, &(w)->notes, &(w)->note_index,  \
-        &(w)->note_links, &(w)->large_notes
+        &(w)->note_links, &(w)->large_notes, &(w)->sharing, &(w)->sharing_pages
 
 #define PTMD_W_ARENA(w, i) PTMD_BUF_AT(&(w)->arenas, ptmd_arena_rec, i)
 #define PTMD_W_HEAP(w, i) PTMD_BUF_AT(&(w)->heaps, ptmd_heap_rec, i)

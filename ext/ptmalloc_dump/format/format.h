@@ -204,10 +204,11 @@ static inline void ptmd_rec_set_state(ptmd_chunk_rec *r, int st)
 
 /* Per-page residency flags (the PAGES section): bit values */
 #define PTMD_PAGE_FLAGS(X)                                                                                             \
-    X(PTMD_PAGE_PRESENT, 1, "present")     /* in RAM */                                                                \
-    X(PTMD_PAGE_SWAPPED, 2, "swapped")     /* in swap */                                                               \
-    X(PTMD_PAGE_EXCLUSIVE, 4, "exclusive") /* mapped by this process only (not shared copy-on-write) */                \
-    X(PTMD_PAGE_FILE, 8, "file")           /* file page or shared anonymous page */
+    X(PTMD_PAGE_PRESENT, 1, "present")                  /* in RAM */                                                   \
+    X(PTMD_PAGE_SWAPPED, 2, "swapped")                  /* in swap */                                                  \
+    X(PTMD_PAGE_EXCLUSIVE, 4, "exclusive")              /* mapped by this process only (not shared copy-on-write) */   \
+    X(PTMD_PAGE_FILE, 8, "file")                        /* file page or shared anonymous page */                       \
+    X(PTMD_PAGE_SHARING_UNKNOWN, 16, "sharing_unknown") /* present; exclusive or not is unknown (FORMAT.md) */
 enum { PTMD_PAGE_FLAGS(PTMD_ENUM_CONSTANT) };
 
 #define PTMD_RESIDENCY_SOURCES(X) X(PTMD_RESIDENCY_PAGEMAP, 1, "pagemap") X(PTMD_RESIDENCY_MINCORE, 2, "mincore")
@@ -239,7 +240,9 @@ extern const char *const ptmd_symbol_source_names[PTMD_SYMSRC_COUNT];
     X(PTMD_MF_ORACLES_OUTGROWN, 1u << 9, "oracles_outgrown") /* malloc_info's output outgrew its stream: not kept */   \
     X(PTMD_MF_ORACLES_OFF, 1u << 10, "oracles_off")          /* dumped with oracles: false */                          \
     X(PTMD_MF_ORACLES_SKIPPED, 1u << 11,                                                                               \
-      "oracles_skipped") /* oracles: :auto, and the lists held more than it follows */
+      "oracles_skipped") /* oracles: :auto, and the lists held more than it follows */                                 \
+    X(PTMD_MF_SHARING_BEFORE_FORK, 1u << 12,                                                                           \
+      "sharing_before_fork") /* a snapshot's EXCLUSIVE bits are its parent's, read before the fork */
 enum { PTMD_META_FLAGS(PTMD_ENUM_CONSTANT) };
 
 typedef struct {
@@ -274,6 +277,21 @@ typedef struct {
     uint32_t flags;        /* PTMD_MF_* */
     uint32_t thread_count; /* entries of /proc/self/task at the walk */
 } ptmd_meta;
+
+/* Whether the dump knows if a present page (PTMD_PAGE_* flags f) is mapped by the process alone: from
+ * pagemap (mincore cannot tell), in a fork snapshot from its parent's reading before the fork, and not
+ * marked PTMD_PAGE_SHARING_UNKNOWN. */
+static inline int ptmd_page_sharing_known(const ptmd_meta *m, uint8_t f)
+{
+    if (!m || m->residency_source != PTMD_RESIDENCY_PAGEMAP || !(f & PTMD_PAGE_PRESENT)) return 0;
+    if ((m->flags & PTMD_MF_FORK_CHILD) && !(m->flags & PTMD_MF_SHARING_BEFORE_FORK)) return 0;
+    return !(f & PTMD_PAGE_SHARING_UNKNOWN);
+}
+/* A present page known to be still shared copy-on-write with another process (a parent, a child). */
+static inline int ptmd_page_shared(const ptmd_meta *m, uint8_t f)
+{
+    return ptmd_page_sharing_known(m, f) && !(f & PTMD_PAGE_EXCLUSIVE);
+}
 
 typedef struct {
     uint64_t arena, ordblks, smblks, hblks, hblkhd, usmblks, fsmblks, uordblks, fordblks, keepcost;

@@ -76,8 +76,8 @@ module PtmallocDump
         lines << row("chunk", "none: the walk did not reach this address")
       end
       if e[:page]
-        shared = e[:page][:exclusive] == false ? ", shared with a parent" : ""
-        lines << row("page", "#{e[:page][:address]}: #{e[:page][:residency]}#{shared}")
+        sharing = { shared: ", shared with a parent", unknown: ", sharing unknown" }.fetch(e[:page][:sharing], "")
+        lines << row("page", "#{e[:page][:address]}: #{e[:page][:residency]}#{sharing}")
       end
       if (r = e[:references])
         lines << row("points at", list(r[:points_at]))
@@ -169,7 +169,8 @@ module PtmallocDump
     def page_h(heap)
       pm = @dump.pages[heap.index]
       ps = @dump.header[:page_size]
-      { address: hex(@address & ~(ps - 1)), residency: pm.state_at(@address), exclusive: pm.exclusive?(@address) }
+      { address: hex(@address & ~(ps - 1)), residency: pm.state_at(@address), exclusive: pm.exclusive?(@address),
+        sharing: pm.sharing_at(@address) }
     end
 
     def ruby_slot

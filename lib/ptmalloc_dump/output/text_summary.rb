@@ -62,12 +62,20 @@ module PtmallocDump
             "#{human_bytes(s[:free_resident_bytes])} (#{s[:free_resident_bytes]} B): still in RAM, not in use"),
         row("free, released", human_bytes(s[:free_released_bytes])),
         row("largest free", human_bytes(s[:largest_free])),
-        row("resident", "#{human_bytes(s[:resident_bytes])} " \
-                        "(#{human_bytes(s[:shared_bytes])} still shared with a parent), " \
+        row("resident", "#{human_bytes(s[:resident_bytes])} (#{sharing_text(s)}), " \
                         "swapped #{human_bytes(s[:swapped_bytes])}, not resident #{human_bytes(s[:absent_bytes])}"),
         row("ruby owners", ruby_text),
         ""
       ]
+    end
+
+    def sharing_text(sum)
+      shared = "#{human_bytes(sum[:shared_bytes])} still shared with a parent"
+      unknown = sum[:sharing_unknown_bytes]
+      return shared if unknown.zero?
+      return "whether shared with a parent is not known" if unknown == sum[:resident_bytes]
+
+      "#{shared}, #{human_bytes(unknown)} not known"
     end
 
     def ruby_text

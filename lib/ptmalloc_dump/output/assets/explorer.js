@@ -133,7 +133,7 @@
         break;
       case "residency": {
         const f = pageFlags(h, a);
-        c = f & 1 ? (f & 4 ? D.col.resident : D.col.shared) : f & 2 ? D.col.swapped : D.col.absent;
+        c = f & 1 ? (f & 4 ? D.col.shared : D.col.resident) : f & 2 ? D.col.swapped : D.col.absent;
         break;
       }
       case "pages":
@@ -262,16 +262,17 @@
   function pagesText(i) {
     const h = D.heaps[D.chunkHeap[i]], a0 = addr[i], a1 = a0 + chunkSize(i);
     const p0 = Math.floor((a0 - h.pageBase) / D.pageSize), p1 = Math.floor((a1 - 1 - h.pageBase) / D.pageSize);
-    let res = 0, shared = 0, swapped = 0, absent = 0;
+    let res = 0, shared = 0, unknown = 0, swapped = 0, absent = 0;
     const classes = {};
     for (let p = p0; p <= p1; p++) {
       const f = D.pg8[h.firstPage + p];
-      if (f & 1) { res++; if (!(f & 4)) shared++; } else if (f & 2) swapped++; else absent++;
+      if (f & 1) { res++; if (f & 4) shared++; else if (f & 8) unknown++; } else if (f & 2) swapped++; else absent++;
       const c = D.pageClasses[f >> 4];
       classes[c] = (classes[c] || 0) + 1;
     }
     const n = p1 - p0 + 1;
-    return n + " page(s): " + res + " resident" + (shared ? " (" + shared + " shared with a parent)" : "") + ", " +
+    const sharing = [shared ? shared + " shared with a parent" : "", unknown ? unknown + " of unknown sharing" : ""].filter((t) => t);
+    return n + " page(s): " + res + " resident" + (sharing.length ? " (" + sharing.join(", ") + ")" : "") + ", " +
       swapped + " swapped, " + absent + " not resident; " +
       Object.entries(classes).map(([c, k]) => k + " " + c.replace("_", " ")).join(", ");
   }
@@ -422,7 +423,7 @@
       items = D.categories.slice(1).map((c, k) => sw(p.owners[k + 1], c.replace("_", " "))).concat([sw(p.owners[0], "free (bins, caches, top)"), sw(p.states.meta, "allocator metadata")]);
       if (D.kind8) items.push(sw("#e7298a", "leaked"));
     } else if (st.mode === "residency") {
-      items = [sw("#3b73b9", "resident"), sw("#9e7bc4", "resident, shared with a parent"), sw("#8c564b", "swapped"), sw("#e6e6e6", "not resident")];
+      items = [sw("#3b73b9", "resident (not shared, or not known to be)"), sw("#9e7bc4", "resident, shared with a parent"), sw("#8c564b", "swapped"), sw("#e6e6e6", "not resident")];
     } else if (st.mode === "change") {
       items = D.changeNames.map((c, k) => sw(p.diff[k], c.replace(/_/g, " ")));
     } else if (st.mode === "pages") {
