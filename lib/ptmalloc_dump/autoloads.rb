@@ -27,6 +27,7 @@ module PtmallocDump
   autoload :TextSummary, "ptmalloc_dump/output/text_summary"
   autoload :JsonSummary, "ptmalloc_dump/output/json_summary"
   autoload :Findings, "ptmalloc_dump/output/findings"
+  autoload :GrowthFindings, "ptmalloc_dump/output/growth_findings"
   autoload :Geometry, "ptmalloc_dump/output/geometry"
   autoload :ExplorerGeometry, "ptmalloc_dump/output/geometry"
   autoload :Explanation, "ptmalloc_dump/output/explanation"
