@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "mkmf"
+require_relative "makefile_tidy"
 
 def fail_with(message)
   abort "\nptmalloc_dump cannot be built here: #{message}\n\n"
@@ -51,3 +52,4 @@ $srcs = FOLDERS.flat_map { |folder| Dir[File.join(__dir__, folder, "*.c")].sort.
 $INCFLAGS << " -I$(srcdir) -I$(srcdir)/../ptmalloc_dump_track"
 
 create_makefile("ptmalloc_dump/ptmalloc_dump")
+append_tidy_after_install

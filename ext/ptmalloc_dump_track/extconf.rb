@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "mkmf"
+require_relative "../ptmalloc_dump/makefile_tidy"
 
 # The allocation tracker: a library for LD_PRELOAD (ptmalloc-dump --track), not a Ruby extension. It
 # finds Ruby's profiling functions by name when the program has them, so it links nothing of Ruby's
@@ -18,3 +19,4 @@ if ENV["PTMALLOC_DUMP_SANITIZE"].to_s.split(",").include?("undefined")
   $LDFLAGS << " -fsanitize=undefined"
 end
 create_makefile("ptmalloc_dump/ptmalloc_dump_track")
+append_tidy_after_install
