@@ -281,6 +281,14 @@ RSpec.describe "ptmalloc-dump --pid" do
     expect(info[:threads]).to eq(report[:threads] + 1)
     expect(dump.anomalies).to eq([])
     expect(dump.verify).to be_ok
+    text = PtmallocDump::TextSummary.new(dump).to_s
+    # no pointer graph from outside: nothing is called leaked, and the findings say what an
+    # in-process dump adds
+    expect(dump.summary[:owners]).to be_nil
+    expect(text).not_to match(/is leaked|^ *leaked /)
+    unknown = PtmallocDump::Findings.new(dump).all.find { |f| f.topic == :unknown_owners }
+    expect(unknown.bytes).to eq(summary[:in_use_bytes] + summary[:mmapped_bytes])
+    expect(unknown.text).to include("taken from outside the process", "An in-process dump")
 
     states = Hash.new(0)
     report[:pointers].each do |ptr, kind, csize|

@@ -333,6 +333,51 @@ RSpec.describe "owners: Ruby-owned, anchored or leaked" do
     end
   end
 
+  it "calls no memory leaked in a ruby: false dump: what no root reaches has no known owner, and the outputs say so" do
+    strings = Array.new(20_000) { |i| format("%05d", i) * 400 } # 2,000 bytes each, a malloc'd buffer each
+    Dir.mktmpdir do |dir|
+      off = File.join(dir, "off.dump")
+      on = File.join(dir, "on.dump")
+      PtmallocDump.dump(off, ruby: false)
+      PtmallocDump.dump(on)
+      # the buffers' addresses, read after both dumps (RSTRING_PTR, as Fiddle::Pointer takes a String's)
+      buffers = strings.map { |str| chunk_of(Fiddle::Pointer[str].to_i) }
+      dump = PtmallocDump.load(off)
+      expect(dump.ruby).to be_nil
+      o = dump.summary[:owners]
+      expect(o[:leaked]).to eq(bytes: 0, count: 0)
+      expect(o[:leaked_by_size]).to eq([])
+      allocated = dump.each_chunk.select { |c| %i[in_use mmapped].include?(c.state) }
+      expect(%i[ruby anchored leaked unknown].sum { |k| o[k][:bytes] }).to eq(allocated.sum(&:size))
+      expect(o[:ruby][:count]).to eq(0)
+      kinds = buffers.map { |c| dump.owner_kind_of(c) }.tally
+      puts "    the Strings' buffers in the ruby: false dump: #{kinds}"
+      # a stale copy of an address on a stack or in a library's data can anchor a few; none is leaked
+      expect(kinds.keys - %i[unknown anchored]).to eq([])
+      expect(kinds.fetch(:unknown, 0)).to be >= 19_000
+      expect(o[:unknown][:bytes]).to be >= buffers.sum { |c| dump.chunk_at(c).size } * 95 / 100
+
+      text = PtmallocDump::TextSummary.new(dump).to_s
+      # nothing is called leaked (the words that say what an in-process dump adds may name leaks)
+      expect(text).not_to match(/is leaked|^ *leaked /)
+      expect(text).to match(/no known owner +#{Regexp.escape(PtmallocDump::FormatHelpers.human_bytes(o[:unknown][:bytes]))}/)
+      finding = PtmallocDump::Findings.new(dump).all.find { |f| f.topic == :unknown_owners }
+      expect(finding.bytes).to eq(o[:unknown][:bytes])
+      expect(finding.text).to include("ruby: false", "An in-process dump")
+      expect(PtmallocDump::Findings.new(dump).all.map(&:topic)).not_to include(:leaked)
+      expect(PtmallocDump::Advice.new(dump).lines.map(&:topic)).not_to include(:leak)
+      expect(dump.owner_kind_of(buffers.first)).to eq(:unknown).or eq(:anchored)
+      expect(PtmallocDump::Explanation.new(dump, buffers.find { |c| dump.owner_kind_of(c) == :unknown } + 16).to_s)
+        .to match(/holder +not known: no root reaches it/)
+
+      # the same Strings in the dump with the Ruby pass are Ruby's
+      with = PtmallocDump.load(on)
+      expect(buffers.map { |c| with.owner_kind_of(c) }.tally).to eq(ruby: 20_000)
+      expect(with.summary[:owners][:unknown]).to eq(bytes: 0, count: 0)
+    end
+    strings.clear
+  end
+
   it "adds up: Ruby-owned, anchored and leaked bytes are the allocated bytes; references: false records no owners" do
     Dir.mktmpdir do |dir|
       path = File.join(dir, "a.dump")

@@ -257,10 +257,12 @@ module PtmallocDump
     # chunk's user address counts as a pointer, and in Ruby memory an Integer of one, as
     # Fiddle.malloc hands it out): :ruby (owned by a Ruby object or reachable from Ruby-owned
     # memory), :anchored (reachable from a root: a loaded object's writable data, a thread's stack,
-    # TLS or the dumping thread's registers; directly or through other native chunks) and :leaked
-    # (reachable from neither), each { bytes:, count: }; :anchored_by, anchored bytes per root name
-    # (largest first); :leaked_by_size, the 20 sizes with the most leaked bytes, each { size:,
-    # count:, bytes:, samples: } (up to 5 chunk addresses).
+    # TLS or the dumping thread's registers; directly or through other native chunks), :leaked
+    # (reachable from neither) and :unknown (reachable from no root in a dump without Ruby objects:
+    # +ruby: false+, or a Ruby pass that was skipped; there a Ruby object may own it, so nothing says
+    # it is leaked, and :leaked is empty), each { bytes:, count: }; :anchored_by, anchored bytes per
+    # root name (largest first); :leaked_by_size, the 20 sizes with the most leaked bytes, each
+    # { size:, count:, bytes:, samples: } (up to 5 chunk addresses).
     #
     # @return [Hash{Symbol=>Object}, nil] nil when the dump has no roots (`references: false`)
     def owners
@@ -272,7 +274,7 @@ module PtmallocDump
     end
 
     # @param chunk [Chunk, Integer] a chunk or a chunk address
-    # @return [Symbol, nil] :ruby, :anchored or :leaked for an allocated chunk (see {#owners}); nil
+    # @return [Symbol, nil] :ruby, :anchored, :leaked or :unknown for an allocated chunk (see {#owners}); nil
     #   for a chunk that is not allocated, an address where no chunk starts, or a dump without roots
     def owner_kind_of(chunk)
       _owner_of(chunk_address(chunk))&.first

@@ -1,5 +1,6 @@
 /* Ruby, anchored or leaked: breadth first over the pointer graph, first from the chunks Ruby objects
- * own, then from the chunks roots point at; what neither reaches is leaked. */
+ * own, then from the chunks roots point at; what neither reaches is leaked, or unknown in a dump
+ * without Ruby objects. */
 #include "analysis/owners.h"
 #include "format/glibc.h"
 #include "format/reader.h"
@@ -130,8 +131,10 @@ int ptmd_owners_classify(const ptmd_view *v, const ptmd_attribution *a, ptmd_own
     }
     spread(v, a, &g, &gi, o, queue, qt, PTMD_OK_ANCHORED);
 
+    /* without the Ruby pass a chunk no root reaches may be a Ruby object's: nothing says it is leaked */
     for (i = 0; i < n; i++)
-        if (o->kind[i] == PTMD_OK_NONE && ptmd_rec_is_allocated(&v->chunks[i])) o->kind[i] = PTMD_OK_LEAKED;
+        if (o->kind[i] == PTMD_OK_NONE && ptmd_rec_is_allocated(&v->chunks[i]))
+            o->kind[i] = v->ruby_meta ? PTMD_OK_LEAKED : PTMD_OK_UNKNOWN;
     free(queue);
     free(g.offs);
     free(g.targets);

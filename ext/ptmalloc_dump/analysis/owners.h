@@ -1,6 +1,7 @@
 /* Who keeps each allocated chunk alive: a Ruby object, a root outside malloc (anchored), or nothing
  * (leaked), as vmware/chap classifies the chunks of a core, here over a dump's pointer graph and
- * roots. Plain C; runs offline. */
+ * roots. Without the Ruby pass, what no root reaches may still be a Ruby object's: unknown, not
+ * leaked. Plain C; runs offline. */
 #ifndef PTMD_OWNERS_H
 #define PTMD_OWNERS_H
 
@@ -10,8 +11,9 @@
     X(PTMD_OK_NONE, 0, "none")         /* not an allocated chunk */                                                    \
     X(PTMD_OK_RUBY, 1, "ruby")         /* owned by, or reachable from, a Ruby object */                                \
     X(PTMD_OK_ANCHORED, 2, "anchored") /* reachable from a root, through native chunks only */                         \
-    X(PTMD_OK_LEAKED, 3, "leaked")     /* reachable from no root and no Ruby object */
-enum { PTMD_OWNER_KINDS(PTMD_ENUM_CONSTANT) PTMD_OK_COUNT = 4 };
+    X(PTMD_OK_LEAKED, 3, "leaked")     /* reachable from no root and no Ruby object */                                 \
+    X(PTMD_OK_UNKNOWN, 4, "unknown")   /* reachable from no root, in a dump without Ruby objects */
+enum { PTMD_OWNER_KINDS(PTMD_ENUM_CONSTANT) PTMD_OK_COUNT = 5 };
 extern const char *const ptmd_owner_kind_names[PTMD_OK_COUNT];
 
 #define PTMD_NO_ANCHOR 0xffffffffu

@@ -92,7 +92,7 @@ static VALUE leaked_by_size(const ptmd_view *v, const ptmd_owners *o)
     return out;
 }
 
-/* Dump#_owners -> { ruby:, anchored:, leaked:, anchored_by:, leaked_by_size: } or nil */
+/* Dump#_owners -> { ruby:, anchored:, leaked:, unknown:, anchored_by:, leaked_by_size: } or nil */
 static VALUE dump_owners(VALUE self)
 {
     const ptmd_view *v = ptmd_rb_dump_view(self);
@@ -124,6 +124,7 @@ static VALUE dump_owners(VALUE self)
     PTMD_SET(h, "ruby", pair_hash(bytes[PTMD_OK_RUBY], count[PTMD_OK_RUBY]));
     PTMD_SET(h, "anchored", pair_hash(bytes[PTMD_OK_ANCHORED], count[PTMD_OK_ANCHORED]));
     PTMD_SET(h, "leaked", pair_hash(bytes[PTMD_OK_LEAKED], count[PTMD_OK_LEAKED]));
+    PTMD_SET(h, "unknown", pair_hash(bytes[PTMD_OK_UNKNOWN], count[PTMD_OK_UNKNOWN]));
     PTMD_SET(h, "anchored_by", by);
     PTMD_SET(h, "leaked_by_size", leaked_by_size(v, o));
     return h;

@@ -137,6 +137,7 @@ module PtmallocDump
       case @dump.owner_kind_of(chunk)
       when :anchored then "anchored#{(a = @dump.anchor_of(chunk)) ? " by #{a}" : ''}"
       when :leaked then "leaked: nothing reaches it"
+      when :unknown then "not known: no root reaches it, and without Ruby objects in the dump a Ruby object may"
       when :ruby then "a Ruby object"
       end
     end

@@ -127,7 +127,7 @@ module PtmallocDump
     # Who owns the memory in use: Ruby by type, class and defining module; native by anchor, and leaked.
     def owner_lines
       r = @s[:ruby]
-      return [] unless r
+      return unknown_owner_lines unless r
 
       top = ->(h) { h.first(5).map { |name, e| "#{name} #{human_bytes(e[:bytes])}" }.join(", ") }
       lines = ["ruby owners:",
@@ -147,6 +147,19 @@ module PtmallocDump
                         o.dig(:leaked, :count))
       end
       lines.concat(holder_lines).concat(site_lines) << ""
+    end
+
+    # A dump without Ruby objects: what roots hold, and that the rest has no known owner (not leaked).
+    def unknown_owner_lines
+      lines = ["owners:", format("  %-16s not known: %s", "ruby owners", @dump.no_ruby_reason)]
+      if (o = @s[:owners])
+        lines << format("  %-16s %s in %d block(s)", "anchored", human_bytes(o.dig(:anchored, :bytes)),
+                        o.dig(:anchored, :count))
+        lines << format("  %-16s %s in %d block(s) no root reaches (a Ruby object's, or leaked: an in-process " \
+                        "dump with ruby: true tells which)", "no known owner", human_bytes(o.dig(:unknown, :bytes)),
+                        o.dig(:unknown, :count))
+      end
+      lines << ""
     end
 
     # Where it was allocated: the five largest sites, when the dump has them.
