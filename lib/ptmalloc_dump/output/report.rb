@@ -297,15 +297,17 @@ module PtmallocDump
 
     def verify_line
       v = @dump.verify
-      if v.ok? && v.compared.empty?
-        %(<span>The dump holds no figures of glibc's own to check the walk against.</span>)
-      elsif v.ok?
+      case v.status
+      when :nothing_compared
+        "<span class=\"warn\">Nothing compared: the dump holds no figures of glibc's own to check the walk " \
+        "against (#{h(v.notes.join('; '))}).</span>"
+      when :verified
         "<span class=\"ok\">&#10003; The walk reproduces glibc's #{h(v.mallinfo_name)}() and malloc_info() " \
-          "exactly: every figure here adds up to glibc's own.</span>"
+        "exactly: every figure here adds up to glibc's own.</span>"
       else
         "<span class=\"warn\">&#9888; #{v.differences.size} figure(s) differ from glibc's #{h(v.mallinfo_name)}(), " \
-          "#{v.anomalies.size} anomaly(ies) recorded: read the figures with care " \
-          "(see <a href=\"#process\">Process</a>).</span>"
+        "#{v.anomalies.size} anomaly(ies) recorded: read the figures with care " \
+        "(see <a href=\"#process\">Process</a>).</span>"
       end
     end
 

@@ -204,7 +204,7 @@ module PtmallocDump
 
     def verify_lines
       v = @dump.verify
-      return ["verify: #{v}"] if v.ok?
+      return ["verify: #{v}"] unless v.status == :differs
 
       ["verify: #{v.differences.size} difference(s), #{v.anomalies.size} anomaly(ies)"] +
         v.to_s.lines.first(20).map { |l| "  #{l.chomp}" }
