@@ -378,6 +378,59 @@ RSpec.describe "owners: Ruby-owned, anchored or leaked" do
     strings.clear
   end
 
+  it "explains a block a thread's stack and a Ruby Integer both hold as Dump#referrers and #owner_kind_of say" do
+    start = fn("ow_stack_start", [size_t, size_t, int], int)
+    stop = fn("ow_stack_stop", [], Fiddle::TYPE_VOID)
+    GC.disable
+    Dir.mktmpdir do |dir|
+      tid, file = with_addresses(dir) { |fd| start.call(4, 1024, fd) }
+      expect(tid).to be > 0
+      block = addresses(file).first
+      kept = [block] # an Array of one, in its slot: the Integer of the block's address
+      path = File.join(dir, "a.dump")
+      PtmallocDump.dump(path)
+      dump = PtmallocDump.load(path)
+      chunk = chunk_of(block)
+      refs = dump.referrers(chunk)
+      array = dump.ruby.object_at(Fiddle.dlwrap(kept))
+      array_text = "#{array.type} #{array.class_name} at 0x#{array.address.to_s(16)}"
+      # the oracles: the thread's stack word and the Array's slot, which this test planted
+      expect(refs[:roots].map { |r| r[:name] }).to include("stack of thread #{tid}")
+      expect(refs[:objects]).to include(array.address)
+      expect(dump.owner_kind_of(chunk)).to eq(:ruby) # Ruby's reach comes first
+
+      explanation = PtmallocDump::Explanation.new(dump, block)
+      h = explanation.to_h[:references]
+      expect(h[:pointed_at_by]).to eq(refs[:chunks].map { |a| "0x#{a.to_s(16)}" })
+      expect(h[:integers]).to eq(refs[:integers].map { |a| "0x#{a.to_s(16)}" })
+      expect(h[:roots]).to eq(refs[:roots].map { |r| { name: r[:name], where: "0x#{r[:where].to_s(16)}" } })
+      expect(h[:objects].size).to eq(refs[:objects].size)
+      expect(h[:objects]).to include(array_text)
+      text = explanation.to_s
+      pointed = text[/^pointed at by +(.*)$/, 1]
+      stack_word = refs[:roots].find { |r| r[:name] == "stack of thread #{tid}" }[:where]
+      expect(pointed).to include("stack of thread #{tid} (the word at 0x#{stack_word.to_s(16)})",
+                                 "the slot of #{array_text}")
+      holder = text[/^holder +(.*)$/, 1]
+      if dump.ruby.owner_of(chunk)
+        expect(holder).to start_with("a Ruby object: ")
+      else
+        expect(holder).to start_with("a Ruby object: the slot of ").and include(" holds its address")
+        expect(text[/^owner +(.*)$/, 1]).to include("Ruby memory holds its address")
+      end
+      # the command line prints the same
+      out, err, status = Open3.capture3("bundle", "exec", "exe/ptmalloc-visualize", "--explain",
+                                        "0x#{block.to_s(16)}", path, chdir: SpecHelpers::ROOT)
+      expect(status).to be_success, err
+      expect(out).to include(text.lines.grep(/^pointed at by/).first.chomp, text.lines.grep(/^holder/).first.chomp)
+      kept.clear
+    ensure
+      stop.call if tid&.positive?
+    end
+  ensure
+    GC.enable
+  end
+
   it "adds up: Ruby-owned, anchored and leaked bytes are the allocated bytes; references: false records no owners" do
     Dir.mktmpdir do |dir|
       path = File.join(dir, "a.dump")
