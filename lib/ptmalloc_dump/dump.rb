@@ -220,6 +220,32 @@ module PtmallocDump
       end
     end
 
+    # The headline figures, each defined once here, as the text summary, the report's cards and bars,
+    # the JSON summary and the explorer print them:
+    #
+    # - :malloc_heap, all that glibc's malloc manages: the arenas' memory (:arena_bytes, mallinfo2's
+    #   arena) and the mmapped chunks' mappings (:mmapped_chunks, mallinfo2's hblkhd, in
+    #   :mmapped_chunk_count chunks);
+    # - :in_use, what the program holds: the in-use chunks of the arenas (:in_use_arenas, in
+    #   :in_use_arena_count chunks; free chunks in a tcache, which glibc's uordblks counts, and the
+    #   allocator's metadata are not in use) and the mmapped chunks; :in_use_share is its share of
+    #   :malloc_heap (0.0 for an empty heap);
+    # - :free_resident, free chunks' bytes still in RAM (what trimming could give back).
+    #
+    # The RSS bar's malloc parts ({#rss}) are the resident bytes of these and say so.
+    #
+    # @return [Hash{Symbol=>Numeric}]
+    def figures
+      @figures ||= begin
+        s = summary
+        heap = s[:arena] + s[:hblkhd]
+        in_use = s[:in_use_bytes] + s[:mmapped_bytes]
+        { malloc_heap: heap, arena_bytes: s[:arena], mmapped_chunks: s[:hblkhd], mmapped_chunk_count: s[:hblks],
+          in_use: in_use, in_use_arenas: s[:in_use_bytes], in_use_arena_count: s[:in_use_count],
+          in_use_share: heap.zero? ? 0.0 : in_use.fdiv(heap), free_resident: s[:free_resident_bytes] }.freeze
+      end
+    end
+
     # The process's whole RSS at the capture, every resident byte in one part: :malloc_in_use,
     # :malloc_free_resident, :malloc_metadata (heap_info, arenas, tcache structs, fenceposts),
     # :mmapped_chunks, :ruby_pages (Ruby's object pages outside malloc), :stacks (thread and fiber

@@ -100,7 +100,8 @@ module PtmallocDump
       end
       mm = @dump.heaps.select { |h| h.kind == :mmapped_chunk }
       unless mm.empty?
-        label = "#{mm.size} mmapped chunk(s), #{FormatHelpers.human_bytes(mm.sum(&:size))}"
+        f = @dump.figures
+        label = "#{f[:mmapped_chunk_count]} mmapped chunk(s), #{FormatHelpers.human_bytes(f[:mmapped_chunks])}"
         arena << { group: :mmapped, heaps: mm, label: label }
       end
       arena

@@ -45,21 +45,23 @@ module PtmallocDump
 
     def totals_lines
       s = @s
+      f = @dump.figures
       free = s[:free_bytes]
       bins = s[:fordblks] - s[:top_bytes] - s[:fastbin_bytes]
       heaps = s[:heap_count] - s[:hblks]
-      in_use = s[:in_use_bytes]
       [
         row("malloc heap",
-            "#{human_bytes(s[:arena])} (#{s[:arena]} B) in #{s[:arena_count]} arena(s), #{heaps} heap(s)"),
-        row("mmapped", "#{human_bytes(s[:hblkhd])} in #{s[:hblks]} chunk(s)"),
-        row("in use", "#{human_bytes(in_use)} (#{in_use} B) in #{s[:in_use_count]} chunks " \
-                      "(#{percent(in_use, s[:arena])} of the heap)"),
+            "#{human_bytes(f[:malloc_heap])} (#{f[:malloc_heap]} B): #{human_bytes(f[:arena_bytes])} in " \
+            "#{s[:arena_count]} arena(s), #{heaps} heap(s), and the mmapped chunks"),
+        row("mmapped", "#{human_bytes(f[:mmapped_chunks])} in #{f[:mmapped_chunk_count]} chunk(s)"),
+        row("in use", "#{human_bytes(f[:in_use])} (#{f[:in_use]} B), #{percent(f[:in_use], f[:malloc_heap])} of the " \
+                      "malloc heap: #{human_bytes(f[:in_use_arenas])} in #{f[:in_use_arena_count]} chunks of the " \
+                      "arenas and the mmapped chunks"),
         row("free", "#{human_bytes(free)}: tcache #{human_bytes(s[:tcache_bytes])} (#{s[:tcache_count]}), " \
                     "fastbins #{human_bytes(s[:fastbin_bytes])} (#{s[:fastbin_count]}), bins #{human_bytes(bins)}, " \
                     "top #{human_bytes(s[:top_bytes])}"),
         row("free, resident",
-            "#{human_bytes(s[:free_resident_bytes])} (#{s[:free_resident_bytes]} B): still in RAM, not in use"),
+            "#{human_bytes(f[:free_resident])} (#{f[:free_resident]} B): still in RAM, not in use"),
         row("free, released", human_bytes(s[:free_released_bytes])),
         row("largest free", human_bytes(s[:largest_free])),
         row("resident", "#{human_bytes(s[:resident_bytes])} " \
@@ -81,9 +83,8 @@ module PtmallocDump
         # owned, the object pages where they are malloc chunks (Ruby 2.7 and 3.0) and native add up to
         # what is in use in the arenas and in mmapped chunks
         pages = r[:ruby_pages_in_malloc_bytes].to_i
-        in_use = r[:owned_bytes] + pages + r[:unattributed_bytes]
         pages_text = pages.positive? ? ", #{human_bytes(pages)} their object pages" : ""
-        return "#{human_bytes(r[:owned_bytes])} of the #{human_bytes(in_use)} in use (heap and mmapped chunks) owned " \
+        return "#{human_bytes(r[:owned_bytes])} of the #{human_bytes(@dump.figures[:in_use])} in use owned " \
                "by #{r[:objects]} Ruby objects#{garbage}#{pages_text}, #{human_bytes(r[:unattributed_bytes])} native"
       end
 
@@ -94,9 +95,11 @@ module PtmallocDump
       ["what stands out:"] + Findings.new(@dump).top(3).each_with_index.map { |f, i| "#{i + 1}. #{f.text}" } + [""]
     end
 
+    # the RSS parts are resident bytes: the malloc ones say so, apart from the heap's own figures
     RSS_LABELS = {
-      malloc_in_use: "malloc, in use", malloc_free_resident: "malloc, free", malloc_metadata: "malloc metadata",
-      mmapped_chunks: "mmapped chunks", ruby_pages: "Ruby pages", stacks: "thread stacks", file_backed: "mapped files",
+      malloc_in_use: "in use, resident", malloc_free_resident: "free, resident", malloc_metadata: "malloc metadata",
+      mmapped_chunks: "mmapped, resident", ruby_pages: "Ruby pages", stacks: "thread stacks",
+      file_backed: "mapped files",
       other_anonymous: "other anonymous", allocation_tracking: "tracker tables"
     }.freeze
 
