@@ -77,9 +77,9 @@ module PtmallocDump
     # :old, :young and :garbage split the Ruby-owned growth by the owners' GC age (growth of old objects
     # is what a leak looks like; young ones may be garbage not yet collected; garbage is dead objects a
     # pending lazy sweep had not freed, see {RubyHeap::RubyObject#garbage?}). When both dumps have roots
-    # ({Dump#owners}), also :ruby, :anchored, :leaked and :unknown ({ bytes:, count: } growth each), :anchored_by
-    # (bytes per root name, largest growth first) and :leaked_by_size ({ size:, count:, bytes: } growth
-    # per chunk size, largest first).
+    # ({Dump#owners}), also :ruby, :anchored, :interior, :leaked and :unknown ({ bytes:, count: } growth
+    # each), :anchored_by (bytes per root name, largest growth first) and :leaked_by_size ({ size:,
+    # count:, bytes: } growth per chunk size, largest first).
     # @return [Hash, nil]
     def owners
       return nil unless @old.ruby && @new.ruby
@@ -191,7 +191,7 @@ module PtmallocDump
       b = @new.owners
       return {} unless a && b
 
-      kinds = %i[ruby anchored leaked unknown].to_h do |k|
+      kinds = %i[ruby anchored interior leaked unknown].to_h do |k|
         before = a.fetch(k, { bytes: 0, count: 0 })
         [k, { bytes: b.dig(k, :bytes).to_i - before[:bytes], count: b.dig(k, :count).to_i - before[:count] }]
       end

@@ -283,8 +283,10 @@ module PtmallocDump
     # chunk's user address counts as a pointer, and in Ruby memory an Integer of one, as
     # Fiddle.malloc hands it out): :ruby (owned by a Ruby object or reachable from Ruby-owned
     # memory), :anchored (reachable from a root: a loaded object's writable data, a thread's stack,
-    # TLS or the dumping thread's registers; directly or through other native chunks), :leaked
-    # (reachable from neither) and :unknown (reachable from no root in a dump without Ruby objects:
+    # TLS or the dumping thread's registers; directly or through other native chunks), :interior (held
+    # through a pointer into its middle, not its start, from a root or a chunk reached so far, as
+    # SQLite's page cache is: "held (interior pointer)"; see {#referrers} for the holder), :leaked
+    # (reachable from none of those) and :unknown (reachable from no root in a dump without Ruby objects:
     # +ruby: false+, or a Ruby pass that was skipped; there a Ruby object may own it, so nothing says
     # it is leaked, and :leaked is empty), each { bytes:, count: }; :anchored_by, anchored bytes per
     # root name (largest first); :leaked_by_size, the 20 sizes with the most leaked bytes, each
@@ -300,7 +302,8 @@ module PtmallocDump
     end
 
     # @param chunk [Chunk, Integer] a chunk or a chunk address
-    # @return [Symbol, nil] :ruby, :anchored, :leaked or :unknown for an allocated chunk (see {#owners}); nil
+    # @return [Symbol, nil] :ruby, :anchored, :interior, :leaked or :unknown for an allocated chunk (see
+    #   {#owners}); nil
     #   for a chunk that is not allocated, an address where no chunk starts, or a dump without roots
     def owner_kind_of(chunk)
       _owner_of(chunk_address(chunk))&.first
@@ -309,7 +312,8 @@ module PtmallocDump
     # @param chunk [Chunk, Integer] a chunk or a chunk address
     # @return [String, nil] the name of the root an anchored chunk is reached from: the path of a
     #   loaded object whose writable data holds it (or holds the native chunk that leads to it),
-    #   "stack of thread N", "TLS of thread N" or "registers of thread N"; nil when not anchored
+    #   "stack of thread N", "TLS of thread N" or "registers of thread N"; for an :interior chunk the
+    #   root its interior pointer (or the chunk holding one) is reached from; nil otherwise
     def anchor_of(chunk)
       _owner_of(chunk_address(chunk))&.at(1)
     end
@@ -330,11 +334,14 @@ module PtmallocDump
     # @return [Hash, nil] { chunks: addresses of the chunks with a word equal to it, integers:
     #   addresses of the chunks holding it as a Ruby Integer, roots: [{ name:, where: }, ...] the
     #   roots' words equal to it, objects: addresses of the Ruby objects whose slots hold it (as an
-    #   address or an Integer) }; nil for an address where no chunk starts, or a dump without roots
+    #   address or an Integer), interior: addresses of the chunks with a word pointing into its user
+    #   data past its start, interior_roots: [{ name:, where: }, ...] the roots' words doing so (one
+    #   per run of such words) }; nil for an address where no chunk starts, or a dump without roots
     def referrers(chunk)
-      chunks, integers, roots, objects = _referrers(chunk_address(chunk))
-      chunks && { chunks: chunks, integers: integers, roots: roots.map { |name, where| { name: name, where: where } },
-                  objects: objects }
+      chunks, integers, roots, objects, interior, interior_roots = _referrers(chunk_address(chunk))
+      pairs = ->(list) { list.map { |name, where| { name: name, where: where } } }
+      chunks && { chunks: chunks, integers: integers, roots: pairs.call(roots), objects: objects,
+                  interior: interior, interior_roots: pairs.call(interior_roots) }
     end
 
     # The roots the dump scanned.

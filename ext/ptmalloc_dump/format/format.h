@@ -120,7 +120,12 @@ const char *ptmd_name_of(const char *const *names, size_t n, uint32_t value);
     X(PTMD_SEC_NATIVE_FRAMES, 56, "native_frames", 0, ptmd_ruby_frame, NULL, RECORDS, native_frames, n_native_frames)  \
     /* the Ruby frames' paths and methods */                                                                           \
     X(PTMD_SEC_NATIVE_NAMES, 57, "native_names", 0, unsigned char, NULL, NAMES, native_names, native_names_len,        \
-      n_native_names)
+      n_native_names)                                                                                                  \
+    /* chunk -> chunk through a word pointing into the target's user data past its start (interior) */                 \
+    X(PTMD_SEC_INNER_REFS, 58, "inner_refs", 0, ptmd_ref, NULL, RECORDS, inner_refs, n_inner_refs)                     \
+    /* root -> chunk through a word pointing into the chunk's user data past its start */                              \
+    X(PTMD_SEC_ROOT_INNER_REFS, 59, "root_inner_refs", 0, ptmd_root_ref, NULL, RECORDS, root_inner_refs,               \
+      n_root_inner_refs)
 
 #define PTMD_SECTION_CONSTANT(constant, value, ...) constant = (value),
 #define PTMD_SECTION_ONE(...) +1

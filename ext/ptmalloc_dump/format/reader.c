@@ -156,8 +156,8 @@ static int check_rss_sections(const ptmd_view *v, const char *name, ptmd_err *er
 static int check_roots(const ptmd_view *v, const char *name, ptmd_err *err)
 {
     size_t i;
-    if ((v->root_refs || v->int_refs) && !v->roots)
-        FAIL("%s: root or Integer references without a roots section", name);
+    if ((v->root_refs || v->int_refs || v->inner_refs || v->root_inner_refs) && !v->roots)
+        FAIL("%s: root, Integer or interior references without a roots section", name);
     for (i = 0; i < v->n_roots; i++) {
         const ptmd_root_rec *r = &v->roots[i];
         if (r->kind < PTMD_ROOT_DATA || r->kind >= PTMD_ROOT_KIND_COUNT)
@@ -175,6 +175,16 @@ static int check_roots(const ptmd_view *v, const char *name, ptmd_err *err)
     for (i = 0; i < v->n_int_refs; i++)
         if (v->int_refs[i].from >= v->n_chunks || v->int_refs[i].to >= v->n_chunks)
             FAIL("%s: Integer reference %zu names a chunk that does not exist", name, i);
+    for (i = 0; i < v->n_inner_refs; i++)
+        if (v->inner_refs[i].from >= v->n_chunks || v->inner_refs[i].to >= v->n_chunks)
+            FAIL("%s: interior reference %zu names a chunk that does not exist", name, i);
+    for (i = 0; i < v->n_root_inner_refs; i++) {
+        const ptmd_root_ref *rr = &v->root_inner_refs[i];
+        if (rr->root >= v->n_roots || rr->chunk >= v->n_chunks)
+            FAIL("%s: root interior reference %zu names a root or chunk that does not exist", name, i);
+        if (rr->where < v->roots[rr->root].start || rr->where >= v->roots[rr->root].end)
+            FAIL("%s: root interior reference %zu lies outside its root", name, i);
+    }
     return 0;
 }
 

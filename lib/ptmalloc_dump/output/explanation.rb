@@ -20,7 +20,7 @@ module PtmallocDump
     # @return [Hash] :address, :heap, :chunk, :owner, :holder, :code, :allocated (the owner's allocation site),
     #   :page, :ruby_slot, :references (each nil when it does not apply). The holder is
     #   {Dump#owner_kind_of}'s, the references (:points_at, and :pointed_at_by, :integers, :roots,
-    #   :objects) {Dump#referrers}'s, so the three always agree.
+    #   :objects, :interior, :interior_roots) {Dump#referrers}'s, so the three always agree.
     def to_h
       @to_h ||= begin
         heap = @dump.heaps.find { |h| h.range.cover?(@address) }
@@ -107,6 +107,12 @@ module PtmallocDump
       end
       parts.concat(Array(refs[:roots]).first(8).map { |r| "#{r[:name]} (the word at #{r[:where]})" })
       parts.concat(Array(refs[:objects]).first(8).map { |o| "the slot of #{o}" })
+      unless Array(refs[:interior]).empty?
+        parts << "into its middle from #{refs[:interior].size} chunk(s): #{refs[:interior].first(8).join(', ')}"
+      end
+      parts.concat(Array(refs[:interior_roots]).first(8).map do |r|
+        "into its middle from #{r[:name]} (the word at #{r[:where]})"
+      end)
       parts.empty? ? "nothing" : parts.join("; ")
     end
 
@@ -159,10 +165,22 @@ module PtmallocDump
     def holder(chunk)
       case @dump.owner_kind_of(chunk)
       when :anchored then "anchored#{(a = @dump.anchor_of(chunk)) ? " by #{a}" : ''}"
+      when :interior then interior_holder(chunk)
       when :leaked then "leaked: nothing reaches it"
       when :unknown then "not known: no root reaches it, and without Ruby objects in the dump a Ruby object may"
       when :ruby then ruby_holder(chunk)
       end
+    end
+
+    # What holds an :interior chunk: a root's word or a chunk's pointing into its middle.
+    def interior_holder(chunk)
+      refs = @dump.referrers(chunk)
+      via = if (r = refs[:interior_roots].first) then "#{r[:name]} (the word at #{hex(r[:where])})"
+            elsif (c = refs[:interior].find { |a| @dump.owner_kind_of(a) }) then "the chunk at #{hex(c)}"
+            else "a chunk it is reached from"
+            end
+      anchor = @dump.anchor_of(chunk)
+      "held (interior pointer) by #{via}#{anchor && !via.start_with?(anchor) ? ", reached from #{anchor}" : ''}"
     end
 
     # Which Ruby memory holds a :ruby chunk: its owner, a slot holding its address (or the Integer of
@@ -246,7 +264,8 @@ module PtmallocDump
       { points_at: out.map(&address), pointed_at_by: held[:chunks].map { |a| hex(a) },
         integers: held[:integers].map { |a| hex(a) },
         roots: held[:roots].map { |r| { name: r[:name], where: hex(r[:where]) } },
-        objects: held[:objects].map { |a| object_text(a) } }
+        objects: held[:objects].map { |a| object_text(a) }, interior: held[:interior].map { |a| hex(a) },
+        interior_roots: held[:interior_roots].map { |r| { name: r[:name], where: hex(r[:where]) } } }
     end
 
     def chunk_index(chunk)

@@ -193,8 +193,8 @@ module PtmallocDump
     end
 
     # Who holds each in-use chunk (analysis/owners.c): one byte per chunk (0 not allocated, 1 ruby, 2
-    # anchored, 3 leaked, 4 no known owner in a dump without Ruby objects) and per chunk its root + 1
-    # (u16, 0 none), with each root's name.
+    # anchored, 3 leaked, 4 no known owner in a dump without Ruby objects, 5 held through an interior
+    # pointer) and per chunk its root + 1 (u16, 0 none), with each root's name.
     def holders(packed)
       { ownerKinds: b64(packed[:owner_kinds]), anchorIds: b64(packed[:anchor_ids]),
         anchors: @dump.roots.first(0xfffe).map { |r| FormatHelpers.utf8(r[:name].to_s) } }

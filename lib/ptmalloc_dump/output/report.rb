@@ -481,6 +481,8 @@ module PtmallocDump
         anchors = Array(o[:anchored_by]).max_by(5) { |_, b| b }.map { |n, b| "#{h(n)} #{h(human_bytes(b))}" }
         anchors = anchors.empty? ? "" : " (#{anchors.join(', ')})"
         parts << "Native memory: #{h(human_bytes(o.dig(:anchored, :bytes)))} anchored by roots#{anchors}, " \
+                 "#{h(human_bytes(o.dig(:interior, :bytes)))} held through pointers into the middle of blocks " \
+                 "(interior pointers), " \
                  "<b>#{h(human_bytes(o.dig(:leaked, :bytes)))} leaked</b> in #{o.dig(:leaked, :count)} block(s): " \
                  "nothing points at them."
         sizes = Array(o[:leaked_by_size]).first(5).map do |e|

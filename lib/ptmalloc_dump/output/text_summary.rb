@@ -146,6 +146,7 @@ module PtmallocDump
         by = Array(o[:anchored_by]).max_by(3) { |_, b| b }.map { |n, b| ", #{n} #{human_bytes(b)}" }.join
         lines << format("  %-16s %s in %d block(s)%s", "anchored", human_bytes(o.dig(:anchored, :bytes)),
                         o.dig(:anchored, :count), by)
+        lines << interior_line(o)
         lines << format("  %-16s %s in %d block(s)", "leaked", human_bytes(o.dig(:leaked, :bytes)),
                         o.dig(:leaked, :count))
       end
@@ -158,11 +159,17 @@ module PtmallocDump
       if (o = @s[:owners])
         lines << format("  %-16s %s in %d block(s)", "anchored", human_bytes(o.dig(:anchored, :bytes)),
                         o.dig(:anchored, :count))
+        lines << interior_line(o)
         lines << format("  %-16s %s in %d block(s) no root reaches (a Ruby object's, or leaked: an in-process " \
                         "dump with ruby: true tells which)", "no known owner", human_bytes(o.dig(:unknown, :bytes)),
                         o.dig(:unknown, :count))
       end
       lines << ""
+    end
+
+    def interior_line(owners)
+      format("  %-16s %s in %d block(s) reached only through a pointer into their middle", "held (interior)",
+             human_bytes(owners.dig(:interior, :bytes)), owners.dig(:interior, :count))
     end
 
     # Where it was allocated: the five largest sites, when the dump has them.

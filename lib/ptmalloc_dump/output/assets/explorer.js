@@ -247,6 +247,7 @@
     if (!D.kind8) return "";
     const k = D.kind8[i];
     if (k === 2) return "anchored" + (D.anchorIds[i] ? " by " + D.anchors[D.anchorIds[i] - 1] : "");
+    if (k === 5) return "held (interior pointer)" + (D.anchorIds[i] ? ", reached from " + D.anchors[D.anchorIds[i] - 1] : "");
     return ["", "a Ruby object", "", "leaked: nothing reaches it",
             "not known: no root reaches it, and the dump has no Ruby objects"][k] || "";
   }
@@ -372,7 +373,7 @@
     /* a name that is a class's too stays the class's: module:Name asks for the module's code */
     const mods = onlyModule || !cls.size ? modsNamed : new Set();
     const anchor = anchors.size > 0;
-    const kind = { ruby: 1, anchored: 2, leaked: 3, unknown: 4 }[q] || 0;
+    const kind = { ruby: 1, anchored: 2, leaked: 3, unknown: 4, interior: 5 }[q] || 0;
     let what = [];
     if (mods.size) what.push("module");
     if (cls.size) what.push("class");
