@@ -250,7 +250,10 @@ module PtmallocDump
     # :malloc_free_resident, :malloc_metadata (heap_info, arenas, tcache structs, fenceposts),
     # :mmapped_chunks, :ruby_pages (Ruby's object pages outside malloc), :stacks (thread and fiber
     # stacks), :file_backed, :other_anonymous, :allocation_tracking (the allocation tracker's own tables,
-    # under ptmalloc-dump --track); :total (their sum), :vm_rss (the kernel's VmRSS read
+    # under ptmalloc-dump --track), :dump_scratch (the in-process dump's own scratch mappings, which
+    # exist only while it runs: the walk's records, the Ruby pass's tables, its buffers; 0 in a fork
+    # snapshot, whose mappings are its parent's, and from outside); :total (their sum), :vm_rss (the
+    # kernel's VmRSS read
     # with the mappings) and :files ([{ path:, bytes: }], file-backed bytes by path, largest first).
     #
     # @return [Hash{Symbol=>Object}, nil] nil for a dump without mappings (written before they were

@@ -150,6 +150,7 @@ static void write_sections(ptmd_dump_state *d)
         PTMD_SEC_ROOT_REFS,
         PTMD_SEC_INNER_REFS,
         PTMD_SEC_ROOT_INNER_REFS,
+        PTMD_SEC_SCRATCH,
         PTMD_SEC_SOURCE,
         PTMD_SEC_SNAPSHOT,
         PTMD_SEC_TRIM_CHECK,
@@ -333,6 +334,11 @@ void ptmd_dump_view(const ptmd_dump_state *d, ptmd_view *v)
         v->n_inner_refs = PTMD_BUF_COUNT(&w->inner_refs, ptmd_ref);
         v->root_inner_refs = (const ptmd_root_ref *)(const void *)w->root_inner_refs.base;
         v->n_root_inner_refs = PTMD_BUF_COUNT(&w->root_inner_refs, ptmd_root_ref);
+    }
+    if (d->scratch.len) {
+        v->sections |= PTMD_SECTION_BIT(PTMD_SEC_SCRATCH);
+        v->scratch = (const ptmd_scratch_rec *)(const void *)d->scratch.base;
+        v->n_scratch = PTMD_BUF_COUNT(&d->scratch, ptmd_scratch_rec);
     }
     if (d->trim.base) {
         v->sections |= PTMD_SECTION_BIT(PTMD_SEC_TRIM_CHECK);

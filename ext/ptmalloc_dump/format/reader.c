@@ -188,6 +188,18 @@ static int check_roots(const ptmd_view *v, const char *name, ptmd_err *err)
     return 0;
 }
 
+/* The dump's own mappings: each a range no larger than the address space, resident within it. */
+static int check_scratch(const ptmd_view *v, const char *name, ptmd_err *err)
+{
+    size_t i;
+    for (i = 0; i < v->n_scratch; i++) {
+        const ptmd_scratch_rec *r = &v->scratch[i];
+        if (!r->length || r->start + r->length < r->start || r->resident > r->length)
+            FAIL("%s: scratch mapping %zu has bad bounds or residency", name, i);
+    }
+    return 0;
+}
+
 /* Each tcache entry names a chunk of state tcache, a thread record and a tcache bin glibc can have. */
 static int check_tcache_entries(const ptmd_view *v, const char *name, ptmd_err *err)
 {
@@ -583,6 +595,7 @@ int ptmd_read_view(const unsigned char *data, size_t len, const char *name, ptmd
         if (v->refs[i].from >= v->n_chunks || v->refs[i].to >= v->n_chunks)
             FAIL("%s: reference %zu names a chunk that does not exist", name, i);
     if (check_roots(v, name, err) != 0) return -1;
+    if (check_scratch(v, name, err) != 0) return -1;
     if (check_tcache_entries(v, name, err) != 0) return -1;
     for (i = 0; i < v->n_anomalies; i++)
         if (v->anomalies[i].arena != PTMD_NO_ARENA && v->anomalies[i].arena >= v->n_arenas)

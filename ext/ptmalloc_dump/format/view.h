@@ -52,6 +52,8 @@ typedef struct {
     size_t n_inner_refs;
     const ptmd_root_ref *root_inner_refs; /* root -> chunk likewise */
     size_t n_root_inner_refs;
+    const ptmd_scratch_rec *scratch; /* the dump's own mappings, or NULL */
+    size_t n_scratch;
     const uint64_t *trim_released; /* trim_check: bytes malloc_trim(0) released per arena, or NULL */
     size_t n_trim_released;
     /* GC counts and the whole RSS (absent in older dumps) */

@@ -163,7 +163,7 @@ module PtmallocDump
       malloc_metadata: ["malloc metadata", "#5b6770"], mmapped_chunks: ["mmapped chunks, resident", "#17a398"],
       ruby_pages: ["Ruby object pages", "#bcbd22"], stacks: ["thread stacks", "#9467bd"],
       file_backed: ["mapped files", "#c7c7c7"], other_anonymous: ["other anonymous memory", "#ff7f0e"],
-      allocation_tracking: ["allocation tracker", "#8c564b"]
+      allocation_tracking: ["allocation tracker", "#8c564b"], dump_scratch: ["this dump's own scratch", "#7f7f7f"]
     }.freeze
 
     # The first screen: the RSS as one bar, the malloc heap, the findings, the advice, the check.

@@ -100,7 +100,7 @@ module PtmallocDump
       malloc_in_use: "in use, resident", malloc_free_resident: "free, resident", malloc_metadata: "malloc metadata",
       mmapped_chunks: "mmapped, resident", ruby_pages: "Ruby pages", stacks: "thread stacks",
       file_backed: "mapped files",
-      other_anonymous: "other anonymous", allocation_tracking: "tracker tables"
+      other_anonymous: "other anonymous", allocation_tracking: "tracker tables", dump_scratch: "dump scratch"
     }.freeze
 
     # The RSS by part, where the dump accounts it (dumps with a mappings section).
@@ -112,12 +112,13 @@ module PtmallocDump
       lines = [row("rss", "#{human_bytes(rss[:total])} (#{rss[:total]} B)#{vm}")]
       RSS_LABELS.each do |k, label|
         next if k == :allocation_tracking && !@dump.malloc_sites?
+        next if k == :dump_scratch && rss[k].to_i.zero? # a snapshot's, or a dump written before it was recorded
 
         if k == :ruby_pages && !@dump.ruby
-          lines << format("  %-16s %s", label, "not recorded (no Ruby objects): counted in other anonymous")
+          lines << format("  %-17s %s", label, "not recorded (no Ruby objects): counted in other anonymous")
           next
         end
-        lines << format("  %-16s %10s %6s", label, human_bytes(rss[k].to_i), percent(rss[k].to_i, rss[:total]))
+        lines << format("  %-17s %10s %6s", label, human_bytes(rss[k].to_i), percent(rss[k].to_i, rss[:total]))
         next unless k == :file_backed
 
         Array(rss[:files]).first(3).each do |f|
