@@ -468,8 +468,10 @@ RSpec.describe "owners: Ruby-owned, anchored or leaked" do
       if dump.ruby.owner_of(chunk)
         expect(holder).to start_with("a Ruby object: ")
       else
+        # no slot points at its start, so its owner category stays the explorer's "native"; the holder
+        # says which Ruby memory keeps it alive
+        expect(text[/^owner +(.*)$/, 1]).to eq("native")
         expect(holder).to start_with("a Ruby object: the slot of ").and include(" holds its address")
-        expect(text[/^owner +(.*)$/, 1]).to include("Ruby memory holds its address")
       end
       # the command line prints the same
       out, err, status = Open3.capture3("bundle", "exec", "exe/ptmalloc-visualize", "--explain",

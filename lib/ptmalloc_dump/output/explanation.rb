@@ -149,10 +149,6 @@ module PtmallocDump
 
       o = ruby.owner_of(chunk)
       category = ruby.category_of(chunk)
-      if !o && category == :native && @dump.owner_kind_of(chunk) == :ruby
-        return { text: "native: no Ruby object's slot points at its start; Ruby memory holds its address " \
-                       "(see holder)", category: category }
-      end
       return { text: category.to_s, category: category } unless o
 
       type = o.imemo_type ? "#{o.type} (#{o.imemo_type})" : o.type.to_s
