@@ -280,7 +280,23 @@ RSpec.describe "ptmalloc-dump --pid" do
     expect(info[:unavailable]).not_to include(:tls)
     expect(info[:threads]).to eq(report[:threads] + 1)
     expect(dump.anomalies).to eq([])
-    expect(dump.verify).to be_ok
+    # without counters given there is nothing to compare: not "verified", and every output says so
+    v = dump.verify
+    expect(v.status).to eq(:nothing_compared)
+    expect(v).not_to be_ok
+    expect(v.compared?).to be(false)
+    expect(v.to_s).to start_with("nothing compared: glibc's")
+    text = PtmallocDump::TextSummary.new(dump).to_s
+    expect(text).to include("verify: nothing compared: ")
+    expect(PtmallocDump::JsonSummary.new(dump).to_h[:verify]).to include(ok: false, status: :nothing_compared, compared: [])
+    expect(File.read(PtmallocDump::Report.new(dump, tmpdir).write)).to include("Nothing compared: the dump holds no figures")
+    # no pointer graph from outside: nothing is called leaked, and the findings say what an
+    # in-process dump adds
+    expect(dump.summary[:owners]).to be_nil
+    expect(text).not_to match(/is leaked|^ *leaked /)
+    unknown = PtmallocDump::Findings.new(dump).all.find { |f| f.topic == :unknown_owners }
+    expect(unknown.bytes).to eq(dump.figures[:in_use])
+    expect(unknown.text).to include("taken from outside the process", "An in-process dump")
 
     states = Hash.new(0)
     report[:pointers].each do |ptr, kind, csize|

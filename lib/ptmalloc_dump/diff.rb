@@ -77,9 +77,9 @@ module PtmallocDump
     # :old, :young and :garbage split the Ruby-owned growth by the owners' GC age (growth of old objects
     # is what a leak looks like; young ones may be garbage not yet collected; garbage is dead objects a
     # pending lazy sweep had not freed, see {RubyHeap::RubyObject#garbage?}). When both dumps have roots
-    # ({Dump#owners}), also :ruby, :anchored and :leaked ({ bytes:, count: } growth each), :anchored_by
-    # (bytes per root name, largest growth first) and :leaked_by_size ({ size:, count:, bytes: } growth
-    # per chunk size, largest first).
+    # ({Dump#owners}), also :ruby, :anchored, :interior, :leaked and :unknown ({ bytes:, count: } growth
+    # each), :anchored_by (bytes per root name, largest growth first) and :leaked_by_size ({ size:,
+    # count:, bytes: } growth per chunk size, largest first).
     # @return [Hash, nil]
     def owners
       return nil unless @old.ruby && @new.ruby
@@ -191,8 +191,9 @@ module PtmallocDump
       b = @new.owners
       return {} unless a && b
 
-      kinds = %i[ruby anchored leaked].to_h do |k|
-        [k, { bytes: b[k][:bytes] - a[k][:bytes], count: b[k][:count] - a[k][:count] }]
+      kinds = %i[ruby anchored interior leaked unknown].to_h do |k|
+        before = a.fetch(k, { bytes: 0, count: 0 })
+        [k, { bytes: b.dig(k, :bytes).to_i - before[:bytes], count: b.dig(k, :count).to_i - before[:count] }]
       end
       anchors = (a[:anchored_by].keys | b[:anchored_by].keys)
                 .to_h { |n| [n, b[:anchored_by].fetch(n, 0) - a[:anchored_by].fetch(n, 0)] }.sort_by { |_, v| -v }.to_h

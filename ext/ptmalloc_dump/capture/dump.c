@@ -197,6 +197,7 @@ int ptmd_dump_run(ptmd_dump_state *d, const ptmd_dump_opts *o, ptmd_err *err)
     d->meta.residency_ns = ptmd_now_ns() - t2;
     if (ptmd_dump_ruby_page_rss(d, err) != 0) goto out;
     ptmd_dump_mappings(d);
+    if (ptmd_dump_scratch_rss(d, err) != 0) goto out;
     if (ptmd_walk_references(&d->w, err) != 0) goto out;
     if (ptmd_walk_roots(&d->w, err) != 0) goto out;
     if (o->trim_check && ptmd_dump_trim_check(d, err) != 0) goto out;
@@ -214,6 +215,7 @@ void ptmd_dump_release(ptmd_dump_state *d)
 {
     ptmd_buf_release(&d->trim);
     ptmd_buf_release(&d->ruby_rss);
+    ptmd_buf_release(&d->scratch);
     ptmd_native_track_release(&d->native);
     if (!d->parent_mappings) ptmd_mappings_release(&d->mappings);
     ptmd_buf_release(&d->ruby.pages);

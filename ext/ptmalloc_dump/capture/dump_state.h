@@ -47,6 +47,7 @@ typedef struct {
     ptmd_mappings mappings;               /* smaps and VmRSS at the capture (a snapshot's: its parent's) */
     const ptmd_mappings *parent_mappings; /* a snapshot child's: read by the parent before the fork */
     ptmd_buf ruby_rss;                    /* uint64 per Ruby page: resident bytes of its body */
+    ptmd_buf scratch;                     /* ptmd_scratch_rec: the dump's own mappings at the mappings' reading */
     ptmd_libc *target_lc;                 /* another process's libc (mmapped), NULL for this process */
     ptmd_source_rec source;               /* where another process's dump came from (the SOURCE section) */
     int has_source;

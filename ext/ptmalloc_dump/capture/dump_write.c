@@ -116,17 +116,53 @@ static void write_chunk_words(ptmd_writer *wr, const ptmd_walk *w)
 static void write_sections(ptmd_dump_state *d)
 {
     static const uint32_t file_order[] = {
-        PTMD_SEC_META,          PTMD_SEC_STRINGS,         PTMD_SEC_MALLINFO2,       PTMD_SEC_MALLOC_INFO,
-        PTMD_SEC_ARENAS,        PTMD_SEC_HEAPS,           PTMD_SEC_CHUNKS,          PTMD_SEC_PAGES,
-        PTMD_SEC_THREADS,       PTMD_SEC_ANOMALIES,       PTMD_SEC_TCACHE_ENTRIES,  PTMD_SEC_RUBY_META,
-        PTMD_SEC_RUBY_PAGES,    PTMD_SEC_RUBY_OBJECTS,    PTMD_SEC_RUBY_WORDS,      PTMD_SEC_RUBY_NAMES,
-        PTMD_SEC_RUBY_CODE,     PTMD_SEC_RUBY_CODE_NAMES, PTMD_SEC_RUBY_GRAPH,      PTMD_SEC_RUBY_EDGE_COUNTS,
-        PTMD_SEC_RUBY_EDGES,    PTMD_SEC_RUBY_ROOTS,      PTMD_SEC_RUBY_EDGE_NAMES, PTMD_SEC_ALLOC_TRACE,
-        PTMD_SEC_RUBY_STACKS,   PTMD_SEC_RUBY_FRAMES,     PTMD_SEC_RUBY_TRACED,     PTMD_SEC_RUBY_SITE_NAMES,
-        PTMD_SEC_REFS,          PTMD_SEC_INT_REFS,        PTMD_SEC_ROOTS,           PTMD_SEC_ROOT_REFS,
-        PTMD_SEC_SOURCE,        PTMD_SEC_SNAPSHOT,        PTMD_SEC_TRIM_CHECK,      PTMD_SEC_GC,
-        PTMD_SEC_NATIVE_TRACK,  PTMD_SEC_NATIVE_SAMPLES,  PTMD_SEC_NATIVE_STACKS,   PTMD_SEC_NATIVE_PCS,
-        PTMD_SEC_NATIVE_FRAMES, PTMD_SEC_NATIVE_NAMES,    PTMD_SEC_RUBY_PAGE_RSS,   PTMD_SEC_MAPPINGS,
+        PTMD_SEC_META,
+        PTMD_SEC_STRINGS,
+        PTMD_SEC_MALLINFO2,
+        PTMD_SEC_MALLOC_INFO,
+        PTMD_SEC_ARENAS,
+        PTMD_SEC_HEAPS,
+        PTMD_SEC_CHUNKS,
+        PTMD_SEC_PAGES,
+        PTMD_SEC_THREADS,
+        PTMD_SEC_ANOMALIES,
+        PTMD_SEC_TCACHE_ENTRIES,
+        PTMD_SEC_RUBY_META,
+        PTMD_SEC_RUBY_PAGES,
+        PTMD_SEC_RUBY_OBJECTS,
+        PTMD_SEC_RUBY_WORDS,
+        PTMD_SEC_RUBY_NAMES,
+        PTMD_SEC_RUBY_CODE,
+        PTMD_SEC_RUBY_CODE_NAMES,
+        PTMD_SEC_RUBY_GRAPH,
+        PTMD_SEC_RUBY_EDGE_COUNTS,
+        PTMD_SEC_RUBY_EDGES,
+        PTMD_SEC_RUBY_ROOTS,
+        PTMD_SEC_RUBY_EDGE_NAMES,
+        PTMD_SEC_ALLOC_TRACE,
+        PTMD_SEC_RUBY_STACKS,
+        PTMD_SEC_RUBY_FRAMES,
+        PTMD_SEC_RUBY_TRACED,
+        PTMD_SEC_RUBY_SITE_NAMES,
+        PTMD_SEC_REFS,
+        PTMD_SEC_INT_REFS,
+        PTMD_SEC_ROOTS,
+        PTMD_SEC_ROOT_REFS,
+        PTMD_SEC_INNER_REFS,
+        PTMD_SEC_ROOT_INNER_REFS,
+        PTMD_SEC_SCRATCH,
+        PTMD_SEC_SOURCE,
+        PTMD_SEC_SNAPSHOT,
+        PTMD_SEC_TRIM_CHECK,
+        PTMD_SEC_GC,
+        PTMD_SEC_NATIVE_TRACK,
+        PTMD_SEC_NATIVE_SAMPLES,
+        PTMD_SEC_NATIVE_STACKS,
+        PTMD_SEC_NATIVE_PCS,
+        PTMD_SEC_NATIVE_FRAMES,
+        PTMD_SEC_NATIVE_NAMES,
+        PTMD_SEC_RUBY_PAGE_RSS,
+        PTMD_SEC_MAPPINGS,
     };
     _Static_assert(sizeof(file_order) / sizeof(file_order[0]) == PTMD_SEC_COUNT, "every section has its place");
     ptmd_writer *wr = &d->writer;
@@ -284,7 +320,8 @@ void ptmd_dump_view(const ptmd_dump_state *d, ptmd_view *v)
     }
     if (w->references) {
         v->sections |= PTMD_SECTION_BIT(PTMD_SEC_REFS) | PTMD_SECTION_BIT(PTMD_SEC_INT_REFS) |
-                       PTMD_SECTION_BIT(PTMD_SEC_ROOTS) | PTMD_SECTION_BIT(PTMD_SEC_ROOT_REFS);
+                       PTMD_SECTION_BIT(PTMD_SEC_ROOTS) | PTMD_SECTION_BIT(PTMD_SEC_ROOT_REFS) |
+                       PTMD_SECTION_BIT(PTMD_SEC_INNER_REFS) | PTMD_SECTION_BIT(PTMD_SEC_ROOT_INNER_REFS);
         v->refs = (const ptmd_ref *)(const void *)w->refs.base;
         v->n_refs = PTMD_BUF_COUNT(&w->refs, ptmd_ref);
         v->int_refs = (const ptmd_ref *)(const void *)w->int_refs.base;
@@ -293,6 +330,15 @@ void ptmd_dump_view(const ptmd_dump_state *d, ptmd_view *v)
         v->n_roots = PTMD_BUF_COUNT(&w->roots, ptmd_root_rec);
         v->root_refs = (const ptmd_root_ref *)(const void *)w->root_refs.base;
         v->n_root_refs = PTMD_BUF_COUNT(&w->root_refs, ptmd_root_ref);
+        v->inner_refs = (const ptmd_ref *)(const void *)w->inner_refs.base;
+        v->n_inner_refs = PTMD_BUF_COUNT(&w->inner_refs, ptmd_ref);
+        v->root_inner_refs = (const ptmd_root_ref *)(const void *)w->root_inner_refs.base;
+        v->n_root_inner_refs = PTMD_BUF_COUNT(&w->root_inner_refs, ptmd_root_ref);
+    }
+    if (d->scratch.len) {
+        v->sections |= PTMD_SECTION_BIT(PTMD_SEC_SCRATCH);
+        v->scratch = (const ptmd_scratch_rec *)(const void *)d->scratch.base;
+        v->n_scratch = PTMD_BUF_COUNT(&d->scratch, ptmd_scratch_rec);
     }
     if (d->trim.base) {
         v->sections |= PTMD_SECTION_BIT(PTMD_SEC_TRIM_CHECK);

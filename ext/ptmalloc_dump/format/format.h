@@ -120,7 +120,14 @@ const char *ptmd_name_of(const char *const *names, size_t n, uint32_t value);
     X(PTMD_SEC_NATIVE_FRAMES, 56, "native_frames", 0, ptmd_ruby_frame, NULL, RECORDS, native_frames, n_native_frames)  \
     /* the Ruby frames' paths and methods */                                                                           \
     X(PTMD_SEC_NATIVE_NAMES, 57, "native_names", 0, unsigned char, NULL, NAMES, native_names, native_names_len,        \
-      n_native_names)
+      n_native_names)                                                                                                  \
+    /* chunk -> chunk through a word pointing into the target's user data past its start (interior) */                 \
+    X(PTMD_SEC_INNER_REFS, 58, "inner_refs", 0, ptmd_ref, NULL, RECORDS, inner_refs, n_inner_refs)                     \
+    /* root -> chunk through a word pointing into the chunk's user data past its start */                              \
+    X(PTMD_SEC_ROOT_INNER_REFS, 59, "root_inner_refs", 0, ptmd_root_ref, NULL, RECORDS, root_inner_refs,               \
+      n_root_inner_refs)                                                                                               \
+    /* the in-process dump's own mappings at the reading of the mappings, with their resident bytes */                 \
+    X(PTMD_SEC_SCRATCH, 60, "scratch", 0, ptmd_scratch_rec, NULL, RECORDS, scratch, n_scratch)
 
 #define PTMD_SECTION_CONSTANT(constant, value, ...) constant = (value),
 #define PTMD_SECTION_ONE(...) +1
@@ -752,6 +759,12 @@ typedef struct {
                      * (a thread's DTV pointer: 16 bytes past it, as glibc keeps it) */
 } ptmd_root_ref;
 
+/* One of the dump's own mappings (its scratch buffers), as the capture measured it right after
+ * reading the mappings. */
+typedef struct {
+    uint64_t start, length, resident;
+} ptmd_scratch_rec;
+
 typedef struct {
     uint32_t type;
     uint32_t reserved;
@@ -780,6 +793,7 @@ _Static_assert(sizeof(ptmd_ruby_meta) == 56, "ruby meta layout");
 _Static_assert(sizeof(ptmd_ruby_page) == 40, "ruby page layout");
 _Static_assert(sizeof(ptmd_ruby_object) == 24, "ruby object layout");
 _Static_assert(sizeof(ptmd_ref) == 8, "ref layout");
+_Static_assert(sizeof(ptmd_scratch_rec) == 24, "scratch record layout");
 _Static_assert(sizeof(ptmd_gc_rec) == 96, "gc record layout");
 _Static_assert(sizeof(ptmd_source_rec) == 48, "source record layout");
 _Static_assert(sizeof(ptmd_snapshot_rec) == 40, "snapshot record layout");

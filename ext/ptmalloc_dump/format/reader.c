@@ -156,8 +156,8 @@ static int check_rss_sections(const ptmd_view *v, const char *name, ptmd_err *er
 static int check_roots(const ptmd_view *v, const char *name, ptmd_err *err)
 {
     size_t i;
-    if ((v->root_refs || v->int_refs) && !v->roots)
-        FAIL("%s: root or Integer references without a roots section", name);
+    if ((v->root_refs || v->int_refs || v->inner_refs || v->root_inner_refs) && !v->roots)
+        FAIL("%s: root, Integer or interior references without a roots section", name);
     for (i = 0; i < v->n_roots; i++) {
         const ptmd_root_rec *r = &v->roots[i];
         if (r->kind < PTMD_ROOT_DATA || r->kind >= PTMD_ROOT_KIND_COUNT)
@@ -175,6 +175,28 @@ static int check_roots(const ptmd_view *v, const char *name, ptmd_err *err)
     for (i = 0; i < v->n_int_refs; i++)
         if (v->int_refs[i].from >= v->n_chunks || v->int_refs[i].to >= v->n_chunks)
             FAIL("%s: Integer reference %zu names a chunk that does not exist", name, i);
+    for (i = 0; i < v->n_inner_refs; i++)
+        if (v->inner_refs[i].from >= v->n_chunks || v->inner_refs[i].to >= v->n_chunks)
+            FAIL("%s: interior reference %zu names a chunk that does not exist", name, i);
+    for (i = 0; i < v->n_root_inner_refs; i++) {
+        const ptmd_root_ref *rr = &v->root_inner_refs[i];
+        if (rr->root >= v->n_roots || rr->chunk >= v->n_chunks)
+            FAIL("%s: root interior reference %zu names a root or chunk that does not exist", name, i);
+        if (rr->where < v->roots[rr->root].start || rr->where >= v->roots[rr->root].end)
+            FAIL("%s: root interior reference %zu lies outside its root", name, i);
+    }
+    return 0;
+}
+
+/* The dump's own mappings: each a range no larger than the address space, resident within it. */
+static int check_scratch(const ptmd_view *v, const char *name, ptmd_err *err)
+{
+    size_t i;
+    for (i = 0; i < v->n_scratch; i++) {
+        const ptmd_scratch_rec *r = &v->scratch[i];
+        if (!r->length || r->start + r->length < r->start || r->resident > r->length)
+            FAIL("%s: scratch mapping %zu has bad bounds or residency", name, i);
+    }
     return 0;
 }
 
@@ -573,6 +595,7 @@ int ptmd_read_view(const unsigned char *data, size_t len, const char *name, ptmd
         if (v->refs[i].from >= v->n_chunks || v->refs[i].to >= v->n_chunks)
             FAIL("%s: reference %zu names a chunk that does not exist", name, i);
     if (check_roots(v, name, err) != 0) return -1;
+    if (check_scratch(v, name, err) != 0) return -1;
     if (check_tcache_entries(v, name, err) != 0) return -1;
     for (i = 0; i < v->n_anomalies; i++)
         if (v->anomalies[i].arena != PTMD_NO_ARENA && v->anomalies[i].arena >= v->n_arenas)

@@ -48,6 +48,12 @@ typedef struct {
     size_t n_roots;
     const ptmd_root_ref *root_refs;
     size_t n_root_refs;
+    const ptmd_ref *inner_refs; /* chunk -> chunk through a pointer into the target past its start */
+    size_t n_inner_refs;
+    const ptmd_root_ref *root_inner_refs; /* root -> chunk likewise */
+    size_t n_root_inner_refs;
+    const ptmd_scratch_rec *scratch; /* the dump's own mappings, or NULL */
+    size_t n_scratch;
     const uint64_t *trim_released; /* trim_check: bytes malloc_trim(0) released per arena, or NULL */
     size_t n_trim_released;
     /* GC counts and the whole RSS (absent in older dumps) */

@@ -50,14 +50,14 @@ module PtmallocDump
     #
     # @param dump [Dump]
     # @return [Hash] :types, :classes, :modules (Arrays of [name, bytes], largest first, at most 3),
-    #   :native and :leaked (bytes or nil)
+    #   :native and :leaked (bytes, or nil where the dump cannot tell: no Ruby objects, no roots)
     def self.owners_of(dump)
       s = dump.summary
       r = s[:ruby]
       top = ->(h) { h ? h.sort_by { |_, e| -e[:bytes] }.first(3).map { |k, e| [k.to_s, e[:bytes]] } : [] }
       { types: top.call(r && r[:by_type]), classes: top.call(r && r[:by_class]),
         modules: top.call(r && r[:by_module]), native: r && r[:unattributed_bytes],
-        leaked: s.dig(:owners, :leaked, :bytes) }
+        leaked: dump.ruby && s.dig(:owners, :leaked, :bytes) }
     end
 
     # What makes the most deviant worker deviate: the figures (free but resident, native, leaked, a
@@ -89,7 +89,7 @@ module PtmallocDump
       else
         f["memory in use"] = s[:in_use_bytes]
       end
-      f["leaked memory"] = s.dig(:owners, :leaked, :bytes) if s[:owners]
+      f["leaked memory"] = s.dig(:owners, :leaked, :bytes) if s[:owners] && r
       f
     end
     private_class_method :deviation_figures

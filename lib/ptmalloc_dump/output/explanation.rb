@@ -18,7 +18,9 @@ module PtmallocDump
     end
 
     # @return [Hash] :address, :heap, :chunk, :owner, :holder, :code, :allocated (the owner's allocation site),
-    #   :page, :ruby_slot, :references (each nil when it does not apply)
+    #   :page, :ruby_slot, :references (each nil when it does not apply). The holder is
+    #   {Dump#owner_kind_of}'s, the references (:points_at, and :pointed_at_by, :integers, :roots,
+    #   :objects, :interior, :interior_roots) {Dump#referrers}'s, so the three always agree.
     def to_h
       @to_h ||= begin
         heap = @dump.heaps.find { |h| h.range.cover?(@address) }
@@ -81,7 +83,7 @@ module PtmallocDump
       end
       if (r = e[:references])
         lines << row("points at", list(r[:points_at]))
-        lines << row("pointed at by", list(r[:pointed_at_by]))
+        lines << row("pointed at by", held_by_text(r))
       end
       lines.join("\n") << "\n"
     end
@@ -94,6 +96,30 @@ module PtmallocDump
 
     def list(addrs)
       addrs.empty? ? "nothing" : "#{addrs.size} chunk(s): #{addrs.first(8).join(', ')}#{addrs.size > 8 ? ', ...' : ''}"
+    end
+
+    # Everything {Dump#referrers} names as holding the chunk's address, or "nothing".
+    def held_by_text(refs)
+      parts = []
+      parts << list(refs[:pointed_at_by]) unless refs[:pointed_at_by].empty?
+      unless refs[:integers].empty?
+        parts << "as a Ruby Integer in #{refs[:integers].size} chunk(s): #{refs[:integers].first(8).join(', ')}"
+      end
+      parts.concat(Array(refs[:roots]).first(8).map { |r| "#{r[:name]} (the word at #{r[:where]})" })
+      parts.concat(Array(refs[:objects]).first(8).map { |o| "the slot of #{o}" })
+      unless Array(refs[:interior]).empty?
+        parts << "into its middle from #{refs[:interior].size} chunk(s): #{refs[:interior].first(8).join(', ')}"
+      end
+      parts.concat(Array(refs[:interior_roots]).first(8).map do |r|
+        "into its middle from #{r[:name]} (the word at #{r[:where]})"
+      end)
+      parts.empty? ? "nothing" : parts.join("; ")
+    end
+
+    # A Ruby object by its address, as the dump records it.
+    def object_text(address)
+      o = @dump.ruby&.object_at(address)
+      o ? "#{o.type} #{o.class_name} at #{hex(address)}" : "the Ruby object at #{hex(address)}"
     end
 
     def heap_h(heap)
@@ -131,13 +157,44 @@ module PtmallocDump
         object_address: hex(o.address) }
     end
 
+    # Who keeps the chunk alive ({Dump#owner_kind_of}), and through what ({Dump#referrers}).
     def holder(chunk)
-      return nil unless @dump.respond_to?(:owner_kind_of)
-
       case @dump.owner_kind_of(chunk)
       when :anchored then "anchored#{(a = @dump.anchor_of(chunk)) ? " by #{a}" : ''}"
+      when :interior then interior_holder(chunk)
       when :leaked then "leaked: nothing reaches it"
-      when :ruby then "a Ruby object"
+      when :unknown then "not known: no root reaches it, and without Ruby objects in the dump a Ruby object may"
+      when :ruby then ruby_holder(chunk)
+      end
+    end
+
+    # What holds an :interior chunk: a root's word or a chunk's pointing into its middle.
+    def interior_holder(chunk)
+      refs = @dump.referrers(chunk)
+      via = if (r = refs[:interior_roots].first) then "#{r[:name]} (the word at #{hex(r[:where])})"
+            elsif (c = refs[:interior].find { |a| @dump.owner_kind_of(a) }) then "the chunk at #{hex(c)}"
+            else "a chunk it is reached from"
+            end
+      anchor = @dump.anchor_of(chunk)
+      "held (interior pointer) by #{via}#{anchor && !via.start_with?(anchor) ? ", reached from #{anchor}" : ''}"
+    end
+
+    # Which Ruby memory holds a :ruby chunk: its owner, a slot holding its address (or the Integer of
+    # it), a Ruby-held chunk holding it as an Integer, or one pointing at it.
+    def ruby_holder(chunk)
+      owner = @dump.ruby&.owner_of(chunk)
+      return "a Ruby object: #{object_text(owner.address)}, its owner" if owner
+
+      refs = @dump.referrers(chunk)
+      ruby_held = ->(a) { @dump.owner_kind_of(a) == :ruby }
+      if (o = refs[:objects].first)
+        "a Ruby object: the slot of #{object_text(o)} holds its address (or the Integer of it)"
+      elsif (c = refs[:integers].find(&ruby_held))
+        "a Ruby object: Ruby memory (the chunk at #{hex(c)}) holds its address as an Integer"
+      elsif (c = refs[:chunks].find(&ruby_held))
+        "a Ruby object: through the Ruby-held chunk at #{hex(c)}, which points at it"
+      else
+        "a Ruby object"
       end
     end
 
@@ -183,9 +240,13 @@ module PtmallocDump
       { page: "#{hex(page.start)}-#{hex(page.end)}", slot: slot, object: object&.inspect }
     end
 
+    # What the chunk points at (the pointer graph's edges out of it), and everything that holds its
+    # address as {Dump#referrers} finds it: chunks, chunks holding it as a Ruby Integer, roots (with
+    # the word's address) and Ruby objects' slots.
     def references(chunk)
+      held = @dump.referrers(chunk.address)
       refs = Render.explorer_data(@dump)[:refs]
-      return nil if refs.empty?
+      return nil if refs.empty? && !held
 
       index = chunk_index(chunk)
       out = []
@@ -195,7 +256,13 @@ module PtmallocDump
         into << from if to == index
       end
       address = ->(i) { hex(@dump.chunk_by_index(i).address) }
-      { points_at: out.map(&address), pointed_at_by: into.map(&address) }
+      return { points_at: out.map(&address), pointed_at_by: into.map(&address), integers: [] } unless held
+
+      { points_at: out.map(&address), pointed_at_by: held[:chunks].map { |a| hex(a) },
+        integers: held[:integers].map { |a| hex(a) },
+        roots: held[:roots].map { |r| { name: r[:name], where: hex(r[:where]) } },
+        objects: held[:objects].map { |a| object_text(a) }, interior: held[:interior].map { |a| hex(a) },
+        interior_roots: held[:interior_roots].map { |r| { name: r[:name], where: hex(r[:where]) } } }
     end
 
     def chunk_index(chunk)

@@ -100,7 +100,8 @@ module PtmallocDump
       end
       mm = @dump.heaps.select { |h| h.kind == :mmapped_chunk }
       unless mm.empty?
-        label = "#{mm.size} mmapped chunk(s), #{FormatHelpers.human_bytes(mm.sum(&:size))}"
+        f = @dump.figures
+        label = "#{f[:mmapped_chunk_count]} mmapped chunk(s), #{FormatHelpers.human_bytes(f[:mmapped_chunks])}"
         arena << { group: :mmapped, heaps: mm, label: label }
       end
       arena
@@ -191,8 +192,9 @@ module PtmallocDump
       str && FormatHelpers.utf8(str)
     end
 
-    # Who holds each in-use chunk (analysis/owners.c): one byte per chunk (0 unknown, 1 ruby, 2
-    # anchored, 3 leaked) and per chunk its root + 1 (u16, 0 none), with each root's name.
+    # Who holds each in-use chunk (analysis/owners.c): one byte per chunk (0 not allocated, 1 ruby, 2
+    # anchored, 3 leaked, 4 no known owner in a dump without Ruby objects, 5 held through an interior
+    # pointer) and per chunk its root + 1 (u16, 0 none), with each root's name.
     def holders(packed)
       { ownerKinds: b64(packed[:owner_kinds]), anchorIds: b64(packed[:anchor_ids]),
         anchors: @dump.roots.first(0xfffe).map { |r| FormatHelpers.utf8(r[:name].to_s) } }

@@ -27,7 +27,8 @@ module PtmallocDump
 
     # @return [Array<Finding>] every finding that applies, in no particular order
     def all
-      all = [free_resident, leaked, by_module, native, top_class, holder, garbage, mmapped, ruby_pages]
+      all = [free_resident, leaked, unknown_owners, by_module, native, top_class, holder, garbage, mmapped,
+             ruby_pages]
       all.compact.reject { |f| f.bytes.zero? }
     end
 
@@ -40,9 +41,10 @@ module PtmallocDump
               elsif trim.positive? then "; malloc_trim(0) would give back #{human_bytes(trim)} now"
               else ""
               end
-      text = "#{human_bytes(@s[:free_resident_bytes])} of malloc memory is free but resident in #{arenas} arena(s) " \
-             "(#{percent(@s[:free_resident_bytes], @s[:resident_bytes])} of resident malloc memory)#{extra}."
-      Finding.new(:free_resident, @s[:free_resident_bytes], text, "reclaimable")
+      bytes = @dump.figures[:free_resident]
+      text = "#{human_bytes(bytes)} of malloc memory is free but resident in #{arenas} arena(s) " \
+             "(#{percent(bytes, @s[:resident_bytes])} of resident malloc memory)#{extra}."
+      Finding.new(:free_resident, bytes, text, "reclaimable")
     end
 
     def leaked
@@ -54,6 +56,23 @@ module PtmallocDump
       text = "#{human_bytes(o[:leaked][:bytes])} in #{o[:leaked][:count]} block(s) is leaked: " \
              "nothing points at it#{how}.#{site_of_owned(:leaked_bytes)}"
       Finding.new(:leaked, o[:leaked][:bytes], text, "owners")
+    end
+
+    # In-use memory whose holder this dump cannot tell (no Ruby objects: ruby: false, a skipped Ruby pass,
+    # a dump from outside): what an in-process dump with the Ruby pass would add, not a leak.
+    def unknown_owners
+      return nil if @dump.ruby
+
+      o = @s[:owners]
+      bytes, what = if o && o[:unknown]
+                      [o[:unknown][:bytes], " in #{o[:unknown][:count]} block(s) that no root reaches"]
+                    else
+                      [@dump.figures[:in_use], " in use"]
+                    end
+      text = "#{human_bytes(bytes)}#{what} has no known owner: #{@dump.no_ruby_reason}, so it is not known " \
+             "which of it Ruby objects own. An in-process dump (PtmallocDump.dump with ruby: true) tells Ruby " \
+             "owners and their holders from leaked memory."
+      Finding.new(:unknown_owners, bytes, text, "owners")
     end
 
     def by_module
@@ -77,7 +96,7 @@ module PtmallocDump
                "code#{by}.#{site_of_owned(:anchored_bytes)}"
         return Finding.new(:anchored, o[:anchored][:bytes], text, "owners")
       end
-      share = percent(r[:unattributed_bytes], @s[:in_use_bytes] + @s[:mmapped_bytes])
+      share = percent(r[:unattributed_bytes], @dump.figures[:in_use])
       text = "#{human_bytes(r[:unattributed_bytes])} in use is native: no Ruby object points at it " \
              "(#{share} of the memory in use)."
       Finding.new(:native, r[:unattributed_bytes], text, "owners")

@@ -159,11 +159,11 @@ module PtmallocDump
     end
 
     RSS_PARTS = {
-      malloc_in_use: ["malloc, in use", "#3b73b9"], malloc_free_resident: ["malloc, free but resident", "#e31a1c"],
-      malloc_metadata: ["malloc metadata", "#5b6770"], mmapped_chunks: ["mmapped chunks", "#17a398"],
+      malloc_in_use: ["malloc in use, resident", "#3b73b9"], malloc_free_resident: ["free but resident", "#e31a1c"],
+      malloc_metadata: ["malloc metadata", "#5b6770"], mmapped_chunks: ["mmapped chunks, resident", "#17a398"],
       ruby_pages: ["Ruby object pages", "#bcbd22"], stacks: ["thread stacks", "#9467bd"],
       file_backed: ["mapped files", "#c7c7c7"], other_anonymous: ["other anonymous memory", "#ff7f0e"],
-      allocation_tracking: ["allocation tracker", "#8c564b"]
+      allocation_tracking: ["allocation tracker", "#8c564b"], dump_scratch: ["this dump's own scratch", "#7f7f7f"]
     }.freeze
 
     # The first screen: the RSS as one bar, the malloc heap, the findings, the advice, the check.
@@ -235,7 +235,7 @@ module PtmallocDump
     def rss_bar
       rss = summary[:rss]
       unless rss
-        heap = h(human_bytes(summary[:arena] + summary[:hblkhd]))
+        heap = h(human_bytes(@dump.figures[:malloc_heap]))
         resident = "#{h(human_bytes(summary[:resident_bytes]))} of it resident"
         return <<~HTML
           <p class="lead">Malloc heap <b>#{heap}</b>, #{resident} (this dump does not account the rest of the RSS):</p>
@@ -261,26 +261,27 @@ module PtmallocDump
 
     def malloc_parts
       s = summary
+      f = @dump.figures
       pal = Render.palette
-      [["in use", s[:in_use_bytes], pal[:states][:in_use]],
-       ["mmapped chunks", s[:mmapped_bytes], pal[:states][:mmapped]],
-       ["free but resident", s[:free_resident_bytes], pal[:page_classes][:free_resident]],
+      [["in use in the arenas", f[:in_use_arenas], pal[:states][:in_use]],
+       ["mmapped chunks", f[:mmapped_chunks], pal[:states][:mmapped]],
+       ["free but resident", f[:free_resident], pal[:page_classes][:free_resident]],
        ["free, released or swapped", s[:free_released_bytes] + s[:free_swapped_bytes], pal[:page_classes][:released]],
        ["allocator metadata", s[:meta_bytes], pal[:states][:meta]]]
     end
 
     def heap_figures
       s = summary
-      heap = s[:arena] + s[:hblkhd]
+      f = @dump.figures
       heaps = s[:heap_count] - s[:hblks]
-      in_use = s[:in_use_bytes] + s[:mmapped_bytes]
       trim_note = "malloc_trim(0) now: #{human_bytes(reclaimable_total)}"
       cached = "#{s[:tcache_count]} + #{s[:fastbin_count]} chunks"
       <<~HTML
         <div class="cards">
-        #{card('malloc heap', heap, "#{s[:arena_count]} arena(s), #{heaps} heap(s), #{s[:hblks]} mmapped chunk(s)")}
-        #{card('in use', in_use, "#{percent(in_use, heap)} of the heap")}
-        #{card('free but resident', s[:free_resident_bytes], trim_note, css: 'bloat')}
+        #{card('malloc heap', f[:malloc_heap],
+               "#{s[:arena_count]} arena(s), #{heaps} heap(s), #{f[:mmapped_chunk_count]} mmapped chunk(s)")}
+        #{card('in use', f[:in_use], "#{percent(f[:in_use], f[:malloc_heap])} of the malloc heap")}
+        #{card('free but resident', f[:free_resident], trim_note, css: 'bloat')}
         #{card('free, released', s[:free_released_bytes], "swapped #{human_bytes(s[:swapped_bytes])}")}
         #{card('tcache + fastbins', s[:tcache_bytes] + s[:fastbin_bytes], cached)}
         </div>
@@ -297,15 +298,17 @@ module PtmallocDump
 
     def verify_line
       v = @dump.verify
-      if v.ok? && v.compared.empty?
-        %(<span>The dump holds no figures of glibc's own to check the walk against.</span>)
-      elsif v.ok?
+      case v.status
+      when :nothing_compared
+        "<span class=\"warn\">Nothing compared: the dump holds no figures of glibc's own to check the walk " \
+        "against (#{h(v.notes.join('; '))}).</span>"
+      when :verified
         "<span class=\"ok\">&#10003; The walk reproduces glibc's #{h(v.mallinfo_name)}() and malloc_info() " \
-          "exactly: every figure here adds up to glibc's own.</span>"
+        "exactly: every figure here adds up to glibc's own.</span>"
       else
         "<span class=\"warn\">&#9888; #{v.differences.size} figure(s) differ from glibc's #{h(v.mallinfo_name)}(), " \
-          "#{v.anomalies.size} anomaly(ies) recorded: read the figures with care " \
-          "(see <a href=\"#process\">Process</a>).</span>"
+        "#{v.anomalies.size} anomaly(ies) recorded: read the figures with care " \
+        "(see <a href=\"#process\">Process</a>).</span>"
       end
     end
 
@@ -437,7 +440,7 @@ module PtmallocDump
 
     # The section's first sentence: the malloc memory in use that Ruby objects and their pages own.
     def owned_sentence(r)
-      in_use = r[:owned_bytes] + r[:ruby_pages_in_malloc_bytes].to_i + r[:unattributed_bytes]
+      in_use = @dump.figures[:in_use]
       following = r[:references] ? " (following pointers between chunks)" : ""
       pages = r[:ruby_pages_in_malloc_bytes].to_i
       by_pages = pages.positive? ? " #{h(human_bytes(pages))} by their object pages (malloc chunks on this Ruby)," : ""
@@ -478,6 +481,8 @@ module PtmallocDump
         anchors = Array(o[:anchored_by]).max_by(5) { |_, b| b }.map { |n, b| "#{h(n)} #{h(human_bytes(b))}" }
         anchors = anchors.empty? ? "" : " (#{anchors.join(', ')})"
         parts << "Native memory: #{h(human_bytes(o.dig(:anchored, :bytes)))} anchored by roots#{anchors}, " \
+                 "#{h(human_bytes(o.dig(:interior, :bytes)))} held through pointers into the middle of blocks " \
+                 "(interior pointers), " \
                  "<b>#{h(human_bytes(o.dig(:leaked, :bytes)))} leaked</b> in #{o.dig(:leaked, :count)} block(s): " \
                  "nothing points at them."
         sizes = Array(o[:leaked_by_size]).first(5).map do |e|

@@ -45,21 +45,23 @@ module PtmallocDump
 
     def totals_lines
       s = @s
+      f = @dump.figures
       free = s[:free_bytes]
       bins = s[:fordblks] - s[:top_bytes] - s[:fastbin_bytes]
       heaps = s[:heap_count] - s[:hblks]
-      in_use = s[:in_use_bytes]
       [
         row("malloc heap",
-            "#{human_bytes(s[:arena])} (#{s[:arena]} B) in #{s[:arena_count]} arena(s), #{heaps} heap(s)"),
-        row("mmapped", "#{human_bytes(s[:hblkhd])} in #{s[:hblks]} chunk(s)"),
-        row("in use", "#{human_bytes(in_use)} (#{in_use} B) in #{s[:in_use_count]} chunks " \
-                      "(#{percent(in_use, s[:arena])} of the heap)"),
+            "#{human_bytes(f[:malloc_heap])} (#{f[:malloc_heap]} B): #{human_bytes(f[:arena_bytes])} in " \
+            "#{s[:arena_count]} arena(s), #{heaps} heap(s), and the mmapped chunks"),
+        row("mmapped", "#{human_bytes(f[:mmapped_chunks])} in #{f[:mmapped_chunk_count]} chunk(s)"),
+        row("in use", "#{human_bytes(f[:in_use])} (#{f[:in_use]} B), #{percent(f[:in_use], f[:malloc_heap])} of the " \
+                      "malloc heap: #{human_bytes(f[:in_use_arenas])} in #{f[:in_use_arena_count]} chunks of the " \
+                      "arenas and the mmapped chunks"),
         row("free", "#{human_bytes(free)}: tcache #{human_bytes(s[:tcache_bytes])} (#{s[:tcache_count]}), " \
                     "fastbins #{human_bytes(s[:fastbin_bytes])} (#{s[:fastbin_count]}), bins #{human_bytes(bins)}, " \
                     "top #{human_bytes(s[:top_bytes])}"),
         row("free, resident",
-            "#{human_bytes(s[:free_resident_bytes])} (#{s[:free_resident_bytes]} B): still in RAM, not in use"),
+            "#{human_bytes(f[:free_resident])} (#{f[:free_resident]} B): still in RAM, not in use"),
         row("free, released", human_bytes(s[:free_released_bytes])),
         row("largest free", human_bytes(s[:largest_free])),
         row("resident", "#{human_bytes(s[:resident_bytes])} (#{sharing_text(s)}), " \
@@ -89,9 +91,8 @@ module PtmallocDump
         # owned, the object pages where they are malloc chunks (Ruby 2.7 and 3.0) and native add up to
         # what is in use in the arenas and in mmapped chunks
         pages = r[:ruby_pages_in_malloc_bytes].to_i
-        in_use = r[:owned_bytes] + pages + r[:unattributed_bytes]
         pages_text = pages.positive? ? ", #{human_bytes(pages)} their object pages" : ""
-        return "#{human_bytes(r[:owned_bytes])} of the #{human_bytes(in_use)} in use (heap and mmapped chunks) owned " \
+        return "#{human_bytes(r[:owned_bytes])} of the #{human_bytes(@dump.figures[:in_use])} in use owned " \
                "by #{r[:objects]} Ruby objects#{garbage}#{pages_text}, #{human_bytes(r[:unattributed_bytes])} native"
       end
 
@@ -102,10 +103,12 @@ module PtmallocDump
       ["what stands out:"] + Findings.new(@dump).top(3).each_with_index.map { |f, i| "#{i + 1}. #{f.text}" } + [""]
     end
 
+    # the RSS parts are resident bytes: the malloc ones say so, apart from the heap's own figures
     RSS_LABELS = {
-      malloc_in_use: "malloc, in use", malloc_free_resident: "malloc, free", malloc_metadata: "malloc metadata",
-      mmapped_chunks: "mmapped chunks", ruby_pages: "Ruby pages", stacks: "thread stacks", file_backed: "mapped files",
-      other_anonymous: "other anonymous", allocation_tracking: "tracker tables"
+      malloc_in_use: "in use, resident", malloc_free_resident: "free, resident", malloc_metadata: "malloc metadata",
+      mmapped_chunks: "mmapped, resident", ruby_pages: "Ruby pages", stacks: "thread stacks",
+      file_backed: "mapped files",
+      other_anonymous: "other anonymous", allocation_tracking: "tracker tables", dump_scratch: "dump scratch"
     }.freeze
 
     # The RSS by part, where the dump accounts it (dumps with a mappings section).
@@ -117,12 +120,13 @@ module PtmallocDump
       lines = [row("rss", "#{human_bytes(rss[:total])} (#{rss[:total]} B)#{vm}")]
       RSS_LABELS.each do |k, label|
         next if k == :allocation_tracking && !@dump.malloc_sites?
+        next if k == :dump_scratch && rss[k].to_i.zero? # a snapshot's, or a dump written before it was recorded
 
         if k == :ruby_pages && !@dump.ruby
-          lines << format("  %-16s %s", label, "not recorded (no Ruby objects): counted in other anonymous")
+          lines << format("  %-17s %s", label, "not recorded (no Ruby objects): counted in other anonymous")
           next
         end
-        lines << format("  %-16s %10s %6s", label, human_bytes(rss[k].to_i), percent(rss[k].to_i, rss[:total]))
+        lines << format("  %-17s %10s %6s", label, human_bytes(rss[k].to_i), percent(rss[k].to_i, rss[:total]))
         next unless k == :file_backed
 
         Array(rss[:files]).first(3).each do |f|
@@ -135,7 +139,7 @@ module PtmallocDump
     # Who owns the memory in use: Ruby by type, class and defining module; native by anchor, and leaked.
     def owner_lines
       r = @s[:ruby]
-      return [] unless r
+      return unknown_owner_lines unless r
 
       top = ->(h) { h.first(5).map { |name, e| "#{name} #{human_bytes(e[:bytes])}" }.join(", ") }
       lines = ["ruby owners:",
@@ -151,10 +155,30 @@ module PtmallocDump
         by = Array(o[:anchored_by]).max_by(3) { |_, b| b }.map { |n, b| ", #{n} #{human_bytes(b)}" }.join
         lines << format("  %-16s %s in %d block(s)%s", "anchored", human_bytes(o.dig(:anchored, :bytes)),
                         o.dig(:anchored, :count), by)
+        lines << interior_line(o)
         lines << format("  %-16s %s in %d block(s)", "leaked", human_bytes(o.dig(:leaked, :bytes)),
                         o.dig(:leaked, :count))
       end
       lines.concat(holder_lines).concat(site_lines) << ""
+    end
+
+    # A dump without Ruby objects: what roots hold, and that the rest has no known owner (not leaked).
+    def unknown_owner_lines
+      lines = ["owners:", format("  %-16s not known: %s", "ruby owners", @dump.no_ruby_reason)]
+      if (o = @s[:owners])
+        lines << format("  %-16s %s in %d block(s)", "anchored", human_bytes(o.dig(:anchored, :bytes)),
+                        o.dig(:anchored, :count))
+        lines << interior_line(o)
+        lines << format("  %-16s %s in %d block(s) no root reaches (a Ruby object's, or leaked: an in-process " \
+                        "dump with ruby: true tells which)", "no known owner", human_bytes(o.dig(:unknown, :bytes)),
+                        o.dig(:unknown, :count))
+      end
+      lines << ""
+    end
+
+    def interior_line(owners)
+      format("  %-16s %s in %d block(s) reached only through a pointer into their middle", "held (interior)",
+             human_bytes(owners.dig(:interior, :bytes)), owners.dig(:interior, :count))
     end
 
     # Where it was allocated: the five largest sites, when the dump has them.
@@ -199,7 +223,7 @@ module PtmallocDump
 
     def verify_lines
       v = @dump.verify
-      return ["verify: #{v}"] if v.ok?
+      return ["verify: #{v}"] unless v.status == :differs
 
       ["verify: #{v.differences.size} difference(s), #{v.anomalies.size} anomaly(ies)"] +
         v.to_s.lines.first(20).map { |l| "  #{l.chomp}" }

@@ -247,7 +247,9 @@
     if (!D.kind8) return "";
     const k = D.kind8[i];
     if (k === 2) return "anchored" + (D.anchorIds[i] ? " by " + D.anchors[D.anchorIds[i] - 1] : "");
-    return ["", "a Ruby object", "", "leaked: nothing reaches it"][k] || "";
+    if (k === 5) return "held (interior pointer)" + (D.anchorIds[i] ? ", reached from " + D.anchors[D.anchorIds[i] - 1] : "");
+    return ["", "a Ruby object", "", "leaked: nothing reaches it",
+            "not known: no root reaches it, and the dump has no Ruby objects"][k] || "";
   }
   /* the code a chunk is charged to: "module M", with the method and path:line of a method's code */
   function codeText(i) {
@@ -372,7 +374,7 @@
     /* a name that is a class's too stays the class's: module:Name asks for the module's code */
     const mods = onlyModule || !cls.size ? modsNamed : new Set();
     const anchor = anchors.size > 0;
-    const kind = { ruby: 1, anchored: 2, leaked: 3 }[q] || 0;
+    const kind = { ruby: 1, anchored: 2, leaked: 3, unknown: 4, interior: 5 }[q] || 0;
     let what = [];
     if (mods.size) what.push("module");
     if (cls.size) what.push("class");
