@@ -8,13 +8,8 @@ require_relative "ptmalloc_dump/autoloads"
 require_relative "ptmalloc_dump/ruby_layer"
 require_relative "ptmalloc_dump/tracing"
 require_relative "ptmalloc_dump/signal_handler"
-# the Ruby side of the classes the extension defines (a dump, a diff, Ruby's heap in a dump, readings)
+# the Ruby side of the readings the extension takes (the classes that read dumps load on first use)
 require_relative "ptmalloc_dump/stats"
-require_relative "ptmalloc_dump/dump"
-require_relative "ptmalloc_dump/ruby_heap"
-require_relative "ptmalloc_dump/retainers"
-require_relative "ptmalloc_dump/allocation_sites"
-require_relative "ptmalloc_dump/diff"
 
 # Looks inside glibc's malloc (ptmalloc2) heap of the running Ruby process: every arena, heap and
 # chunk, classified and reconciled with glibc's own counters, written to one file.

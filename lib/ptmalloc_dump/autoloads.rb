@@ -3,15 +3,17 @@
 # What a worker that only dumps needs is loaded now; what reads, compares and renders dumps is loaded
 # on first use, so that requiring the gem costs a worker little time and memory.
 module PtmallocDump
+  # the classes that read dumps, the extension's and their Ruby side
+  %i[Format Dump Diff RubyHeap Render].each { |name| autoload name, "ptmalloc_dump/reader" }
   # the records of a dump
   %i[STATES FREE_STATES ChunkFlags Chunk Arena Heap PageMap ThreadInfo Bin Anomaly].each do |name|
     autoload name, "ptmalloc_dump/records"
   end
   autoload :MallocInfo, "ptmalloc_dump/malloc_info"
   autoload :Verification, "ptmalloc_dump/verification"
-  autoload :RetainerLines, "ptmalloc_dump/retainers"
-  autoload :SiteLines, "ptmalloc_dump/allocation_sites"
-  autoload :SiteFrame, "ptmalloc_dump/allocation_sites"
+  autoload :RetainerLines, "ptmalloc_dump/reader"
+  autoload :SiteLines, "ptmalloc_dump/reader"
+  autoload :SiteFrame, "ptmalloc_dump/reader"
   autoload :NativeSymbols, "ptmalloc_dump/native_symbols"
   autoload :ElfSymbols, "ptmalloc_dump/native_symbols"
   autoload :MallocSites, "ptmalloc_dump/malloc_sites"

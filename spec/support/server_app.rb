@@ -13,24 +13,32 @@ class ServerApp
   ROOT = File.expand_path("../..", __dir__)
   GEMS = File.join(ROOT, "vendor", "server_gems")
   README = File.join(ROOT, "README.md")
+  # where the recipes and commands are: README, and the pages it links to
+  DOCS = [README, *Dir[File.join(ROOT, "doc", "*.md")].sort].freeze
 
   attr_reader :dir, :dumps, :port
 
-  # The command line of README's block that follows `<!-- command: name -->`, as words, without `$ `.
+  # The command line of the block that follows `<!-- command: name -->` in README or doc/, as words,
+  # without `$ `.
   def self.command(name)
-    block = File.read(README)[/<!-- command: #{Regexp.escape(name)} -->\n```\n\$ (.*?)\n```/m, 1]
-    raise "README.md has no command #{name}" unless block
+    block = docs[/<!-- command: #{Regexp.escape(name)} -->\n```\n\$ (.*?)\n```/m, 1]
+    raise "neither README.md nor doc/ has the command #{name}" unless block
 
     block.split
   end
 
-  # The Ruby block of README that follows `<!-- recipe: ... name ... -->`, with its dump directory.
+  # The Ruby block of README or doc/ that follows `<!-- recipe: ... name ... -->`, with its dump
+  # directory. Each recipe is written once.
   def self.recipe(name, dir)
-    text = File.read(README)
-    block = text.scan(/<!-- recipe: ([^>]*?) -->\n```ruby\n(.*?)```/m).find { |names, _| names.split.include?(name) }
-    raise "README.md has no recipe for #{name}" unless block
+    blocks = docs.scan(/<!-- recipe: ([^>]*?) -->\n```ruby\n(.*?)```/m).select { |names, _| names.split.include?(name) }
+    raise "neither README.md nor doc/ has a recipe for #{name}" if blocks.empty?
+    raise "the recipe for #{name} is written #{blocks.size} times" if blocks.size > 1
 
-    block[1].gsub("/var/tmp/heap", dir)
+    blocks.first[1].gsub("/var/tmp/heap", dir)
+  end
+
+  def self.docs
+    DOCS.map { |f| File.read(f) }.join("\n")
   end
 
   def self.free_port

@@ -397,12 +397,15 @@ static VALUE rb_ptmd_process_maps(VALUE self, VALUE pid)
 
 VALUE ptmd_mPtmallocDump;
 
-RUBY_FUNC_EXPORTED void Init_ptmalloc_dump(void)
+/* _define_reader: the classes that read dumps (Format, Dump and its parts, RubyHeap, Render, Diff),
+ * defined when lib/ptmalloc_dump/reader.rb is first loaded (autoloaded on their first use), not when
+ * the gem loads: a worker that only dumps never needs them. */
+static VALUE rb_ptmd_define_reader(VALUE self)
 {
-    ptmd_mPtmallocDump = rb_define_module("PtmallocDump");
-    /* the allocation tracker, when ptmalloc-dump --track preloaded it */
-    ptmd_native_track_set_self((uint64_t)(uintptr_t)dlsym(RTLD_DEFAULT, PTMD_TRACK_SYMBOL));
-    ptmd_errors_init();
+    static int defined;
+    (void)self;
+    if (defined) return Qfalse;
+    defined = 1;
     ptmd_format_module_init();
     ptmd_dump_class_init();
     ptmd_owners_class_init();
@@ -412,7 +415,18 @@ RUBY_FUNC_EXPORTED void Init_ptmalloc_dump(void)
     ptmd_ruby_heap_class_init();
     ptmd_render_module_init();
     ptmd_diff_class_init();
+    return Qtrue;
+}
+
+RUBY_FUNC_EXPORTED void Init_ptmalloc_dump(void)
+{
+    ptmd_mPtmallocDump = rb_define_module("PtmallocDump");
+    /* the allocation tracker, when ptmalloc-dump --track preloaded it */
+    ptmd_native_track_set_self((uint64_t)(uintptr_t)dlsym(RTLD_DEFAULT, PTMD_TRACK_SYMBOL));
+    ptmd_errors_init();
     ptmd_stats_module_init();
+    ptmd_tracing_module_init();
+    ptmd_ruby_code_module_init();
     ptmd_signal_arrival_init();
     ptmd_ruby_heap_init();
     ptmd_dump_setup();
@@ -422,6 +436,7 @@ RUBY_FUNC_EXPORTED void Init_ptmalloc_dump(void)
     rb_define_singleton_method(ptmd_mPtmallocDump, "_dump_fork", rb_ptmd_dump_fork, 9);
     rb_define_singleton_method(ptmd_mPtmallocDump, "_raise_child_error", rb_ptmd_raise_child_error, 1);
     rb_define_singleton_method(ptmd_mPtmallocDump, "_warm_up", rb_ptmd_warm_up, 1);
+    rb_define_singleton_method(ptmd_mPtmallocDump, "_define_reader", rb_ptmd_define_reader, 0);
     rb_define_singleton_method(ptmd_mPtmallocDump, "_libc_info", rb_ptmd_libc_info, 2);
     rb_define_singleton_method(ptmd_mPtmallocDump, "_ruby_functions_missing", rb_ptmd_ruby_functions_missing, 0);
     rb_define_singleton_method(ptmd_mPtmallocDump, "_read_process", rb_ptmd_read_process, 3);

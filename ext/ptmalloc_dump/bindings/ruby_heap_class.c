@@ -408,5 +408,9 @@ void ptmd_ruby_heap_class_init(void)
     rb_define_private_method(cRubyHeap, "_code_names", heap_code_names, 0);
     rb_define_private_method(cRubyHeap, "_code_charges", heap_code_charges, 0);
     rb_define_private_method(cRubyHeap, "_code_charge", heap_code_charge, 2);
+}
+
+void ptmd_ruby_code_module_init(void)
+{
     rb_define_private_method(rb_singleton_class(ptmd_mPtmallocDump), "_ruby_code_problem", code_problem, 0);
 }

@@ -158,13 +158,17 @@ static VALUE dump_stack_frames(VALUE self, VALUE stack)
     return ary;
 }
 
-void ptmd_sites_class_init(void)
+void ptmd_tracing_module_init(void)
 {
-    VALUE cDump = rb_const_get(ptmd_mPtmallocDump, rb_intern("Dump"));
     ptmd_ruby_sites_init();
     rb_define_singleton_method(ptmd_mPtmallocDump, "_trace_allocations", trace_allocations, 4);
     rb_define_singleton_method(ptmd_mPtmallocDump, "_stop_allocation_tracing", stop_allocation_tracing, 0);
     rb_define_singleton_method(ptmd_mPtmallocDump, "_allocation_tracing", allocation_tracing, 0);
+}
+
+void ptmd_sites_class_init(void)
+{
+    VALUE cDump = rb_const_get(ptmd_mPtmallocDump, rb_intern("Dump"));
     rb_define_private_method(cDump, "_alloc_trace", dump_alloc_trace, 0);
     rb_define_private_method(cDump, "_traced_stacks", dump_traced_stacks, 1);
     rb_define_private_method(cDump, "_site_names", dump_site_names, 0);
