@@ -14,9 +14,8 @@ namespace :doc do
     abort "ptmalloc-visualize --summary failed: #{err}" unless status.success?
     readme = File.read("README.md")
     abort "README.md has no summary markers" unless readme.match?(README_SUMMARY)
-    File.write("README.md", readme.sub(README_SUMMARY) do
-      "#{Regexp.last_match(1)}```\n#{summary}```\n#{Regexp.last_match(2)}"
-    end)
+    block = "```\n#{summary}```\n"
+    File.write("README.md", readme.sub(README_SUMMARY) { "#{Regexp.last_match(1)}#{block}#{Regexp.last_match(2)}" })
     abort "rake doc:refresh: Chromium and chromedriver are needed (bin/setup installs them)" unless Browser.available?
     Dir.mktmpdir("ptmd-doc") do |profile|
       Browser.open(profile) do |browser|
