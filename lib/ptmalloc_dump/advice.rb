@@ -85,7 +85,7 @@ module PtmallocDump
     # @param pinned [Integer] bytes of pages pinned by little live data
     # @param resident [Integer] resident malloc bytes
     def self.notable_fragmentation?(small, pinned, resident)
-      (small >= 4 * MIB && small * 4 >= resident) || (pinned >= 4 * MIB && pinned * 10 >= resident)
+      [small, pinned].any? { |bytes| bytes >= 4 * MIB && bytes * 4 >= resident }
     end
 
     # @param est [Integer] what malloc_trim(0) would give back
@@ -178,10 +178,12 @@ module PtmallocDump
       sum = shared.sum { |l| l.in_turn ? l.in_turn[:high] : l.high || l.gain }
       combined = [sum, free].min
       names = shared.map { |l| TOPIC_NAMES.fetch(l.topic) }
+      names = "#{names[0..-2].join(', ')} and #{names.last}"
+      more = sum > free ? ", not the #{human_bytes(sum)} they add up to" : ""
       Line.new(:together, free, :bytes, combined,
-               "The lines above on #{names.join(', ')} overlap: together at most #{human_bytes(combined)}, not the " \
-               "#{human_bytes(sum)} they add up to, because the free memory they draw on is the same " \
-               "(#{b(free)} free but resident, tcaches included).", nil, combined)
+               "The lines above on #{names} overlap: the free memory they draw on is the same (#{b(free)} free but " \
+               "resident, tcaches included), so together they give back at most #{human_bytes(combined)}#{more}.",
+               nil, combined)
     end
 
     # free() gives back an arena's top only when the chunk it frees, once merged, is at least

@@ -98,8 +98,14 @@ module PtmallocDump
       "none: #{@dump.no_ruby_reason}"
     end
 
+    # Each finding that stands out, the first to act on first, with its next step; else one line.
     def findings_lines
-      ["what stands out:"] + Findings.new(@dump).top(3).each_with_index.map { |f, i| "#{i + 1}. #{f.text}" } + [""]
+      findings = Findings.new(@dump)
+      top = findings.top(3)
+      return ["what stands out: nothing. #{findings.nothing_line}", ""] if top.empty?
+
+      items = top.each_with_index.flat_map { |f, i| ["#{i + 1}. #{f.text}", "   next: #{f.step}"] }
+      ["what stands out:", *items, ""]
     end
 
     RSS_LABELS = {
@@ -122,6 +128,8 @@ module PtmallocDump
           lines << format("  %-16s %s", label, "not recorded (no Ruby objects): counted in other anonymous")
           next
         end
+        next if rss[k].to_i.zero?
+
         lines << format("  %-16s %10s %6s", label, human_bytes(rss[k].to_i), percent(rss[k].to_i, rss[:total]))
         next unless k == :file_backed
 
@@ -192,7 +200,7 @@ module PtmallocDump
 
     def advice_lines
       lines = Advice.new(@dump).lines
-      return ["", "advice: none: no figure crosses a threshold"] if lines.empty?
+      return ["", "advice: none: no figure crosses a threshold for it"] if lines.empty?
 
       ["", "advice:"] + lines.map { |l| "- #{l.text}" }
     end
