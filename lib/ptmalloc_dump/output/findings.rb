@@ -75,6 +75,11 @@ module PtmallocDump
       heaps.max_by { |h| classes[h.index].values_at(:free_resident, :pinned, :top).compact.sum }&.index
     end
 
+    # A clause of the advice as a sentence of its own (its first letter up, the rest as it is).
+    def sentence(clause)
+      "#{clause[0].upcase}#{clause[1..]}."
+    end
+
     def in_use_total
       @s[:in_use_bytes] + @s[:mmapped_bytes]
     end
@@ -117,7 +122,7 @@ module PtmallocDump
       per = @dump.analysis[:trim_estimate]
       text = "#{human_bytes(est)} of whole free pages is resident: malloc_trim(0) would give it back now " \
              "(#{percent(est, @s[:resident_bytes])} of resident malloc memory)."
-      Finding.new(:trim, est, text, "reclaimable", "#{Advice::TRIM_STEP.capitalize}.", RANKS[:trim],
+      Finding.new(:trim, est, text, "reclaimable", sentence(Advice::TRIM_STEP), RANKS[:trim],
                   freest_heap([per.each_with_index.max_by { |b, _| b }&.last].compact))
     end
 
@@ -144,8 +149,8 @@ module PtmallocDump
       text = "#{human_bytes(bytes)} in #{owners[:leaked][:count]} block(s) is reached from no root the dump " \
              "scanned#{how}; this dump has no Ruby objects (#{@dump.no_ruby_reason}), so memory they own is " \
              "counted here too: whether any of it is leaked is not known."
-      step = "Dump again with the Ruby pass (PtmallocDump.dump(path), ruby: true, the default) to tell leaked " \
-             "memory from Ruby's."
+      step = "Dump again with the Ruby pass (ruby: true, PtmallocDump.dump's default) to tell leaked memory " \
+             "from Ruby's."
       rank = Advice.notable_leak?(bytes, in_use_total) ? RANKS[:unowned] : nil
       Finding.new(:unowned, bytes, text, "owners", step, rank, heap)
     end
@@ -224,7 +229,7 @@ module PtmallocDump
       text = "#{human_bytes(r[:retained_bytes])} is retained by #{r[:root]} (#{r[:class_name]}, " \
              "#{count(r[:retained_objects])} objects): freeing or emptying it gives that back."
       rank = Advice.notable_holder?(r[:retained_bytes], @s[:in_use_bytes]) ? RANKS[:holder] : nil
-      Finding.new(:holder, r[:retained_bytes], text, "retainers", "#{Advice::HOLDER_STEP.capitalize}.", rank)
+      Finding.new(:holder, r[:retained_bytes], text, "retainers", sentence(Advice::HOLDER_STEP), rank)
     end
 
     def garbage
