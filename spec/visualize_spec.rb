@@ -125,7 +125,9 @@ RSpec.describe "ptmalloc-visualize" do
       dump = PtmallocDump.load(dump_path)
       expect(json[:summary]).to eq(JSON.parse(JSON.dump(dump.summary), symbolize_names: true))
       expect(json[:findings].map { |f| [f[:text], f[:bytes]] }).to eq(PtmallocDump::Findings.new(dump).top(3).map { |f| [f.text, f.bytes] })
-      expect(json[:findings].first[:bytes]).to eq(PtmallocDump::Findings.new(dump).all.map(&:bytes).max)
+      # ranked by what to do, each with its next step
+      expect(json[:findings].map { |f| f[:rank] }).to eq(json[:findings].map { |f| f[:rank] }.sort)
+      expect(json[:findings].map { |f| f[:step] }).to all(be_a(String))
       expect(json[:advice].map { |a| a[:text] }).to eq(PtmallocDump::Advice.new(dump).lines.map(&:text))
     end
 

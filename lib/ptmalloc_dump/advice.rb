@@ -14,6 +14,13 @@ module PtmallocDump
     # Each range's margins around its estimate, from spec/advice_calibration_spec.rb's runs (README
     # gives the measured ratios).
     ARENA_RANGE = (0.8..1.2).freeze
+    # Threads that allocate at the same time need their free memory again at their common peak: sharing
+    # arenas gives back only a share of what it gives threads that allocate in turn, a base plus so much
+    # per extra arena, within ARENA_CONCURRENT_RANGE of it (spec/advice_calibration_spec.rb's concurrent
+    # runs measured 0.04 of the in-turn estimate for 3 and 5 threads, 0.055 for 6, 0.05 to 0.09 for 8).
+    ARENA_CONCURRENT_BASE = 0.02
+    ARENA_CONCURRENT_PER_ARENA = 0.0065
+    ARENA_CONCURRENT_RANGE = (0.65..1.5).freeze
     TRIM_RANGE = (0.8..1.2).freeze
     TRIM_THRESHOLD_RANGE = (0.9..1.1).freeze
     # glibc's DEFAULT_TRIM_THRESHOLD and DEFAULT_MMAP_THRESHOLD (malloc/malloc.c), the least
@@ -26,8 +33,10 @@ module PtmallocDump
     # `gain` what acting on it could give back (bytes), `text` the sentence with both in it; `low` and
     # `high` the range the gain is expected in, where it was checked against a real run
     # (spec/advice_calibration_spec.rb), else nil; `env` the environment variables the line advises
-    # setting (name => value, Strings) where it names a value, else nil.
-    Line = Struct.new(:topic, :figure, :unit, :gain, :text, :low, :high, :env) do
+    # setting (name => value, Strings) where it names a value, else nil; `in_turn`, for MALLOC_ARENA_MAX,
+    # the gain and range where the threads allocate in turn rather than at the same time ({ gain:, low:,
+    # high: }), else nil.
+    Line = Struct.new(:topic, :figure, :unit, :gain, :text, :low, :high, :env, :in_turn) do
       def to_s
         text
       end
@@ -51,9 +60,47 @@ module PtmallocDump
       @exact = exact
     end
 
-    # @return [Array<Line>]
+    # The topics whose gains come out of the same free memory: acting on several gives back no more than
+    # that memory.
+    FREE_MEMORY_TOPICS = %i[small_free_chunks pinned_pages arena_max malloc_trim trim_threshold tcache].freeze
+    # How the overlap line names each of them.
+    TOPIC_NAMES = { small_free_chunks: "small free chunks", pinned_pages: "pinned pages",
+                    arena_max: "MALLOC_ARENA_MAX", malloc_trim: "malloc_trim",
+                    trim_threshold: "MALLOC_TRIM_THRESHOLD_", tcache: "tcaches" }.freeze
+
+    # @param bytes [Integer] leaked bytes
+    # @param in_use [Integer] bytes in use (arenas and mmapped chunks)
+    # @return [Boolean] whether a leak is worth a line (and a finding)
+    def self.notable_leak?(bytes, in_use)
+      bytes >= 4 * MIB && bytes * 50 >= in_use
+    end
+
+    # @param bytes [Integer] what one holder retains
+    # @param in_use [Integer] bytes in use in the arenas
+    def self.notable_holder?(bytes, in_use)
+      bytes >= 4 * MIB && bytes * 10 >= in_use
+    end
+
+    # @param small [Integer] free bytes in chunks smaller than a page
+    # @param pinned [Integer] bytes of pages pinned by little live data
+    # @param resident [Integer] resident malloc bytes
+    def self.notable_fragmentation?(small, pinned, resident)
+      [small, pinned].any? { |bytes| bytes >= 4 * MIB && bytes * 4 >= resident }
+    end
+
+    # @param est [Integer] what malloc_trim(0) would give back
+    # @param resident [Integer] resident malloc bytes
+    def self.notable_trim?(est, resident)
+      est >= 4 * MIB && est * 10 >= resident
+    end
+
+    # @return [Array<Line>] in the order of what to do: leaks and retention, fragmentation, arenas, trim,
+    #   then the rest; where lines draw on the same free memory, a last line says so with their combined gain
     def lines
-      @lines ||= [trim, trim_threshold, arenas, pinned_pages, small_free, mmap_threshold, tcache, holder, leak].compact
+      @lines ||= begin
+        list = [leak, holder, small_free, pinned_pages, arenas, trim, trim_threshold, tcache, mmap_threshold].compact
+        list + [together(list)].compact
+      end
     end
 
     # What to do about leaked memory: free it where it was allocated, when the tracker ran in the
@@ -90,28 +137,53 @@ module PtmallocDump
                "#{human_bytes(est)} (#{human_bytes(low)} to #{human_bytes(high)} of RSS)#{checked}.", low, high)
     end
 
-    # MALLOC_ARENA_MAX=ARENA_MAX leaves ARENA_MAX arenas for every thread, the main one included: the
-    # threads of the extra arenas then reuse each other's free memory, but each remaining arena still
-    # keeps about as much free memory as one of today's extra arenas. So the gain is the extra arenas'
-    # free resident memory less ARENA_MAX arenas' worth of it: less than all of it (the upper bound,
-    # what the advice once promised), between the worth of the fullest and of the emptiest arena.
+    # MALLOC_ARENA_MAX=ARENA_MAX leaves ARENA_MAX arenas for every thread, the main one included. Threads
+    # that allocate in turn then reuse each other's free memory, but each remaining arena still keeps
+    # about as much free memory as one of today's extra arenas: the gain is the extra arenas' free
+    # resident memory less ARENA_MAX arenas' worth of it, between the worth of the fullest and of the
+    # emptiest arena. Threads that allocate at the same time (requests served at once) need the same
+    # memory again at their common peak, shared arenas or not: there the gain is a small share of that
+    # (ARENA_CONCURRENT_BASE and _PER_ARENA, measured). A dump cannot tell which the process does: the
+    # line gives both, the estimate for threads at once (a server's), the other as `in_turn`.
     def arenas
       others = @s[:arenas].reject { |a| a[:main] }
       held = others.sum { |a| a[:free_resident_bytes] }
       return nil if others.size < ARENA_MAX || held < 4 * MIB
 
       free = others.map { |a| a[:free_resident_bytes] }
-      est = [held - ARENA_MAX * held / others.size, 0].max
-      low = ([held - ARENA_MAX * free.max, 0].max * ARENA_RANGE.first).floor
-      high = [(held - ARENA_MAX * free.min) * ARENA_RANGE.last, held].min.ceil
-      return nil if high < 4 * MIB
+      turn = [held - ARENA_MAX * held / others.size, 0].max
+      turn_low = ([held - ARENA_MAX * free.max, 0].max * ARENA_RANGE.first).floor
+      turn_high = [(held - ARENA_MAX * free.min) * ARENA_RANGE.last, held].min.ceil
+      return nil if turn_high < 4 * MIB
 
+      est = (turn * (ARENA_CONCURRENT_BASE + ARENA_CONCURRENT_PER_ARENA * others.size)).round
+      low = (est * ARENA_CONCURRENT_RANGE.first).floor
+      high = (est * ARENA_CONCURRENT_RANGE.last).ceil
       Line.new(:arena_max, held, :bytes, est,
                "#{others.size + 1} arenas; the #{others.size} besides the main arena hold #{b(held)} free but " \
-               "resident: #{ARENA_STEP}; each arena left keeps some, so expect about #{human_bytes(est)} less heap " \
-               "and RSS (#{human_bytes(low)} to #{human_bytes(high)}; all #{human_bytes(held)} only if every " \
-               "thread's free memory were reused).",
-               low, high, { "MALLOC_ARENA_MAX" => ARENA_MAX.to_s })
+               "resident: #{ARENA_STEP}. Threads that allocate at the same time need that memory again at their " \
+               "common peak, so expect about #{human_bytes(est)} less heap and RSS (#{human_bytes(low)} to " \
+               "#{human_bytes(high)}); threads that allocate in turn reuse it: about #{human_bytes(turn)} " \
+               "(#{human_bytes(turn_low)} to #{human_bytes(turn_high)}). Which holds here shows in one worker run " \
+               "with it, compared with this dump (ptmalloc-visualize --compare).",
+               low, high, { "MALLOC_ARENA_MAX" => ARENA_MAX.to_s }, { gain: turn, low: turn_low, high: turn_high })
+    end
+
+    # Lines whose gains come out of the same free memory: together they give back no more than it.
+    def together(list)
+      shared = list.select { |l| FREE_MEMORY_TOPICS.include?(l.topic) }
+      return nil if shared.size < 2
+
+      free = @s[:free_resident_bytes] + @s[:tcache_bytes]
+      sum = shared.sum { |l| l.in_turn ? l.in_turn[:high] : l.high || l.gain }
+      combined = [sum, free].min
+      names = shared.map { |l| TOPIC_NAMES.fetch(l.topic) }
+      names = "#{names[0..-2].join(', ')} and #{names.last}"
+      more = sum > free ? ", not the #{human_bytes(sum)} they add up to" : ""
+      Line.new(:together, free, :bytes, combined,
+               "The lines above on #{names} overlap: the free memory they draw on is the same (#{b(free)} free but " \
+               "resident, tcaches included), so together they give back at most #{human_bytes(combined)}#{more}.",
+               nil, combined)
     end
 
     # free() gives back an arena's top only when the chunk it frees, once merged, is at least
@@ -247,7 +319,7 @@ module PtmallocDump
       return nil unless @dump.ruby && @dump.graph?
 
       r = @dump.retainers(limit: 20).find { |e| !e[:root].start_with?("(") }
-      return nil unless r && r[:retained_bytes] >= 4 * MIB && r[:retained_bytes] * 10 >= @s[:in_use_bytes]
+      return nil unless r && self.class.notable_holder?(r[:retained_bytes], @s[:in_use_bytes])
 
       Line.new(:holder, r[:retained_bytes], :bytes, r[:retained_bytes],
                "#{r[:root]} (#{r[:class_name]}) alone keeps #{b(r[:retained_bytes])} of Ruby memory alive in " \
@@ -256,10 +328,12 @@ module PtmallocDump
     end
 
     # Memory nothing points at (the owners' classification): where it was allocated, when the tracker
-    # ran in the process, else how to find out.
+    # ran in the process, else how to find out. Without Ruby's objects in the dump, what they own is
+    # reached from no root either: no line then ({Findings} says how to tell).
     def leak
       leaked = @s.dig(:owners, :leaked)
-      return nil unless leaked && leaked[:bytes] >= 4 * MIB && leaked[:bytes] * 20 >= @s[:in_use_bytes]
+      return nil unless @dump.ruby && leaked
+      return nil unless self.class.notable_leak?(leaked[:bytes], @s[:in_use_bytes] + @s[:mmapped_bytes])
 
       Line.new(:leak, leaked[:bytes], :bytes, leaked[:bytes],
                "#{b(leaked[:bytes])} in #{count(leaked[:count])} blocks is leaked: nothing points at it any more. " \

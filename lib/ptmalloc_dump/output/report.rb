@@ -53,7 +53,7 @@ module PtmallocDump
     def write
       @images = Render.maps(@dump, @outdir, !@dump.ruby.nil?, @max_tile_pixels, @progress&.fileno)
       @analysis = @dump.analysis
-      Explorer.new(@dump).write(@outdir)
+      explorer.write(@outdir)
       path = File.join(@outdir, "index.html")
       File.write(path, html)
       path
@@ -81,6 +81,7 @@ module PtmallocDump
         h2.first { margin-top: .6em; font-size: 1.2em; } .lead { margin: .6em 0 .3em; font-size: 1.1em; }
         .bigbar { display: flex; height: 2em; border: 1px solid #888; border-radius: 3px; overflow: hidden; }
         .findings li { margin: .25em 0; font-size: 1.05em; } .advice li { margin: .2em 0; }
+        .findings .step { color: #1f4e79; font-size: .95em; }
         .verdict .cards { margin: .6em 0; } .check { margin: .5em 0 0; }
         .banner { background: #fff4d6; border: 1px solid #e0b44c; border-radius: 6px; padding: .4em .8em;
         margin: .4em 0; }
@@ -113,6 +114,7 @@ module PtmallocDump
       [:retainers_section, "retainers", "Who keeps it alive"],
       [:sites_section, "sites", "Where it was allocated"],
       [:explorer_section, "explorer", "Heap explorer"],
+      [:ruby_pages_section, "ruby-pages", "Ruby's object pages"],
       [:reclaimable_section, "reclaimable", "Reclaimable now"],
       [:fragmentation_section, "fragmentation", "Fragmentation"],
       [:arenas_section, "arenas", "Arenas"],
@@ -181,8 +183,23 @@ module PtmallocDump
       HTML
     end
 
+    def findings
+      @findings ||= Findings.new(@dump)
+    end
+
+    # The explorer, opening on the heap the first finding is about (where it names one).
+    def explorer
+      @explorer ||= Explorer.new(@dump, initial_heap: findings.top(1).first&.heap)
+    end
+
+    # Each finding, its evidence and its next step; where nothing stands out, one line says so.
     def findings_items
-      Findings.new(@dump).top(3).map { |f| %(<li>#{h(f.text)} <a href="##{f.anchor}">evidence</a></li>) }.join("\n")
+      top = findings.top(3)
+      return %(<li class="none">#{h(findings.nothing_line)}</li>) if top.empty?
+
+      top.map do |f|
+        %(<li>#{h(f.text)} <a href="##{f.anchor}">evidence</a><br /><span class="step">Next: #{h(f.step)}</span></li>)
+      end.join("\n")
     end
 
     # Where this dump's figures may mislead, said before any figure (as memray's banner does).
@@ -291,7 +308,7 @@ module PtmallocDump
     def advice_list
       lines = Advice.new(@dump).lines
       title = %(<h2 id="advice" class="first">Advice</h2>)
-      return "#{title}<p>Nothing stands out: no figure crosses a threshold for advice.</p>" if lines.empty?
+      return "#{title}<p>No advice: no figure crosses a threshold for it.</p>" if lines.empty?
 
       %(#{title}<ul class="advice">#{lines.map { |l| %(<li class="advice">#{h(l.text)}</li>) }.join("\n")}</ul>)
     end
@@ -336,7 +353,7 @@ module PtmallocDump
     end
 
     def explorer_section
-      Explorer.new(@dump).section
+      explorer.section
     end
 
     def card(label, bytes, note = nil, css: nil)
@@ -415,8 +432,9 @@ module PtmallocDump
       rows << ["free, released or swapped", summary[:free_released_bytes] + summary[:free_swapped_bytes],
                pal[:page_classes][:released]]
       rows << ["allocator metadata", summary[:meta_bytes], pal[:states][:meta]]
+      rows = rows.reject { |_, b, _| b.zero? }
       total = rows.sum { |_, b, _| b }
-      bar = rows.reject { |_, b, _| b.zero? }.map do |label, bytes, color|
+      bar = rows.map do |label, bytes, color|
         %(<span title="#{h(label)}: #{h(human_bytes(bytes))}" style="flex:#{bytes} 0 0;background:#{color}"></span>)
       end
       table = rows.map do |label, bytes, color|
@@ -434,7 +452,6 @@ module PtmallocDump
         #{holders_paragraph}
         <div class="maps">#{owner_tables(r)}</div>
         #{methods_table}
-        #{ruby_pages_maps}
       HTML
     end
 
@@ -462,13 +479,18 @@ module PtmallocDump
       tables.join(" ")
     end
 
-    def ruby_pages_maps
+    # Ruby's object pages, one row a page: after the explorer, folded (a big heap has thousands of rows).
+    def ruby_pages_section
       pages = @images.select { |im| im[:kind] == :ruby_pages }
       return "" if pages.empty?
 
       figures = pages.map { |im| figure(im, "object pages #{im[:first_unit] + 1}-#{im[:first_unit] + im[:units]}") }
-      "<h3>Ruby's object pages</h3><p class=\"sub\">one row per page, one cell per slot; live slots coloured like " \
-        "their owners above, free slots white</p><div class=\"maps\">#{figures.join}</div>"
+      rows = pages.sum { |im| im[:units] }
+      <<~HTML
+        <h2 id="ruby-pages">Ruby's object pages</h2>
+        <details><summary>#{rows} page(s): one row per page, one cell per slot; live slots coloured like their
+        owners in the owner maps, free slots white</summary><div class="maps">#{figures.join}</div></details>
+      HTML
     end
 
     # Native memory by who holds it (anchored by a root, or leaked) and Ruby memory by GC age, where

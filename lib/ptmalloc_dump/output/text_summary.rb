@@ -99,8 +99,14 @@ module PtmallocDump
       "none: #{@dump.no_ruby_reason}"
     end
 
+    # Each finding that stands out, the first to act on first, with its next step; else one line.
     def findings_lines
-      ["what stands out:"] + Findings.new(@dump).top(3).each_with_index.map { |f, i| "#{i + 1}. #{f.text}" } + [""]
+      findings = Findings.new(@dump)
+      top = findings.top(3)
+      return ["what stands out: nothing. #{findings.nothing_line}", ""] if top.empty?
+
+      items = top.each_with_index.flat_map { |f, i| ["#{i + 1}. #{f.text}", "   next: #{f.step}"] }
+      ["what stands out:", *items, ""]
     end
 
     # the RSS parts are resident bytes: the malloc ones say so, apart from the heap's own figures
@@ -120,12 +126,13 @@ module PtmallocDump
       lines = [row("rss", "#{human_bytes(rss[:total])} (#{rss[:total]} B)#{vm}")]
       RSS_LABELS.each do |k, label|
         next if k == :allocation_tracking && !@dump.malloc_sites?
-        next if k == :dump_scratch && rss[k].to_i.zero? # a snapshot's, or a dump written before it was recorded
 
         if k == :ruby_pages && !@dump.ruby
           lines << format("  %-17s %s", label, "not recorded (no Ruby objects): counted in other anonymous")
           next
         end
+        next if rss[k].to_i.zero?
+
         lines << format("  %-17s %10s %6s", label, human_bytes(rss[k].to_i), percent(rss[k].to_i, rss[:total]))
         next unless k == :file_backed
 
@@ -216,7 +223,7 @@ module PtmallocDump
 
     def advice_lines
       lines = Advice.new(@dump).lines
-      return ["", "advice: none: no figure crosses a threshold"] if lines.empty?
+      return ["", "advice: none: no figure crosses a threshold for it"] if lines.empty?
 
       ["", "advice:"] + lines.map { |l| "- #{l.text}" }
     end

@@ -173,8 +173,9 @@
     ctx.putImageData(img, 0, 0);
     if (st.pinned >= 0) outline(st.pinned);
     drawMini();
+    const rows = Math.ceil(viewSize() / st.bpp / W);
     $("xp-zoom").textContent = st.bpp + " B a pixel, " + human(st.bpp * W) + " a row; rows " + st.row + "-" +
-      (st.row + H) + " of " + Math.ceil(viewSize() / st.bpp / W);
+      Math.min(st.row + H, rows) + " of " + rows;
   }
   function outline(i) {
     const v0 = offsetOf(addr[i]);
@@ -517,7 +518,7 @@
     });
     st.mode = document.querySelector("input[name=xp-mode]:checked").value;
     legend();
-    setView(0);
+    setView(D.initialView || 0);
     $("xp-status").textContent = D.chunkCount + " chunks loaded";
     window.ptmdExplorer.ready = true;
     setTimeout(() => refs(0), 0);   // the reference index, built while nobody hovers yet
