@@ -42,7 +42,9 @@ module PtmallocDump
     #   describe, in no particular order
     def all
       @all ||= [leaked, unknown_owners, fragmentation, arenas, trim, by_module, native, top_class, holder, garbage, mmapped,
-                ruby_pages].compact.reject { |f| f.bytes.zero? }
+                ruby_pages].compact.reject do |f|
+        f.bytes.zero?
+      end
     end
 
     # The one line a report says where nothing stands out.
