@@ -241,6 +241,10 @@ RSpec.describe "comparing dumps and advice" do
       expect(out).not_to match(/\b(\w+) \1\b/)
     end
     expect(diff_out).to match(/in use \+\d+(\.\d)? (KiB|MiB)/)
+    # without OUTDIR: the same verdict, and no page
+    terminal, err, status = visualize("--diff", a, b)
+    expect(status).to be_success, err
+    expect(terminal).to eq(diff_out.sub(/^wrote .*\n\z/, ""))
     # the 1,100-byte blocks (chunks of 1,120 bytes) are in the class above 1 KiB, labelled as the range it is
     html = File.read(File.join(tmpdir, "diff", "index.html"))
     expect(html).to include("<td>1.0 KiB to 2.0 KiB</td>")

@@ -11,7 +11,7 @@ module PtmallocDump
             "       ptmalloc-visualize --explain ADDR [--json] DUMP\n" \
             "       ptmalloc-visualize --retainers [--json] DUMP\n" \
             "       ptmalloc-visualize --sites [--json] DUMP\n" \
-            "       ptmalloc-visualize --diff OLD NEW OUTDIR\n" \
+            "       ptmalloc-visualize --diff OLD NEW [OUTDIR]\n" \
             "       ptmalloc-visualize --compare DUMP... OUTDIR\n" \
             "       ptmalloc-visualize --timeline FILE... OUTDIR"
 
@@ -69,7 +69,9 @@ module PtmallocDump
         o.on("--sites", "Print where DUMP's traced objects were allocated (PtmallocDump.trace_allocations)") do
           @options[:mode] = :sites
         end
-        o.on("--diff", "Compare two dumps of one process: OLD NEW OUTDIR") { @options[:mode] = :diff }
+        o.on("--diff", "Compare two dumps of one process: what grew and what to do; with OUTDIR, also the page") do
+          @options[:mode] = :diff
+        end
         o.on("--compare", "Compare dumps of several workers: DUMP... OUTDIR") { @options[:mode] = :compare }
         o.on("--timeline", "Chart readings over time (PtmallocDump.sample's files, and dumps): FILE... OUTDIR") do
           @options[:mode] = :timeline
@@ -164,19 +166,23 @@ module PtmallocDump
     end
 
     def diff
-      raise UsageError, "--diff expects OLD NEW OUTDIR, got #{@argv.size} argument(s)" unless @argv.size == 3
+      unless [2, 3].include?(@argv.size)
+        raise UsageError, "--diff expects OLD NEW [OUTDIR], got #{@argv.size} argument(s)"
+      end
 
       old, new, outdir = @argv
       d = Diff.new(old, new, force: @options[:force])
-      prepare_outdir(outdir)
-      ComparisonReport.new(outdir).write_diff(d)
+      if outdir
+        prepare_outdir(outdir)
+        ComparisonReport.new(outdir).write_diff(d)
+      end
       findings = GrowthFindings.new(d)
       @out.puts findings.lead
       findings.all.each do |f|
         @out.puts "- #{f.title.sub(/\A./, &:upcase)}: #{f.text}"
         f.steps.each { |s| @out.puts "  next: #{s}" }
       end
-      @out.puts "wrote #{File.join(outdir, 'index.html')}"
+      @out.puts "wrote #{File.join(outdir, 'index.html')}" if outdir
       0
     end
 
