@@ -187,6 +187,16 @@ module PtmallocDump
       RubyLayer.current
     end
 
+    # Compares two dumps of one process.
+    #
+    # @param old [Dump, String]
+    # @param new [Dump, String]
+    # @param force [Boolean] allow dumps of different processes
+    # @return [Diff]
+    def diff(old, new, force: false)
+      Diff.new(old, new, force: force)
+    end
+
     # Samples {stats} every `every` seconds into `to` (one JSON line per reading) from a background
     # thread, until the returned sampler is stopped. A thread does not survive fork: in a forking
     # server call this in each worker's boot hook (a second call in the same process returns the

@@ -234,16 +234,4 @@ module PtmallocDump
       @chunks, @page_changes = _compare(@old, @new)
     end
   end
-
-  class << self
-    # Compares two dumps of one process.
-    #
-    # @param old [Dump, String]
-    # @param new [Dump, String]
-    # @param force [Boolean] allow dumps of different processes
-    # @return [Diff]
-    def diff(old, new, force: false)
-      Diff.new(old, new, force: force)
-    end
-  end
 end

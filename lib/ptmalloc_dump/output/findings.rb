@@ -41,10 +41,8 @@ module PtmallocDump
     # @return [Array<Finding>] every finding that applies, those that stand out and those that only
     #   describe, in no particular order
     def all
-      @all ||= [leaked, unknown_owners, fragmentation, arenas, trim, by_module, native, top_class, holder, garbage, mmapped,
-                ruby_pages].compact.reject do |f|
-        f.bytes.zero?
-      end
+      @all ||= [leaked, unknown_owners, fragmentation, arenas, trim, by_module, native, top_class, holder, garbage,
+                mmapped, ruby_pages].compact.reject { |f| f.bytes.zero? }
     end
 
     # The one line a report says where nothing stands out.
