@@ -211,11 +211,11 @@ module PtmallocDump
       end.sort_by { |e| -e[:bytes] }
     end
 
-    # Over every module of both dumps (the summaries list only the largest).
+    # Over every module of both dumps (the summaries list only the largest), but this gem's own.
     def module_growth
       a = @old.ruby.code_owners&.fetch(:by_module) || {}
       b = @new.ruby.code_owners&.fetch(:by_module) || {}
-      (a.keys | b.keys).to_h { |k| [k, b.dig(k, :bytes).to_i - a.dig(k, :bytes).to_i] }.sort_by { |_, v| -v }.to_h
+      (a.keys | b.keys).grep_v(RubyHeap::OWN_MODULE).to_h { |k| [k, b.dig(k, :bytes).to_i - a.dig(k, :bytes).to_i] }.sort_by { |_, v| -v }.to_h
     end
 
     # The earlier dump's figures for the object at a later holder's address, if it is the same holder:
