@@ -137,7 +137,7 @@ module PtmallocDump
       heap = heap_of(Array(big && big[:samples]).first)
 
       text = "#{human_bytes(bytes)} in #{o[:leaked][:count]} block(s) is leaked: " \
-             "nothing points at it#{how}.#{site_of_owned(:leaked_bytes)}"
+             "nothing points at it#{how}." # where it was allocated is its next step (the advice's)
       rank = Advice.notable_leak?(bytes, in_use_total) ? RANKS[:leaked] : nil
       Finding.new(:leaked, bytes, text, "owners", advice.leak_step.strip, rank, heap)
     end
