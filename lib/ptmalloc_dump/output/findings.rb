@@ -154,7 +154,7 @@ module PtmallocDump
                       [@dump.figures[:in_use], " in use"]
                     end
       text = "#{human_bytes(bytes)}#{what} has no known owner: #{@dump.no_ruby_reason}, so it is not known " \
-             "which of it Ruby objects own, nor whether any of it is leaked."
+             "which of it Ruby objects own, nor whether any of it leaks."
       step = "Dump in process with the Ruby pass (PtmallocDump.dump with ruby: true, the default): it tells Ruby " \
              "owners and their holders from leaked memory."
       rank = Advice.notable_leak?(bytes, in_use_total) ? RANKS[:unowned] : nil
