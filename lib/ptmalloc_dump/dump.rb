@@ -242,7 +242,9 @@ module PtmallocDump
     # :mmapped_chunks, :ruby_pages (Ruby's object pages outside malloc), :stacks (thread and fiber
     # stacks), :file_backed, :other_anonymous, :allocation_tracking (the allocation tracker's own tables,
     # under ptmalloc-dump --track); :total (their sum), :vm_rss (the kernel's VmRSS read
-    # with the mappings) and :files ([{ path:, bytes: }], file-backed bytes by path, largest first).
+    # with the mappings), :files ([{ path:, bytes: }], file-backed bytes by path, largest first) and
+    # :error: nil when smaps and VmRSS agreed, or bytes (the figures are then approximate by that much:
+    # the process's memory moved while its smaps was read, three times, see {#mappings_info}).
     #
     # @return [Hash{Symbol=>Object}, nil] nil for a dump without mappings (written before they were
     #   recorded)
@@ -250,7 +252,8 @@ module PtmallocDump
       return @rss if defined?(@rss)
 
       @rss = _rss&.then do |r|
-        r.merge(files: r[:files].sort_by { |f| [-f[:bytes], f[:path]] }.map(&:freeze).freeze).freeze
+        error = mappings_info&.dig(:approximate) ? mappings_info[:error] : nil
+        r.merge(files: r[:files].sort_by { |f| [-f[:bytes], f[:path]] }.map(&:freeze).freeze, error: error).freeze
       end
     end
 
@@ -264,8 +267,10 @@ module PtmallocDump
     end
 
     # @return [Hash, nil] :vm_rss, :rss_anon, :rss_file, :rss_shmem (/proc/PID/status, read right after
-    #   smaps, which is read again while they change across it), :read_ns (reading both) and
-    #   :from_parent (a fork snapshot's: its parent's)
+    #   smaps, which is read again, up to three times in all, while VmRSS moves across it or smaps' Rss
+    #   sum disagrees with it by more than 64 KiB or 0.1% of VmRSS), :read_ns (reading both),
+    #   :from_parent (a fork snapshot's: its parent's), :error (bytes: the kept read's disagreement) and
+    #   :approximate (true when that is above the tolerance: the RSS figures are then ± :error)
     def mappings_info
       @mappings_info ||= _mappings_head&.freeze
     end
