@@ -200,6 +200,15 @@ RSpec.describe "readings over time" do
       end
     end
 
+    it "RSS climbing while the heap's figures stay level: memory outside malloc, not steady" do
+      t = timeline do |path|
+        readings(path, 700, in_use: ->(_f) { 200 }, free: ->(_f) { 40 }, other: ->(f) { 150 + 90 * f }, sigma: 3)
+      end
+      expect(verdict(t, 700)).to start_with("pid 700: RSS climbs while the malloc heap does not: memory outside malloc (RSS climbs: +")
+      expect(trend(t, 700, :in_use).shape).to eq(:steady)
+      expect(trend(t, 700, :free).shape).to eq(:steady)
+    end
+
     it "the page shows each figure's rise, its last third, its noise and its trend" do
       path = File.join(tmpdir, "readings.jsonl")
       readings(path, 600, in_use: warm_up(200, 40, 0.15), free: warm_up(30, 79, 0.15))

@@ -113,8 +113,8 @@ module PtmallocDump
     end
 
     # @return [Array<String>] one verdict per process: in use that climbs (a leak, or a cache still
-    #   filling), free but resident that climbs while in use does not (fragmentation), a warm-up that
-    #   flattened, RSS that climbs outside the malloc heap, or steady
+    #   filling), free but resident that climbs while in use does not (fragmentation), RSS that climbs
+    #   outside the malloc heap, a warm-up that flattened, or steady
     def verdicts
       @series.keys.sort.map do |pid|
         t = trends.select { |x| x.pid == pid }.to_h { |x| [x.figure, x] }
@@ -147,15 +147,11 @@ module PtmallocDump
     end
 
     def verdict(in_use, free, rss)
-      shapes = [in_use, free].compact.map(&:shape)
+      warmed = [in_use, free, rss].compact.select { |x| x.shape == :warm_up }
       if in_use&.shape == :climbs then "in use climbs: a leak, or a cache still filling (#{in_use})"
       elsif free&.shape == :climbs then "free but resident climbs while in use does not: fragmentation (#{free})"
-      elsif shapes.include?(:warm_up)
-        warmed = [in_use, free, rss].compact.select { |x| x.shape == :warm_up }.join("; ")
-        "warm-up, then steady (#{warmed})"
-      elsif rss&.shape == :climbs
-        "RSS climbs while the malloc heap does not: memory outside malloc (#{rss})"
-      elsif rss&.shape == :warm_up then "warm-up, then steady (#{rss})"
+      elsif rss&.shape == :climbs then "RSS climbs while the malloc heap does not: memory outside malloc (#{rss})"
+      elsif warmed.any? then "warm-up, then steady (#{warmed.join('; ')})"
       else "in use does not climb, nor does free but resident: steady"
       end
     end
