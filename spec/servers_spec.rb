@@ -75,6 +75,52 @@ RSpec.describe "the worker recipes" do
     end
   end
 
+  it "#{NEWEST_PUMA} with fork_worker: the recipe's signal is free in the master and the workers; URG is " \
+     "Puma's refork, and installing on it says so" do
+    name = NEWEST_PUMA
+    app = app_for(name, [%(gem "puma", "#{PUMAS.fetch(name).first}")])
+    urg_log = File.join(app.dir, "urg.log")
+    # the recipe, and after it in the same hook a second handler on URG, logging to its own file
+    urg = %(PtmallocDump.install_signal_handler("URG", dir: #{app.dumps.inspect}, log: File.open(#{urg_log.inspect}, "a")))
+    hook = recipe(app, name).sub(/^end\b/) { "  #{urg}\nend" }
+    app.write("config.ru", CONFIG_RU)
+    app.write("config/puma.rb", <<~RUBY)
+      workers 2
+      threads 1, 2
+      fork_worker
+      bind "tcp://127.0.0.1:#{app.port}"
+      #{hook}
+    RUBY
+    signal = ServerApp.recipe_signal(name)
+    expect(signal).not_to eq("URG")
+    master = app.start("puma", "-C", "config/puma.rb", "config.ru")
+    workers = app.booted(2)
+    expect(app.get).to match(%r{\AHTTP/1\.1 200})
+    expect_dump_of(app, workers.first)
+    # the recipe's signal found no handler: no warning in the server's log
+    expect(app.log).not_to include("already had")
+    # URG was Puma's (the master's fork_worker trap, inherited): the second installation named it
+    # (worker 0 writes it just after its booted mark; the workers Puma forks from worker 0 inherit its
+    # handlers, and installing again there returns the one in place, silently)
+    lines = []
+    600.times do
+      lines = File.exist?(urg_log) ? File.readlines(urg_log) : []
+      break unless lines.empty?
+
+      sleep 0.05
+    end
+    expect(lines).not_to be_empty
+    expect(lines).to all(match(%r{\Aptmalloc_dump: SIGURG already had a Ruby handler \(a Proc at \S+/puma/cluster\.rb:\d+\) }))
+    # the recipe's signal sent to the master by mistake: no refork, no restart, the same workers
+    before = app.log.size
+    Process.kill(signal, master)
+    sleep 2
+    expect(Process.kill(0, master)).to eq(1)
+    expect(workers.map { |w| Process.kill(0, w) }).to eq([1, 1])
+    expect(app.log[before..]).not_to match(/phase: [1-9]|phased|restart/i)
+    expect(app.get).to match(%r{\AHTTP/1\.1 200})
+  end
+
   it "#{NEWEST_PUMA} under ptmalloc-dump --track (README's command): a worker's dump says where its memory was " \
      "allocated, in the master before the fork and in the worker" do
     name = NEWEST_PUMA

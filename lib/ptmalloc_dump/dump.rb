@@ -270,8 +270,10 @@ module PtmallocDump
     # under ptmalloc-dump --track), :dump_scratch (the in-process dump's own scratch mappings, which
     # exist only while it runs: the walk's records, the Ruby pass's tables, its buffers; 0 in a fork
     # snapshot, whose mappings are its parent's, and from outside); :total (their sum), :vm_rss (the
-    # kernel's VmRSS read
-    # with the mappings) and :files ([{ path:, bytes: }], file-backed bytes by path, largest first).
+    # kernel's VmRSS read with the mappings), :files ([{ path:, bytes: }], file-backed bytes by path,
+    # largest first) and :error: nil when smaps and VmRSS agreed, or bytes (the figures are then
+    # approximate by that much: the process's memory moved while its smaps was read, three times, see
+    # {#mappings_info}).
     #
     # @return [Hash{Symbol=>Object}, nil] nil for a dump without mappings (written before they were
     #   recorded)
@@ -279,7 +281,8 @@ module PtmallocDump
       return @rss if defined?(@rss)
 
       @rss = _rss&.then do |r|
-        r.merge(files: r[:files].sort_by { |f| [-f[:bytes], f[:path]] }.map(&:freeze).freeze).freeze
+        error = mappings_info&.dig(:approximate) ? mappings_info[:error] : nil
+        r.merge(files: r[:files].sort_by { |f| [-f[:bytes], f[:path]] }.map(&:freeze).freeze, error: error).freeze
       end
     end
 
@@ -293,8 +296,10 @@ module PtmallocDump
     end
 
     # @return [Hash, nil] :vm_rss, :rss_anon, :rss_file, :rss_shmem (/proc/PID/status, read right after
-    #   smaps, which is read again while they change across it), :read_ns (reading both) and
-    #   :from_parent (a fork snapshot's: its parent's)
+    #   smaps, which is read again, up to three times in all, while VmRSS moves across it or smaps' Rss
+    #   sum disagrees with it by more than 64 KiB or 0.1% of VmRSS), :read_ns (reading both),
+    #   :from_parent (a fork snapshot's: its parent's), :error (bytes: the kept read's disagreement) and
+    #   :approximate (true when that is above the tolerance: the RSS figures are then ± :error)
     def mappings_info
       @mappings_info ||= _mappings_head&.freeze
     end

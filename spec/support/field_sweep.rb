@@ -71,7 +71,7 @@ module FieldSweep
   }.freeze
   # Sections whose records follow a fixed head: the head's layout (swept as one record).
   HEADS = {
-    18 => ["mappings_head", fields(%w[vm_rss rss_anon rss_file rss_shmem read_ns paths_len], %w[flags reserved])]
+    18 => ["mappings_head", fields(%w[vm_rss rss_anon rss_file rss_shmem read_ns paths_len], %w[flags error_kib])]
   }.freeze
   SIZES = { "Q" => 8, "L" => 4, "S" => 2, "C" => 1 }.freeze
 

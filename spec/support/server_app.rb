@@ -41,6 +41,11 @@ class ServerApp
     DOCS.map { |f| File.read(f) }.join("\n")
   end
 
+  # The signal the recipe `name` installs its handler for.
+  def self.recipe_signal(name)
+    recipe(name, "")[/install_signal_handler\("(\w+)"/, 1] || raise("README's recipe #{name} names no signal")
+  end
+
   def self.free_port
     s = TCPServer.new("127.0.0.1", 0)
     s.addr[1]
@@ -52,6 +57,7 @@ class ServerApp
   # @param gems [Array<String>] Gemfile lines
   def initialize(name, gems)
     @name = name
+    @signal = self.class.recipe_signal(name)
     @dir = Dir.mktmpdir("ptmd-#{name}")
     @dumps = File.join(@dir, "dumps")
     Dir.mkdir(@dumps)
@@ -125,8 +131,9 @@ class ServerApp
     %(File.write(File.join(#{File.join(@dir, 'booted').inspect}.tap { |d| Dir.mkdir(d) rescue nil }, Process.pid.to_s), ""))
   end
 
-  # Sends `signal` to pid and waits for a dump of that pid to appear (renamed into place complete).
-  def dump_of(pid, signal: "URG", timeout: 60)
+  # Sends `signal` (the recipe's by default) to pid and waits for a dump of that pid to appear
+  # (renamed into place complete).
+  def dump_of(pid, signal: @signal, timeout: 60)
     before = Dir.children(@dumps)
     Process.kill(signal, pid)
     deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout

@@ -431,7 +431,8 @@ VALUE ptmd_rb_mappings(const ptmd_view *v)
     return ary;
 }
 
-/* The mappings head's figures: { vm_rss:, rss_anon:, rss_file:, rss_shmem:, read_ns:, from_parent: } */
+/* The mappings head's figures: { vm_rss:, rss_anon:, rss_file:, rss_shmem:, read_ns:, from_parent:,
+ * approximate:, error: } */
 VALUE ptmd_rb_mappings_head(const ptmd_view *v)
 {
     const ptmd_mappings_head *m = v->mappings_head;
@@ -444,6 +445,8 @@ VALUE ptmd_rb_mappings_head(const ptmd_view *v)
     PTMD_SET(h, "rss_shmem", PTMD_U64(m->rss_shmem));
     PTMD_SET(h, "read_ns", PTMD_U64(m->read_ns));
     PTMD_SET(h, "from_parent", PTMD_BOOL(m->flags & PTMD_MAPF_PARENT));
+    PTMD_SET(h, "approximate", PTMD_BOOL(m->flags & PTMD_MAPF_APPROX));
+    PTMD_SET(h, "error", PTMD_U64((uint64_t)m->error_kib * 1024));
     return h;
 }
 

@@ -687,6 +687,7 @@ enum { PTMD_MP_READ = 1, PTMD_MP_WRITE = 2, PTMD_MP_EXEC = 4, PTMD_MP_SHARED = 8
 
 /* ptmd_mappings_head.flags */
 #define PTMD_MAPF_PARENT (1u << 0) /* the parent's, read by a snapshot child as its first act */
+#define PTMD_MAPF_APPROX (1u << 1) /* smaps and VmRSS still disagreed after the last read: error_kib */
 
 typedef struct {
     uint64_t vm_rss;                        /* /proc/PID/status VmRSS, read right after smaps */
@@ -694,7 +695,8 @@ typedef struct {
     uint64_t read_ns;                       /* reading smaps and status */
     uint64_t paths_len;                     /* bytes of paths after the records */
     uint32_t flags;                         /* PTMD_MAPF_* */
-    uint32_t reserved;
+    uint32_t error_kib;                     /* the kept read's disagreement: the larger of VmRSS's change across it and
+                         * smaps' Rss sum against VmRSS after it, KiB (0 in dumps written before) */
 } ptmd_mappings_head;
 
 typedef struct {

@@ -264,16 +264,25 @@ module PtmallocDump
         [label, rss[k].to_i, color] unless k == :allocation_tracking && !@dump.malloc_sites?
       end
       vm = rss[:vm_rss] ? " (the kernel's VmRSS at the dump: #{human_bytes(rss[:vm_rss])})" : ""
+      error = rss[:error] ? " ± #{human_bytes(rss[:error])}" : ""
       unknown = if @dump.ruby then ""
                 else
                   "<p class=\"sub\">Ruby's object pages are not recorded in a dump without Ruby objects: they count " \
                     "as other anonymous memory.</p>"
                 end
       <<~HTML
-        <p class="lead" id="rss">RSS <b>#{h(human_bytes(rss[:total]))}</b>#{h(vm)}:</p>
-        #{bar(parts)}
+        <p class="lead" id="rss">RSS <b>#{h(human_bytes(rss[:total]))}#{h(error)}</b>#{h(vm)}:</p>
+        #{approximate_note(rss)}#{bar(parts)}
         #{unknown}
       HTML
+    end
+
+    # Why the RSS carries a "±": the process's memory moved while its smaps was read
+    def approximate_note(rss)
+      return "" unless rss[:error]
+
+      "<p class=\"sub\">Approximate: the process's memory moved while its smaps was read (three reads), by up to " \
+        "#{h(human_bytes(rss[:error]))}.</p>\n"
     end
 
     def malloc_parts

@@ -117,13 +117,22 @@ module PtmallocDump
       other_anonymous: "other anonymous", allocation_tracking: "tracker tables", dump_scratch: "dump scratch"
     }.freeze
 
+    # " ± 17.2 MiB" when the RSS figures are approximate, else ""
+    def plus_minus(rss)
+      rss[:error] ? " ± #{human_bytes(rss[:error])}" : ""
+    end
+
     # The RSS by part, where the dump accounts it (dumps with a mappings section).
     def rss_lines
       rss = @s[:rss]
       return [row("rss", "not accounted: this dump has no mappings section"), ""] unless rss
 
       vm = rss[:vm_rss] ? ", VmRSS #{human_bytes(rss[:vm_rss])} (#{rss[:vm_rss]} B)" : ""
-      lines = [row("rss", "#{human_bytes(rss[:total])} (#{rss[:total]} B)#{vm}")]
+      lines = [row("rss", "#{human_bytes(rss[:total])}#{plus_minus(rss)} (#{rss[:total]} B)#{vm}")]
+      if rss[:error]
+        lines << "  approximate: the process's memory moved while its smaps was read (three reads), by up to " \
+                 "#{human_bytes(rss[:error])}"
+      end
       RSS_LABELS.each do |k, label|
         next if k == :allocation_tracking && !@dump.malloc_sites?
 
