@@ -99,6 +99,11 @@ static const field roots_fields[] = { F(ptmd_root_rec, start),
                                       F(ptmd_root_rec, tid),
                                       { offsetof(ptmd_root_rec, name) + PTMD_ROOT_NAME_MAX - 1, 1 } };
 static const field root_refs_fields[] = { F(ptmd_root_ref, where), F(ptmd_root_ref, root), F(ptmd_root_ref, chunk) };
+static const field inner_refs_fields[] = { F(ptmd_ref, from), F(ptmd_ref, to) };
+static const field root_inner_refs_fields[] = { F(ptmd_root_ref, where), F(ptmd_root_ref, root),
+                                                F(ptmd_root_ref, chunk) };
+static const field scratch_fields[] = { F(ptmd_scratch_rec, start), F(ptmd_scratch_rec, length),
+                                        F(ptmd_scratch_rec, resident) };
 static const field ruby_code_fields[] = {
     F(ptmd_ruby_code, address), F(ptmd_ruby_code, module), F(ptmd_ruby_code, method),
     F(ptmd_ruby_code, path),    F(ptmd_ruby_code, line),   F(ptmd_ruby_code, kind),

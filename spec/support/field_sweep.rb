@@ -67,7 +67,10 @@ module FieldSweep
     53 => ["native_sample", fields(%w[address size], %w[stack reserved])],
     54 => ["native_stack", fields([], %w[first_pc n_pcs first_frame n_frames])],
     55 => ["native_pc", [%w[pc Q]]],
-    56 => ["native_frame", fields([], %w[path label owner line])]
+    56 => ["native_frame", fields([], %w[path label owner line])],
+    58 => ["inner_ref", [%w[from L], %w[to L]]],
+    59 => ["root_inner_ref", fields(%w[where], %w[root chunk])],
+    60 => ["scratch", fields(%w[start length resident])]
   }.freeze
   # Sections whose records follow a fixed head: the head's layout (swept as one record).
   HEADS = {
