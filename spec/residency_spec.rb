@@ -164,7 +164,7 @@ RSpec.describe "sharing in a fork snapshot" do
     text, err, status = visualize.call("--summary", path)
     expect(status).to be_success, err
     expect(text).to include("(#{PtmallocDump::FormatHelpers.human_bytes(summary[:shared_bytes])} still shared " \
-                            "with a parent)")
+                            "with another process)")
     # what else the process shares (pages of the interpreter it has not written since the exec) is
     # little beside the planted megabytes, which are all its own
     expect(summary[:shared_bytes]).to be < kernel.size * dump.header[:page_size] / 4
@@ -214,6 +214,6 @@ RSpec.describe "sharing in a fork snapshot" do
     expect(explorer_shared_bytes(dump)).to eq(summary[:shared_bytes])
     expect(summary[:sharing_unknown_bytes]).to eq(0)
     explained = PtmallocDump::Explanation.new(dump, kernel.keys.find { |p| !written.include?(p) }).to_s
-    expect(explained.lines.grep(/^\s*page\b/).first).to match(/present, shared with a parent/)
+    expect(explained.lines.grep(/^\s*page\b/).first).to match(/present, shared with another process/)
   end
 end

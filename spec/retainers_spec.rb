@@ -207,6 +207,8 @@ RSpec.describe "who keeps memory alive" do
       add.call(200, 1200)
       PtmallocDump.dump(#{File.join(dir, 'b.dump').dump}, graph: true)
       grown = Growing::STORE.values.last(1000).sum { |v| ObjectSpace.memsize_of(v) - 40 }
+      require "fiddle"
+      puts Fiddle::Pointer[Growing::STORE["k1199"]].to_i # the value's malloc'd bytes
       puts grown
     RUBY
     out, err, status = run_ruby(code)
@@ -229,6 +231,12 @@ RSpec.describe "who keeps memory alive" do
                                        File.join(dir, "b.dump"))
     expect(status).to be_success, err
     expect(text).to match(/^\S+ \S+ retained by Growing::STORE \(Hash, 2,[34]\d\d objects\)$/)
+    # --explain of a value's bytes: who keeps them alive, the path from the root to the value
+    buffer = Integer(out.lines[-2])
+    text, err, status = Open3.capture3(RbConfig.ruby, "-I", SpecHelpers::LIB, SpecHelpers::VISUALIZE, "--explain",
+                                       buffer.to_s, File.join(dir, "b.dump"))
+    expect(status).to be_success, err
+    expect(text).to match(/^kept alive by +.*STORE \(Hash\) > \["k1199"\] \(String\)$/)
 
     _o, err, status = Open3.capture3(RbConfig.ruby, "-I", SpecHelpers::LIB, SpecHelpers::VISUALIZE, "--diff",
                                      File.join(dir, "a.dump"), File.join(dir, "b.dump"), File.join(dir, "diff"))

@@ -56,6 +56,18 @@ module PtmallocDump
       steps && describe_path(steps)
     end
 
+    # Who keeps an object alive, as `--explain` says it: the steps of {#path_to_root}, each named.
+    #
+    # @param address [Integer] an object's address
+    # @return [String, nil] "(vm) > Object (Class) > Cache (Module) > STORE (Hash) > [\"k\"] (String)";
+    #   nil when no root reaches the object
+    # @raise [NoGraphError] when the dump has no object graph
+    # @raise [ArgumentError] when no recorded object has that address
+    def path_to_root_text(address)
+      steps = raw_path(object_index(address))
+      steps && path_text(describe_path(steps)).join(" > ")
+    end
+
     # What an object retains.
     #
     # @param address [Integer] an object's address

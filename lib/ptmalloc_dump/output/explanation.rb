@@ -17,8 +17,10 @@ module PtmallocDump
       @address = address
     end
 
-    # @return [Hash] :address, :heap, :chunk, :owner, :holder, :code, :allocated (the owner's allocation site),
-    #   :page, :ruby_slot, :references (each nil when it does not apply). The holder is
+    # @return [Hash] :address, :heap, :chunk, :owner, :holder, :kept_alive_by (the path from a root to
+    #   the Ruby object that owns the chunk, or to the object at the address, where the dump has the
+    #   object graph; else why not), :code, :allocated (the owner's allocation site), :page, :ruby_slot,
+    #   :references (each nil when it does not apply). The holder is
     #   {Dump#owner_kind_of}'s, the references (:points_at, and :pointed_at_by, :integers, :roots,
     #   :objects, :interior, :interior_roots) {Dump#referrers}'s, so the three always agree.
     def to_h
@@ -31,6 +33,7 @@ module PtmallocDump
           chunk: chunk && chunk_h(chunk),
           owner: chunk && owner_h(chunk),
           holder: chunk && holder(chunk),
+          kept_alive_by: kept_alive_by(chunk),
           code: chunk && code_h(chunk),
           allocated: allocated_h(chunk),
           page: heap && page_h(heap),
@@ -51,6 +54,7 @@ module PtmallocDump
       if (s = e[:ruby_slot])
         lines << "#{e[:address]} is in a Ruby object page (#{s[:page]}), slot #{s[:slot]}: " \
                  "#{s[:object] || 'a free slot'}"
+        lines << row("kept alive by", e[:kept_alive_by]) if e[:kept_alive_by] && !e[:chunk]
         lines << row("heap", "the page is a malloc chunk in #{heap}") if heap
       elsif heap
         lines << "#{e[:address]} is in #{heap}"
@@ -64,6 +68,7 @@ module PtmallocDump
         lines << row("bin", c[:bin]) if c[:bin]
         lines << row("owner", e[:owner][:text])
         lines << row("holder", e[:holder]) if e[:holder]
+        lines << row("kept alive by", e[:kept_alive_by]) if e[:kept_alive_by]
         lines << row("code", e[:code][:text]) if e[:code]
         if (a = e[:allocated])
           lines << row("allocated", "#{SiteLines.where(a)}#{a[:object] ? " (its owner, #{a[:object]})" : ''}")
@@ -78,7 +83,7 @@ module PtmallocDump
         lines << row("chunk", "none: the walk did not reach this address")
       end
       if e[:page]
-        sharing = { shared: ", shared with a parent", unknown: ", sharing unknown" }.fetch(e[:page][:sharing], "")
+        sharing = { shared: ", shared with another process", unknown: ", sharing unknown" }.fetch(e[:page][:sharing], "")
         lines << row("page", "#{e[:page][:address]}: #{e[:page][:residency]}#{sharing}")
       end
       if (r = e[:references])
@@ -198,6 +203,17 @@ module PtmallocDump
       end
     end
 
+    # The path from a root to the Ruby object that owns the chunk (or to the object at the address):
+    # who keeps it alive. Nil where no Ruby object is concerned.
+    def kept_alive_by(chunk)
+      ruby = @dump.ruby
+      object = ruby && (chunk ? ruby.owner_of(chunk) : ruby.object_at(@address))
+      return nil unless object
+      return "not known: the dump has no object graph (#{@dump.no_graph_reason})" unless @dump.graph?
+
+      @dump.path_to_root_text(object.address) || "nothing: no root reaches it (garbage awaiting the sweep)"
+    end
+
     # Where the chunk's owner (or the Ruby object at the address) was allocated, when the dump has
     # allocation sites and traced it.
     def allocated_h(chunk)
@@ -237,7 +253,8 @@ module PtmallocDump
 
       slot = (@address - page.start) / page.stride
       object = ruby.object_at(page.start + slot * page.stride)
-      { page: "#{hex(page.start)}-#{hex(page.end)}", slot: slot, object: object&.inspect }
+      { page: "#{hex(page.start)}-#{hex(page.end)}", slot: slot,
+        object: object && "#{object.type} #{object.class_name} at #{hex(object.address)}#{object.old ? ', old' : ''}" }
     end
 
     # What the chunk points at (the pointer graph's edges out of it), and everything that holds its

@@ -72,10 +72,10 @@ module PtmallocDump
     end
 
     def sharing_text(sum)
-      shared = "#{human_bytes(sum[:shared_bytes])} still shared with a parent"
+      shared = "#{human_bytes(sum[:shared_bytes])} still shared with another process"
       unknown = sum[:sharing_unknown_bytes]
       return shared if unknown.zero?
-      return "whether shared with a parent is not known" if unknown == sum[:resident_bytes]
+      return "whether shared with another process is not known" if unknown == sum[:resident_bytes]
 
       "#{shared}, #{human_bytes(unknown)} not known"
     end

@@ -274,7 +274,7 @@
       classes[c] = (classes[c] || 0) + 1;
     }
     const n = p1 - p0 + 1;
-    const sharing = [shared ? shared + " shared with a parent" : "", unknown ? unknown + " of unknown sharing" : ""].filter((t) => t);
+    const sharing = [shared ? shared + " shared with another process" : "", unknown ? unknown + " of unknown sharing" : ""].filter((t) => t);
     return n + " page(s): " + res + " resident" + (sharing.length ? " (" + sharing.join(", ") + ")" : "") + ", " +
       swapped + " swapped, " + absent + " not resident; " +
       Object.entries(classes).map(([c, k]) => k + " " + c.replace("_", " ")).join(", ");
@@ -426,7 +426,7 @@
       items = D.categories.slice(1).map((c, k) => sw(p.owners[k + 1], c.replace("_", " "))).concat([sw(p.owners[0], "free (bins, caches, top)"), sw(p.states.meta, "allocator metadata")]);
       if (D.kind8) items.push(sw("#e7298a", "leaked"));
     } else if (st.mode === "residency") {
-      items = [sw("#3b73b9", "resident (not shared, or not known to be)"), sw("#9e7bc4", "resident, shared with a parent"), sw("#8c564b", "swapped"), sw("#e6e6e6", "not resident")];
+      items = [sw("#3b73b9", "resident (not shared, or not known to be)"), sw("#9e7bc4", "resident, shared with another process"), sw("#8c564b", "swapped"), sw("#e6e6e6", "not resident")];
     } else if (st.mode === "change") {
       items = D.changeNames.map((c, k) => sw(p.diff[k], c.replace(/_/g, " ")));
     } else if (st.mode === "pages") {
