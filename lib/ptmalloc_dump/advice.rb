@@ -20,7 +20,7 @@ module PtmallocDump
     # runs measured 0.04 of the in-turn estimate for 3 and 5 threads, 0.055 for 6, 0.05 to 0.09 for 8).
     ARENA_CONCURRENT_BASE = 0.02
     ARENA_CONCURRENT_PER_ARENA = 0.0065
-    ARENA_CONCURRENT_RANGE = (0.65..1.5).freeze
+    ARENA_CONCURRENT_RANGE = (0.55..1.5).freeze
     TRIM_RANGE = (0.8..1.2).freeze
     TRIM_THRESHOLD_RANGE = (0.9..1.1).freeze
     # glibc's DEFAULT_TRIM_THRESHOLD and DEFAULT_MMAP_THRESHOLD (malloc/malloc.c), the least
