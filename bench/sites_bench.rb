@@ -18,6 +18,7 @@ module SitesBench
   WORKLOAD = <<~'RUBY'
     require "ptmalloc_dump"
     require "json"
+    require "tmpdir"
     module Shop
       class Item
         def initialize(i) = (@name = "item-#{i}"; @tags = %w[a b c].map { |t| "#{t}#{i % 7}" }; @price = i * 3)

@@ -57,13 +57,17 @@ class ServerApp
   # @param gems [Array<String>] Gemfile lines
   def initialize(name, gems)
     @name = name
-    @signal = self.class.recipe_signal(name)
     @dir = Dir.mktmpdir("ptmd-#{name}")
     @dumps = File.join(@dir, "dumps")
     Dir.mkdir(@dumps)
     @port = self.class.free_port
     @gems = gems
     @pids = []
+  end
+
+  # The signal of the recipe this app is named after (an app that is no recipe's has none).
+  def recipe_signal
+    @recipe_signal ||= self.class.recipe_signal(@name)
   end
 
   def env
@@ -133,7 +137,7 @@ class ServerApp
 
   # Sends `signal` (the recipe's by default) to pid and waits for a dump of that pid to appear
   # (renamed into place complete).
-  def dump_of(pid, signal: @signal, timeout: 60)
+  def dump_of(pid, signal: recipe_signal, timeout: 60)
     before = Dir.children(@dumps)
     Process.kill(signal, pid)
     deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
