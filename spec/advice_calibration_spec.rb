@@ -152,7 +152,9 @@ RSpec.describe "advice that holds: MALLOC_ARENA_MAX, threads allocating at once"
                   rss_gain / 1_048_576.0, rss_gain.fdiv(arena.gain))
       expect(heap_gain).to be_between(arena.low, arena.high)
       expect(rss_gain).to be_between(arena.low, arena.high)
-      expect(arena.high).to be <= 3 * arena.low # narrow enough to act on
+      # from nothing (threads whose allocations interleave closely) to half as much again as the estimate
+      expect(arena.low).to eq(0)
+      expect(arena.high).to be <= 1.5 * arena.gain + 1
     end
   end
 end

@@ -215,7 +215,7 @@ module PtmallocDump
     def module_growth
       a = @old.ruby.code_owners&.fetch(:by_module) || {}
       b = @new.ruby.code_owners&.fetch(:by_module) || {}
-      (a.keys | b.keys).grep_v(RubyHeap::OWN_MODULE).to_h do |k|
+      (a.keys | b.keys).reject { |k| RubyHeap.own_module?(k) }.to_h do |k|
         [k, b.dig(k, :bytes).to_i - a.dig(k, :bytes).to_i]
       end.sort_by { |_, v| -v }.to_h
     end

@@ -71,6 +71,12 @@ module PtmallocDump
     # user reads leave out: the process's own code, not the tool's.
     OWN_MODULE = /\A(?:#<Class:)?PtmallocDump(?:::|>|\z)/.freeze
 
+    # @param name [String] a module's name as a dump records it (its bytes may be in any encoding)
+    # @return [Boolean] whether it is this gem's own module
+    def self.own_module?(name)
+      OWN_MODULE.match?(name.to_s.b)
+    end
+
     def code_owners_reason
       return nil if code_owners
 
@@ -233,7 +239,7 @@ module PtmallocDump
     private
 
     def own?(name)
-      OWN_MODULE.match?(name.to_s)
+      RubyHeap.own_module?(name)
     end
 
     def users_modules

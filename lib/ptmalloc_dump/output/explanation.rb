@@ -83,7 +83,8 @@ module PtmallocDump
         lines << row("chunk", "none: the walk did not reach this address")
       end
       if e[:page]
-        sharing = { shared: ", shared with another process", unknown: ", sharing unknown" }.fetch(e[:page][:sharing], "")
+        sharing = { shared: ", shared with another process", unknown: ", sharing unknown" }
+                  .fetch(e[:page][:sharing], "")
         lines << row("page", "#{e[:page][:address]}: #{e[:page][:residency]}#{sharing}")
       end
       if (r = e[:references])

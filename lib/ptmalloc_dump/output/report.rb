@@ -403,7 +403,8 @@ module PtmallocDump
                    end
       <<~HTML
         <h3>Legend</h3>
-        <p>Page maps: #{page_cell}. A checkered cell is still shared copy-on-write with another process (a parent or a child).</p>
+        <p>Page maps: #{page_cell}. A checkered cell is still shared copy-on-write with another process (a parent
+        or a child).</p>
         <div class="legend">#{pages.join("\n")}</div>
         <p>Byte maps: #{byte_pixel}; neighbouring chunks of one state alternate two shades; #{PALE_PIXELS}</p>
         <div class="legend">#{states.join("\n")}</div>
