@@ -21,6 +21,11 @@ Gem::Specification.new do |spec|
   spec.bindir = "exe"
   spec.executables = %w[ptmalloc-dump ptmalloc-visualize]
   spec.require_paths = ["lib"]
-  spec.extensions = ["ext/ptmalloc_dump/extconf.rb"]
+  spec.extensions = ["ext/ptmalloc_dump/extconf.rb", "ext/ptmalloc_dump_track/extconf.rb"]
+  spec.homepage = "https://rubygems.org/gems/ptmalloc_dump"
+  spec.metadata["documentation_uri"] = "https://rubydoc.info/gems/ptmalloc_dump"
   spec.metadata["rubygems_mfa_required"] = "true"
+  # what the extension links at run time, besides Ruby and glibc
+  spec.requirements << "libpng (libpng16-16 on Debian and Ubuntu, libpng on Fedora and RHEL)"
+  spec.requirements << "zlib (zlib1g on Debian and Ubuntu), through libpng"
 end

@@ -5,6 +5,7 @@
 # references and roots (on by default) against references: false.
 require "benchmark"
 require "fileutils"
+require "open3"
 require "tmpdir"
 require "ptmalloc_dump"
 
@@ -21,6 +22,38 @@ module RubyBench
       dump = PtmallocDump.load(path)
       Benchmark.realtime { dump.ruby.summary }
     end.min
+  end
+
+  # The object graph (graph: true): its capture as a share of the in-process pause, the fork
+  # snapshot's pause with and without it (the graph is taken in the child), the file's bytes per
+  # object, and the dominator tree at load (time and the process's peak RSS growth, in a child).
+  def graph_figures(dir, t_default, default_path)
+    graph = File.join(dir, "graph.dump")
+    t_graph = Array.new(3) { Benchmark.realtime { PtmallocDump.dump(graph, graph: true) } }.min
+    d = PtmallocDump.load(graph)
+    capture = d.graph_meta[:graph_ns] / 1e9
+    n = d.ruby.meta[:object_count]
+    puts format("%-44s %10s vs %s default: the graph's capture %s, %.0f%% of the pause (%d references)",
+                "in-process dump with graph: true", ms(t_graph), ms(t_default), ms(capture), 100 * capture / t_graph,
+                d.graph_meta[:edges])
+    pauses = [false, true].to_h do |g|
+      [g, Array.new(3) do
+        PtmallocDump.dump(graph, fork: true, wait: true, graph: g)
+        PtmallocDump.load(graph).header[:snapshot][:pause_ns]
+      end.min / 1e9]
+    end
+    puts format("%-44s %10s with, %s without", "fork snapshot pause, graph in the child", ms(pauses[true]), ms(pauses[false]))
+    extra = File.size(graph) - File.size(default_path)
+    puts format("%-44s %10s  (%.1f bytes per object)", "file bytes the graph adds",
+                PtmallocDump::FormatHelpers.human_bytes(extra), extra.to_f / n)
+    script = "d = PtmallocDump.load(#{graph.dump}); d.ruby.summary; base = File.read('/proc/self/status')[/VmHWM:\\s+(\\d+)/, 1].to_i; " \
+             "t = Process.clock_gettime(Process::CLOCK_MONOTONIC); d.retainers; " \
+             "t = Process.clock_gettime(Process::CLOCK_MONOTONIC) - t; " \
+             "puts [t, File.read('/proc/self/status')[/VmHWM:\\s+(\\d+)/, 1].to_i - base].join(' ')"
+    out, = Open3.capture2(RbConfig.ruby, "-I", File.expand_path("../lib", __dir__), "-rptmalloc_dump", "-e", script)
+    t_dom, kib = out.split.map(&:to_f)
+    puts format("%-44s %10s  (peak RSS +%.0f MiB, %d objects)", "dominator tree and holders at load", ms(t_dom),
+                kib / 1024, n)
   end
 
   def run(objects: Integer(ENV.fetch("BENCH_OBJECTS", 1_000_000)))
@@ -60,6 +93,7 @@ module RubyBench
                 refs_dump.owners.slice(:ruby, :anchored, :leaked).map { |k, v| "#{k} #{v[:count]}" }.join(", "))
     puts format("%-44s %10s / %s", "file size with Ruby data / references", PtmallocDump::FormatHelpers.human_bytes(File.size(ruby)),
                 PtmallocDump::FormatHelpers.human_bytes(File.size(refs)))
+    graph_figures(dir, t_refs, refs)
     keep.size
   ensure
     FileUtils.rm_rf(dir) if dir

@@ -16,6 +16,7 @@
 #include "analysis/analysis.h"
 #include "analysis/attribution.h"
 #include "analysis/owners.h"
+#include "analysis/retention.h"
 #include "analysis/code_owners.h"
 #include "analysis/diff.h"
 #include "analysis/explorer.h"
@@ -98,6 +99,11 @@ static const field roots_fields[] = { F(ptmd_root_rec, start),
                                       F(ptmd_root_rec, tid),
                                       { offsetof(ptmd_root_rec, name) + PTMD_ROOT_NAME_MAX - 1, 1 } };
 static const field root_refs_fields[] = { F(ptmd_root_ref, where), F(ptmd_root_ref, root), F(ptmd_root_ref, chunk) };
+static const field inner_refs_fields[] = { F(ptmd_ref, from), F(ptmd_ref, to) };
+static const field root_inner_refs_fields[] = { F(ptmd_root_ref, where), F(ptmd_root_ref, root),
+                                                F(ptmd_root_ref, chunk) };
+static const field scratch_fields[] = { F(ptmd_scratch_rec, start), F(ptmd_scratch_rec, length),
+                                        F(ptmd_scratch_rec, resident) };
 static const field ruby_code_fields[] = {
     F(ptmd_ruby_code, address), F(ptmd_ruby_code, module), F(ptmd_ruby_code, method),
     F(ptmd_ruby_code, path),    F(ptmd_ruby_code, line),   F(ptmd_ruby_code, kind),
@@ -108,6 +114,35 @@ static const field tcache_entries_fields[] = {
     F(ptmd_tcache_entry, bin),
     F(ptmd_tcache_entry, position),
 };
+static const field ruby_graph_fields[] = { F(ptmd_ruby_graph_rec, dropped_edges), F(ptmd_ruby_graph_rec, named_limit),
+                                           F(ptmd_ruby_graph_rec, flags), F(ptmd_ruby_graph_rec, reserved) };
+static const field ruby_roots_fields[] = { F(ptmd_ruby_root, object), F(ptmd_ruby_root, category),
+                                           F(ptmd_ruby_root, name), F(ptmd_ruby_root, flags) };
+static const field ruby_edge_names_fields[] = { F(ptmd_ruby_edge_name, edge), F(ptmd_ruby_edge_name, kind),
+                                                F(ptmd_ruby_edge_name, detail), F(ptmd_ruby_edge_name, reserved) };
+static const field ruby_edge_counts_fields[] = { { 0, 4 } }, ruby_edges_fields[] = { { 0, 4 } };
+static const field alloc_trace_fields[] = { F(ptmd_alloc_trace_rec, every),      F(ptmd_alloc_trace_rec, seen),
+                                            F(ptmd_alloc_trace_rec, sampled),    F(ptmd_alloc_trace_rec, dropped),
+                                            F(ptmd_alloc_trace_rec, max_frames), F(ptmd_alloc_trace_rec, reserved) };
+static const field ruby_stacks_fields[] = { F(ptmd_ruby_stack, first), F(ptmd_ruby_stack, n_frames) };
+static const field ruby_frames_fields[] = { F(ptmd_ruby_frame, path), F(ptmd_ruby_frame, label),
+                                            F(ptmd_ruby_frame, owner), F(ptmd_ruby_frame, line) };
+static const field ruby_traced_fields[] = { F(ptmd_ruby_traced, address), F(ptmd_ruby_traced, stack),
+                                            F(ptmd_ruby_traced, reserved) };
+static const field native_track_fields[] = { F(ptmd_native_track_rec, mean_bytes),
+                                             F(ptmd_native_track_rec, sampled),
+                                             F(ptmd_native_track_rec, freed),
+                                             F(ptmd_native_track_rec, dropped),
+                                             F(ptmd_native_track_rec, flags),
+                                             F(ptmd_native_track_rec, n_regions),
+                                             F(ptmd_native_track_rec, reserved),
+                                             { offsetof(ptmd_native_track_rec, regions) + 16, 8 },
+                                             { offsetof(ptmd_native_track_rec, regions) + 8, 8 } };
+static const field native_samples_fields[] = { F(ptmd_native_sample, address), F(ptmd_native_sample, size),
+                                               F(ptmd_native_sample, stack), F(ptmd_native_sample, reserved) };
+static const field native_stacks_fields[] = { F(ptmd_native_stack, first_pc), F(ptmd_native_stack, n_pcs),
+                                              F(ptmd_native_stack, first_frame), F(ptmd_native_stack, n_frames) };
+#define native_frames_fields ruby_frames_fields
 #define WORD                                                                                                           \
     {                                                                                                                  \
         {                                                                                                              \
@@ -115,7 +150,8 @@ static const field tcache_entries_fields[] = {
         }                                                                                                              \
     }
 static const field mallinfo2_fields[] = WORD, chunk_words_fields[] = WORD, ruby_words_fields[] = WORD,
-                   trim_released_fields[] = WORD, ruby_page_rss_fields[] = WORD, pages_fields[] = { { 0, 1 } };
+                   trim_released_fields[] = WORD, ruby_page_rss_fields[] = WORD, native_pcs_fields[] = WORD,
+                   pages_fields[] = { { 0, 1 } };
 #define int_refs_fields refs_fields
 
 typedef struct {
@@ -327,6 +363,25 @@ static void code_owners(const ptmd_view *v, const ptmd_attribution *a)
     free(records);
 }
 
+/* Who keeps what alive: the dominator tree, the holders, every path and edge name */
+static void retention(const ptmd_view *v, const ptmd_attribution *a)
+{
+    ptmd_retention r;
+    uint32_t holders[32];
+    size_t i, n;
+    if (!v->ruby_graph || ptmd_retention_build(v, a, &r) != 0) return;
+    n = ptmd_retention_holders(&r, 32, holders);
+    for (i = 0; i < n; i++) {
+        uint32_t u = holders[i];
+        size_t steps = 0;
+        while (u < r.n_objects && r.parent[u] != r.n_objects && steps++ <= r.n_objects) {
+            ptmd_retention_edge_name(v, r.via[u]);
+            u = r.parent[u];
+        }
+    }
+    ptmd_retention_free(&r);
+}
+
 static void owners(const ptmd_view *v)
 {
     size_t nc = v->n_chunks ? v->n_chunks : 1, nn = v->n_ruby_names ? v->n_ruby_names : 1;
@@ -352,6 +407,7 @@ static void owners(const ptmd_view *v)
         owner_kinds(v, &a);
         explorer_owners(v, &a);
         code_owners(v, &a);
+        retention(v, &a);
     }
     free(a.owner);
     free(a.category);
@@ -374,10 +430,15 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
             uint8_t *change = calloc(v.n_pages ? v.n_pages : 1, 1);
             if (usage && change) {
                 ptmd_diff_totals dt;
+                size_t p;
                 ptmd_page_usage_fill(&v, usage);
                 figures(&v, usage);
                 ptmd_first_difference(&v, &v);
                 ptmd_diff(&v, usage, &v, usage, &dt, change);
+                /* every page against its neighbour as the page before: each rule of the page changes */
+                for (p = 0; p < v.n_pages; p++)
+                    change[p] = ptmd_page_change(p ? &usage[p - 1] : NULL, p ? v.pages[p - 1] : 0, &usage[p],
+                                                 v.pages[p], v.meta->page_size);
             }
             owners(&v);
             rss(&v);

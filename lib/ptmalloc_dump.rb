@@ -3,30 +3,13 @@
 require_relative "ptmalloc_dump/version"
 require_relative "ptmalloc_dump/errors"
 require "ptmalloc_dump/ptmalloc_dump"
-# the model: a dump and what is read from it
+
+require_relative "ptmalloc_dump/autoloads"
 require_relative "ptmalloc_dump/ruby_layer"
-require_relative "ptmalloc_dump/records"
-require_relative "ptmalloc_dump/malloc_info"
-require_relative "ptmalloc_dump/dump"
-require_relative "ptmalloc_dump/verification"
-require_relative "ptmalloc_dump/ruby_heap"
-require_relative "ptmalloc_dump/format_helpers"
-require_relative "ptmalloc_dump/advice"
-require_relative "ptmalloc_dump/diff"
-require_relative "ptmalloc_dump/fleet"
+require_relative "ptmalloc_dump/tracing"
 require_relative "ptmalloc_dump/signal_handler"
-# readings over time: cheap figures, a sampler, Prometheus text
+# the Ruby side of the readings the extension takes (the classes that read dumps load on first use)
 require_relative "ptmalloc_dump/stats"
-require_relative "ptmalloc_dump/sampler"
-require_relative "ptmalloc_dump/prometheus"
-require_relative "ptmalloc_dump/timeline"
-# the outputs: text, JSON, the HTML report and the comparison page
-require_relative "ptmalloc_dump/output/text_summary"
-require_relative "ptmalloc_dump/output/json_summary"
-require_relative "ptmalloc_dump/output/geometry"
-require_relative "ptmalloc_dump/output/report"
-require_relative "ptmalloc_dump/output/comparison_report"
-require_relative "ptmalloc_dump/output/timeline_report"
 
 # Looks inside glibc's malloc (ptmalloc2) heap of the running Ruby process: every arena, heap and
 # chunk, classified and reconciled with glibc's own counters, written to one file.
@@ -73,6 +56,11 @@ module PtmallocDump
     #   already garbage are not recorded; it costs a full mark, and runs before the dump's window
     #   opens (it allocates as the GC does). Off by default: then objects allocated since the latest
     #   GC may be garbage awaiting collection, which {RubyHeap#summary}'s :young_bytes shows
+    # @param graph [Boolean, :auto] with ruby: also record the object graph: what each live object
+    #   references (what the GC marks from it), the roots by category, and the names of references
+    #   (instance and class variables, constants, globals, Array indices, Hash keys), for
+    #   {Dump#retainers}. :auto (default) records it in fork snapshots, where it costs the worker no
+    #   pause, and not in process
     # @return [Hash{Symbol=>Object}] the dump's summary (see {Dump#summary}, without :ruby) plus :path;
     #   with `fork: true` and no `wait`, the child's pid (reap it with Process.wait or Process.detach);
     #   should the child fail, it says why in one line on stderr as it exits
@@ -83,17 +71,18 @@ module PtmallocDump
     #   main_arena (glibc's fork would never return); an in-process dump records that damage
     # @raise [SystemCallError] when the file cannot be written (the target is left untouched)
     def dump(path, debug_dir: nil, symbols: :auto, ruby: true, references: true, oracles: :auto, fork: false,
-             wait: false, trim_check: false, gc: false)
+             wait: false, trim_check: false, gc: false, graph: :auto)
       oracles = oracles_mode(oracles)
+      graph = graph_mode(graph, fork)
       path = path.to_s
       # an absolute path is used as given: no new string is allocated before glibc's counters are taken
       path = File.expand_path(path) unless path.start_with?("/")
       mode = symbols_mode(symbols)
       raise ArgumentError, "trim_check: and fork: cannot be combined" if fork && trim_check
-      return snapshot(path, debug_dir, mode, ruby, references, oracles, wait, gc) if fork
+      return snapshot(path, debug_dir, mode, ruby, references, oracles, wait, gc, graph) if fork
 
       summary = _dump(path, debug_dir&.to_s, dump_strings(ruby), ruby && ruby_layer.available?, references, oracles,
-                      mode, trim_check, gc)
+                      mode, trim_check, gc, graph)
       summary[:path] = path
       summary
     end
@@ -198,6 +187,45 @@ module PtmallocDump
       RubyLayer.current
     end
 
+    # Compares two dumps of one process.
+    #
+    # @param old [Dump, String]
+    # @param new [Dump, String]
+    # @param force [Boolean] allow dumps of different processes
+    # @return [Diff]
+    def diff(old, new, force: false)
+      Diff.new(old, new, force: force)
+    end
+
+    # Samples {stats} every `every` seconds into `to` (one JSON line per reading) from a background
+    # thread, until the returned sampler is stopped. A thread does not survive fork: in a forking
+    # server call this in each worker's boot hook (a second call in the same process returns the
+    # sampler already running for that path; in a forked child, it starts that sampler's thread again).
+    #
+    # @param every [Numeric] seconds between readings
+    # @param to [String] the JSON Lines file (read by `ptmalloc-visualize --timeline`)
+    # @param smaps [Boolean] as for {stats}
+    # @return [Sampler]
+    def sample(to:, every: 60, smaps: false)
+      @samplers ||= {}
+      path = File.expand_path(to.to_s)
+      sampler = @samplers[path]
+      return sampler.start if sampler && sampler.every == every
+
+      sampler&.stop
+      @samplers[path] = Sampler.new(every: every, to: path, smaps: smaps).start
+    end
+
+    # The figures of {stats} as Prometheus text exposition format, for a /metrics endpoint (README
+    # shows one, and a Yabeda collector).
+    #
+    # @param prefix [String] prepended to every metric name
+    # @param smaps [Boolean] as for {stats}
+    # @return [String]
+    def prometheus_text(prefix: "ptmalloc", smaps: false)
+      Prometheus.text(stats(smaps: smaps), prefix: prefix)
+    end
+
     # Where libc, its build-id and its symbols were found, without dumping.
     #
     # @param debug_dir [String, nil] as for {dump}
@@ -229,14 +257,25 @@ module PtmallocDump
       SYMBOLS_MODES.fetch(symbols) { raise ArgumentError, "symbols: must be one of #{SYMBOLS_MODES.keys.join(', ')}" }
     end
 
+    # graph: :auto records the object graph in a fork snapshot's child (off this process's pause) and
+    # not in an in-process dump, whose pause it would lengthen
+    def graph_mode(graph, fork)
+      case graph
+      when true, false then graph
+      when :auto then fork ? true : false
+      else raise ArgumentError, "graph: must be true, false or :auto, not #{graph.inspect}"
+      end
+    end
+
     def oracles_mode(oracles)
       ORACLES_MODES.fetch(oracles) do
         raise ArgumentError, "oracles: must be true, false or :auto, not #{oracles.inspect}"
       end
     end
 
-    def snapshot(path, debug_dir, mode, ruby, references, oracles, wait, gc)
-      pid, errors = fork_dumps([[path, mode]], debug_dir, ruby, references, oracles: oracles, report: !wait, gc: gc)
+    def snapshot(path, debug_dir, mode, ruby, references, oracles, wait, gc, graph)
+      pid, errors = fork_dumps([[path, mode]], debug_dir, ruby, references, oracles: oracles, report: !wait, gc: gc,
+                                                                            graph: graph)
       unless wait
         errors.close # the child says on stderr why it failed, if it does
         return pid
@@ -245,9 +284,10 @@ module PtmallocDump
       load(path).summary.merge(path: path, pid: pid)
     end
 
-    def fork_dumps(targets, debug_dir, ruby, references, oracles: ORACLES_MODES[:auto], report: false, gc: false)
+    def fork_dumps(targets, debug_dir, ruby, references, oracles: ORACLES_MODES[:auto], report: false, gc: false,
+                   graph: false)
       pid, fd = _dump_fork(targets, debug_dir&.to_s, dump_strings(ruby), ruby && ruby_layer.available?, references,
-                           oracles, report, gc)
+                           oracles, report, gc, graph)
       [pid, IO.new(fd, autoclose: true)]
     end
 
@@ -284,13 +324,17 @@ module PtmallocDump
 
     # Built once per value of +ruby+: a dump should allocate as little as possible before glibc's
     # counters are taken.
+    # The cache is an Array made when the gem loads ([program, strings without ruby, with ruby]):
+    # storing into it allocates nothing, where a new instance variable of this module could grow its
+    # table inside the dump's window.
     def dump_strings(ruby)
       program = $PROGRAM_NAME.to_s
-      unless @dump_strings_program.equal?(program)
-        @dump_strings_program = program
-        @dump_strings = {}
+      cache = @dump_strings
+      unless cache[0].equal?(program)
+        cache[0] = program
+        cache[1] = cache[2] = nil
       end
-      @dump_strings[ruby ? true : false] ||= begin
+      cache[ruby ? 2 : 1] ||= begin
         layer, reason = ruby_layer.status(ruby)
         ["ruby_version", RUBY_DESCRIPTION, "gem_version", VERSION, "program", program,
          "ruby_layer", layer, "ruby_layer_reason", reason, "ruby_code_reason", ruby_code_reason(layer)].freeze
@@ -298,6 +342,7 @@ module PtmallocDump
     end
   end
 
+  @dump_strings = [nil, nil, nil]
   warm_up
 end
 

@@ -30,7 +30,9 @@ RSpec.describe PtmallocDump do
     expect(v.differences).to eq([])
     mallinfo = LibcFacts.mallinfo_name
     expect(v.notes).to eq(["glibc's #{mallinfo} and malloc_info were not called (oracles: false): nothing to compare the walk with"])
-    expect(PtmallocDump::TextSummary.new(dump).to_s).to include("verify: glibc's #{mallinfo} and malloc_info were not called (oracles: false)")
+    expect(v.status).to eq(:nothing_compared)
+    expect(v).not_to be_ok
+    expect(PtmallocDump::TextSummary.new(dump).to_s).to include("verify: nothing compared: glibc's #{mallinfo} and malloc_info were not called (oracles: false)")
     report = File.read(PtmallocDump::Report.new(dump, tmpdir).write)
     expect(report).to include("Dumped with oracles: false: glibc&#39;s counters were not called")
     described_class.dump(path)

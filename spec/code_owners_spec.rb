@@ -159,7 +159,13 @@ RSpec.describe "code memory charged to the module that defines it" do
   it "records them on this Ruby, and where the layouts are not known records none and says why" do
     dump = dump_and_load(references: true)
     expect(dump.ruby.summary[:code_owners_reason]).to be_nil
-    expect(dump.ruby.summary[:by_module].keys).to include("PtmallocDump::RubyHeap")
+    expect(dump.ruby.code_owners[:by_module].keys).to include("#<Class:PtmallocDump>")
+    # the tables a user reads leave this gem's own modules out, and say how much they are
+    gem_own = /\A(#<Class:)?PtmallocDump(::|>|\z)/ # the module, what it defines, their singletons
+    expect(dump.ruby.summary[:by_module].keys.grep(gem_own)).to eq([])
+    own = dump.ruby.code_owners[:by_module].select { |name, _| gem_own.match?(name) }.sum { |_, e| e[:bytes] }
+    expect(own).to be > 0
+    expect(dump.ruby.summary[:own_code_bytes]).to eq(own)
     path = File.join(tmpdir, "unknown.dump")
     _, err, status = run_ruby("PtmallocDump.dump(#{path.dump}, references: true)",
                               env: { "PTMALLOC_DUMP_HIDE_RUBY_LAYOUTS" => "1" })

@@ -47,6 +47,210 @@ RSpec.describe "comparing dumps and advice" do
     expect(Dir[File.join(out_dir, "*-diff-*.png")]).not_to be_empty
   end
 
+  # The --diff page's verdict: its items (topic, text) in order, from the page read as XML.
+  def verdict_items(html)
+    doc = REXML::Document.new(html)
+    REXML::XPath.match(doc, "//section[@id='verdict']//li[@class='growth']").map do |li|
+      [li.attributes["data-topic"], REXML::XPath.match(li, ".//text()").map(&:value).join]
+    end
+  end
+
+  # Pages of `newer` that are resident and more than half free now and were not so in `older`, counted from
+  # each dump's own chunks and page flags.
+  def brute_new_free_resident(older, newer)
+    usage = lambda do |dump|
+      ps = dump.header[:page_size]
+      bytes = Hash.new { |hh, k| hh[k] = [0, 0] }
+      dump.each_chunk do |c|
+        next if c.state == :meta
+
+        live = %i[in_use mmapped].include?(c.state)
+        page = c.address / ps * ps
+        while page < c.end_address
+          overlap = [page + ps, c.end_address].min - [page, c.address].max
+          bytes[page][live ? 0 : 1] += overlap
+          page += ps
+        end
+      end
+      flags = {}
+      dump.pages.each do |pm|
+        pm.size.times { |i| flags[pm.page_base + i * ps] = pm.flags.getbyte(i) }
+      end
+      [bytes, flags]
+    end
+    ps = newer.header[:page_size]
+    old_bytes, old_flags = usage.call(older)
+    new_bytes, new_flags = usage.call(newer)
+    present = PtmallocDump::PageMap::PRESENT
+    new_flags.count do |page, f|
+      next false unless f.anybits?(present)
+
+      was = old_flags[page]
+      mostly_free_before = was&.anybits?(present) && 2 * old_bytes[page][1] > ps
+      2 * new_bytes[page][1] > ps && !mostly_free_before
+    end
+  end
+
+  it "leads the --diff page with leaked native memory: Fiddle.malloc blocks forgotten between two dumps" do
+    a = File.join(tmpdir, "a.dump")
+    b = File.join(tmpdir, "b.dump")
+    _o, err, status = run_ruby(<<~RUBY)
+      require "fiddle"
+      GC.start
+      PtmallocDump.dump(#{a.dump})
+      blocks = Array.new(100_000) { Fiddle.malloc(1024) }
+      blocks.each_with_index { |blk, i| Fiddle.free(blk) if i.odd? }
+      blocks = nil
+      GC.start
+      PtmallocDump.dump(#{b.dump})
+    RUBY
+    expect(status).to be_success, err
+    diff = PtmallocDump.diff(a, b)
+    leaked = diff.owners[:leaked]
+    planted = 50_000 * 1040 # malloc(1024) is a chunk of 1,040 bytes
+    expect(leaked[:bytes]).to be_within(planted / 20).of(planted)
+    expect(leaked[:count]).to be_within(2_500).of(50_000)
+    figure = PtmallocDump::FormatHelpers.signed_bytes(leaked[:bytes])
+
+    out_dir = File.join(tmpdir, "diff")
+    out, err, status = visualize("--diff", a, b, out_dir)
+    expect(status).to be_success, err
+    expect(out).to include("- Leaked native memory: #{figure} in +")
+    expect(out).to include("ptmalloc-dump --track")
+    html = File.read(File.join(out_dir, "index.html"))
+    items = verdict_items(html)
+    topic, text = items.find { |t, _| t == "leaked" }
+    expect(topic).to eq("leaked"), items.inspect
+    expect(text).to include("Leaked native memory", "#{figure} in +", "nothing points at", "ptmalloc-dump --track")
+    expect(Float(figure[/[\d.]+/]) * 1024 * 1024).to be_within(planted / 20).of(planted)
+    expect(html.index('id="verdict"')).to be < html.index('id="growth"')
+    expect(html).not_to include("native native")
+  end
+
+  it "names String and the holder that grew, with their growth, on the --diff page" do
+    dir = tmpdir
+    _o, err, status = run_ruby(<<~RUBY)
+      module Growing; STORE = {}; end
+      GC.start
+      PtmallocDump.dump(#{File.join(dir, 'a.dump').dump}, graph: true)
+      # over 1,000 bytes each: malloc'd in every Ruby (Ruby 3.2+ keeps strings up to 640 bytes in the slot)
+      20_000.times { |i| Growing::STORE["k\#{i}"] = "grown-\#{i}-" * 200 }
+      GC.start
+      PtmallocDump.dump(#{File.join(dir, 'b.dump').dump}, graph: true)
+    RUBY
+    expect(status).to be_success, err
+    diff = PtmallocDump.diff(File.join(dir, "a.dump"), File.join(dir, "b.dump"))
+    strings = diff.owners[:by_class]["String"]
+    expect(strings).to be >= 20_000 * 2_000
+    holder = diff.retainers(limit: 5).first
+    expect(holder[:root]).to eq("Growing::STORE")
+    expect(holder[:growth_bytes]).to be >= 20_000 * 2_000
+
+    out_dir = File.join(dir, "diff")
+    out, err, status = visualize("--diff", File.join(dir, "a.dump"), File.join(dir, "b.dump"), out_dir)
+    expect(status).to be_success, err
+    items = verdict_items(File.read(File.join(out_dir, "index.html")))
+    expect(items.first&.first).to eq("ruby"), items.inspect
+    text = items.first.last
+    signed = PtmallocDump::FormatHelpers.method(:signed_bytes)
+    expect(text).to include("String #{signed.call(strings)}",
+                            "Growing::STORE (Hash), #{signed.call(holder[:growth_bytes])} that it alone keeps alive")
+    expect(text).to include("Next: Growing::STORE")
+    expect(out).to include("Most of the growth: Ruby objects")
+  end
+
+  it "leads with fragmentation when threads free most of what they allocated, and counts the pages newly free" do
+    a = File.join(tmpdir, "a.dump")
+    b = File.join(tmpdir, "b.dump")
+    _o, err, status = run_ruby(<<~RUBY)
+      require "fiddle"
+      GC.start
+      PtmallocDump.dump(#{a.dump})
+      kept = Queue.new
+      # each thread its own arena: 8,000 blocks of 2,000 bytes each, nine in ten freed
+      Array.new(6) do
+        Thread.new do
+          blocks = Array.new(8_000) { Fiddle.malloc(2_000) }
+          blocks.each_with_index { |blk, i| (i % 10).zero? ? kept << blk : Fiddle.free(blk) }
+        end
+      end.each(&:join)
+      PtmallocDump.dump(#{b.dump})
+    RUBY
+    expect(status).to be_success, err
+    diff = PtmallocDump.diff(a, b)
+    planted_free = 6 * 7_200 * 2_000
+    expect(diff.growth[:free_resident_bytes]).to be >= planted_free * 9 / 10
+    expect(diff.growth[:in_use_bytes]).to be < diff.growth[:free_resident_bytes] / 4
+
+    pages = diff.chunks[:pages][:new_free_resident]
+    expect(pages).to be >= planted_free * 8 / 10 / 4096
+    expect(pages).to eq(brute_new_free_resident(diff.old, diff.new))
+
+    out_dir = File.join(tmpdir, "diff")
+    out, err, status = visualize("--diff", a, b, out_dir)
+    expect(status).to be_success, err
+    expect(out).to include("Most of the growth: free but resident memory (fragmentation)")
+    html = File.read(File.join(out_dir, "index.html"))
+    items = verdict_items(html)
+    expect(items.first&.first).to eq("fragmentation"), items.inspect
+    expect(items.first.last).to include("#{PtmallocDump::FormatHelpers.count(pages)} pages newly mostly free", "Next: ")
+    expect(html).to include(%(data-change="new_free_resident"><span class="sw" ))
+    expect(html[%r{data-change="new_free_resident">.*?: ([\d,]+) pages</span>}, 1]).to eq(PtmallocDump::FormatHelpers.count(pages))
+  end
+
+  it "says plainly when nothing grew notably, and lists no kind of growth" do
+    a = File.join(tmpdir, "a.dump")
+    b = File.join(tmpdir, "b.dump")
+    PtmallocDump.dump(a, ruby: false)
+    PtmallocDump.dump(b, ruby: false)
+    diff = PtmallocDump.diff(a, b)
+    expect(diff.growth[:arena].abs + diff.growth[:hblkhd].abs).to be < 1024 * 1024
+    out_dir = File.join(tmpdir, "diff")
+    out, err, status = visualize("--diff", a, b, out_dir)
+    expect(status).to be_success, err
+    expect(out.lines.first).to include("nothing grew notably")
+    expect(out.lines.grep(/\A- /)).to be_empty
+    html = File.read(File.join(out_dir, "index.html"))
+    expect(verdict_items(html)).to be_empty
+    expect(html[%r{<section id="verdict".*?</section>}m]).to include("nothing grew notably")
+  end
+
+  it "prints human units only in the terminal's --diff and --compare" do
+    a = File.join(tmpdir, "a.dump")
+    b = File.join(tmpdir, "b.dump")
+    _o, err, status = run_ruby(<<~RUBY)
+      require "fiddle"
+      PtmallocDump.dump(#{a.dump})
+      kept = Array.new(3_000) { Fiddle.malloc(1_100) } + Array.new(200) { Fiddle.malloc(50_000) }
+      strings = Array.new(5_000) { |i| "s\#{i}" * 500 }
+      PtmallocDump.dump(#{b.dump})
+      p kept.size + strings.size
+    RUBY
+    expect(status).to be_success, err
+    diff_out, err, status = visualize("--diff", a, b, File.join(tmpdir, "diff"))
+    expect(status).to be_success, err
+    compare_out, err, status = visualize("--compare", a, b, File.join(tmpdir, "fleet"))
+    expect(status).to be_success, err
+    [diff_out, compare_out].each do |out|
+      figures = out.scan(/([+-]?[\d,]+(?:\.\d+)?) (B|KiB|MiB|GiB)\b/)
+      expect(figures).not_to be_empty, out
+      figures.each do |number, unit|
+        value = Float(number.delete(","))
+        expect(value.abs).to be < 1024, "#{number} #{unit} in:\n#{out}" # else a larger unit
+      end
+      expect(out).not_to match(/\b(\w+) \1\b/)
+    end
+    expect(diff_out).to match(/in use \+\d+(\.\d)? (KiB|MiB)/)
+    # without OUTDIR: the same verdict, and no page
+    terminal, err, status = visualize("--diff", a, b)
+    expect(status).to be_success, err
+    expect(terminal).to eq(diff_out.sub(/^wrote .*\n\z/, ""))
+    # the 1,100-byte blocks (chunks of 1,120 bytes) are in the class above 1 KiB, labelled as the range it is
+    html = File.read(File.join(tmpdir, "diff", "index.html"))
+    expect(html).to include("<td>1.0 KiB to 2.0 KiB</td>")
+    expect(html).not_to match(%r{<td>2\.0 KiB</td><td>[\d,]+</td>})
+  end
+
   it "names T_STRING and String as the top growth owner of a string leak" do
     a = File.join(tmpdir, "a.dump")
     b = File.join(tmpdir, "b.dump")

@@ -181,6 +181,7 @@ RSpec.describe "PtmallocDump.dump on randomised heaps", :quiescent do
   it "finds aligned mmapped chunks at their own header, not at the stale one, and reproduces glibc" do
     path = File.join(tmpdir, "aligned.dump")
     code = <<~RUBY
+      require "etc"
       require "fiddle"
       require "json"
       P, S = Fiddle::TYPE_VOIDP, Fiddle::TYPE_SIZE_T

@@ -7,14 +7,24 @@ RSpec.describe "a dump file whose checksum is valid but one field is not" do
     sweep = File.join(__dir__, "support", "field_sweep.rb")
     path = File.join(tmpdir, "small.dump")
     progress = File.join(tmpdir, "case")
-    # about 1,000 damaged files, each through every reader path: 4 to 8 minutes here, and more than 10
-    # with other work beside it
-    out, err, status = run_ruby(<<~RUBY, timeout: 1800)
-      require #{sweep.dump}
+    # the dump under the allocation tracker, so that its sections are in the file too (a few hundred
+    # stacks: every reader path names them all, in each of the sweep's files);
+    # the sweep in a process of its own without it, whose every reader path would be sampled too
+    tracker = { "LD_PRELOAD" => PtmallocDump::Tracker.path, "PTMALLOC_DUMP_TRACK_BYTES" => "65536" }
+    _o, err, status = run_ruby(<<~RUBY, env: tracker)
+      PtmallocDump.trace_allocations(every: 4, seed: 1)
       keep = Array.new(2000) { |i| "x" * (i % 300) }
-      PtmallocDump.dump(#{path.dump}, references: true, trim_check: true)
-      puts JSON.generate(FieldSweep.run(#{path.dump}, #{progress.dump}))
+      PtmallocDump.dump(#{path.dump}, references: true, trim_check: true, graph: true)
+      PtmallocDump.stop_allocation_tracing
       keep.size
+    RUBY
+    expect(status).to be_success, err
+    expect(PtmallocDump.load(path)).to have_attributes(malloc_sites?: true, object_sites?: true, graph?: true)
+    # about 1,200 damaged files, each through every reader path: 4 to 8 minutes here, 16 beside two
+    # other test runs, and past 30 with more work beside it
+    out, err, status = run_ruby(<<~RUBY, timeout: 3600)
+      require #{sweep.dump}
+      puts JSON.generate(FieldSweep.run(#{path.dump}, #{progress.dump}))
     RUBY
     crash = -> { "the sweep died at #{File.read(progress)}: #{err[/^.*\[BUG\].*$/] || err[-500..]}" }
     expect(status.signaled?).to be(false), crash

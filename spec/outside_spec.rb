@@ -94,16 +94,16 @@ RSpec.describe "reading another process" do
     expect(state_of(pid)).not_to eq("t")
   end
 
-  it "says that the target belongs to another user, and leaves it running" do
-    pid, = start_target
+  # What a block run as nobody (uid and gid 65534) in a forked child says: its String, or the
+  # PtmallocDump::Error it raised
+  def as_nobody
     reader, writer = IO.pipe
     child = fork do
       reader.close
       Process::Sys.setgid(65_534)
       Process::Sys.setuid(65_534)
       begin
-        PtmallocDump._read_process(pid, 0x1000, 8)
-        writer.write("no error")
+        writer.write(yield)
       rescue PtmallocDump::Error => e
         writer.write("#{e.class}: #{e.message}")
       end
@@ -111,9 +111,29 @@ RSpec.describe "reading another process" do
     end
     writer.close
     Process.wait(child)
-    message = reader.read
+    reader.read
+  end
+
+  it "says that the target belongs to another user, and leaves it running" do
+    pid, = start_target
+    message = as_nobody { PtmallocDump._read_process(pid, 0x1000, 8) && "no error" }
     expect(message).to match(/\APtmallocDump::PtracePermissionError: process #{pid} belongs to uid 0/)
     expect(message).to match(/run ptmalloc-dump as that user or as root/)
+    expect(state_of(pid)).not_to eq("t")
+  end
+
+  it "says that the target belongs to another user before reading its mappings, which are closed to it" do
+    pid, = start_target
+    out = File.join(tmpdir, "other.dump")
+    File.chmod(0o777, tmpdir)
+    message = as_nobody do
+      File.read("/proc/#{pid}/maps")
+      "maps readable"
+    rescue Errno::EACCES
+      PtmallocDump.dump_process(pid, out) && "no error"
+    end
+    expect(message).to match(/\APtmallocDump::PtracePermissionError: process #{pid} belongs to uid 0/)
+    expect(File.exist?(out)).to be(false)
     expect(state_of(pid)).not_to eq("t")
   end
 
@@ -260,7 +280,24 @@ RSpec.describe "ptmalloc-dump --pid" do
     expect(info[:unavailable]).not_to include(:tls)
     expect(info[:threads]).to eq(report[:threads] + 1)
     expect(dump.anomalies).to eq([])
-    expect(dump.verify).to be_ok
+    # without counters given there is nothing to compare: not "verified", and every output says so
+    v = dump.verify
+    expect(v.status).to eq(:nothing_compared)
+    expect(v).not_to be_ok
+    expect(v.compared?).to be(false)
+    expect(v.to_s).to start_with("nothing compared: glibc's")
+    text = PtmallocDump::TextSummary.new(dump).to_s
+    expect(text).to include("verify: nothing compared: ")
+    expect(PtmallocDump::JsonSummary.new(dump).to_h[:verify]).to include(ok: false, status: :nothing_compared, compared: [])
+    expect(File.read(PtmallocDump::Report.new(dump, tmpdir).write)).to include("Nothing compared: the dump holds no figures")
+    # no pointer graph from outside: nothing is called leaked, and the findings say what an
+    # in-process dump adds
+    expect(dump.summary[:owners]).to be_nil
+    expect(text).not_to match(/is leaked|^ *leaked /)
+    unknown = PtmallocDump::Findings.new(dump).all.find { |f| f.topic == :unknown_owners }
+    expect(unknown.bytes).to eq(dump.figures[:in_use])
+    expect(unknown.text).to include("taken from outside the process")
+    expect(unknown.step).to include("Dump in process with the Ruby pass")
 
     states = Hash.new(0)
     report[:pointers].each do |ptr, kind, csize|
@@ -345,6 +382,9 @@ RSpec.describe "ptmalloc-dump --pid" do
     expect(b.threads.map { |t| [t.tid, t.tcache, t.tcache_count] }.sort_by(&:first))
       .to eq(a.threads.map { |t| [t.tid, t.tcache, t.tcache_count] }.sort_by(&:first))
     expect(b.anomalies).to eq([])
+    # a core tells no residency and no sharing: every page present, none of it called shared
+    expect(b.summary[:resident_bytes]).to be > 0
+    expect(b.summary).to include(shared_bytes: 0, sharing_unknown_bytes: b.summary[:resident_bytes])
     puts "  #{stdout.strip}"
     # without a symbol file, by structure: the same again
     by_structure = File.join(tmpdir, "core-structure.dump")
@@ -411,6 +451,15 @@ RSpec.describe "ptmalloc-dump --pid" do
     expect(status.exitstatus).to eq(1)
     expect(stderr).to match(/another architecture/)
     expect { PtmallocDump.dump_core(__FILE__, out) }.to raise_error(PtmallocDump::CoreFileError, /is no core file/)
+    expect { PtmallocDump.dump_core(tmpdir, out) }
+      .to raise_error(PtmallocDump::CoreFileError, "#{tmpdir} is a directory, not a core file")
+    expect { PtmallocDump.dump_core("/dev/zero", out) }
+      .to raise_error(PtmallocDump::CoreFileError, "/dev/zero is a device, a pipe or a socket, not a core file")
+    missing = File.join(tmpdir, "missing.core")
+    expect { PtmallocDump.dump_core(missing, out) }
+      .to raise_error(PtmallocDump::CoreFileError, "cannot open core file #{missing}: No such file or directory")
+    _o, stderr, status = ptmalloc_dump(tmpdir, out)
+    expect([stderr, status.exitstatus]).to eq(["ptmalloc-dump: #{tmpdir} is a directory, not a core file\n", 1])
     expect(File).not_to exist(out)
   end
 
@@ -560,6 +609,14 @@ RSpec.describe "ptmalloc-dump --pid" do
     expect(status.exitstatus).to eq(2)
     expect(stderr).to match(/missing argument: --pid or CORE/)
     expect(stderr).to match(/Usage: ptmalloc-dump/)
+  end
+
+  it "has --version and --help" do
+    out, err, status = ptmalloc_dump("--version")
+    expect([out, err, status.exitstatus]).to eq(["ptmalloc-dump #{PtmallocDump::VERSION}\n", "", 0])
+    out, _e, status = ptmalloc_dump("--help")
+    expect(status.exitstatus).to eq(0)
+    expect(out).to start_with("Usage: ptmalloc-dump").and include("--pid PID", "--track", "--version")
   end
 end
 

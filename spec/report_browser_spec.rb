@@ -95,12 +95,22 @@ RSpec.describe "the report in a browser" do
     expect(lead.first.first).to include(PtmallocDump::FormatHelpers.human_bytes(heap))
 
     findings = on_screen.call("#verdict .findings li")
-    expect(findings.size).to eq(3)
+    top = PtmallocDump::Findings.new(dump).top(3)
+    expect(findings.size).to eq([top.size, 1].max)
     expect(findings.map(&:last)).to all(be(true))
-    expected = PtmallocDump::Findings.new(dump).top(3).map(&:text)
-    expect(findings.map { |t, _| t.delete_suffix(" evidence") }).to eq(expected)
+    # each finding, its evidence link and its next step; where nothing stands out, the one line that says so
+    expected = top.map { |f| "#{f.text} evidence\nNext: #{f.step}" }
+    expected = [PtmallocDump::Findings.new(dump).nothing_line] if top.empty?
+    expect(findings.map(&:first)).to eq(expected)
     # the figures the findings name are the summary's own
-    expect(findings.first.first).to include(PtmallocDump::FormatHelpers.human_bytes(PtmallocDump::Findings.new(dump).top(1).first.bytes))
+    expect(findings.first.first).to include(PtmallocDump::FormatHelpers.human_bytes(top.first.bytes)) unless top.empty?
+    # the explorer opens on the heap the first finding is about, and counts no row past the end
+    initial = PtmallocDump::Explorer.new(dump, initial_heap: top.first&.heap).initial_view
+    expect(browser.script("return document.getElementById('xp-view').value")).to eq(initial.to_s)
+    first_row, last_row, rows = browser.script("return document.getElementById('xp-zoom').textContent")
+                                       .match(/rows (\d+)-(\d+) of (\d+)/).captures.map(&:to_i)
+    expect(last_row).to be <= rows
+    expect(first_row).to be <= last_row
 
     advice = on_screen.call("#verdict li.advice")
     lines = PtmallocDump::Advice.new(dump).lines

@@ -1,5 +1,7 @@
 # frozen_string_literal: true
 
+require "json"
+require "set"
 require "spec_helper"
 
 RSpec.describe "page residency", :quiescent do
@@ -69,6 +71,149 @@ RSpec.describe "the mincore fallback", :quiescent do
     expect(dump.pages.first.state_at(dump.arenas.first.top)).to eq(:present)
     expect(dump.summary[:resident_bytes]).to be > 0
     expect(dump.summary[:shared_bytes]).to eq(0) # mincore cannot tell sharing
+    expect(dump.summary[:sharing_unknown_bytes]).to eq(dump.summary[:resident_bytes])
+    expect(dump.header[:page_sharing]).to be(false)
+    expect(dump.pages.first.sharing_at(dump.arenas.first.top)).to eq(:unknown)
     expect_valid_dump(dump)
+  end
+end
+
+# A fork snapshot's child maps every page of the process it copies, so its own pagemap calls none
+# exclusive: the sharing it records is what the dumped process itself saw, read by it before the fork.
+# The oracle is the kernel: /proc/self/pagemap bit 56, read by the dumped process just before its
+# snapshot, for the interior pages of blocks it allocated (their edges hold other chunks' headers).
+RSpec.describe "sharing in a fork snapshot" do
+  # Ruby code for the dumped process: BLOCKS (64 KiB: arena chunks) and one 2 MiB block (an mmapped
+  # chunk), every byte written; `pagemap_bits` reads bit 56 of pages and their presence (bit 63).
+  setup = <<~RUBY
+    require "fiddle"
+    require "json"
+    PS = Etc.sysconf(Etc::SC_PAGESIZE)
+    BLOCKS = Array.new(24) { Fiddle.malloc(64 * 1024) } + [Fiddle.malloc(2 * 1024 * 1024)]
+    SIZES = Array.new(24, 64 * 1024) + [2 * 1024 * 1024]
+    BLOCKS.zip(SIZES).each { |a, n| Fiddle::Pointer.new(a)[0, n] = "s" * n }
+    def interior(a, n)
+      ((a + PS - 1) / PS + 1).upto((a + n) / PS - 2).map { |p| p * PS }
+    end
+    def pagemap_bits(pages)
+      File.open("/proc/self/pagemap", "rb") do |f|
+        pages.to_h do |p|
+          f.seek(p / PS * 8)
+          e = f.read(8).unpack1("Q")
+          [p, { present: e[63] == 1, exclusive: e[56] == 1 }]
+        end
+      end
+    end
+  RUBY
+
+  def sharing_of(dump, page)
+    chunk = dump.chunk_containing(page)
+    dump.pages[chunk.heap.index].sharing_at(page)
+  end
+
+  # Shared bytes as the explorer paints them: its packed page bytes (bit 2 shared), over each heap's
+  # bounds, as the summary counts chunks' bytes.
+  def explorer_shared_bytes(dump)
+    data = PtmallocDump::Explorer.new(dump).data
+    pages = data[:pages].unpack1("m0").bytes
+    ps = data[:pageSize]
+    data[:heaps].sum do |h|
+      (0...h[:pages]).sum do |i|
+        next 0 unless pages[h[:firstPage] + i].allbits?(1 | 4)
+
+        lo = [h[:pageBase] + i * ps, h[:start]].max
+        hi = [h[:pageBase] + (i + 1) * ps, h[:end]].min
+        hi > lo ? hi - lo : 0
+      end
+    end
+  end
+
+  it "records a never-forked process's private pages as exclusive, and every figure agrees" do
+    path = File.join(tmpdir, "private.dump")
+    out, err, status = run_ruby(<<~RUBY)
+      require "etc"
+      #{setup}
+      pages = BLOCKS.zip(SIZES).flat_map { |a, n| interior(a, n) }
+      bits = pagemap_bits(pages)
+      PtmallocDump.dump(#{path.inspect}, fork: true, wait: true, ruby: false)
+      puts JSON.generate(bits.map { |p, b| [p, b[:present], b[:exclusive]] })
+    RUBY
+    expect(status).to be_success, err
+    kernel = JSON.parse(out)
+    expect(kernel.size).to be >= 24 * 13 + 500
+    # the setup is what it means to be: every one of those pages present and the process's alone
+    expect(kernel.map { |_, present, excl| [present, excl] }.uniq).to eq([[true, true]])
+    dump = PtmallocDump.load(path)
+    expect(dump.header).to include(fork_snapshot: true, page_sharing: true, residency_source: :pagemap)
+    expect(kernel.map { |p, _, _| sharing_of(dump, p) }.uniq).to eq([:exclusive])
+    expect(dump.heaps.map(&:kind)).to include(:mmapped_chunk)
+
+    visualize = ->(*args) { run_command({}, RbConfig.ruby, "-I", SpecHelpers::LIB, SpecHelpers::VISUALIZE, *args) }
+    explained, err, status = visualize.call("--explain", format("0x%x", kernel.first.first + 100), path)
+    expect(status).to be_success, err
+    page_line = explained.lines.grep(/^\s*page\b/).first
+    expect(page_line).to match(/present/)
+    expect(page_line).not_to match(/shared|unknown/)
+
+    summary = dump.summary
+    json, err, status = visualize.call("--json", path)
+    expect(status).to be_success, err
+    from_json = JSON.parse(json, symbolize_names: true)[:summary]
+    expect(from_json).to include(shared_bytes: summary[:shared_bytes], sharing_unknown_bytes: 0)
+    expect(explorer_shared_bytes(dump)).to eq(summary[:shared_bytes])
+    text, err, status = visualize.call("--summary", path)
+    expect(status).to be_success, err
+    expect(text).to include("(#{PtmallocDump::FormatHelpers.human_bytes(summary[:shared_bytes])} still shared " \
+                            "with another process)")
+    # what else the process shares (pages of the interpreter it has not written since the exec) is
+    # little beside the planted megabytes, which are all its own
+    expect(summary[:shared_bytes]).to be < kernel.size * dump.header[:page_size] / 4
+  end
+
+  it "records pages a forked process still shares with its parent as shared, and those it wrote as exclusive" do
+    path = File.join(tmpdir, "forked.dump")
+    out, err, status = run_ruby(<<~RUBY)
+      require "etc"
+      #{setup}
+      r, w = IO.pipe
+      pid = fork do
+        r.close
+        # half of the blocks written since the fork: their pages are this process's own now
+        written = BLOCKS.zip(SIZES).each_with_index.select { |_, i| i.even? }.map(&:first)
+        written.each { |a, n| Fiddle::Pointer.new(a)[0, n] = "c" * n }
+        pages = BLOCKS.zip(SIZES).flat_map { |a, n| interior(a, n) }
+        mine = written.flat_map { |a, n| interior(a, n) }
+        bits = pagemap_bits(pages)
+        PtmallocDump.dump(#{path.inspect}, fork: true, wait: true, ruby: false)
+        w.write(JSON.generate(pages: bits.map { |p, b| [p, b[:present], b[:exclusive]] }, written: mine))
+        w.close
+        exit!(0)
+      end
+      w.close
+      result = r.read
+      _, st = Process.wait2(pid)
+      abort "the forked process failed" unless st.success?
+      puts result
+    RUBY
+    expect(status).to be_success, err
+    r = JSON.parse(out, symbolize_names: true)
+    written = r[:written].to_set
+    kernel = r[:pages].to_h { |p, present, excl| [p, [present, excl]] }
+    expect(kernel.values.map(&:first).uniq).to eq([true])
+    # the kernel's view: written pages the process's own, the rest still shared with the parent
+    expect(kernel.slice(*written).values.map(&:last).uniq).to eq([true])
+    expect(kernel.reject { |p, _| written.include?(p) }.values.map(&:last).uniq).to eq([false])
+    dump = PtmallocDump.load(path)
+    expect(dump.header).to include(fork_snapshot: true, page_sharing: true)
+    kernel.each do |p, (_, excl)|
+      expect(sharing_of(dump, p)).to eq(excl ? :exclusive : :shared), format("page 0x%x", p)
+    end
+    shared = kernel.count { |_, (_, excl)| !excl } * dump.header[:page_size]
+    summary = dump.summary
+    expect(summary[:shared_bytes]).to be >= shared
+    expect(explorer_shared_bytes(dump)).to eq(summary[:shared_bytes])
+    expect(summary[:sharing_unknown_bytes]).to eq(0)
+    explained = PtmallocDump::Explanation.new(dump, kernel.keys.find { |p| !written.include?(p) }).to_s
+    expect(explained.lines.grep(/^\s*page\b/).first).to match(/present, shared with another process/)
   end
 end

@@ -24,6 +24,19 @@ RSpec.describe "the worker recipes" do
     marked
   end
 
+  # Clustered Puma (2 workers) serving CONFIG_RU, with the README's recipe in config/puma.rb.
+  def puma_app(name, version)
+    app = app_for(name, [%(gem "puma", "#{version}")])
+    app.write("config.ru", CONFIG_RU)
+    app.write("config/puma.rb", <<~RUBY)
+      workers 2
+      threads 1, 2
+      bind "tcp://127.0.0.1:#{app.port}"
+      #{recipe(app, name)}
+    RUBY
+    app
+  end
+
   def expect_dump_of(app, pid, fork: true)
     path = app.dump_of(pid)
     d = PtmallocDump.load(path)
@@ -49,14 +62,7 @@ RSpec.describe "the worker recipes" do
   NEWEST_PUMA = PUMAS.keys.last
   PUMAS.each do |name, (version, hook)|
     it "#{name}: #{hook} installs the handler in each worker; a signal to a worker dumps it" do
-      app = app_for(name, [%(gem "puma", "#{version}")])
-      app.write("config.ru", CONFIG_RU)
-      app.write("config/puma.rb", <<~RUBY)
-        workers 2
-        threads 1, 2
-        bind "tcp://127.0.0.1:#{app.port}"
-        #{recipe(app, name)}
-      RUBY
+      app = puma_app(name, version)
       master = app.start("puma", "-C", "config/puma.rb", "config.ru")
       workers = app.booted(2)
       expect(workers).not_to include(master)
@@ -67,6 +73,76 @@ RSpec.describe "the worker recipes" do
       expect(Process.kill(0, workers.first)).to eq(1) # the worker lives on
       expect(app.get).to match(%r{\AHTTP/1\.1 200})
     end
+  end
+
+  it "#{NEWEST_PUMA} with fork_worker: the recipe's signal is free in the master and the workers; URG is " \
+     "Puma's refork, and installing on it says so" do
+    name = NEWEST_PUMA
+    app = app_for(name, [%(gem "puma", "#{PUMAS.fetch(name).first}")])
+    urg_log = File.join(app.dir, "urg.log")
+    # the recipe, and after it in the same hook a second handler on URG, logging to its own file
+    urg = %(PtmallocDump.install_signal_handler("URG", dir: #{app.dumps.inspect}, log: File.open(#{urg_log.inspect}, "a")))
+    hook = recipe(app, name).sub(/^end\b/) { "  #{urg}\nend" }
+    app.write("config.ru", CONFIG_RU)
+    app.write("config/puma.rb", <<~RUBY)
+      workers 2
+      threads 1, 2
+      fork_worker
+      bind "tcp://127.0.0.1:#{app.port}"
+      #{hook}
+    RUBY
+    signal = ServerApp.recipe_signal(name)
+    expect(signal).not_to eq("URG")
+    master = app.start("puma", "-C", "config/puma.rb", "config.ru")
+    workers = app.booted(2)
+    expect(app.get).to match(%r{\AHTTP/1\.1 200})
+    expect_dump_of(app, workers.first)
+    # the recipe's signal found no handler: no warning in the server's log
+    expect(app.log).not_to include("already had")
+    # URG was Puma's (the master's fork_worker trap, inherited): the second installation named it
+    # (worker 0 writes it just after its booted mark; the workers Puma forks from worker 0 inherit its
+    # handlers, and installing again there returns the one in place, silently)
+    lines = []
+    600.times do
+      lines = File.exist?(urg_log) ? File.readlines(urg_log) : []
+      break unless lines.empty?
+
+      sleep 0.05
+    end
+    expect(lines).not_to be_empty
+    expect(lines).to all(match(%r{\Aptmalloc_dump: SIGURG already had a Ruby handler \(a Proc at \S+/puma/cluster\.rb:\d+\) }))
+    # the recipe's signal sent to the master by mistake: no refork, no restart, the same workers
+    before = app.log.size
+    Process.kill(signal, master)
+    sleep 2
+    expect(Process.kill(0, master)).to eq(1)
+    expect(workers.map { |w| Process.kill(0, w) }).to eq([1, 1])
+    expect(app.log[before..]).not_to match(/phase: [1-9]|phased|restart/i)
+    expect(app.get).to match(%r{\AHTTP/1\.1 200})
+  end
+
+  it "#{NEWEST_PUMA} under ptmalloc-dump --track (README's command): a worker's dump says where its memory was " \
+     "allocated, in the master before the fork and in the worker" do
+    name = NEWEST_PUMA
+    app = puma_app(name, PUMAS[name][0])
+    # KEEP's strings long enough to have malloc'd buffers on every Ruby (from 3.2 on, shorter ones are
+    # embedded in their slots): 20,000 of 760 to 920 bytes
+    app.write("config.ru", CONFIG_RU.sub('" * 3 }', '" * 40 }'))
+    command = ServerApp.command("track-puma")
+    expect(command.first(2)).to eq(%w[bundle exec])
+    # one block in about 64 KiB: enough samples of the app's 18 MB for the check below to be sure
+    master = app.start(*command.drop(2), "config.ru", extra_env: { "PTMALLOC_DUMP_TRACK_BYTES" => "65536" })
+    workers = app.booted(2)
+    expect(app.get).to match(%r{\AHTTP/1\.1 200})
+    d = expect_dump_of(app, workers.first)
+    expect(d.allocation_tracking).to include(pid: master, dropped: 0)
+    expect(d.allocation_tracking[:flags]).to include(:forked, :ruby)
+    # KEEP, built by config.ru's first line in the master before the fork: 20,000 strings, each in a
+    # chunk of its bytes, its terminator and the chunk's header rounded up to 16, and their Array's
+    # 160 KB; the sampled estimate within 25%
+    chunks = Array.new(20_000) { |i| (("application data #{i} " * 40).bytesize + 1 + 8 + 15) & ~15 }.sum
+    keep = d.allocation_sites(limit: 10_000).select { |s| s[:site].end_with?("config.ru:1") }
+    expect(keep.sum { |s| s[:ruby_owned_bytes] }).to be_within((chunks + 160_000) / 4).of(chunks + 160_000)
   end
 
   it "unicorn: after_fork installs the handler in each worker" do

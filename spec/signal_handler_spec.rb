@@ -42,6 +42,33 @@ RSpec.describe "PtmallocDump.install_signal_handler" do
     end
   end
 
+  it "says at install when the signal already has a Ruby or a native handler, and names it; a free one says nothing" do
+    log = File.join(tmpdir, "worker.log")
+    out, err, status = run_ruby(<<~RUBY)
+      require "fiddle"
+      libc = Fiddle::Handle::DEFAULT
+      # a native handler for WINCH, as a C extension would install it: getpid ignores its argument
+      signal = Fiddle::Function.new(libc["signal"], [Fiddle::TYPE_INT, Fiddle::TYPE_VOIDP], Fiddle::TYPE_VOIDP)
+      signal.call(Signal.list.fetch("WINCH"), libc["getpid"])
+      ran = []
+      Signal.trap("URG") { ran << :theirs } # a server's own trap, as Puma's fork_worker sets it
+      log = File.open(#{log.inspect}, "a")
+      PtmallocDump.install_signal_handler("URG", dir: #{tmpdir.inspect}, log: log, fork: false)
+      PtmallocDump.install_signal_handler("WINCH", dir: #{tmpdir.inspect}, log: log, fork: false)
+      PtmallocDump.install_signal_handler("USR1", dir: #{tmpdir.inspect}, log: log, fork: false)
+      Process.kill("URG", Process.pid)
+      200.times { break if ran.any?; sleep 0.05 }
+      puts ran.inspect
+    RUBY
+    expect(status).to be_success, err
+    expect(out).to eq("[:theirs]\n") # the previous Ruby handler still runs, after the dump
+    lines = File.readlines(log)
+    expect(lines.size).to eq(3)
+    expect(lines[0]).to match(/\Aptmalloc_dump: SIGURG already had a Ruby handler \(a Proc at -e:7\) that runs after each dump, /)
+    expect(lines[1]).to match(%r{\Aptmalloc_dump: SIGWINCH already had a native handler \(\w*getpid in \S*/libc\.so\.6\), which Signal\.trap replaces: it no longer runs; })
+    expect(lines[2]).to match(/\Aptmalloc_dump: wrote \S+: heap /) # the URG dump; USR1 had no handler to mention
+  end
+
   it "snapshots by default, passes dump options by name, and logs the pause, the walk and the file" do
     log = File.join(tmpdir, "worker.log")
     out, err, status = run_ruby(<<~RUBY)

@@ -125,7 +125,9 @@ RSpec.describe "ptmalloc-visualize" do
       dump = PtmallocDump.load(dump_path)
       expect(json[:summary]).to eq(JSON.parse(JSON.dump(dump.summary), symbolize_names: true))
       expect(json[:findings].map { |f| [f[:text], f[:bytes]] }).to eq(PtmallocDump::Findings.new(dump).top(3).map { |f| [f.text, f.bytes] })
-      expect(json[:findings].first[:bytes]).to eq(PtmallocDump::Findings.new(dump).all.map(&:bytes).max)
+      # ranked by what to do, each with its next step
+      expect(json[:findings].map { |f| f[:rank] }).to eq(json[:findings].map { |f| f[:rank] }.sort)
+      expect(json[:findings].map { |f| f[:step] }).to all(be_a(String))
       expect(json[:advice].map { |a| a[:text] }).to eq(PtmallocDump::Advice.new(dump).lines.map(&:text))
     end
 
@@ -153,10 +155,85 @@ RSpec.describe "ptmalloc-visualize" do
       expect(status).to be_success, err
       s = PtmallocDump.load(dump_path).summary
       expect(out).to include("in use", "free, resident", "verify: verified")
-      expect(out[/in use .*\((\d+) B\) in (\d+) chunks/, 1].to_i).to eq(s[:in_use_bytes])
-      expect(out[/in use .* in (\d+) chunks/, 1].to_i).to eq(s[:in_use_count])
-      expect(out[/free, resident .*\((\d+) B\)/, 1].to_i).to eq(s[:free_resident_bytes])
-      expect(out[/malloc heap .*\((\d+) B\)/, 1].to_i).to eq(s[:arena])
+      expect(out[/^in use .*\((\d+) B\)/, 1].to_i).to eq(s[:in_use_bytes] + s[:mmapped_bytes])
+      expect(out[/^in use .* in (\d+) chunks of the arenas/, 1].to_i).to eq(s[:in_use_count])
+      expect(out[/^free, resident .*\((\d+) B\)/, 1].to_i).to eq(s[:free_resident_bytes])
+      expect(out[/^malloc heap .*\((\d+) B\)/, 1].to_i).to eq(s[:arena] + s[:hblkhd])
+    end
+
+    # One definition of each headline figure (Dump#figures), checked against glibc's own counters, and
+    # every output fed from it: given other figures, each output prints those.
+    it "prints in use, the malloc heap, mmapped chunks and free but resident as Dump#figures has them, everywhere" do
+      big = Fiddle.malloc(40 << 20) # above the largest mmap threshold glibc adjusts to (32 MiB): an mmapped chunk
+      path = File.join(tmpdir, "figures.dump")
+      PtmallocDump.dump(path)
+      dump = PtmallocDump.load(path)
+      f = dump.figures
+      s = dump.summary
+      mi = dump.header[:mallinfo2]
+      expect(dump.header[:oracles_captured]).to be(true)
+      expect(dump.chunk_at(big - 16).state).to eq(:mmapped)
+      expect(f[:malloc_heap]).to eq(mi[:arena] + mi[:hblkhd])
+      expect([f[:mmapped_chunks], f[:mmapped_chunk_count]]).to eq([mi[:hblkhd], mi[:hblks]])
+      # glibc's uordblks counts the chunks in the threads' tcaches and the allocator's own chunks as
+      # allocated: the program holds neither
+      expect(f[:in_use]).to eq(mi[:uordblks] - s[:tcache_bytes] - s[:meta_bytes] + mi[:hblkhd])
+      expect(f[:in_use_share]).to eq(f[:in_use].fdiv(f[:malloc_heap]))
+      r = s[:ruby]
+      expect(r[:owned_bytes] + r[:ruby_pages_in_malloc_bytes].to_i + r[:unattributed_bytes]).to eq(f[:in_use])
+
+      hb = ->(b) { PtmallocDump::FormatHelpers.human_bytes(b) }
+      outputs = lambda do |figures, dir|
+        text = PtmallocDump::TextSummary.new(dump).to_s
+        FileUtils.mkdir_p(dir)
+        html = File.read(PtmallocDump::Report.new(dump, dir).write)
+        { text: { heap: text[/^malloc heap +(.*)$/, 1], in_use: text[/^in use +(.*)$/, 1],
+                  mmapped: text[/^mmapped +(.*)$/, 1], free_resident: text[/^free, resident +(.*)$/, 1],
+                  owners: text[/^ruby owners +(.*)$/, 1] },
+          cards: html.scan(%r{<div class="card[^"]*"><b>([^<]*)</b>([^<]*)}).to_h { |v, label| [label, v] },
+          json: PtmallocDump::JsonSummary.new(dump).to_h[:figures],
+          explorer: PtmallocDump::Explorer.new(dump).data[:views].find { |v| v[:group] == "mmapped" }[:label],
+          figures: figures }
+      end
+      check = lambda do |o|
+        g = o[:figures]
+        share = PtmallocDump::FormatHelpers.percent(g[:in_use], g[:malloc_heap])
+        expect(o[:text][:heap]).to start_with("#{hb.call(g[:malloc_heap])} (#{g[:malloc_heap]} B)")
+        expect(o[:text][:in_use]).to start_with("#{hb.call(g[:in_use])} (#{g[:in_use]} B), #{share} of the malloc heap")
+        expect(o[:text][:mmapped]).to start_with("#{hb.call(g[:mmapped_chunks])} in #{g[:mmapped_chunk_count]} chunk(s)")
+        expect(o[:text][:free_resident]).to start_with("#{hb.call(g[:free_resident])} (#{g[:free_resident]} B)")
+        expect(o[:text][:owners]).to include(" of the #{hb.call(g[:in_use])} in use ")
+        expect(o[:cards].values_at("malloc heap", "in use", "free but resident"))
+          .to eq([g[:malloc_heap], g[:in_use], g[:free_resident]].map(&hb))
+        expect(o[:json]).to eq(g)
+        expect(o[:explorer]).to eq("#{g[:mmapped_chunk_count]} mmapped chunk(s), #{hb.call(g[:mmapped_chunks])}")
+      end
+      check.call(outputs.call(f, File.join(tmpdir, "real")))
+      other = f.to_h { |k, v| [k, k == :in_use_share ? v / 2 : v * 3 + 4096] }
+      allow(dump).to receive(:figures).and_return(other)
+      check.call(outputs.call(other, File.join(tmpdir, "other")))
+    ensure
+      Fiddle.free(big) if big
+    end
+
+    it "prints one block per dump for --summary and --json given several, each its own dump's" do
+      other = File.join(tmpdir, "other.dump")
+      keep = Array.new(5000) { |i| "y" * (100 + i % 200) }
+      PtmallocDump.dump(other)
+      paths = [dump_path, other]
+      out, err, status = visualize("--summary", *paths)
+      expect(status).to be_success, err
+      blocks = out.split(/^(?=#{paths.map { |p| Regexp.escape(p) }.join('|')}:$)/)
+      expect(blocks.map { |b| b.lines.first.chomp }).to eq(paths.map { |p| "#{p}:" })
+      blocks.zip(paths).each do |block, path|
+        single, = visualize("--summary", path)
+        expect(block.lines.drop(1).join.rstrip).to eq(single.rstrip)
+      end
+      out, err, status = visualize("--json", *paths)
+      expect(status).to be_success, err
+      list = JSON.parse(out, symbolize_names: true)
+      expect(list.map { |j| j[:summary][:in_use_bytes] }).to eq(paths.map { |p| PtmallocDump.load(p).summary[:in_use_bytes] })
+      expect(keep.size).to eq(5000)
     end
 
     it "prints the RSS, the Ruby owners (the summary's own figures), the findings and the advice in --summary" do
@@ -237,8 +314,10 @@ RSpec.describe "ptmalloc-visualize" do
       excess = big.summary[:ruby][:by_class]["String"][:bytes] - small.summary[:ruby][:by_class]["String"][:bytes]
       expect(excess).to be >= 20_000 * 2_000
       expect(out).to include("deviates most: pid #{big.header[:pid]}")
-      expect(out[/above the median worker: (.*)$/, 1].split(", ")).to include("String instances +#{excess} B")
-      expect(out).to include("pid #{big.header[:pid]}: String #{big.summary[:ruby][:by_class]['String'][:bytes]} B")
+      above = out[/above the median worker: (.*)$/, 1].split(", ")
+      expect(above).to include("String instances #{PtmallocDump::FormatHelpers.signed_bytes(excess)}")
+      strings = PtmallocDump::FormatHelpers.human_bytes(big.summary[:ruby][:by_class]["String"][:bytes])
+      expect(out).to include("pid #{big.header[:pid]}: String #{strings}")
       html = File.read(File.join(tmpdir, "fleet", "index.html"))
       REXML::Document.new(html)
       expect(html).to include("Owners by worker", "malloc heap (arenas)", "mmapped chunks", "String instances")
@@ -276,6 +355,12 @@ RSpec.describe "ptmalloc-visualize" do
       expect(err).to include("is not empty (use --force")
       _o, err, status = visualize("--force", dump_path, out_dir)
       expect(status).to be_success, err
+      nested = File.join(tmpdir, "no", "report")
+      out, err, status = visualize(dump_path, nested)
+      expect([out, err, status.exitstatus])
+        .to eq(["", "ptmalloc-visualize: cannot make #{nested}: its parent directory #{File.dirname(nested)} " \
+                    "does not exist\n", 1])
+      expect(File).not_to exist(File.dirname(nested))
     end
 
     it "has --help and --version" do

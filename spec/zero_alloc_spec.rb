@@ -12,7 +12,7 @@ RSpec.describe "the walk's allocations" do
       calls = Fiddle::Function.new(h["probe_last_window_calls"], [], Fiddle::TYPE_LONG)
       windows = Fiddle::Function.new(h["probe_windows"], [], Fiddle::TYPE_LONG)
       threads = Array.new(3) { Thread.new { 1000.times { "x" * 100 } } }.each(&:join) # several arenas
-      3.times { PtmallocDump.dump(#{path.inspect}) }
+      3.times { |i| PtmallocDump.dump(#{path.inspect}, graph: i.odd?) }
       puts [windows.call, calls.call].join(" ")
     RUBY
     out, err, status = run_ruby("require 'fiddle'; #{code}", env: { "LD_PRELOAD" => probe })
@@ -21,6 +21,7 @@ RSpec.describe "the walk's allocations" do
     expect(windows).to eq(3) # the probe saw every dump's window open and close
     expect(calls).to eq(0)
     expect(PtmallocDump.load(path).verify).to be_ok
+    expect(PtmallocDump.load(path).graph?).to be(false) # the last one, graph: false
   end
 
   # From entering dump to the capture of glibc's counters, the first call in the process included.
@@ -45,7 +46,10 @@ RSpec.describe "the walk's allocations" do
       keep = Array.new(20_000) { |i| "x" * (30 + i % 200) } # strings with malloc'd buffers
       Array.new(3) { Thread.new { 1000.times { "x" * 100 } } }.each(&:join) # several arenas
       sweeps = 0
-      r = [{ ruby: false }, { ruby: false }, {}, { references: false }, {}].map do |opts|
+      runs = [{ ruby: false }, { ruby: false }, {}, { references: false }, {}, { graph: true }, { graph: true },
+              { graph: true, trace: true }]
+      r = runs.map do |opts|
+        PtmallocDump.trace_allocations(every: 2, seed: 3) if opts.delete(:trace) # the sites too
         keep.concat(Array.new(5_000) { "y" * 100 }) # garbage, and a lazy sweep for the dump to find
         keep.shift(5_000)
         GC.start(immediate_sweep: false)
@@ -53,18 +57,23 @@ RSpec.describe "the walk's allocations" do
         PtmallocDump.dump(#{path.inspect}, **opts)
         [calls.call, outside.call]
       end
-      ruby = PtmallocDump.load(#{path.inspect}).ruby
+      last = PtmallocDump.load(#{path.inspect})
+      ruby = last.ruby
       puts JSON.generate(windows: windows.call, calls: r, sweeps: sweeps, from_gc: ruby.meta[:pages_from_gc],
-                         garbage: ruby.summary[:garbage_objects])
+                         garbage: ruby.summary[:garbage_objects], edges: last.graph_meta&.fetch(:edges),
+                         traced: last.allocation_sites? ? last.traced_objects.size : 0)
     RUBY
     out, err, status = run_ruby("require 'fiddle'; require 'json'; #{code}", env: { "LD_PRELOAD" => probe })
     expect(status).to be_success, err
     result = JSON.parse(out, symbolize_names: true)
-    expect(result[:windows]).to eq(5)
+    expect(result[:windows]).to eq(8)
     calls = result[:calls]
-    expect(result[:sweeps]).to eq(5) # every dump began with a lazy sweep pending
-    expect(calls).to eq([[0, 0]] * 5) # the first call in the process included, ruby: true included
+    expect(result[:sweeps]).to eq(8) # every dump began with a lazy sweep pending
+    # the first call in the process included, ruby: true, the object graph and the allocation sites included
+    expect(calls).to eq([[0, 0]] * 8)
     expect(result[:from_gc]).to be(false)
+    expect(result[:edges]).to be > 20_000 # the last dump recorded the graph
+    expect(result[:traced]).to be > 1_000 # and the sites of the objects traced since the one before
     expect(result[:garbage]).to be >= 5_000 # the strings dropped just before: dead, not yet swept
     expect(PtmallocDump.load(path).verify).to be_ok
   end

@@ -30,6 +30,13 @@ task :fuzz, [:seconds] => [:compile, "tmp/unit/ptmd_unit"] do |_t, args|
       t.join
     RUBY
   end
+  unless File.exist?("fuzz/corpus/graph.dump")
+    # with the Ruby object graph (RUBY_GRAPH, RUBY_EDGE_COUNTS, RUBY_EDGES, RUBY_ROOTS, RUBY_EDGE_NAMES)
+    ruby "-Ilib", "-rptmalloc_dump", "-e", <<~RUBY
+      module Seed; TABLE = Array.new(300) { |i| { "k\#{i}" => "v" * i } }; end
+      PtmallocDump.dump("fuzz/corpus/graph.dump", graph: true)
+    RUBY
+  end
   unless File.exist?("fuzz/corpus/noncontiguous.dump")
     # a main arena continued in mmapped regions (heap kind main_mmap): a page mapped right above the
     # break makes sbrk fail
@@ -57,6 +64,12 @@ task :fuzz, [:seconds] => [:compile, "tmp/unit/ptmd_unit"] do |_t, args|
         Process.wait(pid)
       end
     RUBY
+  end
+  unless File.exist?("fuzz/corpus/tracked.dump")
+    # under the allocation tracker, sampling often (NATIVE_TRACK to NATIVE_NAMES)
+    tracker = { "LD_PRELOAD" => File.expand_path("lib/ptmalloc_dump/ptmalloc_dump_track.so"),
+                "PTMALLOC_DUMP_TRACK_BYTES" => "4096" }
+    sh tracker, RbConfig.ruby, "-Ilib", "-rptmalloc_dump", "-e", 'PtmallocDump.dump("fuzz/corpus/tracked.dump")'
   end
   unless File.exist?("fuzz/corpus/snapshot.dump")
     # a fork snapshot (the SNAPSHOT section; Ruby's heap recorded by the child)

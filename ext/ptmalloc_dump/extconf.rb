@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "mkmf"
+require_relative "makefile_tidy"
 
 def fail_with(message)
   abort "\nptmalloc_dump cannot be built here: #{message}\n\n"
@@ -22,6 +23,7 @@ fail_with("dl_iterate_phdr is missing from libc") unless have_func("dl_iterate_p
 have_func("mallinfo2", "malloc.h")
 have_func("malloc_info", "malloc.h")
 have_library("dl", "dladdr")
+have_library("m", "log")
 # The heap maps are drawn by libpng.
 unless have_header("png.h") && have_library("png", "png_create_write_struct")
   fail_with("libpng is missing: install libpng-dev (Debian/Ubuntu) or libpng-devel (Fedora/RHEL)")
@@ -47,6 +49,7 @@ end
 FOLDERS = %w[format capture analysis bindings].freeze
 $VPATH.concat(FOLDERS.map { |folder| "$(srcdir)/#{folder}" })
 $srcs = FOLDERS.flat_map { |folder| Dir[File.join(__dir__, folder, "*.c")].sort.map { |f| File.basename(f) } }
-$INCFLAGS << " -I$(srcdir)"
+$INCFLAGS << " -I$(srcdir) -I$(srcdir)/../ptmalloc_dump_track"
 
 create_makefile("ptmalloc_dump/ptmalloc_dump")
+append_tidy_after_install

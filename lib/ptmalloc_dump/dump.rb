@@ -36,6 +36,8 @@ module PtmallocDump
     #
     # @return [Hash{Symbol=>Object}] with at least :format_version, :pid, :time (Time), :glibc_version,
     #   :page_size, :main_arena (Integer), :symbol_source (Symbol), :symbol_file, :residency_source,
+    #   :page_sharing (whether the pages tell which are still shared copy-on-write: false for mincore
+    #   and for a fork snapshot written before snapshots took sharing from their parent),
     #   :mallinfo2 (Hash keyed by glibc's field names; before glibc 2.33 mallinfo()'s, whose int fields
     #   keep only the low 32 bits: then :mallinfo_32bit is true), :malloc_info (the XML String),
     #   :ruby_layer (:recorded, :off for +ruby: false+, :skipped where this Ruby did not allow the Ruby
@@ -59,6 +61,7 @@ module PtmallocDump
         m = _meta
         strings = m.delete(:strings)
         source_info = _source
+        page_sharing = page_sharing?(m)
         m.merge(
           format_version: 1,
           time: Time.at(m[:time_sec], m[:time_nsec], :nsec),
@@ -76,6 +79,7 @@ module PtmallocDump
           strings: strings,
           threads_complete: flag?(m, :threads_complete),
           fork_snapshot: flag?(m, :fork_child),
+          page_sharing: page_sharing,
           oracles_captured: !flag?(m, :no_oracles),
           oracles_outgrown: flag?(m, :oracles_outgrown),
           oracles_off: flag?(m, :oracles_off),
@@ -164,10 +168,23 @@ module PtmallocDump
       @size_classes ||= _size_classes.freeze
     end
 
+    # The chunk sizes below this have a size class each (analysis.h: PTMD_EXACT_CLASSES x 16).
+    EXACT_SIZE_CLASSES_END = 66 * 16
+
+    # @param size_class [Integer] a key of {#size_classes}
+    # @return [Range] the chunk sizes the class holds: one exact size, or the powers of two's
+    #   (2^(k-1), 2^k] above the exact sizes
+    def self.size_class_range(size_class)
+      return size_class..size_class if size_class < EXACT_SIZE_CLASSES_END
+
+      [size_class / 2 + 1, EXACT_SIZE_CLASSES_END].max..size_class
+    end
+
     # @return [Array<PageMap>] page residency, one per heap (same order as {#heaps})
     def pages
       @pages ||= heaps.map do |h|
-        PageMap.new(h, heap_records[h.index][:page_base], header[:page_size], _pages(h.index))
+        PageMap.new(h, heap_records[h.index][:page_base], header[:page_size], _pages(h.index),
+                    sharing: header[:page_sharing])
       end
     end
 
@@ -220,11 +237,43 @@ module PtmallocDump
       end
     end
 
+    # The headline figures, each defined once here, as the text summary, the report's cards and bars,
+    # the JSON summary and the explorer print them:
+    #
+    # - :malloc_heap, all that glibc's malloc manages: the arenas' memory (:arena_bytes, mallinfo2's
+    #   arena) and the mmapped chunks' mappings (:mmapped_chunks, mallinfo2's hblkhd, in
+    #   :mmapped_chunk_count chunks);
+    # - :in_use, what the program holds: the in-use chunks of the arenas (:in_use_arenas, in
+    #   :in_use_arena_count chunks; free chunks in a tcache, which glibc's uordblks counts, and the
+    #   allocator's metadata are not in use) and the mmapped chunks; :in_use_share is its share of
+    #   :malloc_heap (0.0 for an empty heap);
+    # - :free_resident, free chunks' bytes still in RAM (what trimming could give back).
+    #
+    # The RSS bar's malloc parts ({#rss}) are the resident bytes of these and say so.
+    #
+    # @return [Hash{Symbol=>Numeric}]
+    def figures
+      @figures ||= begin
+        s = summary
+        heap = s[:arena] + s[:hblkhd]
+        in_use = s[:in_use_bytes] + s[:mmapped_bytes]
+        { malloc_heap: heap, arena_bytes: s[:arena], mmapped_chunks: s[:hblkhd], mmapped_chunk_count: s[:hblks],
+          in_use: in_use, in_use_arenas: s[:in_use_bytes], in_use_arena_count: s[:in_use_count],
+          in_use_share: heap.zero? ? 0.0 : in_use.fdiv(heap), free_resident: s[:free_resident_bytes] }.freeze
+      end
+    end
+
     # The process's whole RSS at the capture, every resident byte in one part: :malloc_in_use,
     # :malloc_free_resident, :malloc_metadata (heap_info, arenas, tcache structs, fenceposts),
     # :mmapped_chunks, :ruby_pages (Ruby's object pages outside malloc), :stacks (thread and fiber
-    # stacks), :file_backed, :other_anonymous; :total (their sum), :vm_rss (the kernel's VmRSS read
-    # with the mappings) and :files ([{ path:, bytes: }], file-backed bytes by path, largest first).
+    # stacks), :file_backed, :other_anonymous, :allocation_tracking (the allocation tracker's own tables,
+    # under ptmalloc-dump --track), :dump_scratch (the in-process dump's own scratch mappings, which
+    # exist only while it runs: the walk's records, the Ruby pass's tables, its buffers; 0 in a fork
+    # snapshot, whose mappings are its parent's, and from outside); :total (their sum), :vm_rss (the
+    # kernel's VmRSS read with the mappings), :files ([{ path:, bytes: }], file-backed bytes by path,
+    # largest first) and :error: nil when smaps and VmRSS agreed, or bytes (the figures are then
+    # approximate by that much: the process's memory moved while its smaps was read, three times, see
+    # {#mappings_info}).
     #
     # @return [Hash{Symbol=>Object}, nil] nil for a dump without mappings (written before they were
     #   recorded)
@@ -232,7 +281,8 @@ module PtmallocDump
       return @rss if defined?(@rss)
 
       @rss = _rss&.then do |r|
-        r.merge(files: r[:files].sort_by { |f| [-f[:bytes], f[:path]] }.map(&:freeze).freeze).freeze
+        error = mappings_info&.dig(:approximate) ? mappings_info[:error] : nil
+        r.merge(files: r[:files].sort_by { |f| [-f[:bytes], f[:path]] }.map(&:freeze).freeze, error: error).freeze
       end
     end
 
@@ -246,8 +296,10 @@ module PtmallocDump
     end
 
     # @return [Hash, nil] :vm_rss, :rss_anon, :rss_file, :rss_shmem (/proc/PID/status, read right after
-    #   smaps, which is read again while they change across it), :read_ns (reading both) and
-    #   :from_parent (a fork snapshot's: its parent's)
+    #   smaps, which is read again, up to three times in all, while VmRSS moves across it or smaps' Rss
+    #   sum disagrees with it by more than 64 KiB or 0.1% of VmRSS), :read_ns (reading both),
+    #   :from_parent (a fork snapshot's: its parent's), :error (bytes: the kept read's disagreement) and
+    #   :approximate (true when that is above the tolerance: the RSS figures are then ± :error)
     def mappings_info
       @mappings_info ||= _mappings_head&.freeze
     end
@@ -256,10 +308,14 @@ module PtmallocDump
     # chunk's user address counts as a pointer, and in Ruby memory an Integer of one, as
     # Fiddle.malloc hands it out): :ruby (owned by a Ruby object or reachable from Ruby-owned
     # memory), :anchored (reachable from a root: a loaded object's writable data, a thread's stack,
-    # TLS or the dumping thread's registers; directly or through other native chunks) and :leaked
-    # (reachable from neither), each { bytes:, count: }; :anchored_by, anchored bytes per root name
-    # (largest first); :leaked_by_size, the 20 sizes with the most leaked bytes, each { size:,
-    # count:, bytes:, samples: } (up to 5 chunk addresses).
+    # TLS or the dumping thread's registers; directly or through other native chunks), :interior (held
+    # through a pointer into its middle, not its start, from a root or a chunk reached so far, as
+    # SQLite's page cache is: "held (interior pointer)"; see {#referrers} for the holder), :leaked
+    # (reachable from none of those) and :unknown (reachable from no root in a dump without Ruby objects:
+    # +ruby: false+, or a Ruby pass that was skipped; there a Ruby object may own it, so nothing says
+    # it is leaked, and :leaked is empty), each { bytes:, count: }; :anchored_by, anchored bytes per
+    # root name (largest first); :leaked_by_size, the 20 sizes with the most leaked bytes, each
+    # { size:, count:, bytes:, samples: } (up to 5 chunk addresses).
     #
     # @return [Hash{Symbol=>Object}, nil] nil when the dump has no roots (`references: false`)
     def owners
@@ -271,7 +327,8 @@ module PtmallocDump
     end
 
     # @param chunk [Chunk, Integer] a chunk or a chunk address
-    # @return [Symbol, nil] :ruby, :anchored or :leaked for an allocated chunk (see {#owners}); nil
+    # @return [Symbol, nil] :ruby, :anchored, :interior, :leaked or :unknown for an allocated chunk (see
+    #   {#owners}); nil
     #   for a chunk that is not allocated, an address where no chunk starts, or a dump without roots
     def owner_kind_of(chunk)
       _owner_of(chunk_address(chunk))&.first
@@ -280,7 +337,8 @@ module PtmallocDump
     # @param chunk [Chunk, Integer] a chunk or a chunk address
     # @return [String, nil] the name of the root an anchored chunk is reached from: the path of a
     #   loaded object whose writable data holds it (or holds the native chunk that leads to it),
-    #   "stack of thread N", "TLS of thread N" or "registers of thread N"; nil when not anchored
+    #   "stack of thread N", "TLS of thread N" or "registers of thread N"; for an :interior chunk the
+    #   root its interior pointer (or the chunk holding one) is reached from; nil otherwise
     def anchor_of(chunk)
       _owner_of(chunk_address(chunk))&.at(1)
     end
@@ -301,11 +359,14 @@ module PtmallocDump
     # @return [Hash, nil] { chunks: addresses of the chunks with a word equal to it, integers:
     #   addresses of the chunks holding it as a Ruby Integer, roots: [{ name:, where: }, ...] the
     #   roots' words equal to it, objects: addresses of the Ruby objects whose slots hold it (as an
-    #   address or an Integer) }; nil for an address where no chunk starts, or a dump without roots
+    #   address or an Integer), interior: addresses of the chunks with a word pointing into its user
+    #   data past its start, interior_roots: [{ name:, where: }, ...] the roots' words doing so (one
+    #   per run of such words) }; nil for an address where no chunk starts, or a dump without roots
     def referrers(chunk)
-      chunks, integers, roots, objects = _referrers(chunk_address(chunk))
-      chunks && { chunks: chunks, integers: integers, roots: roots.map { |name, where| { name: name, where: where } },
-                  objects: objects }
+      chunks, integers, roots, objects, interior, interior_roots = _referrers(chunk_address(chunk))
+      pairs = ->(list) { list.map { |name, where| { name: name, where: where } } }
+      chunks && { chunks: chunks, integers: integers, roots: pairs.call(roots), objects: objects,
+                  interior: interior, interior_roots: pairs.call(interior_roots) }
     end
 
     # The roots the dump scanned.
@@ -373,6 +434,14 @@ module PtmallocDump
 
     def flag?(meta, name)
       meta[:flags].anybits?(Format::META_FLAGS.fetch(name))
+    end
+
+    # Whether the pages' exclusive bits tell sharing: pagemap's (mincore cannot tell), and in a fork
+    # snapshot its parent's from before the fork (an older snapshot's are the child's own: every page
+    # shared with its parent).
+    def page_sharing?(meta)
+      RESIDENCY_SOURCES[meta[:residency_source_code]] == :pagemap &&
+        (!flag?(meta, :fork_child) || flag?(meta, :sharing_before_fork))
     end
 
     # Dumps written before the header said it: recorded when Ruby data is present.

@@ -16,6 +16,11 @@ module PtmallocDump
   # +malloc+ in this process is not glibc's (jemalloc, tcmalloc, ...).
   class UnsupportedAllocatorError < Error; end
 
+  # +ptmalloc-dump --track+ cannot track the command: it is not found, statically linked (so
+  # +LD_PRELOAD+ cannot reach its malloc), or its malloc is not glibc's; or the tracker library is
+  # missing. Nothing is started.
+  class TrackError < Error; end
+
   # Not Linux x86-64 with glibc.
   class UnsupportedPlatformError < Error; end
 
@@ -26,6 +31,10 @@ module PtmallocDump
   # directory, not writable, or a symbolic link (whose target could change under the worker). Raised
   # when the handler is installed, not when the signal arrives.
   class DumpDirectoryError < Error; end
+
+  # A report's output directory cannot be made: its parent directory does not exist (it is not made
+  # for you, so that a mistyped path does not scatter directories).
+  class OutputDirectoryError < Error; end
 
   # A dump is already running in this process (for example a signal arrived during another dump).
   class BusyError < Error; end
@@ -55,4 +64,19 @@ module PtmallocDump
   # uninterruptibly, on a disk or a network file system perhaps): nothing was read, and every thread
   # runs again. Trying again later usually succeeds.
   class StopTimeoutError < Error; end
+
+  # The dump holds no Ruby object graph, so it cannot say who keeps memory alive: it was written with
+  # `graph: false` or `ruby: false`, in process with the default `graph: :auto`, from outside the
+  # process or from a core, by an older version, or by a Ruby that does not give the graph. The
+  # message says which.
+  class NoGraphError < Error; end
+
+  # Allocation tracing cannot start: it is already on ({PtmallocDump.stop_allocation_tracing} first), or
+  # its tables could not be mapped. The message says which.
+  class TracingError < Error; end
+
+  # The dump holds no allocation sites: it was not taken while {PtmallocDump.trace_allocations} was on,
+  # or it holds no Ruby heap (`ruby: false`, from outside the process or from a core), or an older
+  # version wrote it. The message says which.
+  class NoSitesError < Error; end
 end

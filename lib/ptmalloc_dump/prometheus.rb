@@ -54,16 +54,4 @@ module PtmallocDump
       end
     end
   end
-
-  class << self
-    # The figures of {stats} as Prometheus text exposition format, for a /metrics endpoint (README
-    # shows one, and a Yabeda collector).
-    #
-    # @param prefix [String] prepended to every metric name
-    # @param smaps [Boolean] as for {stats}
-    # @return [String]
-    def prometheus_text(prefix: "ptmalloc", smaps: false)
-      Prometheus.text(stats(smaps: smaps), prefix: prefix)
-    end
-  end
 end

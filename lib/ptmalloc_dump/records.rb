@@ -93,12 +93,15 @@ module PtmallocDump
     alias_method :to_s, :inspect
   end
 
-  # Page residency of one heap, from /proc/self/pagemap (or mincore) at dump time.
+  # Page residency of one heap, from /proc/self/pagemap (or mincore) at dump time. Whether a present
+  # page is still shared copy-on-write with another process is known from pagemap only, and in a fork
+  # snapshot only from what its parent read before the fork ({#sharing_at}).
   class PageMap
     PRESENT = Format::PAGE_FLAGS[:present]
     SWAPPED = Format::PAGE_FLAGS[:swapped]
     EXCLUSIVE = Format::PAGE_FLAGS[:exclusive]
     FILE = Format::PAGE_FLAGS[:file]
+    SHARING_UNKNOWN = Format::PAGE_FLAGS[:sharing_unknown]
 
     # @return [Heap]
     attr_reader :heap
@@ -109,11 +112,14 @@ module PtmallocDump
     # @return [String] one flag byte per page (binary)
     attr_reader :flags
 
-    def initialize(heap, page_base, page_size, flags)
+    # @param sharing [Boolean] whether the dump's exclusive bits tell sharing at all
+    #   ({Dump#header}'s :page_sharing)
+    def initialize(heap, page_base, page_size, flags, sharing: true)
       @heap = heap
       @page_base = page_base
       @page_size = page_size
       @flags = flags
+      @sharing = sharing
     end
 
     # @return [Integer] number of pages
@@ -134,25 +140,49 @@ module PtmallocDump
       end
     end
 
-    # @return [Boolean, nil] whether the page at address is mapped by this process only
-    def exclusive?(address)
+    # @param address [Integer]
+    # @return [Symbol, nil] for a present page: :exclusive (mapped by this process only), :shared (still
+    #   shared copy-on-write with another process, a parent or a child) or :unknown (the dump cannot
+    #   tell: mincore, an older fork snapshot, or a snapshot's page its parent had not mapped when it
+    #   read); nil for a page not present or outside this heap
+    def sharing_at(address)
       i = (address - page_base) / page_size
       return nil if address < page_base || i >= size
 
-      flags.getbyte(i).anybits?(EXCLUSIVE)
+      sharing_of(flags.getbyte(i))
     end
 
-    # @return [Hash{Symbol=>Integer}] page counts by state
+    # @return [Boolean, nil] whether the page at address is mapped by this process only; nil where
+    #   {#sharing_at} is not :exclusive or :shared
+    def exclusive?(address)
+      case sharing_at(address)
+      when :exclusive then true
+      when :shared then false
+      end
+    end
+
+    # @return [Hash{Symbol=>Integer}] page counts by state, and of the present pages by sharing
+    #   (:exclusive, :shared, :sharing_unknown)
     def counts
-      c = { present: 0, swapped: 0, absent: 0, exclusive: 0 }
+      c = { present: 0, swapped: 0, absent: 0, exclusive: 0, shared: 0, sharing_unknown: 0 }
       flags.each_byte do |f|
         if f.anybits?(PRESENT) then c[:present] += 1
         elsif f.anybits?(SWAPPED) then c[:swapped] += 1
         else c[:absent] += 1
         end
-        c[:exclusive] += 1 if f.anybits?(EXCLUSIVE)
+        s = sharing_of(f)
+        c[s == :unknown ? :sharing_unknown : s] += 1 if s
       end
       c
+    end
+
+    private
+
+    def sharing_of(flag)
+      return nil unless flag.anybits?(PRESENT)
+      return :unknown if !@sharing || flag.anybits?(SHARING_UNKNOWN)
+
+      flag.anybits?(EXCLUSIVE) ? :exclusive : :shared
     end
   end
 

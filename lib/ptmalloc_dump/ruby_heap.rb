@@ -67,6 +67,16 @@ module PtmallocDump
 
     # @return [String, nil] why the dump has no code records (the Ruby version's structures are not
     #   known to the gem that wrote it), nil when it has them
+    # The code memory of this gem's own modules (PtmallocDump and what it defines), which the tables a
+    # user reads leave out: the process's own code, not the tool's.
+    OWN_MODULE = /\A(?:#<Class:)?PtmallocDump(?:::|>|\z)/.freeze
+
+    # @param name [String] a module's name as a dump records it (its bytes may be in any encoding)
+    # @return [Boolean] whether it is this gem's own module
+    def self.own_module?(name)
+      OWN_MODULE.match?(name.to_s.b)
+    end
+
     def code_owners_reason
       return nil if code_owners
 
@@ -175,7 +185,8 @@ module PtmallocDump
     # one (+gc: true+); garbage objects are known dead, their memory freed when the pending lazy sweep
     # reaches their page. Code memory
     # by defining module (:by_module, top 100), its largest methods (:methods, top 50) and the VM's
-    # tables (:vm_tables) come from {#code_owners}, empty with :code_owners_reason saying why when the
+    # tables (:vm_tables) come from {#code_owners}, without this gem's own modules (their bytes are
+    # :own_code_bytes), empty with :code_owners_reason saying why when the
     # dump has none.
     #
     # @return [Hash{Symbol=>Object}]
@@ -190,8 +201,9 @@ module PtmallocDump
           by_type: top.call(s[:by_type], 64),
           by_class: top.call(s[:by_class], 50).to_h { |k, e| [k, e.merge(garbage_bytes: s[:by_class][k][2])] },
           by_data_type: top.call(s[:by_data_type], 50),
-          by_module: code_owners ? code_owners[:by_module].first(TOP_MODULES).to_h : {},
-          methods: code_owners ? code_owners[:methods].first(TOP_METHODS) : [],
+          by_module: code_owners ? users_modules.first(TOP_MODULES).to_h : {},
+          own_code_bytes: code_owners ? own_modules.sum { |_, e| e[:bytes] } : 0,
+          methods: code_owners ? code_owners[:methods].reject { |m| own?(m[:module]) }.first(TOP_METHODS) : [],
           vm_tables: code_owners ? code_owners[:vm_tables] : {},
           code_owners_reason: code_owners_reason,
           by_category: s[:by_category].to_h { |k, (bytes, chunks)| [k, { bytes: bytes, chunks: chunks }] },
@@ -215,7 +227,28 @@ module PtmallocDump
       end
     end
 
+    # An entry of the dump's Ruby names (class, typed-data type, and for the object graph symbol, root
+    # category, module and Hash key names), by its index in the file.
+    #
+    # @param index [Integer]
+    # @return [String, nil]
+    def name(index)
+      names[index]
+    end
+
     private
+
+    def own?(name)
+      RubyHeap.own_module?(name)
+    end
+
+    def users_modules
+      code_owners[:by_module].reject { |name, _| own?(name) }
+    end
+
+    def own_modules
+      code_owners[:by_module].select { |name, _| own?(name) }
+    end
 
     def names
       @names ||= _names

@@ -82,25 +82,4 @@ module PtmallocDump
       end
     end
   end
-
-  class << self
-    # Samples {stats} every `every` seconds into `to` (one JSON line per reading) from a background
-    # thread, until the returned sampler is stopped. A thread does not survive fork: in a forking
-    # server call this in each worker's boot hook (a second call in the same process returns the
-    # sampler already running for that path; in a forked child, it starts that sampler's thread again).
-    #
-    # @param every [Numeric] seconds between readings
-    # @param to [String] the JSON Lines file (read by `ptmalloc-visualize --timeline`)
-    # @param smaps [Boolean] as for {stats}
-    # @return [Sampler]
-    def sample(to:, every: 60, smaps: false)
-      @samplers ||= {}
-      path = File.expand_path(to.to_s)
-      sampler = @samplers[path]
-      return sampler.start if sampler && sampler.every == every
-
-      sampler&.stop
-      @samplers[path] = Sampler.new(every: every, to: path, smaps: smaps).start
-    end
-  end
 end

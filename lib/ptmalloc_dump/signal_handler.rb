@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
-require "fileutils"
-require "tmpdir"
+# the handler runs in trap context, where nothing may be autoloaded: what it uses is loaded here
+require_relative "format_helpers"
 
 module PtmallocDump
   # The worker recipe: dump on a signal.
@@ -31,7 +31,9 @@ module PtmallocDump
 
           state = { previous: nil }
           state[:handler] = proc { |n| run(n, state, dir, fork, log, dump_options) }
+          native = PtmallocDump._signal_native_handler(signo)
           state[:previous] = Signal.trap(name, &state[:handler])
+          warn_taken(log, name, state[:previous], native)
           PtmallocDump._stamp_signal(signo) # Signal.trap put Ruby's own sigaction handler in front
           @installed[name] = state
           state[:handler]
@@ -39,6 +41,28 @@ module PtmallocDump
       end
 
       private
+
+      # One line when the signal was already someone's: a Ruby handler (a Proc or Method) runs after
+      # each dump, as the chain requires; a native one (a sigaction handler that is not Ruby's) is
+      # replaced by Signal.trap and no longer runs. Either way another signal suits this process better.
+      def warn_taken(log, name, previous, native)
+        what =
+          if previous.respond_to?(:call)
+            "a Ruby handler (#{describe(previous)}) that runs after each dump, so every dump also triggers it"
+          elsif previous.nil? && native
+            "a native handler (#{native}), which Signal.trap replaces: it no longer runs"
+          end
+        return unless what
+
+        say(log, "ptmalloc_dump: SIG#{name} already had #{what}; choose a signal nothing else in " \
+                 "this process uses (README: Which signal)")
+      end
+
+      def describe(handler)
+        kind = handler.is_a?(Method) ? "method #{handler.owner}##{handler.name}" : "a #{handler.class}"
+        file, line = handler.source_location
+        file ? "#{kind} at #{file}:#{line}" : kind
+      end
 
       def check_options(options)
         known = PtmallocDump.method(:dump).parameters.filter_map { |kind, key| key if %i[key keyreq].include?(kind) }
@@ -75,6 +99,7 @@ module PtmallocDump
       # A missing directory is made, readable by this user only (its parents too); several workers
       # booting at once may each try
       def make_dir(path)
+        require "fileutils"
         FileUtils.mkdir_p(path, mode: 0o700)
       rescue SystemCallError => e
         raise DumpDirectoryError,
@@ -181,11 +206,14 @@ module PtmallocDump
     # Method; "DEFAULT", "IGNORE" and friends are not called). Installing again for the same signal
     # returns the handler already in place. The directory is checked here, not when the signal comes.
     #
-    # @param signal [String, Symbol, Integer] URG by default: ignored where no handler is installed, and
-    #   used by none of Puma, Unicorn, Pitchfork and Sidekiq (Puma's workers inherit the master's USR2
-    #   handler, a restart, which this handler would chain to)
-    # @param dir [String] where dumps go: a writable directory, not a symbolic link; made (mode 0700,
-    #   with its parents) when it does not exist
+    # @param signal [String, Symbol, Integer] URG by default: ignored where no handler is installed;
+    #   free under Unicorn, Pitchfork, Sidekiq and Puma without `fork_worker`, but Puma's master traps
+    #   it for `fork_worker` (refork) and its workers inherit that trap: Puma's recipe uses WINCH
+    #   (README's "Which signal" has the table). When the signal already has a handler, one line on
+    #   `log` says so at install and names it: a Ruby one (Proc or Method, with its source location)
+    #   runs after each dump; a native one (by its symbol and file) is replaced by Signal.trap
+    # @param dir [String, nil] where dumps go: a writable directory, not a symbolic link; made (mode
+    #   0700, with its parents) when it does not exist; nil (default): +Dir.tmpdir+
     # @param fork [Boolean] fork snapshot mode (the default): the worker pauses for the fork only (as
     #   long as a bare fork of it in a Rails worker under load: README has the figures); the snapshot
     #   process records Ruby's heap, walks and writes; false dumps in the worker, which then waits for
@@ -196,7 +224,11 @@ module PtmallocDump
     # @return [Proc] the handler
     # @raise [DumpDirectoryError] when `dir` cannot take dumps
     # @raise [ArgumentError] for an unknown signal or dump option
-    def install_signal_handler(signal = "URG", dir: Dir.tmpdir, fork: true, log: $stderr, **dump_options)
+    def install_signal_handler(signal = "URG", dir: nil, fork: true, log: $stderr, **dump_options)
+      if dir.nil?
+        require "tmpdir"
+        dir = Dir.tmpdir
+      end
       SignalHandler.install(signal, dir: dir, fork: fork, log: log, dump_options: dump_options)
     end
   end

@@ -89,9 +89,25 @@ module PtmallocDump
       anomalies.reject(&:arena)
     end
 
-    # @return [Boolean] true when nothing differs and no anomaly was recorded
+    # @return [Symbol] :verified (the walk was compared with glibc's counters and reproduces them, and
+    #   no anomaly was recorded), :differs (a figure differs or an anomaly was recorded) or
+    #   :nothing_compared (no difference, no anomaly, but nothing to compare the walk with: a dump from
+    #   outside without counters given, oracles: false or skipped; {#notes} says why)
+    def status
+      return :differs unless differences.empty? && anomalies.empty?
+
+      compared? ? :verified : :nothing_compared
+    end
+
+    # @return [Boolean] true when the walk was compared with glibc's counters at all
+    def compared?
+      !@compared.empty?
+    end
+
+    # @return [Boolean] true when the walk was compared with glibc's counters, nothing differs and no
+    #   anomaly was recorded ({#status} is :verified); false, too, when there was nothing to compare
     def ok?
-      differences.empty? && anomalies.empty?
+      status == :verified
     end
 
     # @return [Boolean] whether arena i's own figures all agree with malloc_info
@@ -99,12 +115,14 @@ module PtmallocDump
       consistent_arenas.include?(index)
     end
 
+    # @return [String] "verified: ...", "nothing compared: ..." with the reason, or the differences,
+    #   anomalies and notes a line each
     def to_s
-      if ok? && @compared.any?
-        return (["verified: the walk reproduces #{@compared.join(' and ')} exactly"] + notes).join("\n")
+      case status
+      when :verified then (["verified: the walk reproduces #{@compared.join(' and ')} exactly"] + notes).join("\n")
+      when :nothing_compared then "nothing compared: #{notes.join('; ')}"
+      else (differences.map(&:to_s) + anomalies.map { |a| "anomaly: #{a}" } + notes).join("\n")
       end
-
-      (differences.map(&:to_s) + anomalies.map { |a| "anomaly: #{a}" } + notes).join("\n")
     end
 
     # @param dump [Dump]

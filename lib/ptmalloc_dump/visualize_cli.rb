@@ -1,14 +1,17 @@
 # frozen_string_literal: true
 
+require "json"
 require "optparse"
 
 module PtmallocDump
   # `ptmalloc-visualize`: option parsing and dispatch. The work is done by the library.
   class VisualizeCLI
     USAGE = "Usage: ptmalloc-visualize [options] DUMP OUTDIR\n" \
-            "       ptmalloc-visualize --summary|--json DUMP\n" \
+            "       ptmalloc-visualize --summary|--json DUMP...\n" \
             "       ptmalloc-visualize --explain ADDR [--json] DUMP\n" \
-            "       ptmalloc-visualize --diff OLD NEW OUTDIR\n" \
+            "       ptmalloc-visualize --retainers [--json] DUMP\n" \
+            "       ptmalloc-visualize --sites [--json] DUMP\n" \
+            "       ptmalloc-visualize --diff OLD NEW [OUTDIR]\n" \
             "       ptmalloc-visualize --compare DUMP... OUTDIR\n" \
             "       ptmalloc-visualize --timeline FILE... OUTDIR"
 
@@ -24,9 +27,11 @@ module PtmallocDump
       parser.parse!(@argv)
       @options[:mode] = :json if @options[:json] && @options[:mode] == :render
       case @options[:mode]
-      when :summary then with_dump(1) { |d| @out.print TextSummary.new(d) }
-      when :json then with_dump(1) { |d| @out.puts JSON.pretty_generate(JsonSummary.new(d).to_h) }
+      when :summary then summaries
+      when :json then json_summaries
       when :explain then explain
+      when :retainers then retainers
+      when :sites then sites
       when :diff then diff
       when :compare then compare
       when :timeline then timeline
@@ -49,15 +54,24 @@ module PtmallocDump
       OptionParser.new do |o|
         o.banner = USAGE
         o.separator ""
-        o.on("--summary", "Print the text summary of DUMP and exit") { @options[:mode] = :summary }
-        o.on("--json", "Print the summary of DUMP as JSON and exit (with --explain: the explanation)") do
+        o.on("--summary", "Print the text summary of each DUMP and exit") { @options[:mode] = :summary }
+        o.on("--json", "Print the summary of each DUMP as JSON (an Array for several) and exit;",
+             "with --explain, --retainers or --sites: theirs") do
           @options[:json] = true
         end
         o.on("--explain ADDR", "Say what ADDR (hex or decimal) is in DUMP: heap, chunk, state, owner, page") do |a|
           @options[:mode] = :explain
           @options[:address] = parse_address(a)
         end
-        o.on("--diff", "Compare two dumps of one process: OLD NEW OUTDIR") { @options[:mode] = :diff }
+        o.on("--retainers", "Print who keeps DUMP's Ruby memory alive (a dump with its object graph)") do
+          @options[:mode] = :retainers
+        end
+        o.on("--sites", "Print where DUMP's traced objects were allocated (PtmallocDump.trace_allocations)") do
+          @options[:mode] = :sites
+        end
+        o.on("--diff", "Compare two dumps of one process: what grew and what to do; with OUTDIR, also the page") do
+          @options[:mode] = :diff
+        end
         o.on("--compare", "Compare dumps of several workers: DUMP... OUTDIR") { @options[:mode] = :compare }
         o.on("--timeline", "Chart readings over time (PtmallocDump.sample's files, and dumps): FILE... OUTDIR") do
           @options[:mode] = :timeline
@@ -74,6 +88,28 @@ module PtmallocDump
           throw :done
         end
       end
+    end
+
+    # --summary DUMP...: one block each, headed by its file when there are several
+    def summaries
+      raise UsageError, "--summary: expected one or more DUMPs" if @argv.empty?
+
+      @argv.each_with_index do |path, i|
+        @out.puts if i.positive?
+        @out.puts "#{path}:" if @argv.size > 1
+        @out.print TextSummary.new(PtmallocDump.load(path))
+      end
+      0
+    end
+
+    # --json DUMP...: one object, or an Array of them in the order given when there are several
+    def json_summaries
+      raise UsageError, "--json: expected one or more DUMPs" if @argv.empty?
+
+      require "json"
+      list = @argv.map { |path| JsonSummary.new(PtmallocDump.load(path)).to_h }
+      @out.puts JSON.pretty_generate(@argv.size == 1 ? list.first : list)
+      0
     end
 
     def with_dump(args)
@@ -98,6 +134,26 @@ module PtmallocDump
       end
     end
 
+    def retainers
+      with_dump(1) do |d|
+        list = d.retainers
+        next @out.puts(JSON.pretty_generate(list)) if @options[:json]
+
+        @out.puts "who keeps Ruby's memory alive (malloc bytes each holder alone retains, with its objects):"
+        list.each { |r| @out.puts RetainerLines.line(r), "    #{r[:path].join(' > ')}" }
+      end
+    end
+
+    def sites
+      with_dump(1) do |d|
+        list = d.allocation_sites
+        next @out.puts(JSON.pretty_generate(list)) if @options[:json]
+
+        @out.puts SiteLines.heading(d)
+        list.each { |s| @out.puts SiteLines.line(s), *SiteLines.callers(s).map { |f| "    from #{f}" } }
+      end
+    end
+
     def render
       raise UsageError, "expected DUMP and OUTDIR, got #{@argv.size} argument(s)" unless @argv.size == 2
 
@@ -110,17 +166,23 @@ module PtmallocDump
     end
 
     def diff
-      raise UsageError, "--diff expects OLD NEW OUTDIR, got #{@argv.size} argument(s)" unless @argv.size == 3
+      unless [2, 3].include?(@argv.size)
+        raise UsageError, "--diff expects OLD NEW [OUTDIR], got #{@argv.size} argument(s)"
+      end
 
       old, new, outdir = @argv
       d = Diff.new(old, new, force: @options[:force])
-      prepare_outdir(outdir)
-      ComparisonReport.new(outdir).write_diff(d)
-      g = d.growth
-      @out.puts "malloc heap #{format('%+d', g[:arena])} B, in use #{format('%+d', g[:in_use_bytes])} B, " \
-                "free but resident #{format('%+d', g[:free_resident_bytes])} B, " \
-                "mmapped chunks #{format('%+d', g[:hblkhd])} B"
-      @out.puts "wrote #{File.join(outdir, 'index.html')}"
+      if outdir
+        prepare_outdir(outdir)
+        ComparisonReport.new(outdir).write_diff(d)
+      end
+      findings = GrowthFindings.new(d)
+      @out.puts findings.lead
+      findings.all.each do |f|
+        @out.puts "- #{f.title.sub(/\A./, &:upcase)}: #{f.text}"
+        f.steps.each { |s| @out.puts "  next: #{s}" }
+      end
+      @out.puts "wrote #{File.join(outdir, 'index.html')}" if outdir
       0
     end
 
@@ -131,21 +193,29 @@ module PtmallocDump
       fleet = Fleet.new(@argv)
       prepare_outdir(outdir)
       ComparisonReport.new(outdir).write_fleet(fleet)
+      print_fleet(fleet)
+      @out.puts "wrote #{File.join(outdir, 'index.html')}"
+      0
+    end
+
+    # --compare's lines: the worker that deviates most and why, then each worker's owners.
+    def print_fleet(fleet)
       d = fleet.most_deviant
-      @out.puts "deviates most: pid #{d[:pid]} (#{ComparisonReport.label(d[:figure])} #{d[:value]} B, " \
-                "median #{d[:median]} B)"
+      hb = FormatHelpers.method(:human_bytes)
+      @out.puts "deviates most: pid #{d[:pid]} (#{ComparisonReport.label(d[:figure])} #{hb.call(d[:value])}, " \
+                "median #{hb.call(d[:median])})"
       reasons = ComparisonReport.deviation_reasons(fleet)
       unless reasons.empty?
-        @out.puts "  above the median worker: #{reasons.map { |what, b| "#{what} +#{b} B" }.join(', ')}"
+        above = reasons.map { |what, b| "#{what} #{FormatHelpers.signed_bytes(b)}" }
+        @out.puts "  above the median worker: #{above.join(', ')}"
       end
       fleet.dumps.each do |dump|
         o = ComparisonReport.owners_of(dump)
-        top = (o[:classes].empty? ? o[:types] : o[:classes]).map { |n, b| "#{n} #{b} B" }.join(", ")
+        top = (o[:classes].empty? ? o[:types] : o[:classes]).map { |n, b| "#{n} #{hb.call(b)}" }.join(", ")
         @out.puts "  pid #{dump.header[:pid]}: #{top.empty? ? 'no Ruby data' : top}" \
-                  "#{o[:native] ? ", native #{o[:native]} B" : ''}#{o[:leaked] ? ", leaked #{o[:leaked]} B" : ''}"
+                  "#{o[:native] ? ", native #{hb.call(o[:native])}" : ''}" \
+                  "#{o[:leaked] ? ", leaked #{hb.call(o[:leaked])}" : ''}"
       end
-      @out.puts "wrote #{File.join(outdir, 'index.html')}"
-      0
     end
 
     def timeline
@@ -167,6 +237,11 @@ module PtmallocDump
           raise UsageError, "#{dir} is not empty (use --force to write into it anyway)"
         end
       else
+        parent = File.dirname(File.expand_path(dir))
+        unless File.directory?(parent)
+          raise OutputDirectoryError, "cannot make #{dir}: its parent directory #{parent} does not exist"
+        end
+
         Dir.mkdir(dir)
       end
     end

@@ -48,11 +48,33 @@ module FieldSweep
                            old_objects_limit heap_live_slots malloc_increase_bytes oldmalloc_increase_bytes time_ms],
                         %w[flags reserved])],
     22 => ["ruby_code", [%w[address Q], %w[module L], %w[method L], %w[path L], %w[line L], %w[kind L], %w[reserved L]]],
-    23 => ["ruby_page_rss", [%w[bytes Q]]]
+    23 => ["ruby_page_rss", [%w[bytes Q]]],
+    42 => ["ruby_graph", fields(%w[graph_ns dropped_edges named_limit], %w[flags reserved])],
+    43 => ["ruby_edge_count", [%w[count L]]],
+    44 => ["ruby_edge", [%w[object L]]],
+    45 => ["ruby_root", fields([], %w[object category name flags])],
+    46 => ["ruby_edge_name", fields([], %w[edge kind detail reserved])],
+    47 => ["alloc_trace", fields(%w[every seen sampled dropped started_ns], %w[max_frames reserved])],
+    48 => ["ruby_stack", fields([], %w[first n_frames])],
+    49 => ["ruby_frame", fields([], %w[path label owner line])],
+    50 => ["ruby_traced", fields(%w[address], %w[stack reserved])],
+    # the regions past the first two are laid out (a name with "_" first) but not swept
+    52 => ["native_track", fields(%w[mean_bytes started_ns sampled freed dropped]) +
+      fields([], %w[flags pid n_regions reserved]) +
+      fields((0...16).flat_map do |i|
+        %w[start length resident].map { |f| "#{i < 2 ? '' : '_'}region#{i}_#{f}" }
+      end)],
+    53 => ["native_sample", fields(%w[address size], %w[stack reserved])],
+    54 => ["native_stack", fields([], %w[first_pc n_pcs first_frame n_frames])],
+    55 => ["native_pc", [%w[pc Q]]],
+    56 => ["native_frame", fields([], %w[path label owner line])],
+    58 => ["inner_ref", [%w[from L], %w[to L]]],
+    59 => ["root_inner_ref", fields(%w[where], %w[root chunk])],
+    60 => ["scratch", fields(%w[start length resident])]
   }.freeze
   # Sections whose records follow a fixed head: the head's layout (swept as one record).
   HEADS = {
-    18 => ["mappings_head", fields(%w[vm_rss rss_anon rss_file rss_shmem read_ns paths_len], %w[flags reserved])]
+    18 => ["mappings_head", fields(%w[vm_rss rss_anon rss_file rss_shmem read_ns paths_len], %w[flags error_kib])]
   }.freeze
   SIZES = { "Q" => 8, "L" => 4, "S" => 2, "C" => 1 }.freeze
 
@@ -86,9 +108,11 @@ module FieldSweep
   def record_fields(name, layout, payload, r, count)
     rec_size = layout.sum { |_, d| SIZES[d] }
     pos = payload + r * rec_size
-    layout.map do |field, d|
+    layout.filter_map do |field, d|
       at = pos
       pos += SIZES[d]
+      next if field.start_with?("_")
+
       { where: "#{name}[#{r}].#{field}", at: at, size: SIZES[d], directive: d, next_at: r + 1 < count ? at + rec_size : nil }
     end
   end
@@ -126,9 +150,12 @@ module FieldSweep
     dump.analysis
     dump.each_chunk.count
     dump.ruby&.summary
+    dump.retainers.each { |r| dump.path_to_root(r[:address]) } if dump.graph?
+    dump.allocation_sites.each { |site| site[:frames].size } if dump.allocation_sites?
+    dump.traced_objects.first(20).map(&:first).each { |a| dump.allocation_site_of(a) } if dump.allocation_sites?
     PtmallocDump::TextSummary.new(dump).to_s
     JSON.generate(PtmallocDump::JsonSummary.new(dump).to_h)
-    [["--summary", path], ["--json", path], [path, File.join(dir, "render")],
+    [["--summary", path], ["--json", path], ["--retainers", path], [path, File.join(dir, "render")],
      ["--diff", "--force", original, path, File.join(dir, "diff")],
      ["--compare", original, path, File.join(dir, "compare")]].each do |argv|
       err = StringIO.new

@@ -1,5 +1,6 @@
 # frozen_string_literal: true
 
+require "fileutils"
 require "open3"
 require "rbconfig"
 
@@ -70,7 +71,12 @@ module SpecHelpers
   end
 
   def run_ruby(code, env: {}, timeout: 600)
-    Open3.popen3(env, RbConfig.ruby, "-I", LIB, "-rptmalloc_dump", "-e", code) do |stdin, out, err, wait|
+    run_command(env, RbConfig.ruby, "-I", LIB, "-rptmalloc_dump", "-e", code, timeout: timeout)
+  end
+
+  # Runs a command with the same watchdog: [stdout, stderr, status].
+  def run_command(env, *cmd, timeout: 600)
+    Open3.popen3(env, *cmd) do |stdin, out, err, wait|
       stdin.close
       readers = [out, err].map { |io| Thread.new { io.read } }
       unless wait.join(timeout)

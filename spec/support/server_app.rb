@@ -13,16 +13,37 @@ class ServerApp
   ROOT = File.expand_path("../..", __dir__)
   GEMS = File.join(ROOT, "vendor", "server_gems")
   README = File.join(ROOT, "README.md")
+  # where the recipes and commands are: README, and the pages it links to
+  DOCS = [README, *Dir[File.join(ROOT, "doc", "*.md")].sort].freeze
 
   attr_reader :dir, :dumps, :port
 
-  # The Ruby block of README that follows `<!-- recipe: ... name ... -->`, with its dump directory.
-  def self.recipe(name, dir)
-    text = File.read(README)
-    block = text.scan(/<!-- recipe: ([^>]*?) -->\n```ruby\n(.*?)```/m).find { |names, _| names.split.include?(name) }
-    raise "README.md has no recipe for #{name}" unless block
+  # The command line of the block that follows `<!-- command: name -->` in README or doc/, as words,
+  # without `$ `.
+  def self.command(name)
+    block = docs[/<!-- command: #{Regexp.escape(name)} -->\n```\n\$ (.*?)\n```/m, 1]
+    raise "neither README.md nor doc/ has the command #{name}" unless block
 
-    block[1].gsub("/var/tmp/heap", dir)
+    block.split
+  end
+
+  # The Ruby block of README or doc/ that follows `<!-- recipe: ... name ... -->`, with its dump
+  # directory. Each recipe is written once.
+  def self.recipe(name, dir)
+    blocks = docs.scan(/<!-- recipe: ([^>]*?) -->\n```ruby\n(.*?)```/m).select { |names, _| names.split.include?(name) }
+    raise "neither README.md nor doc/ has a recipe for #{name}" if blocks.empty?
+    raise "the recipe for #{name} is written #{blocks.size} times" if blocks.size > 1
+
+    blocks.first[1].gsub("/var/tmp/heap", dir)
+  end
+
+  def self.docs
+    DOCS.map { |f| File.read(f) }.join("\n")
+  end
+
+  # The signal the recipe `name` installs its handler for.
+  def self.recipe_signal(name)
+    recipe(name, "")[/install_signal_handler\("(\w+)"/, 1] || raise("README's recipe #{name} names no signal")
   end
 
   def self.free_port
@@ -42,6 +63,11 @@ class ServerApp
     @port = self.class.free_port
     @gems = gems
     @pids = []
+  end
+
+  # The signal of the recipe this app is named after (an app that is no recipe's has none).
+  def recipe_signal
+    @recipe_signal ||= self.class.recipe_signal(@name)
   end
 
   def env
@@ -74,10 +100,11 @@ class ServerApp
   end
 
   # Starts `bundle exec *command` in the app, its output to log; returns the pid.
-  def start(*command)
+  def start(*command, extra_env: {})
     @log = File.join(@dir, "server.log")
     pid = Bundler.with_unbundled_env do
-      Process.spawn(env, "bundle", "exec", *command, chdir: @dir, out: @log, err: %i[child out], pgroup: true)
+      Process.spawn(env.merge(extra_env), "bundle", "exec", *command, chdir: @dir, out: @log, err: %i[child out],
+                                                                      pgroup: true)
     end
     @pids << pid
     pid
@@ -108,8 +135,9 @@ class ServerApp
     %(File.write(File.join(#{File.join(@dir, 'booted').inspect}.tap { |d| Dir.mkdir(d) rescue nil }, Process.pid.to_s), ""))
   end
 
-  # Sends `signal` to pid and waits for a dump of that pid to appear (renamed into place complete).
-  def dump_of(pid, signal: "URG", timeout: 60)
+  # Sends `signal` (the recipe's by default) to pid and waits for a dump of that pid to appear
+  # (renamed into place complete).
+  def dump_of(pid, signal: recipe_signal, timeout: 60)
     before = Dir.children(@dumps)
     Process.kill(signal, pid)
     deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
@@ -136,24 +164,28 @@ class ServerApp
 
   # Stops every process started (their process groups), then removes the app.
   def stop
-    @pids.each do |pid|
-      begin
-        Process.kill("TERM", -pid)
-      rescue Errno::ESRCH
-        next
-      end
-      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 10
-      until Process.wait(pid, Process::WNOHANG)
-        if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
-          Process.kill("KILL", -pid) rescue nil # rubocop:disable Style/RescueModifier
-          Process.wait(pid)
-          break
-        end
-        sleep 0.05
-      end
-    rescue Errno::ECHILD
-      nil
-    end
+    @pids.dup.each { |pid| stop_process(pid) }
     FileUtils.rm_rf(@dir)
+  end
+
+  # Stops one process started (its process group), waiting for it.
+  def stop_process(pid)
+    @pids.delete(pid)
+    begin
+      Process.kill("TERM", -pid)
+    rescue Errno::ESRCH
+      return
+    end
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 10
+    until Process.wait(pid, Process::WNOHANG)
+      if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+        Process.kill("KILL", -pid) rescue nil # rubocop:disable Style/RescueModifier
+        Process.wait(pid)
+        break
+      end
+      sleep 0.05
+    end
+  rescue Errno::ECHILD
+    nil
   end
 end

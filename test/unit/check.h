@@ -27,6 +27,7 @@ extern const char *unit_case;
 void test_format(void);
 void test_index(void);
 void test_analysis(void);
+void test_dominators(void);
 /* Runs the figures of analysis/ over a view the reader accepted (test_analysis.c). */
 void exercise(const ptmd_view *v);
 

@@ -37,6 +37,7 @@ int main(int argc, char **argv)
     test_format();
     test_index();
     test_analysis();
+    test_dominators();
     printf("%lu checks, %lu failures\n", unit_checks, unit_failures);
     return unit_failures ? 1 : 0;
 }

@@ -75,7 +75,9 @@ static void add_heap(synth *s, uint64_t *r, const synth_opts *o, uint64_t start,
         s->pages[v->n_pages++] = (uint8_t)((k < 6    ? PTMD_PAGE_PRESENT
                                             : k == 6 ? PTMD_PAGE_SWAPPED
                                                      : 0) |
-                                           (below(r, 4) ? PTMD_PAGE_EXCLUSIVE : 0));
+                                           (below(r, 4) ? PTMD_PAGE_EXCLUSIVE : 0) |
+                                           /* a snapshot's page its parent's reading did not cover */
+                                           (k < 6 && i % 7 == 3 ? PTMD_PAGE_SHARING_UNKNOWN : 0));
     }
     v->n_heaps++;
 }
@@ -218,6 +220,57 @@ static void add_ruby(synth *s, uint64_t *r)
                    PTMD_SECTION_BIT(PTMD_SEC_ROOT_REFS);
 }
 
+/* Ruby's object graph over the objects: up to four references each, a few roots (one a global
+ * variable's), names for some references. Its own random stream, so that the rest of the heap is the
+ * same with or without it. */
+static void add_graph(synth *s, uint64_t seed)
+{
+    ptmd_view *v = &s->view;
+    uint64_t g = seed * 0x9E3779B97F4A7C15ull + 7, *r = &g;
+    size_t i, n = v->n_ruby_objects, e = 0, names = 0, off = v->ruby_names_len;
+    uint32_t category = (uint32_t)v->n_ruby_names, symbol = category + 1;
+    off = add_name(s->names, off, 0, PTMD_NAME_ROOT_CATEGORY, "vm");
+    off = add_name(s->names, off, 0x1234, PTMD_NAME_SYMBOL, "@items");
+    v->ruby_names_len = off;
+    v->n_ruby_names += 2;
+    for (i = 0; i < n; i++) {
+        uint32_t k, m = (uint32_t)below(r, 5);
+        for (k = 0; k < m; k++) {
+            s->edges[e] = (uint32_t)below(r, n);
+            if (below(r, 4) == 0) {
+                ptmd_ruby_edge_name *en = &s->edge_names[names++ % SYNTH_MAX_OBJECTS];
+                memset(en, 0, sizeof(*en));
+                en->edge = (uint32_t)e;
+                en->kind = below(r, 2) ? PTMD_EDGE_IVAR : PTMD_EDGE_INDEX;
+                en->detail = en->kind == PTMD_EDGE_IVAR ? symbol : k;
+            }
+            e++;
+        }
+        s->edge_counts[i] = m;
+    }
+    memset(&s->graph, 0, sizeof(s->graph));
+    s->graph.named_limit = 4096;
+    v->ruby_graph = &s->graph;
+    v->ruby_edge_counts = s->edge_counts;
+    v->n_ruby_edge_counts = n;
+    v->ruby_edges = s->edges;
+    v->n_ruby_edges = e;
+    v->n_ruby_roots = 1 + below(r, 3);
+    for (i = 0; i < v->n_ruby_roots; i++) {
+        memset(&s->ruby_roots[i], 0, sizeof(s->ruby_roots[i]));
+        s->ruby_roots[i].object = (uint32_t)below(r, n);
+        s->ruby_roots[i].category = category;
+        s->ruby_roots[i].name = i == 0 ? symbol : PTMD_NO_NAME;
+        s->ruby_roots[i].flags = i == 2 ? PTMD_RRF_CONSERVATIVE : 0;
+    }
+    v->ruby_roots = s->ruby_roots;
+    v->ruby_edge_names = s->edge_names;
+    v->n_ruby_edge_names = names < SYNTH_MAX_OBJECTS ? names : 0;
+    v->sections |= PTMD_SECTION_BIT(PTMD_SEC_RUBY_GRAPH) | PTMD_SECTION_BIT(PTMD_SEC_RUBY_EDGE_COUNTS) |
+                   PTMD_SECTION_BIT(PTMD_SEC_RUBY_EDGES) | PTMD_SECTION_BIT(PTMD_SEC_RUBY_ROOTS) |
+                   PTMD_SECTION_BIT(PTMD_SEC_RUBY_EDGE_NAMES);
+}
+
 /* The main heap's mapping and a file's, as smaps would list them. */
 static void add_mappings(synth *s)
 {
@@ -281,6 +334,8 @@ void synth_build(synth *s, uint64_t seed, const synth_opts *o)
     s->meta.glibc_major = 2;
     s->meta.glibc_minor = 36;
     s->meta.flags = PTMD_MF_TCACHE | PTMD_MF_MP | PTMD_MF_NO_ORACLES; /* MALLINFO2 zero, MALLOC_INFO empty */
+    /* a third are fork snapshots with their parent's sharing, a third older snapshots without it */
+    if (seed % 3) s->meta.flags |= PTMD_MF_FORK_CHILD | (seed % 3 == 1 ? PTMD_MF_SHARING_BEFORE_FORK : 0);
     s->meta.n_mmaps = (uint64_t)o->mmapped;
     memcpy(s->strings, "\1\0k\1\0\0\0v", 8);
     for (k = 0; k < SYNTH_MAX_CHUNKS && (size_t)k < v->n_chunks; k++) s->words[k] = s->chunks[k].word;
@@ -302,7 +357,10 @@ void synth_build(synth *s, uint64_t seed, const synth_opts *o)
     ptmd_heap_order(s->heaps, v->n_heaps, s->heap_order);
     v->heap_order = s->heap_order;
     add_tcache(s);
-    if (o->ruby) add_ruby(s, &r);
+    if (o->ruby) {
+        add_ruby(s, &r);
+        if (seed % 3 != 0) add_graph(s, seed);
+    }
     add_mappings(s);
     if (o->outside) {
         memset(&s->source, 0, sizeof(s->source));

@@ -38,6 +38,11 @@ typedef struct {
     uint64_t ruby_words[SYNTH_MAX_OBJECTS * 2];
     unsigned char names[SYNTH_NAMES_BYTES];
     ptmd_ref refs[SYNTH_MAX_REFS];
+    ptmd_ruby_graph_rec graph;
+    uint32_t edge_counts[SYNTH_MAX_OBJECTS];
+    uint32_t edges[SYNTH_MAX_OBJECTS * 4];
+    ptmd_ruby_root ruby_roots[8];
+    ptmd_ruby_edge_name edge_names[SYNTH_MAX_OBJECTS];
     ptmd_ref int_refs[4];
     ptmd_root_rec roots[1];
     ptmd_root_ref root_refs[8];

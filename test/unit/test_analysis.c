@@ -5,6 +5,7 @@
 #include "analysis/analysis.h"
 #include "analysis/attribution.h"
 #include "analysis/diff.h"
+#include "analysis/retention.h"
 #include "analysis/rss.h"
 
 #include <stdlib.h>
@@ -43,8 +44,14 @@ static void summary(const ptmd_view *v, uint64_t seed)
             for (a = c->addr; a < c->addr + size; a++) { /* byte by byte */
                 uint8_t f = page_flags(v, hp, a);
                 if (f & PTMD_PAGE_PRESENT) {
+                    /* sharing is known from pagemap, in a snapshot only from its parent's reading */
+                    int known =
+                        v->meta->residency_source == PTMD_RESIDENCY_PAGEMAP &&
+                        (!(v->meta->flags & PTMD_MF_FORK_CHILD) || (v->meta->flags & PTMD_MF_SHARING_BEFORE_FORK)) &&
+                        !(f & PTMD_PAGE_SHARING_UNKNOWN);
                     b.resident_bytes++;
-                    if (!(f & PTMD_PAGE_EXCLUSIVE)) b.shared_bytes++;
+                    if (known && !(f & PTMD_PAGE_EXCLUSIVE)) b.shared_bytes++;
+                    if (!known) b.sharing_unknown_bytes++;
                     if (ptmd_state_is_free(st)) b.free_resident_bytes++;
                 } else if (f & PTMD_PAGE_SWAPPED) b.swapped_bytes++;
                 else b.absent_bytes++;
@@ -62,6 +69,7 @@ static void summary(const ptmd_view *v, uint64_t seed)
     CHECK_EQ(t.hblkhd, b.hblkhd);
     CHECK_EQ(t.resident_bytes, b.resident_bytes);
     CHECK_EQ(t.shared_bytes, b.shared_bytes);
+    CHECK_EQ(t.sharing_unknown_bytes, b.sharing_unknown_bytes);
     CHECK_EQ(t.swapped_bytes, b.swapped_bytes);
     CHECK_EQ(t.absent_bytes, b.absent_bytes);
     CHECK_EQ(t.free_resident_bytes, b.free_resident_bytes);
@@ -180,13 +188,71 @@ out:
     free(a.direct);
 }
 
+/* Bytes of the page at pl in v by what holds them, and its flags, counted over every chunk of every heap
+ * (no page usage, no index): returns 0 when v has no such page. */
+static int brute_page(const ptmd_view *v, uint64_t pl, uint64_t *live, uint64_t *free_bytes, uint8_t *flags)
+{
+    uint64_t ps = v->meta->page_size;
+    size_t h, i;
+    int found = 0;
+    *live = *free_bytes = 0;
+    *flags = 0;
+    for (h = 0; h < v->n_heaps; h++) {
+        const ptmd_heap_rec *hp = &v->heaps[h];
+        if (pl < hp->page_base || pl >= hp->page_base + hp->n_pages * ps) continue;
+        found = 1;
+        *flags = v->pages[hp->first_page + (pl - hp->page_base) / ps];
+        for (i = hp->first_chunk; i < hp->first_chunk + hp->n_chunks; i++) {
+            const ptmd_chunk_rec *c = &v->chunks[i];
+            uint64_t lo = c->addr > pl ? c->addr : pl, hi = c->addr + ptmd_rec_size(c);
+            int st = ptmd_rec_state(c);
+            if (hi > pl + ps) hi = pl + ps;
+            if (hi <= lo) continue;
+            if (st == PTMD_ST_IN_USE || st == PTMD_ST_MMAPPED) *live += hi - lo;
+            else if (st != PTMD_ST_META) *free_bytes += hi - lo;
+        }
+    }
+    return found;
+}
+
+/* Every page of b classified by what it holds now against what it held in a, by brute force: resident
+ * and more than half free now, not before, is new free resident whatever it held; more than half live
+ * now and not before, new in use. */
+static void page_changes(const ptmd_view *a, const ptmd_view *b, const uint8_t *change, const ptmd_diff_totals *t,
+                         uint64_t seed)
+{
+    uint64_t ps = b->meta->page_size, counts[PTMD_PCHG_COUNT] = { 0 };
+    size_t h, p;
+    int c;
+    for (h = 0; h < b->n_heaps; h++) {
+        const ptmd_heap_rec *hp = &b->heaps[h];
+        for (p = 0; p < hp->n_pages; p++) {
+            uint64_t pl = hp->page_base + p * ps, la, fa, lb, fb;
+            uint8_t ga, gb;
+            int had = brute_page(a, pl, &la, &fa, &ga), pa = had && (ga & PTMD_PAGE_PRESENT);
+            int pb = (brute_page(b, pl, &lb, &fb, &gb), (gb & PTMD_PAGE_PRESENT) != 0);
+            int expect;
+            if (pa && !pb && !(gb & PTMD_PAGE_SWAPPED)) expect = PTMD_PCHG_RELEASED;
+            else if (pb && 2 * lb > ps && !(pa && 2 * la > ps)) expect = PTMD_PCHG_NEW_IN_USE;
+            else if (pb && 2 * fb > ps && !(pa && 2 * fa > ps)) expect = PTMD_PCHG_NEW_FREE_RESIDENT;
+            else expect = had ? PTMD_PCHG_UNCHANGED : PTMD_PCHG_NEW_PAGE;
+            CHECK(change[hp->first_page + p] == expect, "seed %llu: page 0x%llx is %s, expected %s",
+                  (unsigned long long)seed, (unsigned long long)pl,
+                  ptmd_page_change_names[change[hp->first_page + p] % PTMD_PCHG_COUNT], ptmd_page_change_names[expect]);
+            counts[expect]++;
+        }
+    }
+    for (c = 0; c < PTMD_PCHG_COUNT; c++) CHECK_EQ(t->pages[c], counts[c]);
+}
+
 static void diff(uint64_t seed, const synth_opts *o)
 {
     ptmd_view *a = &S.view, *b = &T.view;
     ptmd_page_usage *ua = calloc(a->n_pages, sizeof(*ua)), *ub = calloc(a->n_pages, sizeof(*ub));
     uint8_t *change = calloc(a->n_pages, 1);
     ptmd_diff_totals t;
-    size_t k;
+    uint64_t r = seed * 7919, freed_live = 0;
+    size_t k, i;
     synth_build(&T, seed, o);
     k = (size_t)(seed % b->n_chunks);
     if (!ua || !ub || !change) goto out;
@@ -205,6 +271,26 @@ static void diff(uint64_t seed, const synth_opts *o)
     CHECK_EQ(t.same_count, a->n_chunks - 1);
     CHECK_EQ(t.new_count, 1);
     CHECK_EQ(t.gone_count, 1);
+    page_changes(a, b, change, &t, seed);
+
+    /* the heap changed all over: a third of the in-use chunks freed, a sixth of the free ones taken,
+     * an eighth of the pages' residency turned over */
+    for (i = 0; i < b->n_chunks; i++) {
+        int st = ptmd_rec_state(&T.chunks[i]), roll = (int)(synth_random(&r) % 6);
+        if (st == PTMD_ST_IN_USE && roll < 2) {
+            ptmd_rec_set_state(&T.chunks[i], PTMD_ST_SMALLBIN);
+            freed_live += ptmd_rec_size(&T.chunks[i]);
+        } else if ((st == PTMD_ST_SMALLBIN || st == PTMD_ST_TCACHE) && roll == 0)
+            ptmd_rec_set_state(&T.chunks[i], PTMD_ST_IN_USE);
+    }
+    for (i = 0; i < b->n_pages; i++)
+        if (synth_random(&r) % 8 == 0) T.pages[i] ^= PTMD_PAGE_PRESENT;
+    ptmd_page_usage_fill(b, ub);
+    ptmd_diff(a, ua, b, ub, &t, change);
+    page_changes(a, b, change, &t, seed);
+    if (freed_live > 4 * b->meta->page_size)
+        CHECK(t.pages[PTMD_PCHG_NEW_FREE_RESIDENT] > 0, "seed %llu: %llu live bytes freed, no page newly free",
+              (unsigned long long)seed, (unsigned long long)freed_live);
 out:
     free(ua);
     free(ub);
@@ -212,6 +298,98 @@ out:
 }
 
 /* Whatever the reader accepts goes through the figures without harm. */
+/* Which objects the roots reach with object `cut` taken out of the graph (UINT32_MAX: none). */
+static void reach_without(const ptmd_view *v, const uint64_t *start, uint32_t cut, uint8_t *seen, uint32_t *queue)
+{
+    size_t n = v->n_ruby_objects, head = 0, tail = 0, i;
+    memset(seen, 0, n);
+    for (i = 0; i < v->n_ruby_roots; i++) {
+        uint32_t o = v->ruby_roots[i].object;
+        if (o != cut && !seen[o]) seen[o] = 1, queue[tail++] = o;
+    }
+    while (head < tail) {
+        uint32_t u = queue[head++];
+        uint64_t k;
+        for (k = start[u]; k < start[u + 1]; k++) {
+            uint32_t w = v->ruby_edges[k];
+            if (w != cut && !seen[w]) seen[w] = 1, queue[tail++] = w;
+        }
+    }
+}
+
+/* What each object retains, against brute force: u retains v when no root reaches v with u taken out
+ * (or v is u); its bytes are those of the allocated chunks the attribution gives those objects. Also
+ * every path: from a root, along recorded references, to the object. */
+static void retention(const ptmd_view *v, uint64_t seed)
+{
+    size_t n = v->n_ruby_objects, nc = v->n_chunks ? v->n_chunks : 1, i, j;
+    ptmd_attribution a;
+    ptmd_retention r;
+    uint64_t *start = calloc(n + 1, sizeof(uint64_t)), *bytes = calloc(n, sizeof(uint64_t));
+    uint8_t *all = malloc(n), *without = malloc(n);
+    uint32_t *queue = malloc(n * sizeof(uint32_t));
+    a.owner = calloc(nc, sizeof(uint32_t));
+    a.category = calloc(nc, 1);
+    a.direct = calloc(nc, 1);
+    if (!start || !bytes || !all || !without || !queue || !a.owner || !a.category || !a.direct ||
+        ptmd_attribute(v, &a) != 0 || ptmd_retention_build(v, &a, &r) != 0) {
+        CHECK(0, "retention ran");
+        goto out;
+    }
+    for (i = 0; i < n; i++) start[i + 1] = start[i] + v->ruby_edge_counts[i];
+    for (i = 0; i < v->n_chunks; i++)
+        if (a.owner[i] && ptmd_rec_is_allocated(&v->chunks[i])) bytes[a.owner[i] - 1] += ptmd_rec_size(&v->chunks[i]);
+    reach_without(v, start, UINT32_MAX, all, queue);
+    for (i = 0; i < n; i++) {
+        uint64_t expect_bytes = 0, expect_objects = 0;
+        const uint64_t *got = &r.retained[i * PTMD_RET_COLUMNS];
+        if (!all[i]) {
+            CHECK(r.dom.idom[i] == PTMD_DOM_NONE && got[PTMD_RET_BYTES] == 0 && r.parent[i] == PTMD_RET_NONE,
+                  "seed %llu: object %zu, which no root reaches, retains nothing", (unsigned long long)seed, i);
+            continue;
+        }
+        reach_without(v, start, (uint32_t)i, without, queue);
+        for (j = 0; j < n; j++)
+            if (all[j] && (j == i || !without[j])) expect_bytes += bytes[j], expect_objects++;
+        CHECK(got[PTMD_RET_BYTES] == expect_bytes && got[PTMD_RET_OBJECTS] == expect_objects,
+              "seed %llu: object %zu retains %llu B in %llu objects, brute force %llu B in %llu",
+              (unsigned long long)seed, i, (unsigned long long)got[PTMD_RET_BYTES],
+              (unsigned long long)got[PTMD_RET_OBJECTS], (unsigned long long)expect_bytes,
+              (unsigned long long)expect_objects);
+        {
+            uint32_t u = (uint32_t)i;
+            size_t steps = 0;
+            while (r.parent[u] != r.n_objects && steps++ < n) {
+                uint32_t p = r.parent[u];
+                CHECK(r.via[u] >= start[p] && r.via[u] < start[p + 1] && v->ruby_edges[r.via[u]] == u,
+                      "seed %llu: the path to %zu goes through a reference %u holds", (unsigned long long)seed, i, p);
+                u = p;
+            }
+            CHECK(r.parent[u] == r.n_objects && v->ruby_roots[r.via[u]].object == u,
+                  "seed %llu: the path to object %zu starts at a root", (unsigned long long)seed, i);
+        }
+    }
+    {
+        uint32_t holders[16];
+        size_t k, found = ptmd_retention_holders(&r, 16, holders);
+        for (k = 0; k < found; k++)
+            CHECK(holders[k] < n && all[holders[k]] &&
+                      (k == 0 ||
+                       r.retained[holders[k] * PTMD_RET_COLUMNS] <= r.retained[holders[k - 1] * PTMD_RET_COLUMNS]),
+                  "seed %llu: holders are reached objects, largest first", (unsigned long long)seed);
+    }
+    ptmd_retention_free(&r);
+out:
+    free(start);
+    free(bytes);
+    free(all);
+    free(without);
+    free(queue);
+    free(a.owner);
+    free(a.category);
+    free(a.direct);
+}
+
 void exercise(const ptmd_view *v)
 {
     ptmd_totals t;
@@ -250,6 +428,7 @@ void test_analysis(void)
         summary(&S.view, seed);
         pages(&S.view);
         if (o.ruby) attribution(&S.view, seed);
+        if (S.view.ruby_graph) retention(&S.view, seed);
         exercise(&S.view);
         diff(seed, &o);
     }

@@ -221,7 +221,6 @@ void ptmd_page_class_counts(const ptmd_view *v, const ptmd_page_usage *usage, ui
                             uint64_t pages[PTMD_PC_COUNT], uint64_t shared[PTMD_PC_COUNT])
 {
     uint64_t ps = page_size_of(v);
-    int pagemap = v->meta->residency_source == PTMD_RESIDENCY_PAGEMAP && !(v->meta->flags & PTMD_MF_FORK_CHILD);
     size_t h;
     memset(per_heap, 0, v->n_heaps * PTMD_PC_COUNT * sizeof(uint64_t));
     memset(pages, 0, PTMD_PC_COUNT * sizeof(uint64_t));
@@ -234,7 +233,7 @@ void ptmd_page_class_counts(const ptmd_view *v, const ptmd_page_usage *usage, ui
             int pc = (int)ptmd_page_classify(&usage[hp->first_page + p], f, ps);
             per_heap[h * PTMD_PC_COUNT + (size_t)pc]++;
             pages[pc]++;
-            if (pagemap && (f & PTMD_PAGE_PRESENT) && !(f & PTMD_PAGE_EXCLUSIVE)) shared[pc]++;
+            if (ptmd_page_shared(v->meta, f)) shared[pc]++;
         }
     }
 }

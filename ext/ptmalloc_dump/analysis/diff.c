@@ -49,6 +49,28 @@ static long page_at(const ptmd_view *v, const uint32_t *order, uint64_t addr)
     return -1;
 }
 
+/* More than half of the page: free bytes (any bin, cache or top), or in-use bytes. */
+static int mostly_free(const ptmd_page_usage *u, uint64_t page_size)
+{
+    return 2 * ((uint64_t)u->free + u->top) > page_size;
+}
+
+static int mostly_live(const ptmd_page_usage *u, uint64_t page_size)
+{
+    return 2 * (uint64_t)u->in_use > page_size;
+}
+
+uint8_t ptmd_page_change(const ptmd_page_usage *ua, uint8_t fa, const ptmd_page_usage *ub, uint8_t fb,
+                         uint64_t page_size)
+{
+    int pres_a = ua && (fa & PTMD_PAGE_PRESENT), pres_b = (fb & PTMD_PAGE_PRESENT) != 0;
+    if (pres_a && !pres_b && !(fb & PTMD_PAGE_SWAPPED)) return PTMD_PCHG_RELEASED;
+    if (pres_b && mostly_live(ub, page_size) && !(pres_a && mostly_live(ua, page_size))) return PTMD_PCHG_NEW_IN_USE;
+    if (pres_b && mostly_free(ub, page_size) && !(pres_a && mostly_free(ua, page_size)))
+        return PTMD_PCHG_NEW_FREE_RESIDENT;
+    return ua ? PTMD_PCHG_UNCHANGED : PTMD_PCHG_NEW_PAGE;
+}
+
 void ptmd_diff(const ptmd_view *a, const ptmd_page_usage *ua, const ptmd_view *b, const ptmd_page_usage *ub,
                ptmd_diff_totals *t, uint8_t *change)
 {
@@ -101,18 +123,10 @@ void ptmd_diff(const ptmd_view *a, const ptmd_page_usage *ua, const ptmd_view *b
             uint64_t addr = hp->page_base + p * b->meta->page_size, bi = hp->first_page + p;
             long ai = page_at(a, oa, addr);
             uint8_t fb = b->pages[bi], fa = ai >= 0 ? a->pages[ai] : 0;
-            int pres_b = fb & PTMD_PAGE_PRESENT, pres_a = ai >= 0 && (fa & PTMD_PAGE_PRESENT);
-            int live_b = ub[bi].in_use > 0, live_a = ai >= 0 && ua[ai].in_use > 0;
-            int free_b = ub[bi].free + ub[bi].top > 0;
-            uint8_t c;
-            if (pres_a && !pres_b && !(fb & PTMD_PAGE_SWAPPED)) c = PTMD_PCHG_RELEASED;
-            else if (pres_b && live_b && !(pres_a && live_a)) c = PTMD_PCHG_NEW_IN_USE;
-            else if (pres_b && !live_b && free_b && live_a) c = PTMD_PCHG_NEW_FREE_RESIDENT;
-            else if (ai < 0) c = PTMD_PCHG_NEW_PAGE;
-            else c = PTMD_PCHG_UNCHANGED;
+            uint8_t c = ptmd_page_change(ai >= 0 ? &ua[ai] : NULL, fa, &ub[bi], fb, b->meta->page_size);
             change[bi] = c;
             t->pages[c]++;
-            if (pres_b && !pres_a) t->became_resident++;
+            if ((fb & PTMD_PAGE_PRESENT) && !(fa & PTMD_PAGE_PRESENT)) t->became_resident++;
         }
     }
 }

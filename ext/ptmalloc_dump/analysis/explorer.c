@@ -14,8 +14,12 @@ void ptmd_explorer_chunks(const ptmd_view *v, const ptmd_page_usage *usage, uint
         sizes[i] = units > PTMD_EXPLORER_MAX_SIZE16 ? (uint32_t)PTMD_EXPLORER_MAX_SIZE16 : (uint32_t)units;
         states[i] = (uint8_t)(ptmd_rec_state(c) | flags << 4);
     }
-    for (i = 0; i < v->n_pages; i++)
-        pages[i] = (uint8_t)((v->pages[i] & 0xf) | ptmd_page_classify(&usage[i], v->pages[i], v->meta->page_size) << 4);
+    for (i = 0; i < v->n_pages; i++) {
+        uint8_t f = v->pages[i], low = f & (PTMD_PAGE_PRESENT | PTMD_PAGE_SWAPPED);
+        if (ptmd_page_shared(v->meta, f)) low |= PTMD_EXPLORER_PAGE_SHARED;
+        else if ((f & PTMD_PAGE_PRESENT) && !ptmd_page_sharing_known(v->meta, f)) low |= PTMD_EXPLORER_PAGE_UNKNOWN;
+        pages[i] = (uint8_t)(low | ptmd_page_classify(&usage[i], f, v->meta->page_size) << 4);
+    }
 }
 
 size_t ptmd_explorer_owners(const ptmd_view *v, const ptmd_attribution *a, uint32_t *local, uint32_t *remap,

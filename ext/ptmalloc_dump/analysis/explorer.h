@@ -9,8 +9,14 @@
 /* Largest chunk size the explorer's 32-bit size field holds exactly (in 16-byte units). */
 #define PTMD_EXPLORER_MAX_SIZE16 0xffffffffull
 
+/* The low bits of a page's explorer byte besides PTMD_PAGE_PRESENT and PTMD_PAGE_SWAPPED: what the
+ * dump says of its sharing (ptmd_page_shared), or that it cannot say. */
+#define PTMD_EXPLORER_PAGE_SHARED 4
+#define PTMD_EXPLORER_PAGE_UNKNOWN 8
+
 /* sizes[i] = chunk i's size / 16 (saturated), states[i] = its state | chunk flags << 4 (n_chunks
- * each); pages[p] = page p's PTMD_PAGE_* flags | page class << 4 (n_pages). */
+ * each); pages[p] = page p's PTMD_PAGE_PRESENT and PTMD_PAGE_SWAPPED, PTMD_EXPLORER_PAGE_SHARED or
+ * PTMD_EXPLORER_PAGE_UNKNOWN, | page class << 4 (n_pages). */
 void ptmd_explorer_chunks(const ptmd_view *v, const ptmd_page_usage *usage, uint32_t *sizes, uint8_t *states,
                           uint8_t *pages);
 

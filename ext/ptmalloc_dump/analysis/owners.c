@@ -1,5 +1,7 @@
 /* Ruby, anchored or leaked: breadth first over the pointer graph, first from the chunks Ruby objects
- * own, then from the chunks roots point at; what neither reaches is leaked. */
+ * own, then from the chunks roots point at, then through pointers into chunks past their start
+ * (interior) from roots and from what was reached; what none reaches is leaked, or unknown in a dump
+ * without Ruby objects. */
 #include "analysis/owners.h"
 #include "format/glibc.h"
 #include "format/reader.h"
@@ -91,7 +93,7 @@ int ptmd_owners_classify(const ptmd_view *v, const ptmd_attribution *a, ptmd_own
 {
     size_t i, n = v->n_chunks, qt = 0;
     uint32_t *queue = NULL;
-    graph g = { NULL, NULL }, gi = { NULL, NULL };
+    graph g = { NULL, NULL }, gi = { NULL, NULL }, gn = { NULL, NULL };
 
     memset(o->kind, PTMD_OK_NONE, n);
     memset(o->direct, 0, n);
@@ -130,13 +132,50 @@ int ptmd_owners_classify(const ptmd_view *v, const ptmd_attribution *a, ptmd_own
     }
     spread(v, a, &g, &gi, o, queue, qt, PTMD_OK_ANCHORED);
 
+    /* interior: what a pointer into its middle holds, from a root or a chunk reached so far, then what
+     * those reach, along every kind of edge */
+    qt = 0;
+    for (i = 0; i < v->n_root_inner_refs; i++) {
+        uint32_t ci = v->root_inner_refs[i].chunk;
+        if (o->kind[ci] != PTMD_OK_NONE || !ptmd_rec_is_allocated(&v->chunks[ci])) continue;
+        o->kind[ci] = PTMD_OK_INTERIOR;
+        o->anchor[ci] = v->root_inner_refs[i].root;
+        o->direct[ci] = 1;
+        queue[qt++] = ci;
+    }
+    for (i = 0; i < v->n_inner_refs; i++) {
+        uint32_t from = v->inner_refs[i].from, to = v->inner_refs[i].to;
+        if (o->kind[from] == PTMD_OK_NONE || !(edges_out(v, a, from) & EDGE_ADDR)) continue;
+        if (o->kind[to] != PTMD_OK_NONE || !ptmd_rec_is_allocated(&v->chunks[to])) continue;
+        o->kind[to] = PTMD_OK_INTERIOR;
+        o->anchor[to] = o->anchor[from];
+        queue[qt++] = to;
+    }
+    if (build_graph(v, v->inner_refs, v->n_inner_refs, &gn) != 0) goto oom;
+    {
+        size_t qh = 0;
+        while (qh < qt) {
+            uint32_t from = queue[qh++];
+            int edges = edges_out(v, a, from);
+            if (edges & EDGE_ADDR) {
+                visit(v, &g, from, o, queue, &qt, PTMD_OK_INTERIOR);
+                visit(v, &gn, from, o, queue, &qt, PTMD_OK_INTERIOR);
+            }
+            if (edges & EDGE_INT) visit(v, &gi, from, o, queue, &qt, PTMD_OK_INTERIOR);
+        }
+    }
+
+    /* without the Ruby pass a chunk no root reaches may be a Ruby object's: nothing says it is leaked */
     for (i = 0; i < n; i++)
-        if (o->kind[i] == PTMD_OK_NONE && ptmd_rec_is_allocated(&v->chunks[i])) o->kind[i] = PTMD_OK_LEAKED;
+        if (o->kind[i] == PTMD_OK_NONE && ptmd_rec_is_allocated(&v->chunks[i]))
+            o->kind[i] = v->ruby_meta ? PTMD_OK_LEAKED : PTMD_OK_UNKNOWN;
     free(queue);
     free(g.offs);
     free(g.targets);
     free(gi.offs);
     free(gi.targets);
+    free(gn.offs);
+    free(gn.targets);
     return 0;
 oom:
     free(queue);
@@ -144,5 +183,7 @@ oom:
     free(g.targets);
     free(gi.offs);
     free(gi.targets);
+    free(gn.offs);
+    free(gn.targets);
     return -1;
 }

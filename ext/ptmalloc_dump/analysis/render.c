@@ -131,8 +131,7 @@ static int write_png(const char *path, const uint8_t *px, uint32_t w, uint32_t h
 
 static int shared_page(const ptmd_view *v, uint8_t f)
 {
-    return v->meta->residency_source == PTMD_RESIDENCY_PAGEMAP && !(v->meta->flags & PTMD_MF_FORK_CHILD) &&
-           (f & PTMD_PAGE_PRESENT) && !(f & PTMD_PAGE_EXCLUSIVE);
+    return ptmd_page_shared(v->meta, f);
 }
 
 static void paint_page_map(const ptmd_view *v, const ptmd_page_usage *usage, const uint8_t *change, const group *g,

@@ -105,6 +105,25 @@ int ptmd_rss_account(const ptmd_view *v, ptmd_rss *out, uint64_t *file_bytes)
         out->part[PTMD_RSS_RUBY_PAGES] += v->ruby_page_rss[i];
         if ((m = mapping_of(v, v->ruby_pages[i].start)) >= 0) known[m] += v->ruby_page_rss[i];
     }
+    for (i = 0; v->native_track && i < v->native_track->n_regions; i++) {
+        const ptmd_native_region *r = &v->native_track->regions[i];
+        long m = mapping_of(v, r->start);
+        if (m < 0 || v->mappings[m].kind == PTMD_MK_FILE) continue;
+        out->part[PTMD_RSS_TRACKING] += r->resident;
+        known[m] += r->resident;
+    }
+    /* the dump's own scratch: each range inside one anonymous mapping (merged with its neighbours,
+     * perhaps), at most what that mapping still has unaccounted */
+    for (i = 0; i < v->n_scratch; i++) {
+        const ptmd_scratch_rec *r = &v->scratch[i];
+        long m = mapping_of(v, r->start);
+        uint64_t room, bytes;
+        if (m < 0 || v->mappings[m].kind == PTMD_MK_FILE || r->start + r->length > v->mappings[m].end) continue;
+        room = v->mappings[m].rss > known[m] ? v->mappings[m].rss - known[m] : 0;
+        bytes = r->resident < room ? r->resident : room;
+        out->part[PTMD_RSS_SCRATCH] += bytes;
+        known[m] += bytes;
+    }
     for (i = 0; i < v->n_mappings; i++) {
         const ptmd_mapping_rec *m = &v->mappings[i];
         uint64_t rest = m->rss > known[i] ? m->rss - known[i] : 0;

@@ -13,8 +13,10 @@
     X(PTMD_RSS_RUBY_PAGES, 4, "ruby_pages") /* Ruby's object pages outside malloc */                                   \
     X(PTMD_RSS_STACKS, 5, "stacks")         /* thread and fiber stacks */                                              \
     X(PTMD_RSS_FILE, 6, "file_backed")                                                                                 \
-    X(PTMD_RSS_OTHER_ANON, 7, "other_anonymous")
-enum { PTMD_RSS_PARTS(PTMD_ENUM_CONSTANT) PTMD_RSS_COUNT = 8 };
+    X(PTMD_RSS_OTHER_ANON, 7, "other_anonymous")                                                                       \
+    X(PTMD_RSS_TRACKING, 8, "allocation_tracking") /* the allocation tracker's own tables (ptmalloc-dump --track) */   \
+    X(PTMD_RSS_SCRATCH, 9, "dump_scratch")         /* the in-process dump's own scratch mappings */
+enum { PTMD_RSS_PARTS(PTMD_ENUM_CONSTANT) PTMD_RSS_COUNT = 10 };
 extern const char *const ptmd_rss_part_names[PTMD_RSS_COUNT];
 
 typedef struct {

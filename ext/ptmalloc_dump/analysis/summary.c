@@ -48,7 +48,7 @@ void ptmd_summarize(const ptmd_view *v, ptmd_totals *total, ptmd_arena_summary *
         for (i = hp->first_chunk; i < end; i++) {
             const ptmd_chunk_rec *c = &v->chunks[i];
             uint64_t size = ptmd_rec_size(c), lo = c->addr, hi = c->addr + size;
-            uint64_t res = 0, swp = 0, abs_ = 0, shr = 0;
+            uint64_t res = 0, swp = 0, abs_ = 0, shr = 0, unk = 0;
             int st = ptmd_rec_state(c), is_free;
             if (st >= PTMD_ST_COUNT) continue;
             is_free = ptmd_state_is_free(st);
@@ -62,10 +62,8 @@ void ptmd_summarize(const ptmd_view *v, ptmd_totals *total, ptmd_arena_summary *
                     uint8_t f = pages[p];
                     if (f & PTMD_PAGE_PRESENT) {
                         res += ov;
-                        if (!(f & PTMD_PAGE_EXCLUSIVE) && v->meta &&
-                            v->meta->residency_source == PTMD_RESIDENCY_PAGEMAP &&
-                            !(v->meta->flags & PTMD_MF_FORK_CHILD))
-                            shr += ov;
+                        if (ptmd_page_shared(v->meta, f)) shr += ov;
+                        else if (!ptmd_page_sharing_known(v->meta, f)) unk += ov;
                     } else if (f & PTMD_PAGE_SWAPPED) swp += ov;
                     else abs_ += ov;
                 }
@@ -85,6 +83,7 @@ void ptmd_summarize(const ptmd_view *v, ptmd_totals *total, ptmd_arena_summary *
                     t->swapped_bytes += swp;
                     t->absent_bytes += abs_;
                     t->shared_bytes += shr;
+                    t->sharing_unknown_bytes += unk;
                     if (is_free) {
                         t->free_resident_bytes += res;
                         t->free_swapped_bytes += swp;

@@ -12,6 +12,7 @@ typedef struct {
     uint64_t arena, ordblks, smblks, hblks, hblkhd, usmblks, fsmblks, uordblks, fordblks, keepcost;
     /* residency of all bytes accounted (heaps and mmapped chunks) */
     uint64_t resident_bytes, swapped_bytes, absent_bytes, shared_bytes;
+    uint64_t sharing_unknown_bytes; /* resident, and whether still shared is not known */
     /* free chunks (tcache, fastbin, bins, top) by residency: free_resident is the bloat */
     uint64_t free_resident_bytes, free_swapped_bytes, free_released_bytes;
     uint64_t largest_free; /* largest free chunk other than top */

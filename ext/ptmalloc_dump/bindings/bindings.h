@@ -12,6 +12,7 @@
 #include "analysis/summary.h"
 #include "analysis/rss.h"
 #include "analysis/age.h"
+#include "analysis/retention.h"
 
 #define PTMD_U64(x) ULL2NUM((unsigned long long)(x))
 #define PTMD_SYM(name) ID2SYM(rb_intern(name))
@@ -41,13 +42,16 @@ VALUE ptmd_rb_mappings_head(const ptmd_view *v);
 VALUE ptmd_rb_gc(const ptmd_view *v);
 VALUE ptmd_rb_source(const ptmd_view *v);
 VALUE ptmd_rb_snapshot(const ptmd_view *v);
+/* figures.c: a names section's entries (a count of n, `len` bytes) as an Array of Strings by index */
+VALUE ptmd_rb_names(const unsigned char *names, size_t len, size_t n);
 
 /* dump_class.c: a loaded PtmallocDump::Dump's view, and what is computed from it once. */
 const ptmd_view *ptmd_rb_dump_view(VALUE dump);
 const ptmd_page_usage *ptmd_rb_dump_usage(VALUE dump);
 const ptmd_attribution *ptmd_rb_dump_attribution(VALUE dump);
-const uint32_t *ptmd_rb_dump_object_order(VALUE dump); /* Ruby object indices by address */
-const ptmd_owners *ptmd_rb_dump_owners(VALUE dump);    /* NULL when the dump has no roots */
+const uint32_t *ptmd_rb_dump_object_order(VALUE dump);    /* Ruby object indices by address */
+const ptmd_owners *ptmd_rb_dump_owners(VALUE dump);       /* NULL when the dump has no roots */
+const ptmd_retention *ptmd_rb_dump_retention(VALUE dump); /* NULL when the dump has no object graph */
 /* A binary String of one u32 per chunk: the RUBY_CODE record the chunk is charged to
  * (analysis/code_owners.c), PTMD_NO_NAME for none; nil when the dump has no code records. */
 VALUE ptmd_rb_code_charges(VALUE dump);
@@ -55,7 +59,14 @@ VALUE ptmd_rb_code_charges(VALUE dump);
 void ptmd_errors_init(void);
 void ptmd_format_module_init(void);
 void ptmd_dump_class_init(void);
-void ptmd_owners_class_init(void); /* Dump's owner methods: after ptmd_dump_class_init */
+void ptmd_owners_class_init(void);     /* Dump's owner methods: after ptmd_dump_class_init */
+void ptmd_retention_class_init(void);  /* Dump's retainer methods: after ptmd_dump_class_init */
+void ptmd_sites_class_init(void);      /* Dump's allocation sites: after ptmd_dump_class_init */
+void ptmd_tracing_module_init(void);   /* PtmallocDump.trace_allocations and its like, when the gem loads */
+void ptmd_ruby_code_module_init(void); /* PtmallocDump._ruby_code_problem, when the gem loads */
+/* The RUBY_NAMES entries naming class `name`: a flag per entry (xmalloc'd), NULL for nil. */
+uint8_t *ptmd_rb_class_flags(const ptmd_view *v, VALUE name);
+void ptmd_native_sites_class_init(void); /* the allocation tracker's samples: after ptmd_dump_class_init */
 void ptmd_ruby_heap_class_init(void);
 void ptmd_render_module_init(void);
 void ptmd_diff_class_init(void);

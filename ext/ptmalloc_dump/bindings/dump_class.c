@@ -18,12 +18,13 @@ typedef struct {
     void *index; /* chunk records with their addresses and the heap order, mmapped */
     size_t index_cap;
     ptmd_view view;
-    ptmd_page_usage *usage; /* per page, computed on first use */
-    ptmd_attribution attr;  /* chunk owners, computed on first use */
-    uint32_t *obj_order;    /* Ruby object indices by address, computed on first use */
-    ptmd_owners owners;     /* ruby, anchored or leaked per chunk, computed on first use */
-    uint64_t *tcache_keys;  /* the tcache entries by chunk (analysis/explorer.h), sorted on first use */
-    int attr_ready, owners_ready;
+    ptmd_page_usage *usage;   /* per page, computed on first use */
+    ptmd_attribution attr;    /* chunk owners, computed on first use */
+    uint32_t *obj_order;      /* Ruby object indices by address, computed on first use */
+    ptmd_owners owners;       /* ruby, anchored or leaked per chunk, computed on first use */
+    uint64_t *tcache_keys;    /* the tcache entries by chunk (analysis/explorer.h), sorted on first use */
+    ptmd_retention retention; /* the object graph's dominators and paths, computed on first use */
+    int attr_ready, owners_ready, retention_ready;
     int loaded;
 } rb_dump_t;
 
@@ -43,6 +44,7 @@ static void dump_free(void *p)
     xfree(d->owners.anchor);
     xfree(d->owners.direct);
     xfree(d->tcache_keys);
+    ptmd_retention_free(&d->retention);
     xfree(d);
 }
 
@@ -115,6 +117,19 @@ const ptmd_owners *ptmd_rb_dump_owners(VALUE self)
         d->owners_ready = 1;
     }
     return &d->owners;
+}
+
+const ptmd_retention *ptmd_rb_dump_retention(VALUE self)
+{
+    rb_dump_t *d = get_dump(self);
+    if (!d->view.ruby_graph) return NULL;
+    if (!d->retention_ready) {
+        const ptmd_attribution *a = ptmd_rb_dump_attribution(self);
+        if (ptmd_retention_build(&d->view, a, &d->retention) != 0)
+            rb_raise(rb_eNoMemError, "building the dominator tree of Ruby's objects");
+        d->retention_ready = 1;
+    }
+    return &d->retention;
 }
 
 const uint32_t *ptmd_rb_dump_object_order(VALUE self)

@@ -37,6 +37,7 @@ static void totals_into(VALUE h, const ptmd_totals *t)
     PTMD_SET(h, "swapped_bytes", PTMD_U64(t->swapped_bytes));
     PTMD_SET(h, "absent_bytes", PTMD_U64(t->absent_bytes));
     PTMD_SET(h, "shared_bytes", PTMD_U64(t->shared_bytes));
+    PTMD_SET(h, "sharing_unknown_bytes", PTMD_U64(t->sharing_unknown_bytes));
     PTMD_SET(h, "free_resident_bytes", PTMD_U64(t->free_resident_bytes));
     PTMD_SET(h, "free_swapped_bytes", PTMD_U64(t->free_swapped_bytes));
     PTMD_SET(h, "free_released_bytes", PTMD_U64(t->free_released_bytes));
@@ -430,7 +431,8 @@ VALUE ptmd_rb_mappings(const ptmd_view *v)
     return ary;
 }
 
-/* The mappings head's figures: { vm_rss:, rss_anon:, rss_file:, rss_shmem:, read_ns:, from_parent: } */
+/* The mappings head's figures: { vm_rss:, rss_anon:, rss_file:, rss_shmem:, read_ns:, from_parent:,
+ * approximate:, error: } */
 VALUE ptmd_rb_mappings_head(const ptmd_view *v)
 {
     const ptmd_mappings_head *m = v->mappings_head;
@@ -443,6 +445,8 @@ VALUE ptmd_rb_mappings_head(const ptmd_view *v)
     PTMD_SET(h, "rss_shmem", PTMD_U64(m->rss_shmem));
     PTMD_SET(h, "read_ns", PTMD_U64(m->read_ns));
     PTMD_SET(h, "from_parent", PTMD_BOOL(m->flags & PTMD_MAPF_PARENT));
+    PTMD_SET(h, "approximate", PTMD_BOOL(m->flags & PTMD_MAPF_APPROX));
+    PTMD_SET(h, "error", PTMD_U64((uint64_t)m->error_kib * 1024));
     return h;
 }
 
@@ -518,4 +522,13 @@ VALUE ptmd_rb_gc(const ptmd_view *v)
     PTMD_SET(h, "last_gc_major", PTMD_BOOL(g->flags & PTMD_GF_LAST_MAJOR));
     PTMD_SET(h, "sweep_pending", PTMD_BOOL(g->flags & PTMD_GF_SWEEPING));
     return h;
+}
+
+VALUE ptmd_rb_names(const unsigned char *names, size_t len, size_t n)
+{
+    VALUE ary = rb_ary_new_capa((long)n);
+    size_t off = 0;
+    ptmd_view_name e;
+    while (ptmd_view_next_name(names, len, &off, &e)) rb_ary_push(ary, rb_utf8_str_new(e.name, e.len));
+    return ary;
 }

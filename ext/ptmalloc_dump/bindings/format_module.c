@@ -43,6 +43,7 @@ void ptmd_format_module_init(void)
     rb_define_const(mFormat, "OWNER_CATEGORIES", NAMES(ptmd_owner_category_names));
     rb_define_const(mFormat, "PAGE_CHANGES", NAMES(ptmd_page_change_names));
     rb_define_const(mFormat, "CODE_KINDS", NAMES(ptmd_code_kind_names));
+    rb_define_const(mFormat, "EDGE_KINDS", NAMES(ptmd_edge_kind_names));
     FLAGS("META_FLAGS", PTMD_META_FLAGS);
     FLAGS("ARENA_FLAGS", PTMD_ARENA_FLAGS);
     FLAGS("THREAD_FLAGS", PTMD_THREAD_FLAGS);
@@ -51,6 +52,8 @@ void ptmd_format_module_init(void)
     rb_define_const(mFormat, "MAPPING_KINDS", NAMES(ptmd_mapping_kind_names));
     FLAGS("OBJECT_FLAGS", PTMD_OBJECT_FLAGS);
     FLAGS("GC_FLAGS", PTMD_GC_FLAGS);
+    FLAGS("GRAPH_FLAGS", PTMD_GRAPH_FLAGS);
+    FLAGS("NATIVE_TRACK_FLAGS", PTMD_NATIVE_TRACK_FLAGS);
     FLAGS("SOURCE_FLAGS", PTMD_SOURCE_FLAGS);
     rb_define_const(mFormat, "SOURCE_KINDS", NAMES(ptmd_source_kind_names));
     {

@@ -92,7 +92,7 @@ static VALUE leaked_by_size(const ptmd_view *v, const ptmd_owners *o)
     return out;
 }
 
-/* Dump#_owners -> { ruby:, anchored:, leaked:, anchored_by:, leaked_by_size: } or nil */
+/* Dump#_owners -> { ruby:, anchored:, leaked:, unknown:, interior:, anchored_by:, leaked_by_size: } or nil */
 static VALUE dump_owners(VALUE self)
 {
     const ptmd_view *v = ptmd_rb_dump_view(self);
@@ -124,6 +124,8 @@ static VALUE dump_owners(VALUE self)
     PTMD_SET(h, "ruby", pair_hash(bytes[PTMD_OK_RUBY], count[PTMD_OK_RUBY]));
     PTMD_SET(h, "anchored", pair_hash(bytes[PTMD_OK_ANCHORED], count[PTMD_OK_ANCHORED]));
     PTMD_SET(h, "leaked", pair_hash(bytes[PTMD_OK_LEAKED], count[PTMD_OK_LEAKED]));
+    PTMD_SET(h, "unknown", pair_hash(bytes[PTMD_OK_UNKNOWN], count[PTMD_OK_UNKNOWN]));
+    PTMD_SET(h, "interior", pair_hash(bytes[PTMD_OK_INTERIOR], count[PTMD_OK_INTERIOR]));
     PTMD_SET(h, "anchored_by", by);
     PTMD_SET(h, "leaked_by_size", leaked_by_size(v, o));
     return h;
@@ -142,6 +144,17 @@ static VALUE dump_owner_of(VALUE self, VALUE address)
     return rb_ary_new_from_args(4, kind_sym(o->kind[ci]), root_name(v, r),
                                 PTMD_SYM(PTMD_NAME_OF(ptmd_root_kind_names, v->roots[r].kind)),
                                 PTMD_BOOL(o->direct[ci]));
+}
+
+/* [[root name, address of the word], ...] of the root references into chunk ci */
+static VALUE roots_holding(const ptmd_view *v, const ptmd_root_ref *refs, size_t n, uint32_t ci)
+{
+    VALUE out = rb_ary_new();
+    size_t i;
+    for (i = 0; i < n; i++)
+        if (refs[i].chunk == ci)
+            rb_ary_push(out, rb_ary_new_from_args(2, root_name(v, refs[i].root), PTMD_U64(refs[i].where)));
+    return out;
 }
 
 static VALUE sources_of(const ptmd_view *v, const ptmd_ref *refs, size_t n, uint32_t to)
@@ -171,23 +184,19 @@ static VALUE objects_holding(const ptmd_view *v, uint64_t user)
 
 /* Dump#_referrers(chunk address) -> [chunk addresses whose words hold its user address, chunk
  * addresses holding it as a Ruby Integer, [[root name, address of the word], ...], addresses of Ruby
- * objects whose slots hold it] or nil: a linear pass over the recorded references and slot words,
- * for one chunk at a time */
+ * objects whose slots hold it, chunk addresses with a word pointing into it past its start, [[root
+ * name, address of the word], ...] of such words in roots] or nil: a linear pass over the recorded
+ * references and slot words, for one chunk at a time */
 static VALUE dump_referrers(VALUE self, VALUE address)
 {
     const ptmd_view *v = ptmd_rb_dump_view(self);
-    VALUE roots;
     long ci;
-    size_t i;
     if (!v->roots || (ci = ptmd_view_find_chunk(v, NUM2ULL(address), 0)) < 0) return Qnil;
-    roots = rb_ary_new();
-    for (i = 0; i < v->n_root_refs; i++)
-        if (v->root_refs[i].chunk == (uint32_t)ci)
-            rb_ary_push(roots,
-                        rb_ary_new_from_args(2, root_name(v, v->root_refs[i].root), PTMD_U64(v->root_refs[i].where)));
-    return rb_ary_new_from_args(4, sources_of(v, v->refs, v->n_refs, (uint32_t)ci),
-                                sources_of(v, v->int_refs, v->n_int_refs, (uint32_t)ci), roots,
-                                objects_holding(v, v->chunks[ci].addr + 16));
+    return rb_ary_new_from_args(
+        6, sources_of(v, v->refs, v->n_refs, (uint32_t)ci), sources_of(v, v->int_refs, v->n_int_refs, (uint32_t)ci),
+        roots_holding(v, v->root_refs, v->n_root_refs, (uint32_t)ci), objects_holding(v, v->chunks[ci].addr + 16),
+        sources_of(v, v->inner_refs, v->n_inner_refs, (uint32_t)ci),
+        roots_holding(v, v->root_inner_refs, v->n_root_inner_refs, (uint32_t)ci));
 }
 
 /* Dump#_roots -> [[start, end, kind, tid, name], ...] */

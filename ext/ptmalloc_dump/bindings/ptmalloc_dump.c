@@ -6,10 +6,12 @@
 #include "capture/dump_outside.h"
 #include "capture/dump_write.h"
 #include "capture/locate.h"
+#include "capture/native_track.h"
 #include "capture/ruby_heap.h"
 #include "capture/source_ptrace.h"
 #include "format/format.h"
 
+#include <dlfcn.h>
 #include <ruby/thread.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -105,12 +107,13 @@ static VALUE rb_ptmd_warm_up(VALUE self, VALUE flag)
     return Qnil;
 }
 
-/* _dump(path, debug_dir, strings, ruby, references, oracles, symbols, trim_check, gc) -> summary Hash.
- * strings: flat Array of key, value Strings; ruby: record Ruby's heap; references: scan chunks for
+/* _dump(path, debug_dir, strings, ruby, references, oracles, symbols, trim_check, gc, graph) -> summary
+ * Hash. strings: flat Array of key, value Strings; ruby: record Ruby's heap (graph: and its object
+ * graph); references: scan chunks for
  * pointers to chunks; oracles: PTMD_ORACLES_* (0 never, 1 auto, 2 always) for malloc_info() and mallinfo2() after the walk; symbols: a
  * PTMD_SYMBOLS_* mode; trim_check: measure what malloc_trim(0) releases; gc: run a full GC first. */
 static VALUE rb_ptmd_dump(VALUE self, VALUE path, VALUE debug_dir, VALUE strings, VALUE ruby, VALUE references,
-                          VALUE oracles, VALUE symbols, VALUE trim, VALUE gc)
+                          VALUE oracles, VALUE symbols, VALUE trim, VALUE gc, VALUE graph)
 {
     dump_call *c;
     VALUE result;
@@ -129,6 +132,7 @@ static VALUE rb_ptmd_dump(VALUE self, VALUE path, VALUE debug_dir, VALUE strings
     c->opts.symbols = NUM2INT(symbols);
     c->opts.trim_check = RTEST(trim);
     c->ruby = RTEST(ruby);
+    c->d.ruby.graph_wanted = RTEST(graph);
     c->full_gc = RTEST(gc);
     result = rb_protect(dump_body, (VALUE)c, &state);
     end_call(c, state);
@@ -243,12 +247,13 @@ static VALUE fork_body(VALUE arg)
     return Qnil;
 }
 
-/* _dump_fork(targets, debug_dir, strings, ruby, references, oracles, report, gc) -> [pid, error pipe fd].
+/* _dump_fork(targets, debug_dir, strings, ruby, references, oracles, report, gc, graph) -> [pid, error pipe
+ * fd].
  * targets: Array of [path, symbols mode] (up to 8), dumped by one child from the same frozen heap. The
  * Ruby pass (after a full GC with gc) runs here, in the parent. report: the child also says on stderr
  * why it failed. */
 static VALUE rb_ptmd_dump_fork(VALUE self, VALUE targets, VALUE debug_dir, VALUE strings, VALUE ruby, VALUE references,
-                               VALUE oracles, VALUE report, VALUE gc)
+                               VALUE oracles, VALUE report, VALUE gc, VALUE graph)
 {
     uint64_t start;
     dump_call *c;
@@ -274,6 +279,7 @@ static VALUE rb_ptmd_dump_fork(VALUE self, VALUE targets, VALUE debug_dir, VALUE
     c = new_call(debug_dir, strings, &cdir);
     c->d.snap_start = start;
     c->ruby = RTEST(ruby);
+    c->d.ruby.graph_wanted = RTEST(graph);
     c->full_gc = RTEST(gc);
     memset(&f, 0, sizeof(f));
     f.c = c;
@@ -391,26 +397,46 @@ static VALUE rb_ptmd_process_maps(VALUE self, VALUE pid)
 
 VALUE ptmd_mPtmallocDump;
 
-RUBY_FUNC_EXPORTED void Init_ptmalloc_dump(void)
+/* _define_reader: the classes that read dumps (Format, Dump and its parts, RubyHeap, Render, Diff),
+ * defined when lib/ptmalloc_dump/reader.rb is first loaded (autoloaded on their first use), not when
+ * the gem loads: a worker that only dumps never needs them. */
+static VALUE rb_ptmd_define_reader(VALUE self)
 {
-    ptmd_mPtmallocDump = rb_define_module("PtmallocDump");
-    ptmd_errors_init();
+    static int defined;
+    (void)self;
+    if (defined) return Qfalse;
+    defined = 1;
     ptmd_format_module_init();
     ptmd_dump_class_init();
     ptmd_owners_class_init();
+    ptmd_retention_class_init();
+    ptmd_sites_class_init();
+    ptmd_native_sites_class_init();
     ptmd_ruby_heap_class_init();
     ptmd_render_module_init();
     ptmd_diff_class_init();
+    return Qtrue;
+}
+
+RUBY_FUNC_EXPORTED void Init_ptmalloc_dump(void)
+{
+    ptmd_mPtmallocDump = rb_define_module("PtmallocDump");
+    /* the allocation tracker, when ptmalloc-dump --track preloaded it */
+    ptmd_native_track_set_self((uint64_t)(uintptr_t)dlsym(RTLD_DEFAULT, PTMD_TRACK_SYMBOL));
+    ptmd_errors_init();
     ptmd_stats_module_init();
+    ptmd_tracing_module_init();
+    ptmd_ruby_code_module_init();
     ptmd_signal_arrival_init();
     ptmd_ruby_heap_init();
     ptmd_dump_setup();
-    rb_define_singleton_method(ptmd_mPtmallocDump, "_dump", rb_ptmd_dump, 9);
+    rb_define_singleton_method(ptmd_mPtmallocDump, "_dump", rb_ptmd_dump, 10);
     /* oracles: :auto calls glibc's counters when the bins and fastbins hold at most this many chunks */
     rb_define_const(ptmd_mPtmallocDump, "ORACLES_AUTO_MAX_ENTRIES", INT2NUM(PTMD_ORACLES_AUTO_MAX_ENTRIES));
-    rb_define_singleton_method(ptmd_mPtmallocDump, "_dump_fork", rb_ptmd_dump_fork, 8);
+    rb_define_singleton_method(ptmd_mPtmallocDump, "_dump_fork", rb_ptmd_dump_fork, 9);
     rb_define_singleton_method(ptmd_mPtmallocDump, "_raise_child_error", rb_ptmd_raise_child_error, 1);
     rb_define_singleton_method(ptmd_mPtmallocDump, "_warm_up", rb_ptmd_warm_up, 1);
+    rb_define_singleton_method(ptmd_mPtmallocDump, "_define_reader", rb_ptmd_define_reader, 0);
     rb_define_singleton_method(ptmd_mPtmallocDump, "_libc_info", rb_ptmd_libc_info, 2);
     rb_define_singleton_method(ptmd_mPtmallocDump, "_ruby_functions_missing", rb_ptmd_ruby_functions_missing, 0);
     rb_define_singleton_method(ptmd_mPtmallocDump, "_read_process", rb_ptmd_read_process, 3);

@@ -139,14 +139,17 @@ static void explorer_owners(const ptmd_view *v, const ptmd_attribution *a, VALUE
 }
 
 /* Who holds each chunk (analysis/owners.c): :owner_kinds (u8 PTMD_OK_* per chunk) and :anchor_ids (u16
- * per chunk: the root an anchored chunk is reached from + 1, 0 for none or a root of index 0xfffe on). */
+ * per chunk: the root an anchored or interior-held chunk is reached from + 1, 0 for none or a root of
+ * index 0xfffe on). */
 static void explorer_holders(const ptmd_view *v, const ptmd_owners *o, VALUE h)
 {
     uint16_t *ids;
     VALUE anchors = packed(v->n_chunks, 2, (void **)&ids);
     size_t i;
     for (i = 0; i < v->n_chunks; i++)
-        ids[i] = o->kind[i] == PTMD_OK_ANCHORED && o->anchor[i] < 0xfffe ? (uint16_t)(o->anchor[i] + 1) : 0;
+        ids[i] = (o->kind[i] == PTMD_OK_ANCHORED || o->kind[i] == PTMD_OK_INTERIOR) && o->anchor[i] < 0xfffe
+                     ? (uint16_t)(o->anchor[i] + 1)
+                     : 0;
     PTMD_SET(h, "owner_kinds", rb_str_new((const char *)o->kind, (long)v->n_chunks));
     PTMD_SET(h, "anchor_ids", anchors);
 }

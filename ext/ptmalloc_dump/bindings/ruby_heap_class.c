@@ -54,21 +54,9 @@ static const ptmd_view *ruby_view(VALUE self)
     return v;
 }
 
-/* Offsets of the names, computed on demand (the section is a sequence of variable entries). */
 static VALUE names_array(const ptmd_view *v)
 {
-    VALUE ary = rb_ary_new_capa((long)v->n_ruby_names);
-    size_t off = 0;
-    while (off + 16 <= v->ruby_names_len) {
-        uint64_t key;
-        uint32_t kind, len;
-        memcpy(&key, v->ruby_names + off, 8);
-        memcpy(&kind, v->ruby_names + off + 8, 4);
-        memcpy(&len, v->ruby_names + off + 12, 4);
-        rb_ary_push(ary, rb_utf8_str_new((const char *)v->ruby_names + off + 16, len));
-        off += 16 + ((len + 7u) & ~7u);
-    }
-    return ary;
+    return ptmd_rb_names(v->ruby_names, v->ruby_names_len, v->n_ruby_names);
 }
 
 static VALUE heap_meta(VALUE self)
@@ -420,5 +408,9 @@ void ptmd_ruby_heap_class_init(void)
     rb_define_private_method(cRubyHeap, "_code_names", heap_code_names, 0);
     rb_define_private_method(cRubyHeap, "_code_charges", heap_code_charges, 0);
     rb_define_private_method(cRubyHeap, "_code_charge", heap_code_charge, 2);
+}
+
+void ptmd_ruby_code_module_init(void)
+{
     rb_define_private_method(rb_singleton_class(ptmd_mPtmallocDump), "_ruby_code_problem", code_problem, 0);
 }

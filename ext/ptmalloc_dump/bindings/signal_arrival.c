@@ -2,11 +2,15 @@
  * interrupts (with the GVL, up to a time slice after the signal); the handler's log line measures the
  * pause from the arrival, so a thin sigaction handler stamps the time (clock_gettime is
  * async-signal-safe) and passes the signal on to the handler it replaced, Ruby's own. Signal.trap
- * installs Ruby's handler again, so the Ruby side stamps again after each trap. */
+ * installs Ruby's handler again, so the Ruby side stamps again after each trap. It also names a native
+ * handler a trap is about to replace, for the warning signal_handler.rb logs at install. */
 #include "bindings/bindings.h"
 
+#include <dlfcn.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <signal.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 
@@ -65,8 +69,42 @@ static VALUE rb_ptmd_signal_arrived_ns(VALUE self, VALUE signo)
     return t ? PTMD_U64(t) : Qnil;
 }
 
+/* _signal_native_handler(signo) -> the signal's sigaction handler as "symbol in file" (or its address
+ * when the loader cannot name it), or nil when the signal is at its default or ignored. Ruby's own
+ * handler, which Ruby reports itself through Signal.trap's return value, is named like any other;
+ * the caller asks only when Signal.trap said the handler was not Ruby's. */
+static VALUE rb_ptmd_signal_native_handler(VALUE self, VALUE signo)
+{
+    int sig = NUM2INT(signo);
+    struct sigaction now;
+    const void *fn;
+    Dl_info info;
+    char text[512];
+    PTMD_UNUSED(self);
+    if (sig <= 0 || sig >= PTMD_NSIG) rb_raise(rb_eArgError, "no signal %d", sig);
+    if (sigaction(sig, NULL, &now) != 0) rb_sys_fail("sigaction");
+    if (now.sa_flags & SA_SIGINFO) {
+        if (now.sa_sigaction == stamp) return Qnil;
+        fn = (const void *)now.sa_sigaction;
+    } else {
+        if (now.sa_handler == SIG_DFL || now.sa_handler == SIG_IGN) return Qnil;
+        fn = (const void *)now.sa_handler;
+    }
+    if (!fn) return Qnil;
+    memset(&info, 0, sizeof(info));
+    if (dladdr(fn, &info) && info.dli_fname) {
+        if (info.dli_sname && info.dli_saddr == fn)
+            snprintf(text, sizeof(text), "%s in %s", info.dli_sname, info.dli_fname);
+        else snprintf(text, sizeof(text), "0x%" PRIxPTR " in %s", (uintptr_t)fn, info.dli_fname);
+    } else {
+        snprintf(text, sizeof(text), "0x%" PRIxPTR, (uintptr_t)fn);
+    }
+    return rb_str_new_cstr(text);
+}
+
 void ptmd_signal_arrival_init(void)
 {
+    rb_define_singleton_method(ptmd_mPtmallocDump, "_signal_native_handler", rb_ptmd_signal_native_handler, 1);
     rb_define_singleton_method(ptmd_mPtmallocDump, "_stamp_signal", rb_ptmd_stamp_signal, 1);
     rb_define_singleton_method(ptmd_mPtmallocDump, "_signal_arrived_ns", rb_ptmd_signal_arrived_ns, 1);
 }

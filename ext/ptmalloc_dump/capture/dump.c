@@ -82,11 +82,14 @@ void ptmd_dump_init(ptmd_dump_state *d)
     d->w.src.pagemap.fd = -1;
 }
 
-/* A snapshot child's: what its parent listed before the fork (its threads, the loaded objects and the
- * threads not running), and the parent's lists among what is no mmapped chunk. */
+/* A snapshot child's: what its parent listed before the fork (its threads, the loaded objects, the
+ * threads not running and its pages' exclusivity), and the parent's lists among what is no mmapped
+ * chunk. */
 static int take_parent(ptmd_dump_state *d, ptmd_err *err)
 {
-    const ptmd_buf *given[3] = { &d->parent->threads, &d->parent->objects, &d->parent->gone };
+    const ptmd_buf *given[5] = { &d->parent->threads, &d->parent->objects, &d->parent->gone, &d->parent->sharing,
+                                 &d->parent->sharing_pages };
+    const ptmd_pagemap *pm = &d->parent->src.pagemap;
     size_t k;
     d->w.given_threads = given[0];
     d->w.given_thread_count = d->parent->thread_count;
@@ -94,8 +97,13 @@ static int take_parent(ptmd_dump_state *d, ptmd_err *err)
     d->w.given_objects = given[1];
     d->w.given_tls_below = d->parent->tls_below;
     d->w.given_gone = given[2];
-    /* the parent's lists are no mmapped chunks either */
-    for (k = 0; k < 3; k++) {
+    d->w.sharing_from = d->parent->sharing_taken ? d->parent : NULL;
+    /* the parent's lists and its pagemap's scratch are no mmapped chunks either */
+    if (pm->entries) {
+        uint64_t r[2] = { (uint64_t)(uintptr_t)pm->entries, (uint64_t)(uintptr_t)pm->entries + pm->cap * 8 };
+        if (ptmd_buf_append(&d->w.exclude, r, sizeof(r)) != 0) return ptmd_fail_sys(err, errno, "exclusions", "mmap");
+    }
+    for (k = 0; k < 5; k++) {
         uint64_t r[2] = { (uint64_t)(uintptr_t)given[k]->base, (uint64_t)(uintptr_t)given[k]->base + given[k]->cap };
         if (given[k]->base && ptmd_buf_append(&d->w.exclude, r, sizeof(r)) != 0)
             return ptmd_fail_sys(err, errno, "exclusions", "mmap");
@@ -170,10 +178,16 @@ int ptmd_dump_run(ptmd_dump_state *d, const ptmd_dump_opts *o, ptmd_err *err)
     oracles = oracles && !skipped;
     outgrown = oracles && ptmd_oracles_capture(d) != 0;
     t2 = ptmd_now_ns();
+    if (d->w.src.in_place && !d->native_state) d->native_state = ptmd_native_track_self();
+    if (ptmd_native_track_capture(&d->w.src, d->native_state, d->ruby.present ? &d->ruby : NULL, &d->native) != 0) {
+        ptmd_fail_sys(err, errno, "allocation tracker", "mmap");
+        goto out;
+    }
     if (ptmd_walk_residency(&d->w, err) != 0) goto out;
     d->snapshot = o->fork_child;
     ptmd_dump_meta(d, lc, &now);
     if (o->fork_child) d->meta.flags |= PTMD_MF_FORK_CHILD;
+    if (d->w.sharing_from) d->meta.flags |= PTMD_MF_SHARING_BEFORE_FORK;
     if (!oracles || outgrown)
         d->meta.flags |= PTMD_MF_NO_ORACLES | (outgrown ? PTMD_MF_ORACLES_OUTGROWN : 0) |
                          (o->oracles == PTMD_ORACLES_OFF ? PTMD_MF_ORACLES_OFF : 0) |
@@ -183,6 +197,7 @@ int ptmd_dump_run(ptmd_dump_state *d, const ptmd_dump_opts *o, ptmd_err *err)
     d->meta.residency_ns = ptmd_now_ns() - t2;
     if (ptmd_dump_ruby_page_rss(d, err) != 0) goto out;
     ptmd_dump_mappings(d);
+    if (ptmd_dump_scratch_rss(d, err) != 0) goto out;
     if (ptmd_walk_references(&d->w, err) != 0) goto out;
     if (ptmd_walk_roots(&d->w, err) != 0) goto out;
     if (o->trim_check && ptmd_dump_trim_check(d, err) != 0) goto out;
@@ -200,6 +215,8 @@ void ptmd_dump_release(ptmd_dump_state *d)
 {
     ptmd_buf_release(&d->trim);
     ptmd_buf_release(&d->ruby_rss);
+    ptmd_buf_release(&d->scratch);
+    ptmd_native_track_release(&d->native);
     if (!d->parent_mappings) ptmd_mappings_release(&d->mappings);
     ptmd_buf_release(&d->ruby.pages);
     ptmd_buf_release(&d->ruby.objects);
@@ -207,6 +224,14 @@ void ptmd_dump_release(ptmd_dump_state *d)
     ptmd_buf_release(&d->ruby.names);
     ptmd_buf_release(&d->ruby.code);
     ptmd_buf_release(&d->ruby.code_names);
+    ptmd_buf_release(&d->ruby.graph_counts);
+    ptmd_buf_release(&d->ruby.graph_edges);
+    ptmd_buf_release(&d->ruby.graph_roots);
+    ptmd_buf_release(&d->ruby.graph_edge_names);
+    ptmd_buf_release(&d->ruby.stacks);
+    ptmd_buf_release(&d->ruby.frames);
+    ptmd_buf_release(&d->ruby.traced);
+    ptmd_buf_release(&d->ruby.site_names);
     ptmd_writer_abort(&d->writer);
     ptmd_walk_release(&d->w);
     if (d->target_lc) munmap(d->target_lc, sizeof(*d->target_lc));

@@ -5,6 +5,7 @@
 #include "capture/dump_fork.h"
 #include "capture/dump.h"
 #include "capture/dump_rss.h"
+#include "capture/residency.h"
 #include "capture/roots.h"
 #include "capture/ruby_heap.h"
 #include "capture/source_self.h"
@@ -26,7 +27,9 @@
  *     these call dl_iterate_phdr, dlopen, dlsym and dladdr, which take the loader's locks
  *     (dl_load_write_lock, dl_load_lock). A thread of the parent inside dlopen, dl_iterate_phdr or a
  *     TLS allocation at the fork leaves them held in the child for ever: glibc 2.36's fork resets
- *     dl_load_lock alone (posix/fork.c), and nothing else the lock protects in the child.
+ *     dl_load_lock alone (posix/fork.c), and nothing else the lock protects in the child;
+ *   - which pages this process maps alone: after the fork the child maps every one of them too, and
+ *     pagemap's exclusive bit is clear on all of them, in both.
  * The child then takes no lock another thread could have held. */
 static int before_fork(ptmd_dump_state *d, const ptmd_dump_opts *opts, size_t n_opts, ptmd_err *err)
 {
@@ -57,7 +60,8 @@ static int before_fork(ptmd_dump_state *d, const ptmd_dump_opts *opts, size_t n_
     if (ptmd_walk_threads(&d->w, err) != 0) return -1;
     for (i = 0; i < n_opts; i++) references |= opts[i].references;
     if (references && ptmd_walk_objects(&d->w) != 0) return ptmd_fail_sys(err, errno, "root table", "mmap");
-    return 0;
+    /* last, nearest the fork: which pages this process alone maps, which the child cannot tell */
+    return ptmd_residency_before_fork(&d->w, err);
 }
 
 /* One line on stderr from a snapshot child whose parent does not wait for it: the error as the

@@ -28,7 +28,10 @@ static int mi_stream(size_t cap, ptmd_err *err)
     if (mi_fp && mi_cap >= cap)
         return fseek(mi_fp, 0, SEEK_SET) == 0 ? 0 : ptmd_fail_sys(err, errno, "malloc_info", "rewind the stream for");
     if (mi_fp) fclose(mi_fp);
-    if (mi_buf) munmap(mi_buf, mi_cap);
+    if (mi_buf) {
+        ptmd_scratch_forget(mi_buf);
+        munmap(mi_buf, mi_cap);
+    }
     mi_fp = NULL;
     mi_buf = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (mi_buf == MAP_FAILED) {
@@ -36,6 +39,7 @@ static int mi_stream(size_t cap, ptmd_err *err)
         return ptmd_fail_sys(err, errno, "malloc_info", "mmap a buffer for");
     }
     mi_cap = cap;
+    ptmd_scratch_note(mi_buf, cap);
     mi_fp = fmemopen(mi_buf, cap, "w");
     if (!mi_fp) return ptmd_fail_sys(err, errno, "malloc_info", "fmemopen for");
     /* unbuffered: stdio would otherwise malloc a buffer on the first write */

@@ -6,9 +6,11 @@
 #include "capture/arena.h"
 #include "capture/dump.h"
 #include "capture/dump_write.h"
+#include "capture/native_track.h"
 #include "capture/outside.h"
 #include "capture/residency.h"
 #include "capture/source_core.h"
+#include "capture/source_ptrace.h"
 #include "capture/walk.h"
 
 #include <errno.h>
@@ -37,6 +39,10 @@ static int outside_walk_write(ptmd_dump_state *d, const ptmd_dump_opts *o, ptmd_
     t0 = ptmd_now_ns();
     if (ptmd_walk_run(&d->w, err) != 0) return -1;
     t1 = ptmd_now_ns();
+    /* the allocation tracker's tables, when it runs there (read as they are now: the heap was copied
+     * while the process was stopped, so a sample whose block it freed since counts nowhere) */
+    if (ptmd_native_track_capture(&d->w.src, ptmd_native_track_find(&d->w.maps), NULL, &d->native) != 0)
+        return ptmd_fail_sys(err, errno, "allocation tracker", "mmap");
     if (ptmd_walk_residency(&d->w, err) != 0) return -1;
     ptmd_dump_meta(d, lc, &now);
     d->meta.pid = (uint64_t)d->w.src.pid;
@@ -81,7 +87,11 @@ int ptmd_dump_process(ptmd_dump_state *d, const ptmd_dump_opts *o, int pid, ptmd
     if (ptmd_dump_begin(err) != 0) return -1;
     if (!(lc = outside_libc(d, err))) goto out;
     /* everything that can fail without stopping the target, first */
-    if (ptmd_maps_load_pid(&d->w.maps, pid, err) != 0) goto out;
+    if (ptmd_maps_load_pid(&d->w.maps, pid, err) != 0) {
+        /* another user's process (or one that is not dumpable): its /proc files are closed to us */
+        if (err->code == PTMD_E_SYSTEM && err->sys_errno == EACCES) ptmd_source_permission_error(pid, EACCES, err);
+        goto out;
+    }
     if (!d->w.maps.count) {
         ptmd_fail(err, PTMD_E_TARGET,
                   "process %d has no memory to read: it has exited (a zombie its parent has not "

@@ -26,6 +26,34 @@ void ptmd_dump_parent_mappings(ptmd_mappings *m, int parent)
     m->head.flags |= PTMD_MAPF_PARENT;
 }
 
+int ptmd_dump_scratch_rss(ptmd_dump_state *d, ptmd_err *err)
+{
+    ptmd_scratch_range ranges[PTMD_SCRATCH_MAX];
+    ptmd_walk *w = &d->w;
+    uint64_t ps = w->page_size;
+    uint8_t flags[64];
+    size_t i, n;
+    /* a snapshot's mappings are its parent's, another process's hold none of this one's */
+    if (!w->src.in_place || d->parent_mappings || !d->mappings.present) return 0;
+    n = ptmd_scratch_list(ranges, PTMD_SCRATCH_MAX);
+    for (i = 0; i < n; i++) {
+        uint64_t lo = ranges[i].start & ~(ps - 1), hi = (ranges[i].start + ranges[i].length + ps - 1) & ~(ps - 1);
+        ptmd_scratch_rec *r;
+        if (!(r = ptmd_buf_push(&d->scratch, sizeof(*r))))
+            return ptmd_fail_sys(err, errno, "scratch residency", "mmap");
+        r->start = lo;
+        r->length = hi - lo;
+        while (lo < hi) {
+            size_t k, m = (hi - lo) / ps < sizeof(flags) ? (size_t)((hi - lo) / ps) : sizeof(flags);
+            if (ptmd_source_pages(&w->src, (uintptr_t)lo, m, flags) != 0) break;
+            for (k = 0; k < m; k++)
+                if (flags[k] & PTMD_PAGE_PRESENT) r->resident += ps;
+            lo += m * ps;
+        }
+    }
+    return 0;
+}
+
 int ptmd_dump_ruby_page_rss(ptmd_dump_state *d, ptmd_err *err)
 {
     ptmd_walk *w = &d->w;

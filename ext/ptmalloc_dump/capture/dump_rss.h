@@ -18,5 +18,8 @@ void ptmd_dump_mappings(ptmd_dump_state *d);
 void ptmd_dump_parent_mappings(ptmd_mappings *m, int parent);
 /* Resident bytes of each Ruby page's body: the OS pages its slots span, from pagemap. */
 int ptmd_dump_ruby_page_rss(ptmd_dump_state *d, ptmd_err *err);
+/* The dump's own mappings (capture/scratch.c) and their resident bytes, right after the mappings
+ * were read (in process only: a snapshot's mappings are its parent's). */
+int ptmd_dump_scratch_rss(ptmd_dump_state *d, ptmd_err *err);
 
 #endif

@@ -4,6 +4,7 @@
 
 #include "format/view.h"
 #include "capture/mappings.h"
+#include "capture/native_track.h"
 #include "capture/ruby_data.h"
 #include "capture/walk_ctx.h"
 #include "capture/writer.h"
@@ -38,12 +39,15 @@ typedef struct {
     ptmd_buf strings;
     ptmd_writer writer;
     ptmd_ruby_data ruby;                  /* filled by the caller before ptmd_dump_run, if wanted */
+    ptmd_native_data native;              /* the allocation tracker's tables, when it is preloaded */
+    uint64_t native_state;                /* where the tracker's state is in the target, 0: none */
     ptmd_buf trim;                        /* uint64 per arena: resident bytes malloc_trim(0) released */
     int snapshot;                         /* written by a fork snapshot child */
     const ptmd_walk *parent;              /* a snapshot child's: the parent's walk, with its thread list */
     ptmd_mappings mappings;               /* smaps and VmRSS at the capture (a snapshot's: its parent's) */
     const ptmd_mappings *parent_mappings; /* a snapshot child's: read by the parent before the fork */
     ptmd_buf ruby_rss;                    /* uint64 per Ruby page: resident bytes of its body */
+    ptmd_buf scratch;                     /* ptmd_scratch_rec: the dump's own mappings at the mappings' reading */
     ptmd_libc *target_lc;                 /* another process's libc (mmapped), NULL for this process */
     ptmd_source_rec source;               /* where another process's dump came from (the SOURCE section) */
     int has_source;

@@ -43,6 +43,13 @@ int ptmd_dump_strings(ptmd_dump_state *d, const ptmd_libc *lc, const ptmd_dump_o
     if (replaced && (add_string(&d->strings, "ruby_layer", "skipped") ||
                      add_string(&d->strings, "ruby_layer_reason", d->ruby_problem)))
         return -1;
+    /* the graph: recorded, or why not where it was asked for */
+    if (d->ruby.graph_wanted && (add_string(&d->strings, "graph", d->ruby.graph_present ? "recorded" : "skipped") ||
+                                 add_string(&d->strings, "graph_reason",
+                                            d->ruby.graph_present ? ""
+                                            : d->ruby.present     ? d->ruby.graph_problem
+                                                                  : "the Ruby pass did not run")))
+        return -1;
     return 0;
 }
 
@@ -109,20 +116,53 @@ static void write_chunk_words(ptmd_writer *wr, const ptmd_walk *w)
 static void write_sections(ptmd_dump_state *d)
 {
     static const uint32_t file_order[] = {
-        PTMD_SEC_META,           PTMD_SEC_STRINGS,
-        PTMD_SEC_MALLINFO2,      PTMD_SEC_MALLOC_INFO,
-        PTMD_SEC_ARENAS,         PTMD_SEC_HEAPS,
-        PTMD_SEC_CHUNKS,         PTMD_SEC_PAGES,
-        PTMD_SEC_THREADS,        PTMD_SEC_ANOMALIES,
-        PTMD_SEC_TCACHE_ENTRIES, PTMD_SEC_RUBY_META,
-        PTMD_SEC_RUBY_PAGES,     PTMD_SEC_RUBY_OBJECTS,
-        PTMD_SEC_RUBY_WORDS,     PTMD_SEC_RUBY_NAMES,
-        PTMD_SEC_RUBY_CODE,      PTMD_SEC_RUBY_CODE_NAMES,
-        PTMD_SEC_REFS,           PTMD_SEC_INT_REFS,
-        PTMD_SEC_ROOTS,          PTMD_SEC_ROOT_REFS,
-        PTMD_SEC_SOURCE,         PTMD_SEC_SNAPSHOT,
-        PTMD_SEC_TRIM_CHECK,     PTMD_SEC_GC,
-        PTMD_SEC_RUBY_PAGE_RSS,  PTMD_SEC_MAPPINGS,
+        PTMD_SEC_META,
+        PTMD_SEC_STRINGS,
+        PTMD_SEC_MALLINFO2,
+        PTMD_SEC_MALLOC_INFO,
+        PTMD_SEC_ARENAS,
+        PTMD_SEC_HEAPS,
+        PTMD_SEC_CHUNKS,
+        PTMD_SEC_PAGES,
+        PTMD_SEC_THREADS,
+        PTMD_SEC_ANOMALIES,
+        PTMD_SEC_TCACHE_ENTRIES,
+        PTMD_SEC_RUBY_META,
+        PTMD_SEC_RUBY_PAGES,
+        PTMD_SEC_RUBY_OBJECTS,
+        PTMD_SEC_RUBY_WORDS,
+        PTMD_SEC_RUBY_NAMES,
+        PTMD_SEC_RUBY_CODE,
+        PTMD_SEC_RUBY_CODE_NAMES,
+        PTMD_SEC_RUBY_GRAPH,
+        PTMD_SEC_RUBY_EDGE_COUNTS,
+        PTMD_SEC_RUBY_EDGES,
+        PTMD_SEC_RUBY_ROOTS,
+        PTMD_SEC_RUBY_EDGE_NAMES,
+        PTMD_SEC_ALLOC_TRACE,
+        PTMD_SEC_RUBY_STACKS,
+        PTMD_SEC_RUBY_FRAMES,
+        PTMD_SEC_RUBY_TRACED,
+        PTMD_SEC_RUBY_SITE_NAMES,
+        PTMD_SEC_REFS,
+        PTMD_SEC_INT_REFS,
+        PTMD_SEC_ROOTS,
+        PTMD_SEC_ROOT_REFS,
+        PTMD_SEC_INNER_REFS,
+        PTMD_SEC_ROOT_INNER_REFS,
+        PTMD_SEC_SCRATCH,
+        PTMD_SEC_SOURCE,
+        PTMD_SEC_SNAPSHOT,
+        PTMD_SEC_TRIM_CHECK,
+        PTMD_SEC_GC,
+        PTMD_SEC_NATIVE_TRACK,
+        PTMD_SEC_NATIVE_SAMPLES,
+        PTMD_SEC_NATIVE_STACKS,
+        PTMD_SEC_NATIVE_PCS,
+        PTMD_SEC_NATIVE_FRAMES,
+        PTMD_SEC_NATIVE_NAMES,
+        PTMD_SEC_RUBY_PAGE_RSS,
+        PTMD_SEC_MAPPINGS,
     };
     _Static_assert(sizeof(file_order) / sizeof(file_order[0]) == PTMD_SEC_COUNT, "every section has its place");
     ptmd_writer *wr = &d->writer;
@@ -230,10 +270,58 @@ void ptmd_dump_view(const ptmd_dump_state *d, ptmd_view *v)
             v->ruby_code_names_len = d->ruby.code_names.len;
             v->n_ruby_code_names = d->ruby.n_code_names;
         }
+        if (d->ruby.graph_present) {
+            v->sections |= PTMD_SECTION_BIT(PTMD_SEC_RUBY_GRAPH) | PTMD_SECTION_BIT(PTMD_SEC_RUBY_EDGE_COUNTS) |
+                           PTMD_SECTION_BIT(PTMD_SEC_RUBY_EDGES) | PTMD_SECTION_BIT(PTMD_SEC_RUBY_ROOTS) |
+                           PTMD_SECTION_BIT(PTMD_SEC_RUBY_EDGE_NAMES);
+            v->ruby_graph = &d->ruby.graph;
+            v->ruby_edge_counts = (const uint32_t *)(const void *)d->ruby.graph_counts.base;
+            v->n_ruby_edge_counts = PTMD_BUF_COUNT(&d->ruby.graph_counts, uint32_t);
+            v->ruby_edges = (const uint32_t *)(const void *)d->ruby.graph_edges.base;
+            v->n_ruby_edges = PTMD_BUF_COUNT(&d->ruby.graph_edges, uint32_t);
+            v->ruby_roots = (const ptmd_ruby_root *)(const void *)d->ruby.graph_roots.base;
+            v->n_ruby_roots = PTMD_BUF_COUNT(&d->ruby.graph_roots, ptmd_ruby_root);
+            v->ruby_edge_names = (const ptmd_ruby_edge_name *)(const void *)d->ruby.graph_edge_names.base;
+            v->n_ruby_edge_names = PTMD_BUF_COUNT(&d->ruby.graph_edge_names, ptmd_ruby_edge_name);
+        }
+        if (d->ruby.sites_present) {
+            v->sections |= PTMD_SECTION_BIT(PTMD_SEC_ALLOC_TRACE) | PTMD_SECTION_BIT(PTMD_SEC_RUBY_STACKS) |
+                           PTMD_SECTION_BIT(PTMD_SEC_RUBY_FRAMES) | PTMD_SECTION_BIT(PTMD_SEC_RUBY_TRACED) |
+                           PTMD_SECTION_BIT(PTMD_SEC_RUBY_SITE_NAMES);
+            v->alloc_trace = &d->ruby.alloc_trace;
+            v->ruby_stacks = (const ptmd_ruby_stack *)(const void *)d->ruby.stacks.base;
+            v->n_ruby_stacks = PTMD_BUF_COUNT(&d->ruby.stacks, ptmd_ruby_stack);
+            v->ruby_frames = (const ptmd_ruby_frame *)(const void *)d->ruby.frames.base;
+            v->n_ruby_frames = PTMD_BUF_COUNT(&d->ruby.frames, ptmd_ruby_frame);
+            v->ruby_traced = (const ptmd_ruby_traced *)(const void *)d->ruby.traced.base;
+            v->n_ruby_traced = PTMD_BUF_COUNT(&d->ruby.traced, ptmd_ruby_traced);
+            v->ruby_site_names = d->ruby.site_names.base;
+            v->ruby_site_names_len = d->ruby.site_names.len;
+            v->n_ruby_site_names = d->ruby.n_site_names;
+        }
+    }
+    if (d->native.present) {
+        const ptmd_native_data *n = &d->native;
+        v->sections |= PTMD_SECTION_BIT(PTMD_SEC_NATIVE_TRACK) | PTMD_SECTION_BIT(PTMD_SEC_NATIVE_SAMPLES) |
+                       PTMD_SECTION_BIT(PTMD_SEC_NATIVE_STACKS) | PTMD_SECTION_BIT(PTMD_SEC_NATIVE_PCS) |
+                       PTMD_SECTION_BIT(PTMD_SEC_NATIVE_FRAMES) | PTMD_SECTION_BIT(PTMD_SEC_NATIVE_NAMES);
+        v->native_track = &n->rec;
+        v->native_samples = (const ptmd_native_sample *)(const void *)n->samples.base;
+        v->n_native_samples = PTMD_BUF_COUNT(&n->samples, ptmd_native_sample);
+        v->native_stacks = (const ptmd_native_stack *)(const void *)n->stacks.base;
+        v->n_native_stacks = PTMD_BUF_COUNT(&n->stacks, ptmd_native_stack);
+        v->native_pcs = (const uint64_t *)(const void *)n->pcs.base;
+        v->n_native_pcs = PTMD_BUF_COUNT(&n->pcs, uint64_t);
+        v->native_frames = (const ptmd_ruby_frame *)(const void *)n->frames.base;
+        v->n_native_frames = PTMD_BUF_COUNT(&n->frames, ptmd_ruby_frame);
+        v->native_names = n->names.base;
+        v->native_names_len = n->names.len;
+        v->n_native_names = n->n_names;
     }
     if (w->references) {
         v->sections |= PTMD_SECTION_BIT(PTMD_SEC_REFS) | PTMD_SECTION_BIT(PTMD_SEC_INT_REFS) |
-                       PTMD_SECTION_BIT(PTMD_SEC_ROOTS) | PTMD_SECTION_BIT(PTMD_SEC_ROOT_REFS);
+                       PTMD_SECTION_BIT(PTMD_SEC_ROOTS) | PTMD_SECTION_BIT(PTMD_SEC_ROOT_REFS) |
+                       PTMD_SECTION_BIT(PTMD_SEC_INNER_REFS) | PTMD_SECTION_BIT(PTMD_SEC_ROOT_INNER_REFS);
         v->refs = (const ptmd_ref *)(const void *)w->refs.base;
         v->n_refs = PTMD_BUF_COUNT(&w->refs, ptmd_ref);
         v->int_refs = (const ptmd_ref *)(const void *)w->int_refs.base;
@@ -242,6 +330,15 @@ void ptmd_dump_view(const ptmd_dump_state *d, ptmd_view *v)
         v->n_roots = PTMD_BUF_COUNT(&w->roots, ptmd_root_rec);
         v->root_refs = (const ptmd_root_ref *)(const void *)w->root_refs.base;
         v->n_root_refs = PTMD_BUF_COUNT(&w->root_refs, ptmd_root_ref);
+        v->inner_refs = (const ptmd_ref *)(const void *)w->inner_refs.base;
+        v->n_inner_refs = PTMD_BUF_COUNT(&w->inner_refs, ptmd_ref);
+        v->root_inner_refs = (const ptmd_root_ref *)(const void *)w->root_inner_refs.base;
+        v->n_root_inner_refs = PTMD_BUF_COUNT(&w->root_inner_refs, ptmd_root_ref);
+    }
+    if (d->scratch.len) {
+        v->sections |= PTMD_SECTION_BIT(PTMD_SEC_SCRATCH);
+        v->scratch = (const ptmd_scratch_rec *)(const void *)d->scratch.base;
+        v->n_scratch = PTMD_BUF_COUNT(&d->scratch, ptmd_scratch_rec);
     }
     if (d->trim.base) {
         v->sections |= PTMD_SECTION_BIT(PTMD_SEC_TRIM_CHECK);

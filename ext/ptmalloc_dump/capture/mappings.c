@@ -148,10 +148,16 @@ static void proc_path(char *out, size_t cap, int pid, const char *file)
 }
 
 /* smaps is read mapping by mapping while the process may run on (a snapshot child reads its parent's,
- * which is releasing the dump's scratch meanwhile): VmRSS is read before and after it, and smaps again
- * while they differ or a mapping was listed twice, so that the mappings and VmRSS describe one moment
- * (at most PTMD_MAPPINGS_TRIES reads; the last is kept). */
-#define PTMD_MAPPINGS_TRIES 4
+ * which serves requests meanwhile; under load a read can take half a second while the parent faults
+ * in file pages): VmRSS is read before and after it, and smaps again while VmRSS moved across the read
+ * by more than a tolerance, smaps' Rss sum disagrees with VmRSS after it by more, or a mapping was
+ * listed twice (at most PTMD_MAPPINGS_TRIES reads; the last is kept). The kept read's disagreement
+ * goes into the head, flagged approximate when it is above the tolerance: PTMD_MAPPINGS_TOLERANCE
+ * or 1/PTMD_MAPPINGS_TOLERANCE_SHARE of VmRSS, the larger (room for the kernel's per-CPU or per-thread
+ * RSS counters, which VmRSS reads without summing; a quiet process's two figures agree exactly). */
+#define PTMD_MAPPINGS_TRIES 3
+#define PTMD_MAPPINGS_TOLERANCE (64 * 1024)
+#define PTMD_MAPPINGS_TOLERANCE_SHARE 1000
 
 static int read_status(const char *path, ptmd_mappings_head *h, ptmd_err *err)
 {
@@ -163,9 +169,24 @@ static int read_status(const char *path, ptmd_mappings_head *h, ptmd_err *err)
     return 0;
 }
 
+static uint64_t distance(uint64_t a, uint64_t b)
+{
+    return a > b ? a - b : b - a;
+}
+
+/* How far the read just made is from one moment: VmRSS's move across it, or smaps against VmRSS. */
+static uint64_t disagreement(const ptmd_mappings *m, const ptmd_mappings_head *before)
+{
+    uint64_t sum = 0, moved = distance(m->head.vm_rss, before->vm_rss), apart;
+    size_t i, n = PTMD_BUF_COUNT(&m->recs, ptmd_mapping_rec);
+    for (i = 0; i < n; i++) sum += PTMD_BUF_AT(&m->recs, ptmd_mapping_rec, i)->rss;
+    apart = distance(sum, m->head.vm_rss);
+    return moved > apart ? moved : apart;
+}
+
 int ptmd_mappings_read(ptmd_mappings *m, int pid, ptmd_err *err)
 {
-    uint64_t t0 = ptmd_now_ns();
+    uint64_t t0 = ptmd_now_ns(), error, tolerance;
     ptmd_mappings_head before;
     char smaps_path[64], status_path[64];
     int tries = 0, dropped;
@@ -180,9 +201,12 @@ int ptmd_mappings_read(ptmd_mappings *m, int pid, ptmd_err *err)
         if ((dropped = parse_smaps(m)) < 0) return ptmd_fail_sys(err, errno, smaps_path, "mmap scratch for");
         ptmd_buf_release(&m->text);
         if (read_status(status_path, &m->head, err) != 0) return -1;
-    } while (++tries < PTMD_MAPPINGS_TRIES &&
-             (dropped || m->head.vm_rss != before.vm_rss || m->head.rss_anon != before.rss_anon ||
-              m->head.rss_file != before.rss_file));
+        error = disagreement(m, &before);
+        tolerance = m->head.vm_rss / PTMD_MAPPINGS_TOLERANCE_SHARE;
+        if (tolerance < PTMD_MAPPINGS_TOLERANCE) tolerance = PTMD_MAPPINGS_TOLERANCE;
+    } while (++tries < PTMD_MAPPINGS_TRIES && (dropped || error > tolerance));
+    m->head.error_kib = (uint32_t)((error + 1023) / 1024 > UINT32_MAX ? UINT32_MAX : (error + 1023) / 1024);
+    if (error > tolerance) m->head.flags |= PTMD_MAPF_APPROX;
     m->head.paths_len = m->paths.len;
     m->head.read_ns = ptmd_now_ns() - t0;
     m->present = 1;

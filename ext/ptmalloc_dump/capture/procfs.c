@@ -282,6 +282,7 @@ int ptmd_pagemap_open(ptmd_pagemap *pm, ptmd_err *err)
         pm->entries = NULL;
         return ptmd_fail_sys(err, errno, "pagemap", "mmap scratch for");
     }
+    ptmd_scratch_note(pm->entries, pm->cap * sizeof(uint64_t));
     /* PTMALLOC_DUMP_RESIDENCY=mincore forces the fallback (diagnostics, and its spec) */
     {
         const char *force = getenv("PTMALLOC_DUMP_RESIDENCY");
@@ -304,7 +305,10 @@ void ptmd_pagemap_close(ptmd_pagemap *pm)
 {
     if (pm->fd >= 0) close(pm->fd);
     pm->fd = -1;
-    if (pm->entries) munmap(pm->entries, pm->cap * sizeof(uint64_t));
+    if (pm->entries) {
+        ptmd_scratch_forget(pm->entries);
+        munmap(pm->entries, pm->cap * sizeof(uint64_t));
+    }
     pm->entries = NULL;
 }
 

@@ -6,7 +6,10 @@
  *
  * Each word is looked up in O(1) after a range test: a chunk-start map gives one bit per 16 bytes of
  * each heap (set where an allocated chunk starts) and, per 64 bits, the index of the first chunk of
- * the heap at or after them, so a chunk's index is that rank plus the bits set below it. */
+ * the heap at or after them, so a chunk's index is that rank plus the bits set below it. A word in a
+ * heap that is no chunk's user address may point into an allocated chunk's user data past its start
+ * (an interior pointer, as chap counts them): found by binary search over the heap's chunks, which
+ * the walk recorded in address order, and recorded apart (inner_refs), a weaker kind of reference. */
 #define _GNU_SOURCE
 #include "capture/refs.h"
 #include "capture/arena.h"
@@ -20,7 +23,8 @@
 typedef struct {
     uint64_t start, end;  /* start rounded down to MALLOC_ALIGNMENT */
     uint64_t first_chunk; /* chunk index of the heap's first chunk */
-    uint64_t word0;       /* its first 64-bit word in the map */
+    uint64_t n_chunks;
+    uint64_t word0; /* its first 64-bit word in the map */
 } cmap_heap;
 
 /* Bits set in x. Inline: the baseline x86-64 has no popcnt instruction, and __builtin_popcountll
@@ -74,6 +78,7 @@ static int build_cmap(ptmd_walk *w)
         ch[i].start = hp->start & ~15ull;
         ch[i].end = hp->end;
         ch[i].first_chunk = hp->first_chunk;
+        ch[i].n_chunks = hp->n_chunks;
         ch[i].word0 = words;
         for (ci = hp->first_chunk; ci < hp->first_chunk + hp->n_chunks; ci++) {
             const ptmd_chunk_rec *c = PTMD_W_CHUNK(w, ci);
@@ -120,6 +125,41 @@ long ptmd_refs_chunk_of_mem(const ptmd_walk *w, uint64_t mem)
     return ptmd_rec_is_allocated(PTMD_W_CHUNK(w, ci)) ? ci : -1;
 }
 
+long ptmd_refs_chunk_inside(const ptmd_walk *w, uint64_t a)
+{
+    const cmap_heap *h;
+    const ptmd_chunk_rec *c;
+    uint64_t lo, hi;
+    if (a - w->cmap_lo >= w->cmap_span || !(h = cm_heap_of(w, a)) || !h->n_chunks) return -1;
+    /* the last chunk of the heap that starts at or below a */
+    lo = h->first_chunk;
+    hi = h->first_chunk + h->n_chunks;
+    while (hi - lo > 1) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        if (PTMD_W_CHUNK(w, mid)->addr <= a) lo = mid;
+        else hi = mid;
+    }
+    c = PTMD_W_CHUNK(w, lo);
+    if (c->addr > a || a <= c->addr + PTMD_CHUNK_HDR_SZ || a - c->addr >= ptmd_rec_size(c)) return -1;
+    return ptmd_rec_is_allocated(c) ? (long)lo : -1;
+}
+
+/* An interior reference, once per run of words of `from` into the same chunk. */
+static int push_inner(ptmd_walk *w, uint64_t from, long to)
+{
+    ptmd_ref *r;
+    size_t n = PTMD_BUF_COUNT(&w->inner_refs, ptmd_ref);
+    if ((uint64_t)to == from) return 0;
+    if (n) {
+        const ptmd_ref *last = PTMD_BUF_AT(&w->inner_refs, ptmd_ref, n - 1);
+        if (last->from == (uint32_t)from && last->to == (uint32_t)to) return 0;
+    }
+    if (!(r = ptmd_buf_push(&w->inner_refs, sizeof(*r)))) return -1;
+    r->from = (uint32_t)from;
+    r->to = (uint32_t)to;
+    return 0;
+}
+
 static int push_ref(ptmd_buf *b, uint64_t from, long to)
 {
     ptmd_ref *r;
@@ -140,9 +180,11 @@ static inline int add_ref(ptmd_walk *w, uint64_t from, uint64_t word)
         if (a < w->cmap_lo || a >= w->cmap_hi || (to = ptmd_refs_chunk_of_mem(w, a)) < 0) return 0;
         return push_ref(&w->int_refs, from, to);
     }
-    if ((word & PTMD_MALLOC_ALIGN_MASK) || word < w->cmap_lo || word >= w->cmap_hi) return 0;
-    if ((to = ptmd_refs_chunk_of_mem(w, word)) < 0) return 0;
-    return push_ref(&w->refs, from, to);
+    if (word < w->cmap_lo || word >= w->cmap_hi) return 0;
+    if (!(word & PTMD_MALLOC_ALIGN_MASK) && (to = ptmd_refs_chunk_of_mem(w, word)) >= 0)
+        return push_ref(&w->refs, from, to);
+    if ((to = ptmd_refs_chunk_inside(w, word)) < 0) return 0;
+    return push_inner(w, from, to);
 }
 
 static int scan_words(ptmd_walk *w, uint64_t ci, const uint64_t *p, uint64_t n)

@@ -208,6 +208,17 @@ static int thread_roots(ptmd_walk *w, uint64_t tls_below)
     return gone_thread_roots(w, tls_below);
 }
 
+/* 1 when the latest interior reference recorded is the same root's into the same chunk: one is
+ * enough to hold it, and a stack frame walking a buffer holds many. */
+static int inner_seen(const ptmd_walk *w, uint32_t root, uint32_t chunk)
+{
+    size_t n = PTMD_BUF_COUNT(&w->root_inner_refs, ptmd_root_ref);
+    const ptmd_root_ref *last;
+    if (!n) return 0;
+    last = PTMD_BUF_AT(&w->root_inner_refs, ptmd_root_ref, n - 1);
+    return last->root == root && last->chunk == chunk;
+}
+
 static int scan_words(ptmd_walk *w, uint32_t root, uint64_t at, const uint64_t *buf, uint64_t n)
 {
     uint64_t k;
@@ -215,7 +226,15 @@ static int scan_words(ptmd_walk *w, uint32_t root, uint64_t at, const uint64_t *
         uint64_t v = buf[k];
         long ci;
         ptmd_root_ref *rr;
-        if (v - w->cmap_lo >= w->cmap_span || (ci = ptmd_refs_chunk_of_mem(w, v)) < 0) continue;
+        if (v - w->cmap_lo >= w->cmap_span) continue;
+        if ((ci = ptmd_refs_chunk_of_mem(w, v)) < 0) {
+            if ((ci = ptmd_refs_chunk_inside(w, v)) < 0 || inner_seen(w, root, (uint32_t)ci)) continue;
+            if (!(rr = ptmd_buf_push(&w->root_inner_refs, sizeof(*rr)))) return -1;
+            rr->where = at + k * 8;
+            rr->root = root;
+            rr->chunk = (uint32_t)ci;
+            continue;
+        }
         if (!(rr = ptmd_buf_push(&w->root_refs, sizeof(*rr)))) return -1;
         rr->where = at + k * 8;
         rr->root = root;

@@ -170,13 +170,6 @@ typedef struct {
     uint32_t slot; /* record index * 3 + field (0 module, 1 method, 2 path) */
 } name_ref;
 
-/* One distinct key, in the open-addressing table that gives it its name entry's index. */
-typedef struct {
-    uint64_t key;
-    uint32_t kind; /* 0: empty */
-    uint32_t index;
-} name_slot;
-
 static int by_value(const void *a, const void *b, void *ctx)
 {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -256,16 +249,18 @@ static size_t module_name(const ptmd_ruby_data *rd, VALUE mod, const char **out,
     return anonymous(buf, cap, mod);
 }
 
-static int put_name(ptmd_ruby_data *rd, uint64_t key, uint32_t kind, const char *name, size_t len)
+size_t ptmd_ruby_code_module_name(const ptmd_ruby_data *rd, VALUE mod, const char **out, char *buf, size_t cap)
 {
-    static const char zeros[8];
-    uint32_t l = (uint32_t)(len > 4096 ? 4096 : len);
-    if (ptmd_buf_append(&rd->code_names, &key, 8) || ptmd_buf_append(&rd->code_names, &kind, 4) ||
-        ptmd_buf_append(&rd->code_names, &l, 4) || ptmd_buf_append(&rd->code_names, name, l) ||
-        ((l & 7) && ptmd_buf_append(&rd->code_names, zeros, 8 - (l & 7))))
-        return -1;
-    rd->n_code_names++;
-    return 0;
+    if (!L || !is_module(rd, (uint64_t)mod)) return 0;
+    return module_name(rd, mod, out, buf, cap);
+}
+
+VALUE ptmd_ruby_code_frame_owner(const ptmd_ruby_data *rd, VALUE frame)
+{
+    uint64_t owner;
+    if (!L || !is_imemo(rd, (uint64_t)frame, L->imemo_ment)) return 0;
+    owner = word_at((uint64_t)frame, L->ment_owner);
+    return is_module(rd, owner) ? (VALUE)owner : 0;
 }
 
 static int resolve_name(ptmd_ruby_data *rd, const name_ref *n)
@@ -289,70 +284,32 @@ static int resolve_name(ptmd_ruby_data *rd, const name_ref *n)
             len = (size_t)RSTRING_LEN(str);
         }
     }
-    return put_name(rd, n->key, n->kind, s, len);
-}
-
-static size_t name_hash(uint64_t key, uint32_t kind, size_t mask)
-{
-    return (size_t)(((key >> 3) ^ kind) * 0x9E3779B97F4A7C15ull >> 17) & mask;
-}
-
-/* The open-addressing table of distinct keys, twice as large: it is sized by the keys (a few
- * thousand modules, names and paths), not by the references to them, so that it stays in cache. */
-static int grow_names(ptmd_buf *table, size_t *cap)
-{
-    ptmd_buf old = *table;
-    size_t old_cap = *cap, k, mask = 2 * old_cap - 1;
-    memset(table, 0, sizeof(*table));
-    if (!ptmd_buf_push(table, 2 * old_cap * sizeof(name_slot))) {
-        *table = old;
-        return -1;
-    }
-    for (k = 0; k < old_cap; k++) {
-        const name_slot *s = PTMD_BUF_AT(&old, name_slot, k);
-        name_slot *t = PTMD_BUF_AT(table, name_slot, 0);
-        size_t h;
-        if (!s->kind) continue;
-        for (h = name_hash(s->key, s->kind, mask); t[h].kind; h = (h + 1) & mask) {}
-        t[h] = *s;
-    }
-    ptmd_buf_release(&old);
-    *cap = 2 * old_cap;
-    return 0;
+    return ptmd_ruby_append_name(&rd->code_names, &rd->n_code_names, n->key, n->kind, s, len);
 }
 
 /* Gives every distinct key one name entry, in order of first use, and each record its fields' indices. */
 static int name_records(ptmd_ruby_data *rd, const ptmd_buf *refs)
 {
-    size_t i, n = PTMD_BUF_COUNT(refs, name_ref), cap = 1024;
-    ptmd_buf table = { 0 };
-    uint32_t next = 0;
+    size_t i, n = PTMD_BUF_COUNT(refs, name_ref);
+    ptmd_name_table table;
     int rc = -1;
-    if (!ptmd_buf_push(&table, cap * sizeof(name_slot))) return -1;
+    memset(&table, 0, sizeof(table));
     for (i = 0; i < n; i++) {
         const name_ref *r = PTMD_BUF_AT(refs, name_ref, i);
         ptmd_ruby_code *c = PTMD_BUF_AT(&rd->code, ptmd_ruby_code, r->slot / 3);
         uint32_t *field = r->slot % 3 == 0 ? &c->module : r->slot % 3 == 1 ? &c->method : &c->path;
-        name_slot *t = PTMD_BUF_AT(&table, name_slot, 0);
-        size_t h = name_hash(r->key, r->kind, cap - 1);
+        size_t named = table.used;
         if (i + PTMD_CODE_AHEAD < n) {
             const name_ref *ahead = PTMD_BUF_AT(refs, name_ref, i + PTMD_CODE_AHEAD);
-            __builtin_prefetch(&t[name_hash(ahead->key, ahead->kind, cap - 1)]);
+            ptmd_name_table_prefetch(&table, ahead->key, ahead->kind);
         }
-        while (t[h].kind && !(t[h].key == r->key && t[h].kind == r->kind)) h = (h + 1) & (cap - 1);
-        if (t[h].kind) {
-            *field = t[h].index;
-            continue;
-        }
-        if (resolve_name(rd, r) != 0) goto out;
-        t[h].key = r->key;
-        t[h].kind = r->kind;
-        t[h].index = *field = next++;
-        if (2 * (size_t)next >= cap && grow_names(&table, &cap) != 0) goto out;
+        *field = ptmd_name_table_index(&table, r->key, r->kind);
+        if (table.oom) goto out;
+        if (table.used != named && resolve_name(rd, r) != 0) goto out; /* a new key: its entry next */
     }
     rc = 0;
 out:
-    ptmd_buf_release(&table);
+    ptmd_name_table_release(&table);
     return rc;
 }
 

@@ -24,4 +24,12 @@ void ptmd_ruby_code_note(ptmd_code_pass *cp, VALUE v, int type, int imemo);
  * Allocates nothing; returns -1 when mmap fails. */
 int ptmd_ruby_code_finish(ptmd_code_pass *cp, ptmd_ruby_data *rd);
 
+/* A module's name as the code records give it, without allocating: Module#name, "#<Class:Name>" for a
+ * singleton class, "#<Class:0x...>" written into buf for an anonymous one. Its length, 0 when mod is no
+ * module on the recorded pages or this Ruby's layout is unknown. */
+size_t ptmd_ruby_code_module_name(const ptmd_ruby_data *rd, VALUE mod, const char **out, char *buf, size_t cap);
+/* The class or module defining the method of a frame rb_profile_frames gave, when the frame is a
+ * method entry (else 0: a block's or a script's iseq). */
+VALUE ptmd_ruby_code_frame_owner(const ptmd_ruby_data *rd, VALUE frame);
+
 #endif

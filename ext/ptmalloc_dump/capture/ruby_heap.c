@@ -8,7 +8,9 @@
 #include <ruby.h>
 #include "capture/ruby_heap.h"
 #include "capture/ruby_code.h"
+#include "capture/ruby_graph.h"
 #include "capture/ruby_pages.h"
+#include "capture/ruby_sites.h"
 #include "format/index.h"
 #include <ruby/re.h>
 #include <ruby/io.h>
@@ -47,16 +49,8 @@ static const char *missing[sizeof(internal_functions) / sizeof(internal_function
 #define PTMD_MAX_POINTER 0x800000000000ull
 
 typedef struct {
-    uint64_t key;
-    uint32_t index;
-    uint32_t kind;
-} name_slot;
-
-typedef struct {
     ptmd_ruby_data *rd;
-    ptmd_buf table; /* open addressing of name_slot */
-    size_t cap, used;
-    ptmd_buf keys; /* name_slot in index order */
+    ptmd_name_table names; /* the classes' and data types' names the objects ask for */
     uint64_t last_klass;
     uint32_t last_index;
     ptmd_code_pass code; /* what the code pass needs of the walk (capture/ruby_code.c) */
@@ -67,38 +61,9 @@ typedef struct {
 
 static uint32_t name_index(pass_ctx *c, uint64_t key, uint32_t kind)
 {
-    name_slot *t;
-    size_t mask, i;
-    if (c->used * 2 >= c->cap) {
-        ptmd_buf old = c->table;
-        size_t old_cap = c->cap, k;
-        memset(&c->table, 0, sizeof(c->table));
-        c->cap = old_cap ? old_cap * 2 : 1024;
-        if (!ptmd_buf_push(&c->table, c->cap * sizeof(name_slot))) {
-            c->table = old;
-            c->cap = old_cap;
-            c->oom = 1;
-            return PTMD_NO_NAME;
-        }
-        for (k = 0; k < old_cap; k++) {
-            name_slot *s = &((name_slot *)(void *)old.base)[k];
-            if (!s->key) continue;
-            t = (name_slot *)(void *)c->table.base;
-            mask = c->cap - 1;
-            for (i = (size_t)((s->key >> 3) * 0x9E3779B97F4A7C15ull >> 17) & mask; t[i].key; i = (i + 1) & mask) {}
-            t[i] = *s;
-        }
-        ptmd_buf_release(&old);
-    }
-    t = (name_slot *)(void *)c->table.base;
-    mask = c->cap - 1;
-    for (i = (size_t)((key >> 3) * 0x9E3779B97F4A7C15ull >> 17) & mask; t[i].key; i = (i + 1) & mask)
-        if (t[i].key == key && t[i].kind == kind) return t[i].index;
-    t[i].key = key;
-    t[i].kind = kind;
-    t[i].index = (uint32_t)c->used++;
-    if (ptmd_buf_append(&c->keys, &t[i], sizeof(name_slot)) != 0) c->oom = 1;
-    return t[i].index;
+    uint32_t i = ptmd_name_table_index(&c->names, key, kind);
+    if (c->names.oom) c->oom = 1;
+    return i;
 }
 
 /* n bytes at the end of b, within its room where it has it (the walk's common case: no call, no
@@ -297,18 +262,6 @@ static int each_page(void *start, void *end, size_t stride, void *data)
     return 0;
 }
 
-static int add_name(ptmd_ruby_data *rd, uint64_t key, uint32_t kind, const char *name, size_t len)
-{
-    static const char zeros[8];
-    uint32_t l = (uint32_t)(len > 4096 ? 4096 : len);
-    if (ptmd_buf_append(&rd->names, &key, 8) || ptmd_buf_append(&rd->names, &kind, 4) ||
-        ptmd_buf_append(&rd->names, &l, 4) || ptmd_buf_append(&rd->names, name, l) ||
-        ((l & 7) && ptmd_buf_append(&rd->names, zeros, 8 - (l & 7))))
-        return -1;
-    rd->n_names++;
-    return 0;
-}
-
 #define PTMD_MAX_SINGLETON_DEPTH 64 /* singleton classes of singleton classes: a walk's bound */
 
 /* rb_class_real, each step checked: a class in the heap's pages, else 0. Garbage the lazy sweep has
@@ -440,6 +393,7 @@ void ptmd_ruby_heap_init(void)
     sym_state = ID2SYM(rb_intern("state"));
     sym_sweeping = ID2SYM(rb_intern("sweeping"));
     ptmd_ruby_code_init();
+    ptmd_ruby_graph_init();
     /* the first call of each interns its keys (Ruby's symbol table may grow, a malloc): made here at
      * require, not in the first dump */
     rb_gc_stat(stat);
@@ -510,9 +464,7 @@ static int pages_by_structure(ptmd_ruby_data *rd, pass_ctx *c)
     if (c->oom || c->found == (size_t)rb_gc_stat(sym_live)) return 1;
     /* what the pages held is dropped: objects, words, the names they asked for, the code noted */
     rd->pages.len = rd->objects.len = rd->words.len = 0;
-    ptmd_buf_release(&c->table);
-    c->keys.len = 0;
-    c->cap = c->used = 0;
+    ptmd_name_table_release(&c->names);
     c->last_klass = 0;
     c->code.modules.len = c->code.ments.len = c->code.iseqs.len = 0;
     c->code.vm = 0;
@@ -523,23 +475,22 @@ static int pages_by_structure(ptmd_ruby_data *rd, pass_ctx *c)
  * glibc's counters follows). */
 static void finish_pass(ptmd_ruby_data *rd, pass_ctx *c)
 {
-    size_t i, n = PTMD_BUF_COUNT(&c->keys, name_slot);
+    size_t i, n = PTMD_BUF_COUNT(&c->names.order, ptmd_name_slot);
     for (i = 0; i < n && !c->oom; i++) {
-        const name_slot *s = PTMD_BUF_AT(&c->keys, name_slot, i);
+        const ptmd_name_slot *s = PTMD_BUF_AT(&c->names.order, ptmd_name_slot, i);
         if (s->kind == PTMD_NAME_DATA_TYPE) {
             const char *nm = ((const rb_data_type_t *)(uintptr_t)s->key)->wrap_struct_name;
             if (!nm) nm = "(unnamed)";
-            if (add_name(rd, s->key, s->kind, nm, strlen(nm))) c->oom = 1;
+            if (ptmd_ruby_add_name(rd, s->key, s->kind, nm, strlen(nm))) c->oom = 1;
         } else {
             char buf[64];
             const char *name = "(internal)";
             size_t len = class_name(rd, (VALUE)s->key, &name, buf, sizeof(buf));
-            if (add_name(rd, s->key, s->kind, name, len ? len : 10)) c->oom = 1;
+            if (ptmd_ruby_add_name(rd, s->key, s->kind, name, len ? len : 10)) c->oom = 1;
         }
     }
     if (!c->oom && ptmd_ruby_code_finish(&c->code, rd) != 0) c->oom = 1;
-    ptmd_buf_release(&c->table);
-    ptmd_buf_release(&c->keys);
+    ptmd_name_table_release(&c->names);
 }
 
 /* GC.stat's figures the RUBY_META section keeps, read with the pass. */
@@ -563,6 +514,15 @@ static void begin_pass(ptmd_ruby_data *rd, pass_ctx *c)
     c->sweeping = (rd->gc.flags & PTMD_GF_SWEEPING) != 0;
 }
 
+/* What follows the objects just recorded: their graph, when asked for (where it cannot be had, the
+ * reason), and the traced ones' allocation sites while tracing. 0, or -1 when mmap fails. */
+static int after_walk(ptmd_ruby_data *rd)
+{
+    rd->graph_problem[0] = '\0';
+    if (rd->graph_wanted) ptmd_ruby_graph(rd, rd->graph_problem, sizeof(rd->graph_problem));
+    return ptmd_ruby_sites_capture(rd);
+}
+
 /* Collects Ruby's heap into rd. Raises on failure. */
 void ptmd_ruby_pass(ptmd_ruby_data *rd)
 {
@@ -580,7 +540,8 @@ void ptmd_ruby_pass(ptmd_ruby_data *rd)
     finish_pass(rd, &c);
     rd->meta.pass_ns = ptmd_now_ns() - t0;
     rd->present = 1;
-    if (c.oom) rb_raise(rb_eNoMemError, "ptmalloc_dump: mmap failed while recording Ruby's heap");
+    if (c.oom || after_walk(rd) != 0)
+        rb_raise(rb_eNoMemError, "ptmalloc_dump: mmap failed while recording Ruby's heap");
 }
 
 int ptmd_ruby_pass_by_structure_possible(void)
@@ -610,10 +571,11 @@ int ptmd_ruby_pass_in_copy(ptmd_ruby_data *rd, char *why, size_t cap)
     finish_pass(rd, &c);
     rd->meta.pass_ns = ptmd_now_ns() - t0;
     rd->meta.flags |= PTMD_RF_IN_SNAPSHOT;
-    if (c.oom) {
+    rd->present = 1;
+    if (c.oom || after_walk(rd) != 0) {
+        rd->present = 0;
         snprintf(why, cap, "mmap failed while the snapshot process recorded Ruby's heap");
         return -1;
     }
-    rd->present = 1;
     return 0;
 }

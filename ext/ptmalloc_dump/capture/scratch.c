@@ -8,6 +8,35 @@
 
 #define PTMD_BUF_MIN (64 * 1024)
 
+static ptmd_scratch_range live[PTMD_SCRATCH_MAX];
+static size_t n_live;
+
+void ptmd_scratch_note(const void *base, size_t length)
+{
+    if (n_live < PTMD_SCRATCH_MAX) {
+        live[n_live].start = (uint64_t)(uintptr_t)base;
+        live[n_live].length = length;
+        n_live++;
+    }
+}
+
+void ptmd_scratch_forget(const void *base)
+{
+    size_t i;
+    for (i = 0; i < n_live; i++)
+        if (live[i].start == (uint64_t)(uintptr_t)base) {
+            live[i] = live[--n_live];
+            return;
+        }
+}
+
+size_t ptmd_scratch_list(ptmd_scratch_range *out, size_t max)
+{
+    size_t n = n_live < max ? n_live : max;
+    memcpy(out, live, n * sizeof(*out));
+    return n;
+}
+
 int ptmd_buf_reserve(ptmd_buf *b, size_t extra)
 {
     size_t need = b->len + extra, cap;
@@ -28,6 +57,8 @@ int ptmd_buf_reserve(ptmd_buf *b, size_t extra)
     if (b->base) p = mremap(b->base, b->cap, cap, MREMAP_MAYMOVE);
     else p = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) return -1;
+    if (b->base) ptmd_scratch_forget(b->base);
+    ptmd_scratch_note(p, cap);
     b->base = p;
     b->cap = cap;
     return 0;
@@ -53,7 +84,10 @@ int ptmd_buf_append(ptmd_buf *b, const void *data, size_t n)
 
 void ptmd_buf_release(ptmd_buf *b)
 {
-    if (b->base) munmap(b->base, b->cap);
+    if (b->base) {
+        ptmd_scratch_forget(b->base);
+        munmap(b->base, b->cap);
+    }
     b->base = NULL;
     b->len = b->cap = 0;
 }

@@ -21,6 +21,18 @@ void ptmd_buf_release(ptmd_buf *b);
 #define PTMD_BUF_AT(b, type, i) (((type *)(void *)(b)->base) + (i))
 #define PTMD_BUF_COUNT(b, type) ((b)->len / sizeof(type))
 
+/* The capture's own mappings while they live (its buffers, the write buffer, the pagemap batch, the
+ * malloc_info stream): a fixed table, so that the dump can measure its own share of the RSS without
+ * allocating. A mapping past the table's room is not listed. */
+#define PTMD_SCRATCH_MAX 512
+typedef struct {
+    uint64_t start, length;
+} ptmd_scratch_range;
+void ptmd_scratch_note(const void *base, size_t length);
+void ptmd_scratch_forget(const void *base);
+/* Copies up to max ranges into out; returns how many. */
+size_t ptmd_scratch_list(ptmd_scratch_range *out, size_t max);
+
 /* An address range of ours that the mapping scanner must ignore. */
 
 #endif

@@ -110,8 +110,20 @@ int ptmd_source_open_core(ptmd_source *s, const char *path, ptmd_maps *maps, ptm
     int fd;
     ptmd_source_init(s, &core_ops, 0);
     if (ptmd_source_thread_table(s) != 0) return ptmd_fail_sys(err, errno, "thread table", "mmap");
-    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) return ptmd_fail_sys(err, errno, path, "open");
-    if (fstat(fd, &st) != 0 || st.st_size < (off_t)sizeof(Elf64_Ehdr)) {
+    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+        return ptmd_fail(err, PTMD_E_CORE, "cannot open core file %s: %s", path, strerror(errno));
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return ptmd_fail_sys(err, e, path, "fstat");
+    }
+    if (!S_ISREG(st.st_mode)) {
+        int dir = S_ISDIR(st.st_mode);
+        close(fd);
+        return ptmd_fail(err, PTMD_E_CORE, "%s is %s, not a core file", path,
+                         dir ? "a directory" : "a device, a pipe or a socket");
+    }
+    if (st.st_size < (off_t)sizeof(Elf64_Ehdr)) {
         close(fd);
         return ptmd_fail(err, PTMD_E_CORE, "%s is no core file: too short for an ELF header", path);
     }
@@ -194,7 +206,7 @@ int ptmd_source_open_core(ptmd_source *s, const char *path, ptmd_maps *maps, ptm
         ptmd_region *r = PTMD_BUF_AT(&s->regions, ptmd_region, i);
         size_t np = (size_t)((r->end - r->start) / s->page_size);
         if (!(r->pages = ptmd_source_zeroed(np))) return ptmd_fail_sys(err, errno, "core regions", "mmap");
-        memset(r->pages, PTMD_PAGE_PRESENT, np);
+        memset(r->pages, PTMD_PAGE_PRESENT | PTMD_PAGE_SHARING_UNKNOWN, np); /* a core tells no sharing */
     }
     return 0;
 }

@@ -23,7 +23,7 @@
 static const ptmd_source_ops ptrace_ops;
 
 /* Why ptrace was refused, in words the user can act on. */
-static int permission_error(int pid, int e, ptmd_err *err)
+int ptmd_source_permission_error(int pid, int e, ptmd_err *err)
 {
     char scope[16] = "", status[4096] = "", path[64];
     const char *uid_line, *tracer;
@@ -136,7 +136,7 @@ int ptmd_source_attach(ptmd_source *s, int pid, ptmd_err *err)
             if (ptrace(PTRACE_SEIZE, tids[i], NULL, NULL) != 0) {
                 int e = errno;
                 if (e == ESRCH) continue; /* the thread ended meanwhile */
-                if (e == EPERM) permission_error(pid, e, err);
+                if (e == EPERM) ptmd_source_permission_error(pid, e, err);
                 else ptmd_fail_sys(err, e, "ptrace", "PTRACE_SEIZE of a thread of the target");
                 goto fail;
             }

@@ -13,6 +13,9 @@ int ptmd_source_attach(ptmd_source *s, int pid, ptmd_err *err);
  * Threads of a target that exited meanwhile are reaped (but the leader when this process is its
  * parent, whose own wait is left its status). */
 void ptmd_source_detach(ptmd_source *s);
+/* Fails err with why pid may not be read (errno e from ptrace or from its /proc files): it exited,
+ * another tracer holds it, another user's, Yama, a container. Returns -1. */
+int ptmd_source_permission_error(int pid, int e, ptmd_err *err);
 /* Whether the target has exited: no such process, a zombie, or its memory already gone. */
 int ptmd_source_gone(const ptmd_source *s);
 /* Test hook: with PTMALLOC_DUMP_TEST_KILL_TARGET=step in the environment, at that step of a dump of

@@ -10,7 +10,7 @@
 #include "capture/scratch.h"
 #include "capture/source.h"
 
-typedef struct {
+typedef struct ptmd_walk {
     const ptmd_libc *lc;
     const ptmd_layout *L;
     ptmd_maps maps;
@@ -47,14 +47,16 @@ typedef struct {
     int references;          /* scan in-use chunks for pointers to chunks */
     ptmd_buf refs;           /* ptmd_ref */
     ptmd_buf int_refs;       /* ptmd_ref: a word of `from` is a Fixnum of `to`'s user address */
+    ptmd_buf inner_refs;     /* ptmd_ref: a word of `from` points into `to`'s user data past its start */
     uint64_t refs_ns;
     ptmd_buf cmap; /* the chunk-start map (refs.c) */
     size_t cmap_n;
     uint64_t cmap_words, cmap_lo, cmap_hi, cmap_span;
-    ptmd_buf roots;     /* ptmd_root_rec (roots.c) */
-    ptmd_buf root_refs; /* ptmd_root_ref */
-    ptmd_buf objects;   /* ptmd_root_rec: the loaded objects' writable segments */
-    uint64_t tls_below; /* how far below a thread pointer the static TLS blocks reach */
+    ptmd_buf roots;           /* ptmd_root_rec (roots.c) */
+    ptmd_buf root_refs;       /* ptmd_root_ref */
+    ptmd_buf root_inner_refs; /* ptmd_root_ref: a word pointing into the chunk's user data past its start */
+    ptmd_buf objects;         /* ptmd_root_rec: the loaded objects' writable segments */
+    uint64_t tls_below;       /* how far below a thread pointer the static TLS blocks reach */
     uint64_t roots_ns;
     uint64_t caller_frame;   /* the dump's outermost frame: the dumping thread's stack above it */
     uint64_t caller_regs[8]; /* that thread's callee-saved registers at the dump's entry */
@@ -79,7 +81,20 @@ typedef struct {
     const ptmd_buf *given_objects;
     uint64_t given_tls_below;
     const ptmd_buf *given_gone; /* and the descriptors of its threads that were not running */
+
+    /* a fork snapshot's parent: the PTMD_PAGE_* flags of its anonymous mappings, read just before the
+     * fork (capture/residency.c), sharing_taken once read */
+    ptmd_buf sharing;       /* ptmd_sharing_range, sorted by start */
+    ptmd_buf sharing_pages; /* one flags byte per page of those ranges */
+    int sharing_taken;
+    /* a fork snapshot's child: that parent, whose reading gives its pages' exclusivity, or NULL */
+    const struct ptmd_walk *sharing_from;
 } ptmd_walk;
+
+/* Pages [start, end) of the parent's reading, their flags from sharing_pages[first]. */
+typedef struct {
+    uint64_t start, end, first;
+} ptmd_sharing_range;
 
 /* One arena as the walk sees it. */
 typedef struct {
@@ -125,7 +140,8 @@ static inline void ptmd_prefetch_ahead(uint64_t *ahead, uint64_t p, uint64_t end
     &(w)->arenas, &(w)->heaps, &(w)->chunks, &(w)->anomalies, &(w)->threads, &(w)->pages, &(w)->lists,                 \
         &(w)->tcache_cands, &(w)->heap_order, &(w)->ring, &(w)->exclude, &(w)->refs, &(w)->int_refs, &(w)->cmap,       \
         &(w)->roots, &(w)->root_refs, &(w)->objects, &(w)->tcache_entries, &(w)->gone, &(w)->notes, &(w)->note_index,  \
-        &(w)->note_links, &(w)->large_notes
+        &(w)->note_links, &(w)->large_notes, &(w)->sharing, &(w)->sharing_pages, &(w)->inner_refs,                     \
+        &(w)->root_inner_refs
 
 #define PTMD_W_ARENA(w, i) PTMD_BUF_AT(&(w)->arenas, ptmd_arena_rec, i)
 #define PTMD_W_HEAP(w, i) PTMD_BUF_AT(&(w)->heaps, ptmd_heap_rec, i)

@@ -1,6 +1,7 @@
 /* The dump writer. No stdio and no malloc: the walk's results go out through write(2). */
 #define _GNU_SOURCE
 #include "capture/writer.h"
+#include "capture/scratch.h"
 #include "format/crc32.h"
 #include "format/format.h"
 
@@ -76,6 +77,7 @@ int ptmd_writer_open(ptmd_writer *wr, const char *path, ptmd_err *err)
         return ptmd_fail_sys(err, e, path, "mmap a write buffer for");
     }
     wr->buf_cap = PTMD_WBUF;
+    ptmd_scratch_note(wr->buf, wr->buf_cap);
     return 0;
 }
 
@@ -204,7 +206,10 @@ int ptmd_writer_finish(ptmd_writer *wr, uint64_t n_chunks, ptmd_err *err)
         fsync(dfd);
         close(dfd);
     }
-    if (wr->buf) munmap(wr->buf, wr->buf_cap);
+    if (wr->buf) {
+        ptmd_scratch_forget(wr->buf);
+        munmap(wr->buf, wr->buf_cap);
+    }
     wr->buf = NULL;
     return 0;
 }
@@ -215,6 +220,9 @@ void ptmd_writer_abort(ptmd_writer *wr)
     wr->fd = -1;
     if (wr->tmp[0]) unlink(wr->tmp);
     wr->tmp[0] = '\0';
-    if (wr->buf) munmap(wr->buf, wr->buf_cap);
+    if (wr->buf) {
+        ptmd_scratch_forget(wr->buf);
+        munmap(wr->buf, wr->buf_cap);
+    }
     wr->buf = NULL;
 }

@@ -86,7 +86,48 @@ const char *ptmd_name_of(const char *const *names, size_t n, uint32_t value);
     /* the dump was taken from outside the process */                                                                  \
     X(PTMD_SEC_SOURCE, 40, "source", 0, ptmd_source_rec, check_source, ONE, source)                                    \
     /* a fork snapshot's parent, what it paused for */                                                                 \
-    X(PTMD_SEC_SNAPSHOT, 41, "snapshot", 0, ptmd_snapshot_rec, check_snapshot, ONE, snapshot)
+    X(PTMD_SEC_SNAPSHOT, 41, "snapshot", 0, ptmd_snapshot_rec, check_snapshot, ONE, snapshot)                          \
+    /* the Ruby object graph (graph: true): what it took and what it left out */                                       \
+    X(PTMD_SEC_RUBY_GRAPH, 42, "ruby_graph", 0, ptmd_ruby_graph_rec, check_graph_rec, ONE, ruby_graph)                 \
+    /* per object (RUBY_OBJECTS order), how many of RUBY_EDGES are its references */                                   \
+    X(PTMD_SEC_RUBY_EDGE_COUNTS, 43, "ruby_edge_counts", 0, uint32_t, NULL, RECORDS, ruby_edge_counts,                 \
+      n_ruby_edge_counts)                                                                                              \
+    /* the objects each object references (what the GC marks from it), as RUBY_OBJECTS indices */                      \
+    X(PTMD_SEC_RUBY_EDGES, 44, "ruby_edges", 0, uint32_t, NULL, RECORDS, ruby_edges, n_ruby_edges)                     \
+    X(PTMD_SEC_RUBY_ROOTS, 45, "ruby_roots", 0, ptmd_ruby_root, NULL, RECORDS, ruby_roots, n_ruby_roots)               \
+    /* names of references where Ruby knows one: instance variable, constant, Array index, Hash key */                 \
+    X(PTMD_SEC_RUBY_EDGE_NAMES, 46, "ruby_edge_names", 0, ptmd_ruby_edge_name, NULL, RECORDS, ruby_edge_names,         \
+      n_ruby_edge_names)                                                                                               \
+    /* allocation tracing (PtmallocDump.trace_allocations): how it sampled */                                          \
+    X(PTMD_SEC_ALLOC_TRACE, 47, "alloc_trace", 0, ptmd_alloc_trace_rec, check_alloc_trace_rec, ONE, alloc_trace)       \
+    /* the traced stacks: each a run of RUBY_FRAMES, innermost first */                                                \
+    X(PTMD_SEC_RUBY_STACKS, 48, "ruby_stacks", 0, ptmd_ruby_stack, NULL, RECORDS, ruby_stacks, n_ruby_stacks)          \
+    X(PTMD_SEC_RUBY_FRAMES, 49, "ruby_frames", 0, ptmd_ruby_frame, NULL, RECORDS, ruby_frames, n_ruby_frames)          \
+    /* the traced objects not yet freed, by address, and the stack that allocated each */                              \
+    X(PTMD_SEC_RUBY_TRACED, 50, "ruby_traced", 0, ptmd_ruby_traced, NULL, RECORDS, ruby_traced, n_ruby_traced)         \
+    /* the frames' paths, methods and owners */                                                                        \
+    X(PTMD_SEC_RUBY_SITE_NAMES, 51, "ruby_site_names", 0, unsigned char, NULL, NAMES, ruby_site_names,                 \
+      ruby_site_names_len, n_ruby_site_names)                                                                          \
+    /* the allocation tracker (ptmalloc-dump --track): how it sampled, its own memory */                               \
+    X(PTMD_SEC_NATIVE_TRACK, 52, "native_track", 0, ptmd_native_track_rec, check_native_track_rec, ONE, native_track)  \
+    /* the sampled blocks not yet freed, by address, and the stack that allocated each */                              \
+    X(PTMD_SEC_NATIVE_SAMPLES, 53, "native_samples", 0, ptmd_native_sample, NULL, RECORDS, native_samples,             \
+      n_native_samples)                                                                                                \
+    /* the stacks: each a run of NATIVE_PCS (innermost first) and a run of NATIVE_FRAMES (Ruby's, innermost first) */  \
+    X(PTMD_SEC_NATIVE_STACKS, 54, "native_stacks", 0, ptmd_native_stack, NULL, RECORDS, native_stacks,                 \
+      n_native_stacks)                                                                                                 \
+    X(PTMD_SEC_NATIVE_PCS, 55, "native_pcs", 0, uint64_t, NULL, RECORDS, native_pcs, n_native_pcs)                     \
+    X(PTMD_SEC_NATIVE_FRAMES, 56, "native_frames", 0, ptmd_ruby_frame, NULL, RECORDS, native_frames, n_native_frames)  \
+    /* the Ruby frames' paths and methods */                                                                           \
+    X(PTMD_SEC_NATIVE_NAMES, 57, "native_names", 0, unsigned char, NULL, NAMES, native_names, native_names_len,        \
+      n_native_names)                                                                                                  \
+    /* chunk -> chunk through a word pointing into the target's user data past its start (interior) */                 \
+    X(PTMD_SEC_INNER_REFS, 58, "inner_refs", 0, ptmd_ref, NULL, RECORDS, inner_refs, n_inner_refs)                     \
+    /* root -> chunk through a word pointing into the chunk's user data past its start */                              \
+    X(PTMD_SEC_ROOT_INNER_REFS, 59, "root_inner_refs", 0, ptmd_root_ref, NULL, RECORDS, root_inner_refs,               \
+      n_root_inner_refs)                                                                                               \
+    /* the in-process dump's own mappings at the reading of the mappings, with their resident bytes */                 \
+    X(PTMD_SEC_SCRATCH, 60, "scratch", 0, ptmd_scratch_rec, NULL, RECORDS, scratch, n_scratch)
 
 #define PTMD_SECTION_CONSTANT(constant, value, ...) constant = (value),
 #define PTMD_SECTION_ONE(...) +1
@@ -170,10 +211,11 @@ static inline void ptmd_rec_set_state(ptmd_chunk_rec *r, int st)
 
 /* Per-page residency flags (the PAGES section): bit values */
 #define PTMD_PAGE_FLAGS(X)                                                                                             \
-    X(PTMD_PAGE_PRESENT, 1, "present")     /* in RAM */                                                                \
-    X(PTMD_PAGE_SWAPPED, 2, "swapped")     /* in swap */                                                               \
-    X(PTMD_PAGE_EXCLUSIVE, 4, "exclusive") /* mapped by this process only (not shared copy-on-write) */                \
-    X(PTMD_PAGE_FILE, 8, "file")           /* file page or shared anonymous page */
+    X(PTMD_PAGE_PRESENT, 1, "present")                  /* in RAM */                                                   \
+    X(PTMD_PAGE_SWAPPED, 2, "swapped")                  /* in swap */                                                  \
+    X(PTMD_PAGE_EXCLUSIVE, 4, "exclusive")              /* mapped by this process only (not shared copy-on-write) */   \
+    X(PTMD_PAGE_FILE, 8, "file")                        /* file page or shared anonymous page */                       \
+    X(PTMD_PAGE_SHARING_UNKNOWN, 16, "sharing_unknown") /* present; exclusive or not is unknown (FORMAT.md) */
 enum { PTMD_PAGE_FLAGS(PTMD_ENUM_CONSTANT) };
 
 #define PTMD_RESIDENCY_SOURCES(X) X(PTMD_RESIDENCY_PAGEMAP, 1, "pagemap") X(PTMD_RESIDENCY_MINCORE, 2, "mincore")
@@ -205,7 +247,9 @@ extern const char *const ptmd_symbol_source_names[PTMD_SYMSRC_COUNT];
     X(PTMD_MF_ORACLES_OUTGROWN, 1u << 9, "oracles_outgrown") /* malloc_info's output outgrew its stream: not kept */   \
     X(PTMD_MF_ORACLES_OFF, 1u << 10, "oracles_off")          /* dumped with oracles: false */                          \
     X(PTMD_MF_ORACLES_SKIPPED, 1u << 11,                                                                               \
-      "oracles_skipped") /* oracles: :auto, and the lists held more than it follows */
+      "oracles_skipped") /* oracles: :auto, and the lists held more than it follows */                                 \
+    X(PTMD_MF_SHARING_BEFORE_FORK, 1u << 12,                                                                           \
+      "sharing_before_fork") /* a snapshot's EXCLUSIVE bits are its parent's, read before the fork */
 enum { PTMD_META_FLAGS(PTMD_ENUM_CONSTANT) };
 
 typedef struct {
@@ -240,6 +284,21 @@ typedef struct {
     uint32_t flags;        /* PTMD_MF_* */
     uint32_t thread_count; /* entries of /proc/self/task at the walk */
 } ptmd_meta;
+
+/* Whether the dump knows if a present page (PTMD_PAGE_* flags f) is mapped by the process alone: from
+ * pagemap (mincore cannot tell), in a fork snapshot from its parent's reading before the fork, and not
+ * marked PTMD_PAGE_SHARING_UNKNOWN. */
+static inline int ptmd_page_sharing_known(const ptmd_meta *m, uint8_t f)
+{
+    if (!m || m->residency_source != PTMD_RESIDENCY_PAGEMAP || !(f & PTMD_PAGE_PRESENT)) return 0;
+    if ((m->flags & PTMD_MF_FORK_CHILD) && !(m->flags & PTMD_MF_SHARING_BEFORE_FORK)) return 0;
+    return !(f & PTMD_PAGE_SHARING_UNKNOWN);
+}
+/* A present page known to be still shared copy-on-write with another process (a parent, a child). */
+static inline int ptmd_page_shared(const ptmd_meta *m, uint8_t f)
+{
+    return ptmd_page_sharing_known(m, f) && !(f & PTMD_PAGE_EXCLUSIVE);
+}
 
 typedef struct {
     uint64_t arena, ordblks, smblks, hblks, hblkhd, usmblks, fsmblks, uordblks, fordblks, keepcost;
@@ -388,14 +447,19 @@ typedef struct {
     uint64_t reserved;
 } ptmd_ruby_page;
 
-/* RUBY_NAMES entry kinds (CLASS, DATA_TYPE) and RUBY_CODE_NAMES entry kinds (MODULE, METHOD, PATH) */
+/* RUBY_NAMES entry kinds (CLASS, DATA_TYPE, and for the graph MODULE, SYMBOL, ROOT_CATEGORY, STRING) and
+ * RUBY_CODE_NAMES entry kinds (MODULE, METHOD, PATH). MODULE's key is the module, its name its own
+ * ("" when anonymous). */
 enum {
     PTMD_NAME_CLASS = 1,
     PTMD_NAME_DATA_TYPE = 2,
     PTMD_NAME_MODULE = 3,
     PTMD_NAME_METHOD = 4,
     PTMD_NAME_PATH = 5,
-    PTMD_NAME_VM_TABLE = 6
+    PTMD_NAME_VM_TABLE = 6,
+    PTMD_NAME_SYMBOL = 7,        /* key: the ID; an instance variable's, constant's, global's or Symbol key's name */
+    PTMD_NAME_ROOT_CATEGORY = 8, /* key: the category's number; the GC's name for a kind of root ("vm") */
+    PTMD_NAME_STRING = 9         /* key: the String's address; its first bytes (a Hash key) */
 };
 #define PTMD_NO_NAME 0xffffffffu
 
@@ -408,6 +472,129 @@ typedef struct {
     uint16_t n_words;   /* candidate pointer words in RUBY_WORDS */
     uint32_t flags;     /* PTMD_OF_* */
 } ptmd_ruby_object;
+
+/* ---- Ruby's object graph (RUBY_GRAPH, RUBY_EDGE_COUNTS, RUBY_EDGES, RUBY_ROOTS, RUBY_EDGE_NAMES) ---- */
+
+#define PTMD_GRAPH_FLAGS(X)                                                                                            \
+    X(PTMD_GRF_CONSTANT_NAMES, 1u << 0, "constant_names")         /* constants named (their tables were found) */      \
+    X(PTMD_GRF_GLOBAL_NAMES, 1u << 1, "global_names")             /* global variables named (their table was found) */ \
+    X(PTMD_GRF_THREAD_LOCAL_NAMES, 1u << 2, "thread_local_names") /* Thread#[] variables named */
+enum { PTMD_GRAPH_FLAGS(PTMD_ENUM_CONSTANT) };
+
+typedef struct {
+    uint64_t graph_ns;      /* the capture of the graph */
+    uint64_t dropped_edges; /* references to objects the Ruby pass did not record (garbage, or off its pages) */
+    uint64_t named_limit;   /* the most references named per object (Array indices, Hash keys) */
+    uint32_t flags;         /* PTMD_GRF_* */
+    uint32_t reserved;
+} ptmd_ruby_graph_rec;
+
+/* ---- Allocation sites (ALLOC_TRACE, RUBY_STACKS, RUBY_FRAMES, RUBY_TRACED, RUBY_SITE_NAMES) ---- */
+
+typedef struct {
+    uint64_t every;      /* the mean gap between sampled new objects (1: every object) */
+    uint64_t seen;       /* new objects since tracing started */
+    uint64_t sampled;    /* of them, sampled */
+    uint64_t dropped;    /* sampled but not kept: the table of traced objects was full */
+    uint64_t started_ns; /* when tracing started (CLOCK_REALTIME) */
+    uint32_t max_frames; /* the deepest stack kept: deeper ones keep their innermost frames */
+    uint32_t reserved;
+} ptmd_alloc_trace_rec;
+
+typedef struct {
+    uint32_t first;    /* index into RUBY_FRAMES */
+    uint32_t n_frames; /* 0: no Ruby frame was running (the VM's own allocation, a C thread's) */
+} ptmd_ruby_stack;
+
+/* A Ruby frame as rb_profile_frames gives it: indices into RUBY_SITE_NAMES, PTMD_NO_NAME where Ruby has
+ * none (a C method has no path). */
+typedef struct {
+    uint32_t path;  /* kind PATH: the file */
+    uint32_t label; /* kind METHOD: the method or block ("block in work") */
+    uint32_t owner; /* kind MODULE: the class or module defining the method ("#<Class:Foo>" for Foo.bar) */
+    int32_t line;   /* the line running, 0 for a C method */
+} ptmd_ruby_frame;
+
+/* ---- The allocation tracker (NATIVE_TRACK, NATIVE_SAMPLES, NATIVE_STACKS, NATIVE_PCS, NATIVE_FRAMES,
+ * NATIVE_NAMES): malloc's blocks sampled by bytes, each with its native and Ruby stack ---- */
+
+#define PTMD_NATIVE_MAX_REGIONS 16
+#define PTMD_NATIVE_MAX_PCS 48
+#define PTMD_NATIVE_MAX_FRAMES 64
+#define PTMD_NATIVE_TRACK_FLAGS(X)                                                                                     \
+    X(PTMD_NTF_RUBY, 1u << 0, "ruby")         /* Ruby's frames were recorded where a thread held the GVL */            \
+    X(PTMD_NTF_FULL, 1u << 1, "full")         /* a table was full: samples were dropped */                             \
+    X(PTMD_NTF_PARTIAL, 1u << 2, "partial")   /* a table could not be read whole: its samples are left out */          \
+    X(PTMD_NTF_UNLOCKED, 1u << 3, "unlocked") /* read while its lock was held (a stopped writer, a fork's child) */
+enum { PTMD_NATIVE_TRACK_FLAGS(PTMD_ENUM_CONSTANT) };
+
+typedef struct {
+    uint64_t start, length, resident; /* resident: bytes in RAM at the capture */
+} ptmd_native_region;
+
+typedef struct {
+    uint64_t mean_bytes; /* the mean of the byte sampler's exponential draws: a block of n bytes was
+                          * sampled with probability 1 - exp(-n / mean_bytes) */
+    uint64_t started_ns; /* when tracking started (CLOCK_REALTIME) */
+    uint64_t sampled;    /* samples taken */
+    uint64_t freed;      /* sampled blocks freed since */
+    uint64_t dropped;    /* samples not kept: a table was full */
+    uint32_t flags;      /* PTMD_NTF_* */
+    uint32_t pid;        /* the process that started tracking */
+    uint32_t n_regions;  /* the tracker's own mappings: its share of RSS */
+    uint32_t reserved;
+    ptmd_native_region regions[PTMD_NATIVE_MAX_REGIONS];
+} ptmd_native_track_rec;
+
+typedef struct {
+    uint64_t address; /* what malloc returned */
+    uint64_t size;    /* the bytes asked for */
+    uint32_t stack;   /* index into NATIVE_STACKS */
+    uint32_t reserved;
+} ptmd_native_sample;
+
+typedef struct {
+    uint32_t first_pc, n_pcs;       /* NATIVE_PCS */
+    uint32_t first_frame, n_frames; /* NATIVE_FRAMES: 0 when no Ruby frame was running or its thread had no GVL */
+} ptmd_native_stack;
+
+typedef struct {
+    uint64_t address; /* the object: an address in RUBY_OBJECTS when the Ruby pass recorded it */
+    uint32_t stack;   /* index into RUBY_STACKS */
+    uint32_t reserved;
+} ptmd_ruby_traced;
+
+/* A root: an object the GC marks without any object referencing it, in the GC's category for it
+ * (rb_objspace_reachable_objects_from_root). */
+typedef struct {
+    uint32_t object;   /* index into RUBY_OBJECTS */
+    uint32_t category; /* index into RUBY_NAMES, kind ROOT_CATEGORY */
+    uint32_t name;     /* index into RUBY_NAMES, kind SYMBOL: the global variable holding it; else PTMD_NO_NAME */
+    uint32_t flags;    /* PTMD_RRF_* */
+} ptmd_ruby_root;
+/* a word on a machine stack or in saved registers that looks like the object's address (the GC marks
+ * those conservatively: "machine_context"), not a reference Ruby knows it holds */
+#define PTMD_RRF_CONSERVATIVE (1u << 0)
+
+#define PTMD_EDGE_KINDS(X)                                                                                             \
+    X(PTMD_EDGE_IVAR, 1, "ivar")                 /* detail: the name (SYMBOL): @x, or @@x for a class variable */      \
+    X(PTMD_EDGE_CONSTANT, 2, "constant")         /* detail: the name (SYMBOL) */                                       \
+    X(PTMD_EDGE_INDEX, 3, "index")               /* detail: the Array index */                                         \
+    X(PTMD_EDGE_KEY_SYMBOL, 4, "key_symbol")     /* a Hash value; detail: its Symbol key's name (SYMBOL) */            \
+    X(PTMD_EDGE_KEY_STRING, 5, "key_string")     /* a Hash value; detail: its String key (STRING) */                   \
+    X(PTMD_EDGE_KEY_INTEGER, 6, "key_integer")   /* a Hash value; detail: its Integer key (int32) */                   \
+    X(PTMD_EDGE_THREAD_LOCAL, 7, "thread_local") /* a Thread's; detail: its Thread#[] key (SYMBOL) */                  \
+    X(PTMD_EDGE_STACK, 8, "stack") /* a Thread's or Fiber's stacks: frames, words that look like references; 0 */
+typedef enum { PTMD_EDGE_KINDS(PTMD_ENUM_CONSTANT) PTMD_EDGE_KIND_COUNT = 9 } ptmd_edge_kind;
+extern const char *const ptmd_edge_kind_names[PTMD_EDGE_KIND_COUNT];
+
+/* The name of a reference, in RUBY_EDGES order. */
+typedef struct {
+    uint32_t edge; /* index into RUBY_EDGES */
+    uint32_t kind; /* ptmd_edge_kind */
+    uint32_t detail;
+    uint32_t reserved;
+} ptmd_ruby_edge_name;
 
 /* ptmd_ruby_object.flags: bit values (bits 4..7 are kept for code ownership) */
 #define PTMD_OBJECT_FLAGS(X)                                                                                           \
@@ -500,6 +687,7 @@ enum { PTMD_MP_READ = 1, PTMD_MP_WRITE = 2, PTMD_MP_EXEC = 4, PTMD_MP_SHARED = 8
 
 /* ptmd_mappings_head.flags */
 #define PTMD_MAPF_PARENT (1u << 0) /* the parent's, read by a snapshot child as its first act */
+#define PTMD_MAPF_APPROX (1u << 1) /* smaps and VmRSS still disagreed after the last read: error_kib */
 
 typedef struct {
     uint64_t vm_rss;                        /* /proc/PID/status VmRSS, read right after smaps */
@@ -507,7 +695,8 @@ typedef struct {
     uint64_t read_ns;                       /* reading smaps and status */
     uint64_t paths_len;                     /* bytes of paths after the records */
     uint32_t flags;                         /* PTMD_MAPF_* */
-    uint32_t reserved;
+    uint32_t error_kib;                     /* the kept read's disagreement: the larger of VmRSS's change across it and
+                         * smaps' Rss sum against VmRSS after it, KiB (0 in dumps written before) */
 } ptmd_mappings_head;
 
 typedef struct {
@@ -572,6 +761,12 @@ typedef struct {
                      * (a thread's DTV pointer: 16 bytes past it, as glibc keeps it) */
 } ptmd_root_ref;
 
+/* One of the dump's own mappings (its scratch buffers), as the capture measured it right after
+ * reading the mappings. */
+typedef struct {
+    uint64_t start, length, resident;
+} ptmd_scratch_rec;
+
 typedef struct {
     uint32_t type;
     uint32_t reserved;
@@ -600,6 +795,7 @@ _Static_assert(sizeof(ptmd_ruby_meta) == 56, "ruby meta layout");
 _Static_assert(sizeof(ptmd_ruby_page) == 40, "ruby page layout");
 _Static_assert(sizeof(ptmd_ruby_object) == 24, "ruby object layout");
 _Static_assert(sizeof(ptmd_ref) == 8, "ref layout");
+_Static_assert(sizeof(ptmd_scratch_rec) == 24, "scratch record layout");
 _Static_assert(sizeof(ptmd_gc_rec) == 96, "gc record layout");
 _Static_assert(sizeof(ptmd_source_rec) == 48, "source record layout");
 _Static_assert(sizeof(ptmd_snapshot_rec) == 40, "snapshot record layout");
@@ -609,6 +805,16 @@ _Static_assert(sizeof(ptmd_ruby_code) == 32, "ruby code layout");
 _Static_assert(sizeof(ptmd_footer) == 32, "footer layout");
 _Static_assert(sizeof(ptmd_root_rec) == 120, "root record layout");
 _Static_assert(sizeof(ptmd_root_ref) == 16, "root reference layout");
+_Static_assert(sizeof(ptmd_ruby_graph_rec) == 32, "ruby graph record layout");
+_Static_assert(sizeof(ptmd_ruby_root) == 16, "ruby root layout");
+_Static_assert(sizeof(ptmd_ruby_edge_name) == 16, "ruby edge name layout");
+_Static_assert(sizeof(ptmd_alloc_trace_rec) == 48, "allocation trace record layout");
+_Static_assert(sizeof(ptmd_ruby_stack) == 8, "ruby stack layout");
+_Static_assert(sizeof(ptmd_ruby_frame) == 16, "ruby frame layout");
+_Static_assert(sizeof(ptmd_ruby_traced) == 16, "ruby traced object layout");
+_Static_assert(sizeof(ptmd_native_track_rec) == 440, "native track record layout");
+_Static_assert(sizeof(ptmd_native_sample) == 24, "native sample layout");
+_Static_assert(sizeof(ptmd_native_stack) == 16, "native stack layout");
 
 #define PTMD_PREAMBLE_SIZE 16
 #define PTMD_END_SIZE (sizeof(ptmd_section_hdr) + sizeof(ptmd_footer))

@@ -10,6 +10,7 @@ const char *const ptmd_residency_source_names[PTMD_RESIDENCY_COUNT] = { PTMD_RES
 const char *const ptmd_mapping_kind_names[PTMD_MK_COUNT] = { PTMD_MAPPING_KINDS(PTMD_ENUM_NAME) };
 const char *const ptmd_root_kind_names[PTMD_ROOT_KIND_COUNT] = { PTMD_ROOT_KINDS(PTMD_ENUM_NAME) };
 const char *const ptmd_code_kind_names[PTMD_CODE_KIND_COUNT] = { PTMD_CODE_KINDS(PTMD_ENUM_NAME) };
+const char *const ptmd_edge_kind_names[PTMD_EDGE_KIND_COUNT] = { PTMD_EDGE_KINDS(PTMD_ENUM_NAME) };
 
 const char *ptmd_name_of(const char *const *names, size_t n, uint32_t value)
 {

@@ -156,8 +156,8 @@ static int check_rss_sections(const ptmd_view *v, const char *name, ptmd_err *er
 static int check_roots(const ptmd_view *v, const char *name, ptmd_err *err)
 {
     size_t i;
-    if ((v->root_refs || v->int_refs) && !v->roots)
-        FAIL("%s: root or Integer references without a roots section", name);
+    if ((v->root_refs || v->int_refs || v->inner_refs || v->root_inner_refs) && !v->roots)
+        FAIL("%s: root, Integer or interior references without a roots section", name);
     for (i = 0; i < v->n_roots; i++) {
         const ptmd_root_rec *r = &v->roots[i];
         if (r->kind < PTMD_ROOT_DATA || r->kind >= PTMD_ROOT_KIND_COUNT)
@@ -175,6 +175,28 @@ static int check_roots(const ptmd_view *v, const char *name, ptmd_err *err)
     for (i = 0; i < v->n_int_refs; i++)
         if (v->int_refs[i].from >= v->n_chunks || v->int_refs[i].to >= v->n_chunks)
             FAIL("%s: Integer reference %zu names a chunk that does not exist", name, i);
+    for (i = 0; i < v->n_inner_refs; i++)
+        if (v->inner_refs[i].from >= v->n_chunks || v->inner_refs[i].to >= v->n_chunks)
+            FAIL("%s: interior reference %zu names a chunk that does not exist", name, i);
+    for (i = 0; i < v->n_root_inner_refs; i++) {
+        const ptmd_root_ref *rr = &v->root_inner_refs[i];
+        if (rr->root >= v->n_roots || rr->chunk >= v->n_chunks)
+            FAIL("%s: root interior reference %zu names a root or chunk that does not exist", name, i);
+        if (rr->where < v->roots[rr->root].start || rr->where >= v->roots[rr->root].end)
+            FAIL("%s: root interior reference %zu lies outside its root", name, i);
+    }
+    return 0;
+}
+
+/* The dump's own mappings: each a range no larger than the address space, resident within it. */
+static int check_scratch(const ptmd_view *v, const char *name, ptmd_err *err)
+{
+    size_t i;
+    for (i = 0; i < v->n_scratch; i++) {
+        const ptmd_scratch_rec *r = &v->scratch[i];
+        if (!r->length || r->start + r->length < r->start || r->resident > r->length)
+            FAIL("%s: scratch mapping %zu has bad bounds or residency", name, i);
+    }
     return 0;
 }
 
@@ -221,6 +243,37 @@ static int check_source(const ptmd_view *v, const char *name, ptmd_err *err)
     if (v->source->kind < PTMD_SOURCE_KIND_SELF || v->source->kind >= PTMD_SOURCE_KIND_COUNT)
         FAIL("%s: source section: unknown kind %u", name, v->source->kind);
     if (v->source->reserved) FAIL("%s: source section: reserved field not zero", name);
+    return 0;
+}
+
+static int check_graph_rec(const ptmd_view *v, const char *name, ptmd_err *err)
+{
+    if (v->ruby_graph->reserved) FAIL("%s: ruby_graph section: reserved field not zero", name);
+    return 0;
+}
+
+static int check_alloc_trace_rec(const ptmd_view *v, const char *name, ptmd_err *err)
+{
+    const ptmd_alloc_trace_rec *t = v->alloc_trace;
+    if (t->reserved) FAIL("%s: alloc_trace section: reserved field not zero", name);
+    if (!t->every || t->sampled > t->seen || t->dropped > t->sampled)
+        FAIL("%s: alloc_trace section: its counts do not hold together", name);
+    return 0;
+}
+
+static int check_native_track_rec(const ptmd_view *v, const char *name, ptmd_err *err)
+{
+    const ptmd_native_track_rec *t = v->native_track;
+    uint32_t i;
+    if (t->reserved) FAIL("%s: native_track section: reserved field not zero", name);
+    if (!t->mean_bytes || t->dropped > t->sampled || t->freed > t->sampled || t->n_regions > PTMD_NATIVE_MAX_REGIONS)
+        FAIL("%s: native_track section: its counts do not hold together", name);
+    for (i = 0; i < PTMD_NATIVE_MAX_REGIONS; i++) {
+        const ptmd_native_region *r = &t->regions[i];
+        if (i >= t->n_regions ? (r->start || r->length || r->resident)
+                              : (r->resident > r->length || r->start + r->length < r->start))
+            FAIL("%s: native_track section: region %u does not hold together", name, i);
+    }
     return 0;
 }
 
@@ -412,6 +465,112 @@ static int check_ruby(const ptmd_view *v, const char *name, ptmd_err *err)
     return 0;
 }
 
+/* The object graph whole: a count per object adding up to the references, every index an object, one
+ * name at most per reference, in their order. */
+static int check_graph(const ptmd_view *v, const char *name, ptmd_err *err)
+{
+    uint64_t edges = 0;
+    size_t i;
+    if (!v->ruby_graph && !v->ruby_edge_counts && !v->ruby_edges && !v->ruby_roots && !v->ruby_edge_names) return 0;
+    if (!v->ruby_graph || !v->ruby_edge_counts || !v->ruby_edges || !v->ruby_roots || !v->ruby_edge_names ||
+        !v->ruby_objects)
+        FAIL("%s: the Ruby graph sections are incomplete", name);
+    if (v->n_ruby_edge_counts != v->n_ruby_objects)
+        FAIL("%s: the Ruby graph counts %zu objects' references where the dump has %zu objects", name,
+             v->n_ruby_edge_counts, v->n_ruby_objects);
+    for (i = 0; i < v->n_ruby_edge_counts; i++) edges += v->ruby_edge_counts[i];
+    if (edges != v->n_ruby_edges) FAIL("%s: the Ruby objects' references do not add up", name);
+    for (i = 0; i < v->n_ruby_edges; i++)
+        if (v->ruby_edges[i] >= v->n_ruby_objects) FAIL("%s: Ruby reference %zu names no object", name, i);
+    for (i = 0; i < v->n_ruby_roots; i++) {
+        const ptmd_ruby_root *r = &v->ruby_roots[i];
+        if (r->object >= v->n_ruby_objects || r->category >= v->n_ruby_names ||
+            (r->name != PTMD_NO_NAME && r->name >= v->n_ruby_names) || (r->flags & ~PTMD_RRF_CONSERVATIVE))
+            FAIL("%s: Ruby root %zu names an object or a name that does not exist", name, i);
+    }
+    for (i = 0; i < v->n_ruby_edge_names; i++) {
+        const ptmd_ruby_edge_name *e = &v->ruby_edge_names[i];
+        int by_name = e->kind != PTMD_EDGE_INDEX && e->kind != PTMD_EDGE_KEY_INTEGER && e->kind != PTMD_EDGE_STACK;
+        if (e->edge >= v->n_ruby_edges || !e->kind || e->kind >= PTMD_EDGE_KIND_COUNT ||
+            (by_name && e->detail >= v->n_ruby_names) || e->reserved)
+            FAIL("%s: Ruby reference name %zu names a reference, a kind or a name that does not exist", name, i);
+        if (i && e->edge <= v->ruby_edge_names[i - 1].edge)
+            FAIL("%s: Ruby reference name %zu is out of order", name, i);
+    }
+    return 0;
+}
+
+static int site_name_ok(const ptmd_view *v, uint32_t i)
+{
+    return i == PTMD_NO_NAME || i < v->n_ruby_site_names;
+}
+
+/* The allocation sites whole: every stack a run of frames, every name a site name, every traced
+ * object a stack, by address. */
+static int check_sites(const ptmd_view *v, const char *name, ptmd_err *err)
+{
+    size_t i;
+    if (!v->alloc_trace && !v->ruby_stacks && !v->ruby_frames && !v->ruby_traced && !v->ruby_site_names) return 0;
+    if (!v->alloc_trace || !v->ruby_stacks || !v->ruby_frames || !v->ruby_traced || !v->ruby_site_names ||
+        !v->ruby_objects)
+        FAIL("%s: the allocation site sections are incomplete", name);
+    for (i = 0; i < v->n_ruby_stacks; i++) {
+        const ptmd_ruby_stack *s = &v->ruby_stacks[i];
+        if (s->first > v->n_ruby_frames || s->n_frames > v->n_ruby_frames - s->first ||
+            s->n_frames > v->alloc_trace->max_frames)
+            FAIL("%s: traced stack %zu names frames that do not exist", name, i);
+    }
+    for (i = 0; i < v->n_ruby_frames; i++) {
+        const ptmd_ruby_frame *f = &v->ruby_frames[i];
+        if (!site_name_ok(v, f->path) || !site_name_ok(v, f->label) || !site_name_ok(v, f->owner) || f->line < 0)
+            FAIL("%s: traced frame %zu names a name that does not exist", name, i);
+    }
+    for (i = 0; i < v->n_ruby_traced; i++) {
+        const ptmd_ruby_traced *t = &v->ruby_traced[i];
+        if (t->stack >= v->n_ruby_stacks || t->reserved)
+            FAIL("%s: traced object %zu names a stack that does not exist", name, i);
+        if (i && t->address <= v->ruby_traced[i - 1].address) FAIL("%s: traced object %zu is out of order", name, i);
+    }
+    return 0;
+}
+
+static int native_name_ok(const ptmd_view *v, uint32_t i)
+{
+    return i == PTMD_NO_NAME || i < v->n_native_names;
+}
+
+/* The tracker's sections whole: every stack runs of pcs and frames, every frame's names present,
+ * every sample a stack, by address. */
+static int check_native(const ptmd_view *v, const char *name, ptmd_err *err)
+{
+    size_t i;
+    if (!v->native_track && !v->native_samples && !v->native_stacks && !v->native_pcs && !v->native_frames &&
+        !v->native_names)
+        return 0;
+    if (!v->native_track || !v->native_samples || !v->native_stacks || !v->native_pcs || !v->native_frames ||
+        !v->native_names)
+        FAIL("%s: the allocation tracker's sections are incomplete", name);
+    for (i = 0; i < v->n_native_stacks; i++) {
+        const ptmd_native_stack *s = &v->native_stacks[i];
+        if (s->first_pc > v->n_native_pcs || s->n_pcs > v->n_native_pcs - s->first_pc ||
+            s->first_frame > v->n_native_frames || s->n_frames > v->n_native_frames - s->first_frame ||
+            s->n_pcs > PTMD_NATIVE_MAX_PCS || s->n_frames > PTMD_NATIVE_MAX_FRAMES)
+            FAIL("%s: tracked stack %zu names frames that do not exist", name, i);
+    }
+    for (i = 0; i < v->n_native_frames; i++) {
+        const ptmd_ruby_frame *f = &v->native_frames[i];
+        if (!native_name_ok(v, f->path) || !native_name_ok(v, f->label) || !native_name_ok(v, f->owner) || f->line < 0)
+            FAIL("%s: tracked frame %zu names a name that does not exist", name, i);
+    }
+    for (i = 0; i < v->n_native_samples; i++) {
+        const ptmd_native_sample *t = &v->native_samples[i];
+        if (t->stack >= v->n_native_stacks || t->reserved)
+            FAIL("%s: tracked block %zu names a stack that does not exist", name, i);
+        if (i && t->address <= v->native_samples[i - 1].address) FAIL("%s: tracked block %zu is out of order", name, i);
+    }
+    return 0;
+}
+
 int ptmd_read_view(const unsigned char *data, size_t len, const char *name, ptmd_view *v, ptmd_err *err)
 {
     const ptmd_footer *f = NULL;
@@ -427,12 +586,16 @@ int ptmd_read_view(const unsigned char *data, size_t len, const char *name, ptmd
     if (check_ruby(v, name, err) != 0) return -1;
     if (check_rss_sections(v, name, err) != 0) return -1;
     if (check_code(v, name, err) != 0) return -1;
+    if (check_graph(v, name, err) != 0) return -1;
+    if (check_sites(v, name, err) != 0) return -1;
+    if (check_native(v, name, err) != 0) return -1;
     if (v->trim_released && v->n_trim_released != v->n_arenas)
         FAIL("%s: the trim check does not cover every arena", name);
     for (i = 0; i < v->n_refs; i++)
         if (v->refs[i].from >= v->n_chunks || v->refs[i].to >= v->n_chunks)
             FAIL("%s: reference %zu names a chunk that does not exist", name, i);
     if (check_roots(v, name, err) != 0) return -1;
+    if (check_scratch(v, name, err) != 0) return -1;
     if (check_tcache_entries(v, name, err) != 0) return -1;
     for (i = 0; i < v->n_anomalies; i++)
         if (v->anomalies[i].arena != PTMD_NO_ARENA && v->anomalies[i].arena >= v->n_arenas)

@@ -48,6 +48,12 @@ typedef struct {
     size_t n_roots;
     const ptmd_root_ref *root_refs;
     size_t n_root_refs;
+    const ptmd_ref *inner_refs; /* chunk -> chunk through a pointer into the target past its start */
+    size_t n_inner_refs;
+    const ptmd_root_ref *root_inner_refs; /* root -> chunk likewise */
+    size_t n_root_inner_refs;
+    const ptmd_scratch_rec *scratch; /* the dump's own mappings, or NULL */
+    size_t n_scratch;
     const uint64_t *trim_released; /* trim_check: bytes malloc_trim(0) released per arena, or NULL */
     size_t n_trim_released;
     /* GC counts and the whole RSS (absent in older dumps) */
@@ -64,6 +70,38 @@ typedef struct {
     size_t n_ruby_code;
     const unsigned char *ruby_code_names; /* RUBY_CODE_NAMES */
     size_t ruby_code_names_len, n_ruby_code_names;
+    /* the object graph (graph: true), NULL when the dump has none */
+    const ptmd_ruby_graph_rec *ruby_graph;
+    const uint32_t *ruby_edge_counts; /* n_ruby_objects of them */
+    size_t n_ruby_edge_counts;
+    const uint32_t *ruby_edges;
+    size_t n_ruby_edges;
+    const ptmd_ruby_root *ruby_roots;
+    size_t n_ruby_roots;
+    const ptmd_ruby_edge_name *ruby_edge_names; /* by src */
+    size_t n_ruby_edge_names;
+    /* allocation sites (PtmallocDump.trace_allocations), NULL when the dump has none */
+    const ptmd_alloc_trace_rec *alloc_trace;
+    const ptmd_ruby_stack *ruby_stacks;
+    size_t n_ruby_stacks;
+    const ptmd_ruby_frame *ruby_frames;
+    size_t n_ruby_frames;
+    const ptmd_ruby_traced *ruby_traced; /* by address */
+    size_t n_ruby_traced;
+    const unsigned char *ruby_site_names;
+    size_t ruby_site_names_len, n_ruby_site_names;
+    /* the allocation tracker (ptmalloc-dump --track), NULL when the dump has none */
+    const ptmd_native_track_rec *native_track;
+    const ptmd_native_sample *native_samples; /* by address */
+    size_t n_native_samples;
+    const ptmd_native_stack *native_stacks;
+    size_t n_native_stacks;
+    const uint64_t *native_pcs;
+    size_t n_native_pcs;
+    const ptmd_ruby_frame *native_frames;
+    size_t n_native_frames;
+    const unsigned char *native_names;
+    size_t native_names_len, n_native_names;
 } ptmd_view;
 
 #define PTMD_SECTION_BIT(type) (1ull << (type))
@@ -86,5 +124,23 @@ typedef struct {
  * holds; -1 for a type the list does not hold. A capture's view has its chunks with their addresses and
  * no chunk_words: CHUNKS is then the writer's to make. */
 int ptmd_view_section(const ptmd_view *v, uint32_t type, ptmd_section_payload *p);
+
+/* One entry of a names section: its key and kind (PTMD_NAME_), its bytes (not NUL-terminated). */
+typedef struct {
+    uint64_t key;
+    uint32_t kind, len;
+    const char *name;
+} ptmd_view_name;
+
+/* The entry of a names section (RUBY_NAMES, RUBY_CODE_NAMES, RUBY_SITE_NAMES: `len` bytes at names) at
+ * *off, *off moved past it: 1, or 0 after the last (the reader has checked the section's entries). */
+int ptmd_view_next_name(const unsigned char *names, size_t len, size_t *off, ptmd_view_name *out);
+
+/* The index of the record whose first field, a u64 address, is key, among n records of `stride` bytes
+ * sorted by it (the tracked blocks, the traced objects); n when none is. */
+size_t ptmd_view_find_address(const void *records, size_t n, size_t stride, uint64_t key);
+
+/* The slot size of the Ruby page holding address (RUBY_PAGES, by address), 0 when none does. */
+uint32_t ptmd_view_slot_size(const ptmd_view *v, uint64_t address);
 
 #endif

@@ -17,9 +17,12 @@ module PtmallocDump
     # @param dump [Dump]
     # @param page_changes [String, nil] for a comparison: {Diff#page_changes} of this (the newer) dump,
     #   which the explorer can colour pages by
-    def initialize(dump, page_changes: nil)
+    # @param initial_heap [Integer, nil] the index of the heap ({Heap#index}) the explorer opens on (the
+    #   one the report's first finding is about); nil: the first
+    def initialize(dump, page_changes: nil, initial_heap: nil)
       @dump = dump
       @page_changes = page_changes
+      @initial_heap = initial_heap
     end
 
     # What the explorer's first paragraph says (its line breaks are the page's own).
@@ -93,17 +96,13 @@ module PtmallocDump
     #
     # @return [Array<Hash>] :group (a heap index or :mmapped), :heaps (Array<Heap>), :label
     def views
-      arena = @dump.heaps.reject { |h| h.kind == :mmapped_chunk }.map do |h|
-        where = h.kind == :sbrk ? "main arena (sbrk)" : "arena #{h.arena&.index}"
-        size = FormatHelpers.human_bytes(h.size)
-        { group: h.index, heaps: [h], label: "heap #{h.index}: #{where}, #{FormatHelpers.hex(h.start)}, #{size}" }
-      end
-      mm = @dump.heaps.select { |h| h.kind == :mmapped_chunk }
-      unless mm.empty?
-        label = "#{mm.size} mmapped chunk(s), #{FormatHelpers.human_bytes(mm.sum(&:size))}"
-        arena << { group: :mmapped, heaps: mm, label: label }
-      end
-      arena
+      @views ||= arena_views
+    end
+
+    # @return [Integer] the index in {#views} of the view the explorer opens on: the one holding the
+    #   initial heap, else 0
+    def initial_view
+      views.index { |v| v[:heaps].any? { |h| h.index == @initial_heap } } || 0
     end
 
     # @return [Hash] what explorer-data.js passes to the page
@@ -113,6 +112,7 @@ module PtmallocDump
         pageSize: @dump.header[:page_size],
         heaps: heap_table,
         views: views.map { |v| { group: v[:group].to_s, heaps: v[:heaps].map(&:index), label: v[:label] } },
+        initialView: initial_view,
         states: STATES.map(&:to_s),
         pageClasses: Format::PAGE_CLASSES.map(&:to_s),
         categories: Format::OWNER_CATEGORIES.map(&:to_s),
@@ -132,6 +132,21 @@ module PtmallocDump
     end
 
     private
+
+    def arena_views
+      arena = @dump.heaps.reject { |h| h.kind == :mmapped_chunk }.map do |h|
+        where = h.kind == :sbrk ? "main arena (sbrk)" : "arena #{h.arena&.index}"
+        size = FormatHelpers.human_bytes(h.size)
+        { group: h.index, heaps: [h], label: "heap #{h.index}: #{where}, #{FormatHelpers.hex(h.start)}, #{size}" }
+      end
+      mm = @dump.heaps.select { |h| h.kind == :mmapped_chunk }
+      unless mm.empty?
+        f = @dump.figures
+        label = "#{f[:mmapped_chunk_count]} mmapped chunk(s), #{FormatHelpers.human_bytes(f[:mmapped_chunks])}"
+        arena << { group: :mmapped, heaps: mm, label: label }
+      end
+      arena
+    end
 
     def map_canvas
       "<canvas id=\"xp-map\" tabindex=\"0\" role=\"img\" " \
@@ -191,8 +206,9 @@ module PtmallocDump
       str && FormatHelpers.utf8(str)
     end
 
-    # Who holds each in-use chunk (analysis/owners.c): one byte per chunk (0 unknown, 1 ruby, 2
-    # anchored, 3 leaked) and per chunk its root + 1 (u16, 0 none), with each root's name.
+    # Who holds each in-use chunk (analysis/owners.c): one byte per chunk (0 not allocated, 1 ruby, 2
+    # anchored, 3 leaked, 4 no known owner in a dump without Ruby objects, 5 held through an interior
+    # pointer) and per chunk its root + 1 (u16, 0 none), with each root's name.
     def holders(packed)
       { ownerKinds: b64(packed[:owner_kinds]), anchorIds: b64(packed[:anchor_ids]),
         anchors: @dump.roots.first(0xfffe).map { |r| FormatHelpers.utf8(r[:name].to_s) } }

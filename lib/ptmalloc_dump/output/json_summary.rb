@@ -4,9 +4,10 @@ require_relative "findings"
 
 module PtmallocDump
   # The summary as plain data for JSON: the header (without the malloc_info XML), {Dump#summary}
-  # unchanged, the verification result, the findings ({Findings#top}) and the advice. JSON carries
-  # UTF-8 only: a string from the dump that is not valid UTF-8 (a path or class name in another
-  # encoding, a damaged file) has those bytes replaced with U+FFFD.
+  # unchanged, the headline figures ({Dump#figures}), the verification result (its
+  # {Verification#status}: verified, differs or nothing_compared), the findings ({Findings#top}) and
+  # the advice. JSON carries UTF-8 only: a string from the dump that is not valid UTF-8 (a path or
+  # class name in another encoding, a damaged file) has those bytes replaced with U+FFFD.
   class JsonSummary
     def initialize(dump)
       @dump = dump
@@ -21,7 +22,9 @@ module PtmallocDump
         file: @dump.path,
         header: header,
         summary: @dump.summary,
-        verify: { ok: v.ok?, differences: v.differences.map(&:to_s), anomalies: v.anomalies.map(&:to_s) },
+        figures: @dump.figures,
+        verify: { ok: v.ok?, status: v.status, compared: v.compared, differences: v.differences.map(&:to_s),
+                  anomalies: v.anomalies.map(&:to_s), notes: v.notes },
         findings: Findings.new(@dump).top(3).map(&:to_h),
         advice: Advice.new(@dump).lines.map(&:to_h)
       )

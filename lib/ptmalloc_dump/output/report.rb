@@ -5,6 +5,8 @@ require_relative "../format_helpers"
 require_relative "explanation"
 require_relative "explorer"
 require_relative "findings"
+require_relative "retainers_section"
+require_relative "sites_section"
 
 module PtmallocDump
   # Writes OUTDIR/index.html, its PNG maps and the explorer's data (explorer-data.js) for one dump: a
@@ -51,7 +53,7 @@ module PtmallocDump
     def write
       @images = Render.maps(@dump, @outdir, !@dump.ruby.nil?, @max_tile_pixels, @progress&.fileno)
       @analysis = @dump.analysis
-      Explorer.new(@dump).write(@outdir)
+      explorer.write(@outdir)
       path = File.join(@outdir, "index.html")
       File.write(path, html)
       path
@@ -79,6 +81,7 @@ module PtmallocDump
         h2.first { margin-top: .6em; font-size: 1.2em; } .lead { margin: .6em 0 .3em; font-size: 1.1em; }
         .bigbar { display: flex; height: 2em; border: 1px solid #888; border-radius: 3px; overflow: hidden; }
         .findings li { margin: .25em 0; font-size: 1.05em; } .advice li { margin: .2em 0; }
+        .findings .step { color: #1f4e79; font-size: .95em; }
         .verdict .cards { margin: .6em 0; } .check { margin: .5em 0 0; }
         .banner { background: #fff4d6; border: 1px solid #e0b44c; border-radius: 6px; padding: .4em .8em;
         margin: .4em 0; }
@@ -92,10 +95,6 @@ module PtmallocDump
     end
 
     private
-
-    def h(value)
-      CGI.escapeHTML(utf8(value.to_s))
-    end
 
     def summary
       @dump.summary
@@ -112,7 +111,10 @@ module PtmallocDump
       [:verdict, "verdict", "Verdict"],
       [:contents],
       [:ruby_section, "owners", "Where the heap goes"],
+      [:retainers_section, "retainers", "Who keeps it alive"],
+      [:sites_section, "sites", "Where it was allocated"],
       [:explorer_section, "explorer", "Heap explorer"],
+      [:ruby_pages_section, "ruby-pages", "Ruby's object pages"],
       [:reclaimable_section, "reclaimable", "Reclaimable now"],
       [:fragmentation_section, "fragmentation", "Fragmentation"],
       [:arenas_section, "arenas", "Arenas"],
@@ -159,10 +161,11 @@ module PtmallocDump
     end
 
     RSS_PARTS = {
-      malloc_in_use: ["malloc, in use", "#3b73b9"], malloc_free_resident: ["malloc, free but resident", "#e31a1c"],
-      malloc_metadata: ["malloc metadata", "#5b6770"], mmapped_chunks: ["mmapped chunks", "#17a398"],
+      malloc_in_use: ["malloc in use, resident", "#3b73b9"], malloc_free_resident: ["free but resident", "#e31a1c"],
+      malloc_metadata: ["malloc metadata", "#5b6770"], mmapped_chunks: ["mmapped chunks, resident", "#17a398"],
       ruby_pages: ["Ruby object pages", "#bcbd22"], stacks: ["thread stacks", "#9467bd"],
-      file_backed: ["mapped files", "#c7c7c7"], other_anonymous: ["other anonymous memory", "#ff7f0e"]
+      file_backed: ["mapped files", "#c7c7c7"], other_anonymous: ["other anonymous memory", "#ff7f0e"],
+      allocation_tracking: ["allocation tracker", "#8c564b"], dump_scratch: ["this dump's own scratch", "#7f7f7f"]
     }.freeze
 
     # The first screen: the RSS as one bar, the malloc heap, the findings, the advice, the check.
@@ -180,8 +183,23 @@ module PtmallocDump
       HTML
     end
 
+    def findings
+      @findings ||= Findings.new(@dump)
+    end
+
+    # The explorer, opening on the heap the first finding is about (where it names one).
+    def explorer
+      @explorer ||= Explorer.new(@dump, initial_heap: findings.top(1).first&.heap)
+    end
+
+    # Each finding, its evidence and its next step; where nothing stands out, one line says so.
     def findings_items
-      Findings.new(@dump).top(3).map { |f| %(<li>#{h(f.text)} <a href="##{f.anchor}">evidence</a></li>) }.join("\n")
+      top = findings.top(3)
+      return %(<li class="none">#{h(findings.nothing_line)}</li>) if top.empty?
+
+      top.map do |f|
+        %(<li>#{h(f.text)} <a href="##{f.anchor}">evidence</a><br /><span class="step">Next: #{h(f.step)}</span></li>)
+      end.join("\n")
     end
 
     # Where this dump's figures may mislead, said before any figure (as memray's banner does).
@@ -234,7 +252,7 @@ module PtmallocDump
     def rss_bar
       rss = summary[:rss]
       unless rss
-        heap = h(human_bytes(summary[:arena] + summary[:hblkhd]))
+        heap = h(human_bytes(@dump.figures[:malloc_heap]))
         resident = "#{h(human_bytes(summary[:resident_bytes]))} of it resident"
         return <<~HTML
           <p class="lead">Malloc heap <b>#{heap}</b>, #{resident} (this dump does not account the rest of the RSS):</p>
@@ -242,42 +260,54 @@ module PtmallocDump
         HTML
       end
 
-      parts = RSS_PARTS.map { |k, (label, color)| [label, rss[k].to_i, color] }
+      parts = RSS_PARTS.filter_map do |k, (label, color)|
+        [label, rss[k].to_i, color] unless k == :allocation_tracking && !@dump.malloc_sites?
+      end
       vm = rss[:vm_rss] ? " (the kernel's VmRSS at the dump: #{human_bytes(rss[:vm_rss])})" : ""
+      error = rss[:error] ? " ± #{human_bytes(rss[:error])}" : ""
       unknown = if @dump.ruby then ""
                 else
                   "<p class=\"sub\">Ruby's object pages are not recorded in a dump without Ruby objects: they count " \
                     "as other anonymous memory.</p>"
                 end
       <<~HTML
-        <p class="lead" id="rss">RSS <b>#{h(human_bytes(rss[:total]))}</b>#{h(vm)}:</p>
-        #{bar(parts)}
+        <p class="lead" id="rss">RSS <b>#{h(human_bytes(rss[:total]))}#{h(error)}</b>#{h(vm)}:</p>
+        #{approximate_note(rss)}#{bar(parts)}
         #{unknown}
       HTML
     end
 
+    # Why the RSS carries a "±": the process's memory moved while its smaps was read
+    def approximate_note(rss)
+      return "" unless rss[:error]
+
+      "<p class=\"sub\">Approximate: the process's memory moved while its smaps was read (three reads), by up to " \
+        "#{h(human_bytes(rss[:error]))}.</p>\n"
+    end
+
     def malloc_parts
       s = summary
+      f = @dump.figures
       pal = Render.palette
-      [["in use", s[:in_use_bytes], pal[:states][:in_use]],
-       ["mmapped chunks", s[:mmapped_bytes], pal[:states][:mmapped]],
-       ["free but resident", s[:free_resident_bytes], pal[:page_classes][:free_resident]],
+      [["in use in the arenas", f[:in_use_arenas], pal[:states][:in_use]],
+       ["mmapped chunks", f[:mmapped_chunks], pal[:states][:mmapped]],
+       ["free but resident", f[:free_resident], pal[:page_classes][:free_resident]],
        ["free, released or swapped", s[:free_released_bytes] + s[:free_swapped_bytes], pal[:page_classes][:released]],
        ["allocator metadata", s[:meta_bytes], pal[:states][:meta]]]
     end
 
     def heap_figures
       s = summary
-      heap = s[:arena] + s[:hblkhd]
+      f = @dump.figures
       heaps = s[:heap_count] - s[:hblks]
-      in_use = s[:in_use_bytes] + s[:mmapped_bytes]
       trim_note = "malloc_trim(0) now: #{human_bytes(reclaimable_total)}"
       cached = "#{s[:tcache_count]} + #{s[:fastbin_count]} chunks"
       <<~HTML
         <div class="cards">
-        #{card('malloc heap', heap, "#{s[:arena_count]} arena(s), #{heaps} heap(s), #{s[:hblks]} mmapped chunk(s)")}
-        #{card('in use', in_use, "#{percent(in_use, heap)} of the heap")}
-        #{card('free but resident', s[:free_resident_bytes], trim_note, css: 'bloat')}
+        #{card('malloc heap', f[:malloc_heap],
+               "#{s[:arena_count]} arena(s), #{heaps} heap(s), #{f[:mmapped_chunk_count]} mmapped chunk(s)")}
+        #{card('in use', f[:in_use], "#{percent(f[:in_use], f[:malloc_heap])} of the malloc heap")}
+        #{card('free but resident', f[:free_resident], trim_note, css: 'bloat')}
         #{card('free, released', s[:free_released_bytes], "swapped #{human_bytes(s[:swapped_bytes])}")}
         #{card('tcache + fastbins', s[:tcache_bytes] + s[:fastbin_bytes], cached)}
         </div>
@@ -287,22 +317,24 @@ module PtmallocDump
     def advice_list
       lines = Advice.new(@dump).lines
       title = %(<h2 id="advice" class="first">Advice</h2>)
-      return "#{title}<p>Nothing stands out: no figure crosses a threshold for advice.</p>" if lines.empty?
+      return "#{title}<p>No advice: no figure crosses a threshold for it.</p>" if lines.empty?
 
       %(#{title}<ul class="advice">#{lines.map { |l| %(<li class="advice">#{h(l.text)}</li>) }.join("\n")}</ul>)
     end
 
     def verify_line
       v = @dump.verify
-      if v.ok? && v.compared.empty?
-        %(<span>The dump holds no figures of glibc's own to check the walk against.</span>)
-      elsif v.ok?
+      case v.status
+      when :nothing_compared
+        "<span class=\"warn\">Nothing compared: the dump holds no figures of glibc's own to check the walk " \
+        "against (#{h(v.notes.join('; '))}).</span>"
+      when :verified
         "<span class=\"ok\">&#10003; The walk reproduces glibc's #{h(v.mallinfo_name)}() and malloc_info() " \
-          "exactly: every figure here adds up to glibc's own.</span>"
+        "exactly: every figure here adds up to glibc's own.</span>"
       else
         "<span class=\"warn\">&#9888; #{v.differences.size} figure(s) differ from glibc's #{h(v.mallinfo_name)}(), " \
-          "#{v.anomalies.size} anomaly(ies) recorded: read the figures with care " \
-          "(see <a href=\"#process\">Process</a>).</span>"
+        "#{v.anomalies.size} anomaly(ies) recorded: read the figures with care " \
+        "(see <a href=\"#process\">Process</a>).</span>"
       end
     end
 
@@ -330,7 +362,7 @@ module PtmallocDump
     end
 
     def explorer_section
-      Explorer.new(@dump).section
+      explorer.section
     end
 
     def card(label, bytes, note = nil, css: nil)
@@ -371,12 +403,21 @@ module PtmallocDump
                    end
       <<~HTML
         <h3>Legend</h3>
-        <p>Page maps: #{page_cell}. A checkered cell is still shared copy-on-write with a parent process.</p>
+        <p>Page maps: #{page_cell}. A checkered cell is still shared copy-on-write with another process (a parent
+        or a child).</p>
         <div class="legend">#{pages.join("\n")}</div>
         <p>Byte maps: #{byte_pixel}; neighbouring chunks of one state alternate two shades; #{PALE_PIXELS}</p>
         <div class="legend">#{states.join("\n")}</div>
         #{owner_maps}
       HTML
+    end
+
+    def sites_section
+      @dump.ruby ? SitesSection.new(@dump).html : ""
+    end
+
+    def retainers_section
+      @dump.ruby ? RetainersSection.new(@dump).html : ""
     end
 
     NOT_DIVIDED = "so its in-use memory is not divided between Ruby objects and native code."
@@ -401,8 +442,9 @@ module PtmallocDump
       rows << ["free, released or swapped", summary[:free_released_bytes] + summary[:free_swapped_bytes],
                pal[:page_classes][:released]]
       rows << ["allocator metadata", summary[:meta_bytes], pal[:states][:meta]]
+      rows = rows.reject { |_, b, _| b.zero? }
       total = rows.sum { |_, b, _| b }
-      bar = rows.reject { |_, b, _| b.zero? }.map do |label, bytes, color|
+      bar = rows.map do |label, bytes, color|
         %(<span title="#{h(label)}: #{h(human_bytes(bytes))}" style="flex:#{bytes} 0 0;background:#{color}"></span>)
       end
       table = rows.map do |label, bytes, color|
@@ -420,13 +462,12 @@ module PtmallocDump
         #{holders_paragraph}
         <div class="maps">#{owner_tables(r)}</div>
         #{methods_table}
-        #{ruby_pages_maps}
       HTML
     end
 
     # The section's first sentence: the malloc memory in use that Ruby objects and their pages own.
     def owned_sentence(r)
-      in_use = r[:owned_bytes] + r[:ruby_pages_in_malloc_bytes].to_i + r[:unattributed_bytes]
+      in_use = @dump.figures[:in_use]
       following = r[:references] ? " (following pointers between chunks)" : ""
       pages = r[:ruby_pages_in_malloc_bytes].to_i
       by_pages = pages.positive? ? " #{h(human_bytes(pages))} by their object pages (malloc chunks on this Ruby)," : ""
@@ -448,13 +489,18 @@ module PtmallocDump
       tables.join(" ")
     end
 
-    def ruby_pages_maps
+    # Ruby's object pages, one row a page: after the explorer, folded (a big heap has thousands of rows).
+    def ruby_pages_section
       pages = @images.select { |im| im[:kind] == :ruby_pages }
       return "" if pages.empty?
 
       figures = pages.map { |im| figure(im, "object pages #{im[:first_unit] + 1}-#{im[:first_unit] + im[:units]}") }
-      "<h3>Ruby's object pages</h3><p class=\"sub\">one row per page, one cell per slot; live slots coloured like " \
-        "their owners above, free slots white</p><div class=\"maps\">#{figures.join}</div>"
+      rows = pages.sum { |im| im[:units] }
+      <<~HTML
+        <h2 id="ruby-pages">Ruby's object pages</h2>
+        <details><summary>#{rows} page(s): one row per page, one cell per slot; live slots coloured like their
+        owners in the owner maps, free slots white</summary><div class="maps">#{figures.join}</div></details>
+      HTML
     end
 
     # Native memory by who holds it (anchored by a root, or leaked) and Ruby memory by GC age, where
@@ -467,6 +513,8 @@ module PtmallocDump
         anchors = Array(o[:anchored_by]).max_by(5) { |_, b| b }.map { |n, b| "#{h(n)} #{h(human_bytes(b))}" }
         anchors = anchors.empty? ? "" : " (#{anchors.join(', ')})"
         parts << "Native memory: #{h(human_bytes(o.dig(:anchored, :bytes)))} anchored by roots#{anchors}, " \
+                 "#{h(human_bytes(o.dig(:interior, :bytes)))} held through pointers into the middle of blocks " \
+                 "(interior pointers), " \
                  "<b>#{h(human_bytes(o.dig(:leaked, :bytes)))} leaked</b> in #{o.dig(:leaked, :count)} block(s): " \
                  "nothing points at them."
         sizes = Array(o[:leaked_by_size]).first(5).map do |e|

@@ -36,10 +36,6 @@ module PtmallocDump
 
     private
 
-    def h(v)
-      CGI.escapeHTML(utf8(v.to_s))
-    end
-
     def page
       <<~HTML
         <!DOCTYPE html>
@@ -63,12 +59,17 @@ module PtmallocDump
       HTML
     end
 
-    TREND_HEADS = "<th>pid</th><th>figure</th><th>slope</th><th>change over the period</th><th>r²</th><th>climbs</th>"
+    TREND_HEADS = "<th>pid</th><th>figure</th><th>slope</th><th>rise over the period</th><th>last third</th>" \
+                  "<th>noise</th><th>r²</th><th>trend</th>"
+    SHAPES = { climbs: "climbs", warm_up: "warm-up, then flat", steady: "steady" }.freeze
 
     # What the trends count and what the figures are (the paragraph's line breaks are the page's own).
     def trend_note
-      "A climb counts when the line adds at least #{human_bytes(Timeline::MIN_CHANGE)} and 2% of the figure's mean " \
-        "over the\nperiod, with r² of at least #{Timeline::MIN_R2}. In use: mallinfo2's uordblks plus hblkhd " \
+      "A rise counts when the figure's last readings stand at least #{human_bytes(Timeline::MIN_CHANGE)}, " \
+        "#{(Timeline::MIN_SHARE * 100).round}% of its mean\nand #{Timeline::NOISE_RISES.round} times its noise " \
+        "above its first (medians of the first and last fifth of the readings),\nhowever well a straight line " \
+        "fits; it climbs while the last third still rises at least #{(Timeline::TAIL_SHARE * 100).round}% as " \
+        "fast as the\nperiod did, and is a warm-up otherwise. In use: mallinfo2's uordblks plus hblkhd " \
         "(mmapped chunks); free but\nresident: fordblks, free chunks malloc keeps (resident unless malloc_trim " \
         "released their pages); heap: the arenas'\nsystem memory plus mmapped chunks. In use that climbs is a leak " \
         "or a cache still filling; free that climbs while in\nuse does not is fragmentation."
@@ -81,8 +82,9 @@ module PtmallocDump
 
     def trend_row(x)
       "<tr><td>#{x.pid}</td><td>#{h(Timeline::LABELS[x.figure])}</td>" \
-        "<td>#{h(signed(x.slope * 60))}/min</td><td>#{h(signed(x.change))}</td>" \
-        "<td>#{format('%.2f', x.r2)}</td><td>#{x.climbs ? 'yes' : 'no'}</td></tr>"
+        "<td>#{h(signed(x.slope * 60))}/min</td><td>#{h(signed(x.net))}</td><td>#{h(signed(x.tail))}</td>" \
+        "<td>#{h(human_bytes(x.noise.round))}</td><td>#{format('%.2f', x.r2)}</td>" \
+        "<td>#{SHAPES.fetch(x.shape)}</td></tr>"
     end
 
     def signed(n)

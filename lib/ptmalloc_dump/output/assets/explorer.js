@@ -133,7 +133,7 @@
         break;
       case "residency": {
         const f = pageFlags(h, a);
-        c = f & 1 ? (f & 4 ? D.col.resident : D.col.shared) : f & 2 ? D.col.swapped : D.col.absent;
+        c = f & 1 ? (f & 4 ? D.col.shared : D.col.resident) : f & 2 ? D.col.swapped : D.col.absent;
         break;
       }
       case "pages":
@@ -173,8 +173,9 @@
     ctx.putImageData(img, 0, 0);
     if (st.pinned >= 0) outline(st.pinned);
     drawMini();
+    const rows = Math.ceil(viewSize() / st.bpp / W);
     $("xp-zoom").textContent = st.bpp + " B a pixel, " + human(st.bpp * W) + " a row; rows " + st.row + "-" +
-      (st.row + H) + " of " + Math.ceil(viewSize() / st.bpp / W);
+      Math.min(st.row + H, rows) + " of " + rows;
   }
   function outline(i) {
     const v0 = offsetOf(addr[i]);
@@ -247,7 +248,9 @@
     if (!D.kind8) return "";
     const k = D.kind8[i];
     if (k === 2) return "anchored" + (D.anchorIds[i] ? " by " + D.anchors[D.anchorIds[i] - 1] : "");
-    return ["", "a Ruby object", "", "leaked: nothing reaches it"][k] || "";
+    if (k === 5) return "held (interior pointer)" + (D.anchorIds[i] ? ", reached from " + D.anchors[D.anchorIds[i] - 1] : "");
+    return ["", "a Ruby object", "", "leaked: nothing reaches it",
+            "not known: no root reaches it, and the dump has no Ruby objects"][k] || "";
   }
   /* the code a chunk is charged to: "module M", with the method and path:line of a method's code */
   function codeText(i) {
@@ -262,16 +265,17 @@
   function pagesText(i) {
     const h = D.heaps[D.chunkHeap[i]], a0 = addr[i], a1 = a0 + chunkSize(i);
     const p0 = Math.floor((a0 - h.pageBase) / D.pageSize), p1 = Math.floor((a1 - 1 - h.pageBase) / D.pageSize);
-    let res = 0, shared = 0, swapped = 0, absent = 0;
+    let res = 0, shared = 0, unknown = 0, swapped = 0, absent = 0;
     const classes = {};
     for (let p = p0; p <= p1; p++) {
       const f = D.pg8[h.firstPage + p];
-      if (f & 1) { res++; if (!(f & 4)) shared++; } else if (f & 2) swapped++; else absent++;
+      if (f & 1) { res++; if (f & 4) shared++; else if (f & 8) unknown++; } else if (f & 2) swapped++; else absent++;
       const c = D.pageClasses[f >> 4];
       classes[c] = (classes[c] || 0) + 1;
     }
     const n = p1 - p0 + 1;
-    return n + " page(s): " + res + " resident" + (shared ? " (" + shared + " shared with a parent)" : "") + ", " +
+    const sharing = [shared ? shared + " shared with another process" : "", unknown ? unknown + " of unknown sharing" : ""].filter((t) => t);
+    return n + " page(s): " + res + " resident" + (sharing.length ? " (" + sharing.join(", ") + ")" : "") + ", " +
       swapped + " swapped, " + absent + " not resident; " +
       Object.entries(classes).map(([c, k]) => k + " " + c.replace("_", " ")).join(", ");
   }
@@ -371,7 +375,7 @@
     /* a name that is a class's too stays the class's: module:Name asks for the module's code */
     const mods = onlyModule || !cls.size ? modsNamed : new Set();
     const anchor = anchors.size > 0;
-    const kind = { ruby: 1, anchored: 2, leaked: 3 }[q] || 0;
+    const kind = { ruby: 1, anchored: 2, leaked: 3, unknown: 4, interior: 5 }[q] || 0;
     let what = [];
     if (mods.size) what.push("module");
     if (cls.size) what.push("class");
@@ -422,7 +426,7 @@
       items = D.categories.slice(1).map((c, k) => sw(p.owners[k + 1], c.replace("_", " "))).concat([sw(p.owners[0], "free (bins, caches, top)"), sw(p.states.meta, "allocator metadata")]);
       if (D.kind8) items.push(sw("#e7298a", "leaked"));
     } else if (st.mode === "residency") {
-      items = [sw("#3b73b9", "resident"), sw("#9e7bc4", "resident, shared with a parent"), sw("#8c564b", "swapped"), sw("#e6e6e6", "not resident")];
+      items = [sw("#3b73b9", "resident (not shared, or not known to be)"), sw("#9e7bc4", "resident, shared with another process"), sw("#8c564b", "swapped"), sw("#e6e6e6", "not resident")];
     } else if (st.mode === "change") {
       items = D.changeNames.map((c, k) => sw(p.diff[k], c.replace(/_/g, " ")));
     } else if (st.mode === "pages") {
@@ -514,7 +518,7 @@
     });
     st.mode = document.querySelector("input[name=xp-mode]:checked").value;
     legend();
-    setView(0);
+    setView(D.initialView || 0);
     $("xp-status").textContent = D.chunkCount + " chunks loaded";
     window.ptmdExplorer.ready = true;
     setTimeout(() => refs(0), 0);   // the reference index, built while nobody hovers yet
