@@ -281,8 +281,8 @@ RSpec.describe "ptmalloc-visualize" do
       page = PtmallocDump.load(path).ruby.pages.find { |pg| (pg.start...pg.end).cover?(address) }
       expect(out).to start_with("#{format('0x%x', address + 8)} is in a Ruby object page " \
                                 "(#{format('0x%x', page.start)}-#{format('0x%x', page.end)}), slot " \
-                                "#{(address - page.start) / page.stride}: #<PtmallocDump::RubyObject " \
-                                "#{format('0x%x', address)} T_OBJECT Object>")
+                                "#{(address - page.start) / page.stride}: T_OBJECT Object at " \
+                                "#{format('0x%x', address)}")
       expect(obj).to be_an(Object)
       _o, err, status = visualize("--explain", "nowhere", dump_path)
       expect(status.exitstatus).to eq(2)
