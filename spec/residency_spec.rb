@@ -61,6 +61,56 @@ RSpec.describe "page residency", :quiescent do
   end
 end
 
+RSpec.describe "pages the process never touched", :quiescent do
+  # mmapped chunks stacked one below the other (the kernel maps top-down), each written on its first
+  # page only: below every header but a Ruby-page-aligned one lies the untouched end of the chunk
+  # mapped after it, where the structural check for a Ruby object page would look. The oracle is the
+  # kernel: pagemap bit 63 of those pages before and after dumps in process and in a fork snapshot.
+  it "stay untouched through dumps in process and in a fork snapshot, and are recorded absent" do
+    paths = %w[self.dump snap.dump].map { |n| File.join(tmpdir, n) }
+    out, err, status = run_ruby(<<~RUBY)
+      require "etc"
+      require "fiddle"
+      require "json"
+      PS = Etc.sysconf(Etc::SC_PAGESIZE)
+      RPS = GC::INTERNAL_CONSTANTS[:HEAP_PAGE_SIZE]
+      blocks = Array.new(8) { Fiddle.malloc(297 * 1024) }
+      blocks.each { |a| Fiddle::Pointer.new(a)[0, 64] = "t" * 64 }
+      untouched = blocks.flat_map { |a| (((a + 64) / PS + 1)...((a + 297 * 1024) / PS)).map { |p| p * PS } }
+      present = lambda do
+        File.open("/proc/self/pagemap", "rb") do |f|
+          untouched.select { |p| f.seek(p / PS * 8); f.read(8).unpack1("Q")[63] == 1 }
+        end
+      end
+      headers = blocks.map { |a| a & ~(PS - 1) }
+      looked_at = headers.map { |h| h & ~(RPS - 1) }.select { |b| untouched.include?(b) }
+      before = present.call
+      PtmallocDump.dump(#{paths[0].inspect}, ruby: false)
+      after_self = present.call
+      PtmallocDump.dump(#{paths[1].inspect}, ruby: false, fork: true, wait: true)
+      puts JSON.generate(untouched: untouched, looked_at: looked_at, before: before, after_self: after_self,
+                         after_snapshot: present.call)
+    RUBY
+    expect(status).to be_success, err
+    r = JSON.parse(out, symbolize_names: true)
+    expect(r[:untouched].size).to be >= 8 * 70
+    # the setup is what it means to be: the pages untouched, and some the Ruby-page check would read
+    expect(r[:before]).to eq([])
+    expect(r[:looked_at]).not_to be_empty
+    expect(r[:after_self]).to eq([])
+    expect(r[:after_snapshot]).to eq([])
+    paths.each do |path|
+      dump = PtmallocDump.load(path)
+      r[:untouched].each do |p|
+        chunk = dump.chunk_containing(p)
+        expect(chunk&.state).to eq(:mmapped), format("page 0x%x in %s", p, path)
+        expect(dump.pages[chunk.heap.index].state_at(p)).to eq(:absent), format("page 0x%x in %s", p, path)
+      end
+    end
+    expect(PtmallocDump.load(paths[1]).summary[:sharing_unknown_bytes]).to eq(0)
+  end
+end
+
 RSpec.describe "the mincore fallback", :quiescent do
   it "records residency from mincore when pagemap is not used, and says so" do
     path = File.join(tmpdir, "mincore.dump")

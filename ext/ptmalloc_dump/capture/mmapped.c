@@ -99,16 +99,26 @@ static uint64_t valid_header(const ptmd_walk *w, uint64_t q, const uint64_t hdr[
  * (measured: Ruby 3.1's word 4, start; Ruby 3.4's words 4 and 5, body and start). A chunk's own
  * header there cannot pass: prev_size is 0 or an offset below a page, and no Ruby page overlaps a
  * chunk. */
+/* Whether the page holding addr was ever touched: reading one that was not would map the zero page
+ * there and change what pagemap reports (the body below a header is often the untouched end of the
+ * mapping before it). */
+static int touched(ptmd_walk *w, uint64_t addr)
+{
+    uint8_t f = 0;
+    return ptmd_source_pages(&w->src, addr & ~(uint64_t)(w->page_size - 1), 1, &f) == 0 &&
+           (f & (PTMD_PAGE_PRESENT | PTMD_PAGE_SWAPPED));
+}
+
 static int in_ruby_page(ptmd_walk *w, uint64_t addr)
 {
     uint64_t body, page, words[PTMD_RUBY_RECORD_WORDS];
     size_t i;
     if (!w->ruby_page_size) return 0;
     body = addr & ~(w->ruby_page_size - 1);
-    if (ptmd_guarded_copy(w, body, &page, sizeof(page)) != 0 ||
+    if (!touched(w, body) || ptmd_guarded_copy(w, body, &page, sizeof(page)) != 0 ||
         !ptmd_ruby_page_record_ok(page, body, w->ruby_page_size))
         return 0;
-    if (ptmd_guarded_copy(w, page, words, sizeof(words)) != 0) return 0;
+    if (!touched(w, page) || ptmd_guarded_copy(w, page, words, sizeof(words)) != 0) return 0;
     for (i = 0; i < PTMD_RUBY_RECORD_WORDS; i++)
         if (words[i] >= body && words[i] - body <= PTMD_RUBY_FIRST_SLOT_MAX) return 1;
     return 0;
