@@ -129,7 +129,8 @@ module PtmallocDump
     # @param debug_dir [String, nil] where libc's symbol file is looked for, as for {dump}
     # @param symbols [Symbol] :auto, :file or :heuristic, as for {dump_process}
     # @return [Hash{Symbol=>Object}] the dump's summary (see {Dump#summary}) plus :path
-    # @raise [CoreFileError] when the file is not a whole x86-64 ELF core with its notes
+    # @raise [CoreFileError] when the file is not a whole ELF core of this machine's architecture with
+    #   its notes
     # @raise [UnsupportedPlatformError] when the process had no glibc
     # @raise [SymbolsNotFoundError] when libc's symbols cannot be found
     # @raise [UnsupportedLibcError] when libc on disk is not the one the core's process ran

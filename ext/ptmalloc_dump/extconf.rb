@@ -7,10 +7,10 @@ def fail_with(message)
   abort "\nptmalloc_dump cannot be built here: #{message}\n\n"
 end
 
-# The walker reads glibc's malloc structures of x86-64 Linux; nothing else has them.
+# The walker reads glibc's malloc structures of 64-bit Linux on x86-64 and aarch64 (capture/arch.h).
 fail_with("it needs Linux (found #{RbConfig::CONFIG['host_os']})") unless RbConfig::CONFIG["host_os"].include?("linux")
-unless RbConfig::CONFIG["host_cpu"] =~ /\A(x86_64|amd64)\z/
-  fail_with("it needs a 64-bit x86-64 CPU (found #{RbConfig::CONFIG['host_cpu']})")
+unless RbConfig::CONFIG["host_cpu"] =~ /\A(x86_64|amd64|aarch64|arm64)\z/
+  fail_with("it needs a 64-bit x86-64 or aarch64 (arm64) CPU (found #{RbConfig::CONFIG['host_cpu']})")
 end
 # glibc identifies itself here; musl (Alpine) has no gnu/libc-version.h.
 unless have_header("gnu/libc-version.h")

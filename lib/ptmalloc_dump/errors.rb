@@ -21,7 +21,7 @@ module PtmallocDump
   # missing. Nothing is started.
   class TrackError < Error; end
 
-  # Not Linux x86-64 with glibc.
+  # Not Linux on x86-64 or aarch64 with glibc.
   class UnsupportedPlatformError < Error; end
 
   # A dump file is empty, truncated, corrupt, foreign or of a newer format.

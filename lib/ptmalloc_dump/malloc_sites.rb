@@ -9,7 +9,8 @@ module PtmallocDump
   class MallocSites
     # Native functions that only pass an allocation on: the allocator, libc's wrappers, the tracker,
     # C++'s operator new and Ruby's xmalloc family.
-    # (libc.so.6 and ld-linux-x86-64.so.2; libc-2.31.so and ld-2.31.so before glibc 2.34)
+    # (libc.so.6 and ld-linux-x86-64.so.2 or ld-linux-aarch64.so.1; libc-2.31.so and ld-2.31.so
+    # before glibc 2.34)
     PLUMBING_LIBRARIES = /\A(?:libc[.-]|ld-linux|ld-2\.|libstdc\+\+\.so|ptmalloc_dump_track\.so|ruby[\d.]*\z)/.freeze
     PLUMBING_FUNCTIONS = /\A(?:ruby_x(?:m|c|re)alloc|rb_x(?:m|c|re)alloc|objspace_x|rb_aligned_malloc|
                             ruby_mimmalloc|rb_alloc_tmp_buffer|ruby_xmalloc2|ruby_xrealloc2|_start\z|main\z)/x.freeze

@@ -14,6 +14,7 @@ module PtmallocDump
     # Other allocators, whose malloc the tracker cannot follow.
     OTHER_ALLOCATORS = /\Alib(?:jemalloc|tcmalloc(?:_minimal)?|mimalloc|hoard|tbbmalloc_proxy|snmalloc)\b/.freeze
     SCRIPT_DEPTH = 4
+    ELF_MACHINES = { 62 => "x86-64", 183 => "aarch64" }.freeze
 
     module_function
 
@@ -76,7 +77,10 @@ module PtmallocDump
     def elf_problem(file)
       data = File.open(file, "rb") { |f| f.read(64) }.to_s
       return "#{file} is not an ELF executable" unless data.start_with?("\x7FELF".b)
-      return "#{file} is not a 64-bit x86-64 program" unless data.getbyte(4) == 2 && data.unpack1("@18S<") == 62
+      own = File.open("/proc/self/exe", "rb") { |f| f.read(20) }.unpack1("@18S<")
+      unless data.getbyte(4) == 2 && data.unpack1("@18S<") == own
+        return "#{file} is not a 64-bit #{ELF_MACHINES.fetch(own, "machine #{own}")} program"
+      end
 
       info = DynamicInfo.new(file)
       return "#{file} is statically linked: LD_PRELOAD cannot reach its malloc" unless info.interpreter?

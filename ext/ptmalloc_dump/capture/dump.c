@@ -96,6 +96,7 @@ static int take_parent(ptmd_dump_state *d, ptmd_err *err)
     d->w.given_threads_complete = d->parent->threads_complete;
     d->w.given_objects = given[1];
     d->w.given_tls_below = d->parent->tls_below;
+    d->w.given_tls_above = d->parent->tls_above;
     d->w.given_gone = given[2];
     d->w.sharing_from = d->parent->sharing_taken ? d->parent : NULL;
     /* the parent's lists and its pagemap's scratch are no mmapped chunks either */

@@ -1,6 +1,7 @@
 /* ELF64 parsing without libelf. Every offset read from a file is checked against the file size. */
 #define _GNU_SOURCE
 #include "capture/elfread.h"
+#include "capture/arch.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -41,9 +42,9 @@ int ptmd_elf_open(ptmd_elf_file *f, const char *path, ptmd_err *err)
     f->size = (size_t)st.st_size;
     eh = map;
     if (memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0 || eh->e_ident[EI_CLASS] != ELFCLASS64 ||
-        eh->e_ident[EI_DATA] != ELFDATA2LSB || eh->e_machine != EM_X86_64) {
+        eh->e_ident[EI_DATA] != ELFDATA2LSB || eh->e_machine != PTMD_ELF_MACHINE) {
         ptmd_elf_close(f);
-        return ptmd_fail(err, PTMD_E_FORMAT, "%s is not an ELF64 x86-64 file", path);
+        return ptmd_fail(err, PTMD_E_FORMAT, "%s is not an ELF64 " PTMD_ARCH_NAME " file", path);
     }
     if (eh->e_shentsize != sizeof(Elf64_Shdr) || eh->e_shnum == 0 ||
         !range_ok(f->size, eh->e_shoff, (uint64_t)eh->e_shnum * sizeof(Elf64_Shdr)) || eh->e_shstrndx >= eh->e_shnum ||
@@ -246,7 +247,7 @@ long ptmd_elf_relative_relocs(const ptmd_elf_file *f, void (*fn)(uint64_t, uint6
         for (k = 0; k + sizeof(Elf64_Rela) <= relasz; k += sizeof(Elf64_Rela)) {
             Elf64_Rela r;
             memcpy(&r, f->data + off + k, sizeof(r));
-            if (ELF64_R_TYPE(r.r_info) != R_X86_64_RELATIVE) continue;
+            if (ELF64_R_TYPE(r.r_info) != PTMD_R_RELATIVE) continue;
             fn(r.r_offset, (uint64_t)r.r_addend, arg);
             count++;
         }

@@ -1,6 +1,7 @@
 /* The per-version layout table. Every entry was read off that release's malloc/malloc.c and
  * malloc/arena.c (x86-64, USE_TCACHE, tunables on as distributions build it). */
 #include "capture/layout.h"
+#include "capture/arch.h"
 
 /* struct malloc_state, 2.27 .. 2.42 (2.27 added have_fastchunks: "malloc: Use atomics for
  * have_fastchunks"; before that fastbinsY followed flags directly). */
@@ -63,12 +64,13 @@
     .ms_last_remainder = 16, .ms_bins = 24, .ms_binmap = 2056, .ms_next = 2072, .ms_next_free = 2080,                  \
     .ms_attached_threads = 2088, .ms_system_mem = 2096, .ms_max_system_mem = 2104, .ms_size = 2112, .nfastbins = 0
 
-/* struct pthread (nptl/descr.h): its `list` links have sat at 0x2c0 from 2.27 to 2.43. The lists of
+/* struct pthread (nptl/descr.h): its `list` links have sat at the same offset from 2.27 to 2.43
+ * (capture/arch.h: 0x2c0 on x86-64, 0xc0 on aarch64). The lists of
  * threads (stack_used, __stack_user) were libpthread's data until 2.34 moved them, adjacent, into
  * _rtld_global as _dl_stack_used and _dl_stack_user ("nptl: Move stack list variables into
  * _rtld_global"). */
-#define PT_LIBPTHREAD .pthread_list = 0x2c0, .thread_lists_in_rtld = 0
-#define PT_RTLD .pthread_list = 0x2c0, .thread_lists_in_rtld = 1
+#define PT_LIBPTHREAD .pthread_list = PTMD_PTHREAD_LIST, .thread_lists_in_rtld = 0
+#define PT_RTLD .pthread_list = PTMD_PTHREAD_LIST, .thread_lists_in_rtld = 1
 
 static const ptmd_layout layouts[] = {
     /* 2.27, 2.28: no tcache_entry.key */

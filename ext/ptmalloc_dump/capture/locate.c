@@ -2,6 +2,7 @@
  * order: .build-id, then .gnu_debuglink with CRC), and malloc's globals. Runs before any walk. */
 #define _GNU_SOURCE
 #include "capture/locate.h"
+#include "capture/arch.h"
 #include "format/crc32.h"
 #include "capture/elfread.h"
 #include "capture/locate_heuristic.h"
@@ -69,24 +70,19 @@ static int find_libc_cb(struct dl_phdr_info *info, size_t size, void *data)
     lc->build_id_len = ptmd_elf_loaded_build_id(info->dlpi_addr, info->dlpi_phdr, info->dlpi_phnum, lc->build_id,
                                                 sizeof(lc->build_id));
     lc->tls_modid = info->dlpi_tls_modid;
-    if (info->dlpi_tls_data) {
-        uintptr_t tp;
-        __asm__("mov %%fs:0, %0" : "=r"(tp));
-        lc->tls_offset = tp - (uintptr_t)info->dlpi_tls_data;
-    }
+    if (info->dlpi_tls_data) lc->tls_offset = (uintptr_t)pthread_self() - (uintptr_t)info->dlpi_tls_data;
+    lc->tp_from_pthread = (uintptr_t)ptmd_thread_pointer() - (uintptr_t)pthread_self();
     ctx->found = 1;
     return 1;
 }
 
-/* libc is loaded at start-up, so its TLS block is in the static TLS, at the same offset below every
- * thread's thread pointer (x86-64 TLS variant II): computed from the offset found when libc was
- * located, without dl_iterate_phdr, whose lock another thread may hold (a fork snapshot's child). */
+/* libc is loaded at start-up, so its TLS block is in the static TLS, at the same offset from every
+ * thread's struct pthread (pthread_self ()): computed from the offset found when libc was located,
+ * without dl_iterate_phdr, whose lock another thread may hold (a fork snapshot's child). */
 uintptr_t ptmd_libc_tls_block_self(const ptmd_libc *lc)
 {
-    uintptr_t tp;
     if (!lc->tls_modid || !lc->tls_offset) return 0;
-    __asm__("mov %%fs:0, %0" : "=r"(tp));
-    return tp - lc->tls_offset;
+    return (uintptr_t)pthread_self() - lc->tls_offset;
 }
 
 static int parse_version(ptmd_libc *lc, ptmd_err *err)

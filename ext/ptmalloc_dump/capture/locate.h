@@ -18,7 +18,10 @@ typedef struct {
     uintptr_t image_start, image_end; /* all of libc's PT_LOAD segments */
     size_t tls_modid;                 /* dlpi_tls_modid, 0 if libc has no TLS */
     size_t tls_size;                  /* libc's PT_TLS p_memsz */
-    uintptr_t tls_offset;             /* static TLS: TP - tls_offset = libc's TLS block (x86-64) */
+    /* static TLS: a thread's struct pthread - tls_offset = its libc TLS block, modulo 2^64 (the block is
+     * below it on x86-64, above it on aarch64: capture/arch.h) */
+    uintptr_t tls_offset;
+    uintptr_t tp_from_pthread; /* thread pointer - struct pthread: 0 on x86-64, TLS_PRE_TCB_SIZE on aarch64 */
     unsigned char build_id[64];
     size_t build_id_len;
     char glibc_version[32];

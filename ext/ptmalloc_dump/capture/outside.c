@@ -5,6 +5,7 @@
  * and the arena is never walked while it is held. Nothing here calls malloc. */
 #define _GNU_SOURCE
 #include "capture/outside.h"
+#include "capture/arch.h"
 #include "capture/source_copy.h"
 #include "capture/source_ptrace.h"
 
@@ -16,6 +17,7 @@
 #define PTMD_RING_MAX 65536
 #define PTMD_DTV_MAX 4096
 #define PTMD_STATIC_TLS_MAX (1ull << 20)
+#define PTMD_PRE_TCB_MAX 0x2000 /* struct pthread, aarch64: 0x6e0 bytes in 2.36 */
 
 /* Read from the stopped process in place (before anything is copied: its threads are stopped, so
  * nothing changes until they are let go), or from a core. */
@@ -100,30 +102,68 @@ static int on_ring(ptmd_walk *w, const ptmd_libc *lc, uint64_t a)
     return 0;
 }
 
-/* The TCB's dtv (tcbhead_t.dtv, 8 bytes on): dtv[-1].counter is its length, dtv[m].pointer.val the
- * TLS block of module m (16-byte entries; TLS_DTV_UNALLOCATED is -1). libc's block is a static one, just
- * below the thread pointer. glibc: sysdeps/x86_64/nptl/tls.h, elf/dl-tls.c (allocate_dtv). */
+/* aarch64: struct pthread lies just below the thread pointer (TLS_PRE_TCB_SIZE, its size rounded up),
+ * which this process's glibc need not share with the target's. Found on a stopped thread by structure:
+ * the first 16-byte step down from its thread pointer where a struct pthread holds that thread's tid
+ * and the robust-list word every thread sets (capture/arch.h). x86-64 keeps it at the thread pointer. */
+static uint64_t tp_from_pthread(ptmd_walk *w, uint64_t tp, int tid)
+{
+#if PTMD_TLS_VARIANT == 2
+    PTMD_UNUSED(w);
+    PTMD_UNUSED(tp);
+    PTMD_UNUSED(tid);
+    return 0;
+#else
+    uint64_t k, list = w->L->pthread_list;
+    for (k = list + 64; k <= PTMD_PRE_TCB_MAX && k < tp; k += 16) {
+        uint64_t base = tp - k, fo = ptmd_mapped_word(w, base + list + PTMD_PTHREAD_FUTEX_OFFSET_FROM_LIST);
+        int32_t t = (int32_t)ptmd_mapped_word(w, base + list + 16);
+        if (fo == PTMD_PTHREAD_FUTEX_OFFSET && t == tid) return k;
+    }
+    return UINT64_MAX;
+#endif
+}
+
+/* Where the target's threads keep struct pthread and libc's static TLS block, from the stopped threads'
+ * thread pointers: lc->tp_from_pthread, then lc->tls_offset from their dtv (tcbhead_t.dtv, at
+ * PTMD_TCB_DTV from the thread pointer): dtv[-1].counter is its length, dtv[m].pointer.val the TLS
+ * block of module m (16-byte entries; TLS_DTV_UNALLOCATED is -1). libc's block is a static one, near
+ * the thread pointer: below it on x86-64, above it on aarch64. glibc: sysdeps/{x86_64,aarch64}/nptl/tls.h,
+ * elf/dl-tls.c (allocate_dtv). */
 int ptmd_outside_tls(ptmd_walk *w, ptmd_libc *lc)
 {
     const int *tids;
-    const uint64_t *fs_base;
-    int pass, i, n_tids = ptmd_source_threads(&w->src, &tids, &fs_base);
+    const uint64_t *thread_ptr;
+    int pass, i, n_tids = ptmd_source_threads(&w->src, &tids, &thread_ptr);
+    lc->tp_from_pthread = 0;
+    for (i = 0; i < n_tids; i++) {
+        uint64_t k = thread_ptr[i] ? tp_from_pthread(w, thread_ptr[i], tids[i]) : UINT64_MAX;
+        if (k != UINT64_MAX) {
+            lc->tp_from_pthread = k;
+            break;
+        }
+    }
     if (lc->thread_arena_tls < 0 || !lc->tls_size) return 0;
     /* the main thread first: its thread_arena is main_arena once it has allocated */
     for (pass = 0; pass < 2; pass++)
         for (i = 0; i < n_tids; i++) {
-            uint64_t tp = fs_base[i], dtv, n, m;
+            uint64_t tp = thread_ptr[i], dtv, n, m;
             if (!tp || (pass == 0) != (tids[i] == w->src.pid)) continue;
-            dtv = ptmd_mapped_word(w, tp + 8);
+            dtv = ptmd_mapped_word(w, tp + PTMD_TCB_DTV);
             if (!dtv || (dtv & 7)) continue;
             n = ptmd_mapped_word(w, dtv - 16);
             if (n > PTMD_DTV_MAX) continue;
             for (m = 1; m <= n; m++) {
                 uint64_t val = ptmd_mapped_word(w, dtv + 16 * m), ar;
-                if (!val || val == UINT64_MAX || val >= tp || tp - val > PTMD_STATIC_TLS_MAX) continue;
+                if (!val || val == UINT64_MAX) continue;
+#if PTMD_TLS_VARIANT == 2
+                if (val >= tp || tp - val > PTMD_STATIC_TLS_MAX) continue;
+#else
+                if (val < tp || val - tp > PTMD_STATIC_TLS_MAX) continue;
+#endif
                 ar = ptmd_mapped_word(w, val + (uint64_t)lc->thread_arena_tls);
                 if (ar && on_ring(w, lc, ar)) {
-                    lc->tls_offset = tp - val;
+                    lc->tls_offset = tp - lc->tp_from_pthread - val;
                     return 1;
                 }
             }

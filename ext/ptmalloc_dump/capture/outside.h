@@ -12,8 +12,9 @@ int ptmd_outside_copy(ptmd_walk *w, const ptmd_libc *lc, int pid, ptmd_source_re
 /* The first arena along the ring from main_arena whose mutex is held (a stopped process read in
  * place, or a copy), or 0; a ring that cannot be read or does not come back ends the check. */
 uint64_t ptmd_outside_held_arena(ptmd_source *s, const ptmd_libc *lc);
-/* libc's static TLS offset below a thread pointer in the copy (lc->tls_offset), from the threads' dtv:
- * the block whose `thread_arena` holds an arena of the ring. 1 when found. */
+/* Where the target's threads keep struct pthread (lc->tp_from_pthread) and libc's static TLS block
+ * (lc->tls_offset), from the threads' thread pointers and dtv: the block whose `thread_arena` holds an
+ * arena of the ring. 1 when the TLS block was found. */
 int ptmd_outside_tls(ptmd_walk *w, ptmd_libc *lc);
 
 #endif

@@ -18,22 +18,25 @@
 #define _GNU_SOURCE
 #include "capture/roots.h"
 #include "capture/refs.h"
+#include "capture/arch.h"
 
 #include <errno.h>
 #include <link.h>
+#include <pthread.h>
 #include <string.h>
 #include <unistd.h>
 
 #define PTMD_ROOTS_BLOCK 8192             /* words per read */
 #define PTMD_ROOTS_MAX 65536              /* ranges */
-#define PTMD_TLS_BELOW_MAX (1u << 20)     /* static TLS below the thread pointer, at most */
+#define PTMD_TLS_BELOW_MAX (1u << 20)     /* static TLS from struct pthread, at most */
 #define PTMD_TLS_BELOW_DEFAULT (4u << 10) /* when no module's TLS block says */
-#define PTMD_TLS_ABOVE (4u << 10)         /* struct pthread above it (2,304 bytes in 2.36) */
+#define PTMD_TLS_ABOVE (4u << 10)         /* struct pthread (2,304 bytes in 2.36 on x86-64) and its TCB */
 
 typedef struct {
     ptmd_buf *out;
-    uint64_t tp;        /* the dumping thread's thread pointer, 0 when unknown */
-    uint64_t tls_below; /* how far below it the static TLS blocks reach */
+    uint64_t pthread;   /* the dumping thread's struct pthread, 0 when unknown */
+    uint64_t tls_below; /* how far below it the static TLS blocks reach (x86-64) */
+    uint64_t tls_above; /* how far above it they reach (aarch64) */
     int oom;
 } phdr_ctx;
 
@@ -87,11 +90,17 @@ static int each_object(struct dl_phdr_info *info, size_t size, void *data)
     const char *name = info->dlpi_name;
     int i;
     PTMD_UNUSED(size);
-    /* x86-64 (TLS_TCB_AT_TP): every thread's static TLS blocks lie at the same offsets below its
-     * thread pointer; the dumping thread's own blocks (dlpi_tls_data) tell how far down they reach */
-    if (c->tp && info->dlpi_tls_data) {
-        uint64_t d = (uint64_t)(uintptr_t)info->dlpi_tls_data;
-        if (d < c->tp && c->tp - d <= PTMD_TLS_BELOW_MAX && c->tp - d > c->tls_below) c->tls_below = c->tp - d;
+    /* every thread's static TLS blocks lie at the same offsets from its struct pthread (below it on
+     * x86-64, above it on aarch64: capture/arch.h); the dumping thread's own blocks (dlpi_tls_data)
+     * tell how far they reach */
+    if (c->pthread && info->dlpi_tls_data) {
+        uint64_t d = (uint64_t)(uintptr_t)info->dlpi_tls_data, e = d;
+        for (i = 0; i < info->dlpi_phnum; i++)
+            if (info->dlpi_phdr[i].p_type == PT_TLS) e = d + info->dlpi_phdr[i].p_memsz;
+        if (d < c->pthread && c->pthread - d <= PTMD_TLS_BELOW_MAX && c->pthread - d > c->tls_below)
+            c->tls_below = c->pthread - d;
+        if (e > c->pthread && e - c->pthread <= PTMD_TLS_BELOW_MAX && e - c->pthread > c->tls_above)
+            c->tls_above = e - c->pthread;
     }
     if (!name || !name[0]) {
         if (!exe_path[0]) {
@@ -125,34 +134,36 @@ static const ptmd_map *stack_mapping(const ptmd_walk *w)
     return NULL;
 }
 
-/* The window around a thread pointer that holds its static TLS and struct pthread, inside its
- * stack block `m`. */
-static void tls_window(const ptmd_map *m, uint64_t pthread, uint64_t tls_below, uint64_t *lo, uint64_t *hi)
+/* The window around a struct pthread that holds it, its TCB and its static TLS, inside its stack
+ * block `m`. */
+static void tls_window(const ptmd_map *m, uint64_t pthread, uint64_t tls_below, uint64_t tls_above, uint64_t *lo,
+                       uint64_t *hi)
 {
+    uint64_t above = tls_above > PTMD_TLS_ABOVE ? tls_above : PTMD_TLS_ABOVE;
     *lo = pthread - m->start > tls_below ? pthread - tls_below : m->start;
-    *hi = m->end - pthread > PTMD_TLS_ABOVE ? pthread + PTMD_TLS_ABOVE : m->end;
+    *hi = m->end - pthread > above ? pthread + above : m->end;
 }
 
-/* A thread's DTV (tcbhead_t.dtv, the word after tcb at its thread pointer) points one dtv_t (16 bytes)
+/* A thread's DTV (tcbhead_t.dtv, at PTMD_TCB_DTV from its thread pointer) points one dtv_t (16 bytes)
  * into the block glibc calloc'd for it (elf/dl-tls.c, allocate_dtv and _dl_resize_dtv): that word
  * holds the block, as the TLS window `root` holds the word. */
 static int dtv_ref(ptmd_walk *w, uint32_t root, uint64_t pthread)
 {
-    uint64_t dtv;
+    uint64_t dtv, where = pthread + w->lc->tp_from_pthread + PTMD_TCB_DTV;
     long ci;
     ptmd_root_ref *rr;
-    if (ptmd_guarded_copy(w, pthread + 8, &dtv, sizeof(dtv)) != 0 || dtv < 16 ||
+    if (ptmd_guarded_copy(w, where, &dtv, sizeof(dtv)) != 0 || dtv < 16 ||
         (ci = ptmd_refs_chunk_of_mem(w, dtv - 16)) < 0)
         return 0;
     if (!(rr = ptmd_buf_push(&w->root_refs, sizeof(*rr)))) return -1;
-    rr->where = pthread + 8;
+    rr->where = where;
     rr->root = root;
     rr->chunk = (uint32_t)ci;
     return 0;
 }
 
 /* The static TLS and struct pthread of each thread glibc keeps that is not running. */
-static int gone_thread_roots(ptmd_walk *w, uint64_t tls_below)
+static int gone_thread_roots(ptmd_walk *w, uint64_t tls_below, uint64_t tls_above)
 {
     size_t i, n = PTMD_BUF_COUNT(&w->gone, uint64_t);
     for (i = 0; i < n; i++) {
@@ -160,7 +171,7 @@ static int gone_thread_roots(ptmd_walk *w, uint64_t tls_below)
         const ptmd_map *m = ptmd_maps_find(&w->maps, pthread);
         ptmd_root_rec *r;
         if (!m || m->kind == PTMD_MAPKIND_BRK) continue;
-        tls_window(m, pthread, tls_below, &lo, &hi);
+        tls_window(m, pthread, tls_below, tls_above, &lo, &hi);
         if (!(r = add_root(w, lo, hi, PTMD_ROOT_TLS, 0))) return -1;
         set_name(r, "TLS of threads not running (glibc's stack cache)");
         if (dtv_ref(w, (uint32_t)PTMD_BUF_COUNT(&w->roots, ptmd_root_rec) - 1, pthread) != 0) return -1;
@@ -168,7 +179,7 @@ static int gone_thread_roots(ptmd_walk *w, uint64_t tls_below)
     return 0;
 }
 
-static int thread_roots(ptmd_walk *w, uint64_t tls_below)
+static int thread_roots(ptmd_walk *w, uint64_t tls_below, uint64_t tls_above)
 {
     size_t i, n = PTMD_BUF_COUNT(&w->threads, ptmd_thread_rec);
     /* the process dumped: a snapshot child describes its parent */
@@ -182,7 +193,7 @@ static int thread_roots(ptmd_walk *w, uint64_t tls_below)
         ptmd_root_rec *r;
         /* a thread pointer in malloc's own [heap] would make chunks roots */
         if (!m || m->kind == PTMD_MAPKIND_BRK) continue;
-        tls_window(m, t.pthread, tls_below, &tls_lo, &hi);
+        tls_window(m, t.pthread, tls_below, tls_above, &tls_lo, &hi);
         if (!(r = add_root(w, tls_lo, hi, PTMD_ROOT_TLS, t.tid))) return -1;
         set_thread_name(r, "TLS", t.tid);
         if (dtv_ref(w, (uint32_t)PTMD_BUF_COUNT(&w->roots, ptmd_root_rec) - 1, t.pthread) != 0) return -1;
@@ -205,7 +216,7 @@ static int thread_roots(ptmd_walk *w, uint64_t tls_below)
             set_thread_name(r, "registers", t.tid);
         }
     }
-    return gone_thread_roots(w, tls_below);
+    return gone_thread_roots(w, tls_below, tls_above);
 }
 
 /* 1 when the latest interior reference recorded is the same root's into the same chunk: one is
@@ -279,18 +290,18 @@ static int scan_root(ptmd_walk *w, uint32_t root)
 
 int ptmd_walk_objects(ptmd_walk *w)
 {
-    phdr_ctx c = { &w->objects, 0, 0, 0 };
-    __asm__("mov %%fs:16, %0" : "=r"(c.tp));
+    phdr_ctx c = { &w->objects, (uint64_t)(uintptr_t)pthread_self(), 0, 0, 0 };
     w->objects.len = 0;
     dl_iterate_phdr(each_object, &c);
     w->tls_below = c.tls_below ? c.tls_below : PTMD_TLS_BELOW_DEFAULT;
+    w->tls_above = c.tls_above;
     return c.oom ? -1 : 0;
 }
 
 int ptmd_walk_roots(ptmd_walk *w, ptmd_err *err)
 {
     const ptmd_buf *objects = w->given_objects;
-    uint64_t tls_below = w->given_tls_below;
+    uint64_t tls_below = w->given_tls_below, tls_above = w->given_tls_above;
     uint32_t i, n;
     uint64_t t0 = ptmd_now_ns();
     if (!w->references) return 0;
@@ -298,13 +309,15 @@ int ptmd_walk_roots(ptmd_walk *w, ptmd_err *err)
         if (ptmd_walk_objects(w) != 0) return ptmd_fail_sys(err, errno, "root table", "mmap");
         objects = &w->objects;
         tls_below = w->tls_below;
+        tls_above = w->tls_above;
     }
     n = (uint32_t)PTMD_BUF_COUNT(objects, ptmd_root_rec);
     if (n > PTMD_ROOTS_MAX) n = PTMD_ROOTS_MAX;
     if (n && ptmd_buf_append(&w->roots, objects->base, n * sizeof(ptmd_root_rec)) != 0)
         return ptmd_fail_sys(err, errno, "root table", "mmap");
     if (!tls_below) tls_below = PTMD_TLS_BELOW_DEFAULT;
-    if (thread_roots(w, (tls_below + 63) & ~63ull) != 0) return ptmd_fail_sys(err, errno, "root table", "mmap");
+    if (thread_roots(w, (tls_below + 63) & ~63ull, (tls_above + 63) & ~63ull) != 0)
+        return ptmd_fail_sys(err, errno, "root table", "mmap");
     n = (uint32_t)PTMD_BUF_COUNT(&w->roots, ptmd_root_rec);
     for (i = 0; i < n; i++)
         if (scan_root(w, i) != 0) return ptmd_fail_sys(err, errno, "root references", "mmap");

@@ -8,8 +8,8 @@
  * registers, scanned for words equal to an allocated chunk's user address (after
  * ptmd_walk_references, whose map it uses). */
 int ptmd_walk_roots(ptmd_walk *w, ptmd_err *err);
-/* The loaded objects' writable segments into w->objects and the static TLS reach into w->tls_below,
- * from dl_iterate_phdr (so never in a fork snapshot's child). 0, or -1 when out of memory. */
+/* The loaded objects' writable segments into w->objects and the static TLS reach into w->tls_below and
+ * w->tls_above, from dl_iterate_phdr (so never in a fork snapshot's child). 0, or -1 when out of memory. */
 int ptmd_walk_objects(ptmd_walk *w);
 
 #endif

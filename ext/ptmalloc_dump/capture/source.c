@@ -29,7 +29,7 @@ int ptmd_source_thread_table(ptmd_source *s)
 {
     s->tids = ptmd_source_zeroed(PTMD_SOURCE_MAX_TASKS * (sizeof(int) + sizeof(uint64_t)));
     if (!s->tids) return -1;
-    s->fs_base = (uint64_t *)(void *)(s->tids + PTMD_SOURCE_MAX_TASKS);
+    s->thread_ptr = (uint64_t *)(void *)(s->tids + PTMD_SOURCE_MAX_TASKS);
     return 0;
 }
 
@@ -48,7 +48,7 @@ void ptmd_source_release(ptmd_source *s)
     s->nt_file = NULL;
     if (s->tids) munmap(s->tids, PTMD_SOURCE_MAX_TASKS * (sizeof(int) + sizeof(uint64_t)));
     s->tids = NULL;
-    s->fs_base = NULL;
+    s->thread_ptr = NULL;
     s->n_tids = 0;
     s->n_regions = 0;
     s->last = 0;
@@ -129,10 +129,10 @@ int ptmd_source_copy_pages(ptmd_source *s, uint64_t start, size_t npages, uint8_
     return rc;
 }
 
-int ptmd_source_held_threads(const ptmd_source *s, const int **tids, const uint64_t **fs_base)
+int ptmd_source_held_threads(const ptmd_source *s, const int **tids, const uint64_t **thread_ptr)
 {
     *tids = s->tids;
-    *fs_base = s->fs_base;
+    *thread_ptr = s->thread_ptr;
     return s->n_tids;
 }
 
@@ -154,9 +154,9 @@ int ptmd_source_maps_again(ptmd_source *s, ptmd_maps *maps, ptmd_err *err)
     return s->ops->maps_again(s, maps, err) == 0 ? 1 : -1;
 }
 
-int ptmd_source_threads(const ptmd_source *s, const int **tids, const uint64_t **fs_base)
+int ptmd_source_threads(const ptmd_source *s, const int **tids, const uint64_t **thread_ptr)
 {
-    return s->ops->threads ? s->ops->threads(s, tids, fs_base) : -1;
+    return s->ops->threads ? s->ops->threads(s, tids, thread_ptr) : -1;
 }
 
 void ptmd_source_hold_range(ptmd_source *s, uint64_t start, uint64_t end)

@@ -44,7 +44,7 @@ typedef struct {
     int (*maps_again)(ptmd_source *s, ptmd_maps *maps, ptmd_err *err);
     /* The threads the source holds (stopped, or a core's): their ids and thread pointers; the count.
      * NULL: none (glibc's lists name them). */
-    int (*threads)(const ptmd_source *s, const int **tids, const uint64_t **fs_base);
+    int (*threads)(const ptmd_source *s, const int **tids, const uint64_t **thread_ptr);
     /* Reads [start, end) once into a region, for reads word by word of a running target; NULL: none. */
     int (*hold_range)(ptmd_source *s, uint64_t start, uint64_t end);
     /* Lets the target run again; NULL: nothing holds it. */
@@ -78,7 +78,7 @@ struct ptmd_source {
 
     /* the threads: seized with ptrace, in the order they were, or a core's (mmapped, MAX_TASKS) */
     int *tids;
-    uint64_t *fs_base; /* each one's thread pointer (PTRACE_GETREGS, NT_PRSTATUS), 0 unknown */
+    uint64_t *thread_ptr; /* each one's thread pointer (PTRACE_GETREGS, NT_PRSTATUS), 0 unknown */
     int n_tids;
     int n_seized;        /* of tids, those still seized (0 once detached) */
     uint64_t stopped_ns; /* CLOCK_MONOTONIC when the first thread was seized */
@@ -118,8 +118,8 @@ int ptmd_source_read_now(ptmd_source *s, uint64_t addr, void *dst, size_t len);
 int ptmd_source_pages(ptmd_source *s, uint64_t start, size_t npages, uint8_t *out);
 /* 1 when the mappings were read again, 0 when they cannot have changed, -1 when the read failed. */
 int ptmd_source_maps_again(ptmd_source *s, ptmd_maps *maps, ptmd_err *err);
-/* The count of the source's own threads (tids, fs_base), -1 when it holds none. */
-int ptmd_source_threads(const ptmd_source *s, const int **tids, const uint64_t **fs_base);
+/* The count of the source's own threads (tids, thread_ptr), -1 when it holds none. */
+int ptmd_source_threads(const ptmd_source *s, const int **tids, const uint64_t **thread_ptr);
 void ptmd_source_hold_range(ptmd_source *s, uint64_t start, uint64_t end);
 void ptmd_source_let_go(ptmd_source *s);
 
@@ -143,6 +143,6 @@ uint64_t ptmd_source_rd64_slow(ptmd_source *s, uint64_t addr);
 int ptmd_source_copy_read(ptmd_source *s, uint64_t addr, void *dst, size_t len);
 void ptmd_source_read_each(ptmd_source *s, const uintptr_t *addrs, size_t n, size_t each, void *dst, unsigned char *ok);
 int ptmd_source_copy_pages(ptmd_source *s, uint64_t start, size_t npages, uint8_t *out);
-int ptmd_source_held_threads(const ptmd_source *s, const int **tids, const uint64_t **fs_base);
+int ptmd_source_held_threads(const ptmd_source *s, const int **tids, const uint64_t **thread_ptr);
 
 #endif

@@ -3,6 +3,7 @@
  * the core is checked against the file before it is used. */
 #define _GNU_SOURCE
 #include "capture/source_core.h"
+#include "capture/arch.h"
 
 #include <elf.h>
 #include <errno.h>
@@ -25,12 +26,20 @@ static const ptmd_source_ops core_ops = {
 
 #define PTMD_NT_FILE 0x46494c45 /* "FILE": the mapped files (linux/elf.h) */
 
-/* The notes of a PT_NOTE segment: threads and fs_base (NT_PRSTATUS, main thread's first when the
+/* Where NT_PRSTATUS's registers (elf_gregset_t) hold the stack pointer and the thread pointer; aarch64
+ * keeps the thread pointer (tpidr_el0) in the NT_ARM_TLS note after each thread's NT_PRSTATUS. */
+#if defined(__x86_64__)
+#define PTMD_CORE_SP_INDEX (offsetof(struct user_regs_struct, rsp) / sizeof(unsigned long long))
+#define PTMD_CORE_TP_INDEX (offsetof(struct user_regs_struct, fs_base) / sizeof(unsigned long long))
+#else
+#define PTMD_CORE_SP_INDEX 31 /* struct user_pt_regs: regs[31], sp, pc, pstate */
+#define PTMD_NT_ARM_TLS 0x401
+#endif
+
+/* The notes of a PT_NOTE segment: threads and thread_ptr (NT_PRSTATUS, main thread's first when the
  * kernel wrote it; gcore puts the current thread first), pid (NT_PRPSINFO), files (NT_FILE). */
 static int core_notes(ptmd_source *s, const unsigned char *p, size_t len, const char *path, ptmd_err *err)
 {
-    const size_t fs_index = offsetof(struct user_regs_struct, fs_base) / sizeof(unsigned long long);
-    const size_t sp_index = offsetof(struct user_regs_struct, rsp) / sizeof(unsigned long long);
     size_t off = 0;
     while (len - off >= sizeof(Elf64_Nhdr)) {
         Elf64_Nhdr nh;
@@ -47,10 +56,18 @@ static int core_notes(ptmd_source *s, const unsigned char *p, size_t len, const 
             memcpy(&st, p + desc_off, sizeof(st));
             if (s->n_tids < PTMD_SOURCE_MAX_TASKS) {
                 s->tids[s->n_tids] = st.pr_pid;
-                s->fs_base[s->n_tids] = st.pr_reg[fs_index];
+#ifdef PTMD_CORE_TP_INDEX
+                s->thread_ptr[s->n_tids] = st.pr_reg[PTMD_CORE_TP_INDEX];
+#else
+                s->thread_ptr[s->n_tids] = 0; /* until its NT_ARM_TLS */
+#endif
                 s->n_tids++;
-                if (st.pr_pid == s->pid || !s->main_sp) s->main_sp = st.pr_reg[sp_index];
+                if (st.pr_pid == s->pid || !s->main_sp) s->main_sp = st.pr_reg[PTMD_CORE_SP_INDEX];
             }
+#ifdef PTMD_NT_ARM_TLS
+        } else if (nh.n_type == PTMD_NT_ARM_TLS && nh.n_descsz >= 8 && s->n_tids > 0) {
+            memcpy(&s->thread_ptr[s->n_tids - 1], p + desc_off, 8);
+#endif
         } else if (nh.n_type == NT_PRPSINFO && nh.n_descsz >= sizeof(struct elf_prpsinfo)) {
             struct elf_prpsinfo ps;
             memcpy(&ps, p + desc_off, sizeof(ps));
@@ -137,10 +154,10 @@ int ptmd_source_open_core(ptmd_source *s, const char *path, ptmd_maps *maps, ptm
     eh = (const Elf64_Ehdr *)(const void *)s->core;
     if (memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0 || eh->e_type != ET_CORE)
         return ptmd_fail(err, PTMD_E_CORE, "%s is no core file (not an ELF core)", path);
-    if (eh->e_ident[EI_CLASS] != ELFCLASS64 || eh->e_ident[EI_DATA] != ELFDATA2LSB || eh->e_machine != EM_X86_64)
+    if (eh->e_ident[EI_CLASS] != ELFCLASS64 || eh->e_ident[EI_DATA] != ELFDATA2LSB || eh->e_machine != PTMD_ELF_MACHINE)
         return ptmd_fail(err, PTMD_E_CORE,
                          "%s is a core of another architecture (ELF machine %u, class %u): "
-                         "ptmalloc_dump reads x86-64 cores",
+                         "ptmalloc_dump built for " PTMD_ARCH_NAME " reads " PTMD_ARCH_NAME " cores",
                          path, (unsigned)eh->e_machine, (unsigned)eh->e_ident[EI_CLASS]);
     if (eh->e_phentsize != sizeof(Elf64_Phdr) || eh->e_phoff > s->core_size ||
         (s->core_size - eh->e_phoff) / sizeof(Elf64_Phdr) < eh->e_phnum)

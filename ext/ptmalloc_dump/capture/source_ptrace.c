@@ -4,6 +4,7 @@
  * at once, on every path out: the walk reads the copy. */
 #define _GNU_SOURCE
 #include "capture/source_ptrace.h"
+#include "capture/arch.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -106,6 +107,20 @@ static int wait_stopped(int pid, int tid)
     return -2;
 }
 
+/* A stopped thread's thread pointer: fs_base of its registers (x86-64), its NT_ARM_TLS register set
+ * (aarch64: tpidr_el0); 0 when it cannot be read. */
+static uint64_t thread_pointer_of(int tid)
+{
+#if defined(__x86_64__)
+    struct user_regs_struct regs;
+    return ptrace(PTRACE_GETREGS, tid, NULL, &regs) == 0 ? regs.fs_base : 0;
+#else
+    uint64_t tp[2] = { 0, 0 }; /* tpidr_el0, and tpidr2_el0 where the kernel has SME */
+    struct iovec iov = { tp, sizeof(tp) };
+    return ptrace(PTRACE_GETREGSET, tid, (void *)(uintptr_t)0x401 /* NT_ARM_TLS */, &iov) == 0 ? tp[0] : 0;
+#endif
+}
+
 int ptmd_source_attach(ptmd_source *s, int pid, ptmd_err *err)
 {
     int round, tids[PTMD_SOURCE_MAX_TASKS];
@@ -174,10 +189,7 @@ int ptmd_source_attach(ptmd_source *s, int pid, ptmd_err *err)
                 goto fail;
             }
             /* each thread's thread pointer: its struct pthread, TLS and tcache */
-            for (i = 0; i < s->n_tids; i++) {
-                struct user_regs_struct regs;
-                s->fs_base[i] = ptrace(PTRACE_GETREGS, s->tids[i], NULL, &regs) == 0 ? regs.fs_base : 0;
-            }
+            for (i = 0; i < s->n_tids; i++) s->thread_ptr[i] = thread_pointer_of(s->tids[i]);
             return 0;
         }
     }

@@ -6,7 +6,7 @@
 #include "capture/source.h"
 
 /* Seizes and interrupts every thread of pid (re-listing /proc/PID/task until no new one appears),
- * waiting until each has stopped, and reads each one's fs_base. On failure every thread seized is
+ * waiting until each has stopped, and reads each one's thread_ptr. On failure every thread seized is
  * detached again. */
 int ptmd_source_attach(ptmd_source *s, int pid, ptmd_err *err);
 /* Detaches every seized thread (the target runs again) and records the pause; safe to call twice.

@@ -1,13 +1,16 @@
-/* Thread enumeration without debug info for ld.so: from our own struct pthread (the thread pointer,
- * %fs:16 on x86-64) along its `list` links to the list head, and from there to the neighbouring list
- * (glibc 2.34+ keeps _dl_stack_used and _dl_stack_user adjacent in _rtld_global). A struct pthread is
- * recognised by its self pointers (header.tcb and header.self); live threads have tid > 0. Every read
- * goes through the fault-free reader: stacks of exiting threads may be unmapped at any time. */
+/* Thread enumeration without debug info for ld.so: from our own struct pthread (pthread_self ()) along
+ * its `list` links to the list head, and from there to the neighbouring list (glibc 2.34+ keeps
+ * _dl_stack_used and _dl_stack_user adjacent in _rtld_global). A struct pthread is recognised by its
+ * self pointers (x86-64: header.tcb and header.self) or its robust-mutex list (aarch64, whose header
+ * is padding: capture/arch.h); live threads have tid > 0. Every read goes through the fault-free
+ * reader: stacks of exiting threads may be unmapped at any time. */
 #define _GNU_SOURCE
 #include "capture/threads.h"
+#include "capture/arch.h"
 
 #include <errno.h>
 #include <link.h>
+#include <pthread.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -51,8 +54,14 @@ static int rd(ptmd_walk *w, uint64_t addr, uint64_t *out)
 
 static int is_thread(ptmd_walk *w, uint64_t base)
 {
+#if PTMD_TLS_VARIANT == 2
     uint64_t tcb, self;
     return rd(w, base, &tcb) == 0 && rd(w, base + 16, &self) == 0 && tcb == base && self == base;
+#else
+    uint64_t fo;
+    return rd(w, base + w->L->pthread_list + PTMD_PTHREAD_FUTEX_OFFSET_FROM_LIST, &fo) == 0 &&
+           fo == PTMD_PTHREAD_FUTEX_OFFSET;
+#endif
 }
 
 static int32_t tid_of(ptmd_walk *w, uint64_t base, size_t list_off)
@@ -204,14 +213,14 @@ static int collect_given(ptmd_walk *w, uint64_t self)
 }
 
 /* Another process: its threads as they were stopped, each one's struct pthread at its thread pointer
- * (fs_base: x86-64 keeps the TCB at the thread pointer, TLS_TCB_AT_TP), recognised by its self
- * pointers like any other. */
-static int collect_target(ptmd_walk *w, int n_tids, const int *tids, const uint64_t *fs_base)
+ * less tp_from_pthread (capture/arch.h), recognised like any other. */
+static int collect_target(ptmd_walk *w, int n_tids, const int *tids, const uint64_t *tp)
 {
     int i, found = 0;
     for (i = 0; i < n_tids; i++) {
-        if (!fs_base[i] || !is_thread(w, fs_base[i])) continue;
-        if (push_thread(w, fs_base[i], tids[i], 0) != 0) return -1;
+        uint64_t base = tp[i] - w->lc->tp_from_pthread;
+        if (!tp[i] || !is_thread(w, base)) continue;
+        if (push_thread(w, base, tids[i], 0) != 0) return -1;
         found++;
     }
     w->thread_count = (uint32_t)n_tids;
@@ -227,12 +236,12 @@ static int collect(ptmd_walk *w)
     long ntids, i;
     int found = 0, held;
     const int *held_tids;
-    const uint64_t *held_fs_base;
+    const uint64_t *held_thread_ptr;
 
-    if ((held = ptmd_source_threads(&w->src, &held_tids, &held_fs_base)) >= 0)
-        return collect_target(w, held, held_tids, held_fs_base);
+    if ((held = ptmd_source_threads(&w->src, &held_tids, &held_thread_ptr)) >= 0)
+        return collect_target(w, held, held_tids, held_thread_ptr);
 
-    __asm__("mov %%fs:16, %0" : "=r"(self));
+    self = (uint64_t)(uintptr_t)pthread_self();
     if (w->given_threads) return collect_given(w, self);
     ntids = ptmd_list_tids(0, tids, PTMD_MAX_TIDS);
     w->thread_count = ntids > 0 ? (uint32_t)ntids : 0;

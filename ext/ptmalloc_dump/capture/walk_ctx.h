@@ -56,7 +56,8 @@ typedef struct ptmd_walk {
     ptmd_buf root_refs;       /* ptmd_root_ref */
     ptmd_buf root_inner_refs; /* ptmd_root_ref: a word pointing into the chunk's user data past its start */
     ptmd_buf objects;         /* ptmd_root_rec: the loaded objects' writable segments */
-    uint64_t tls_below;       /* how far below a thread pointer the static TLS blocks reach */
+    uint64_t tls_below;       /* how far below a struct pthread the static TLS blocks reach (x86-64) */
+    uint64_t tls_above;       /* how far above it they reach (aarch64) */
     uint64_t roots_ns;
     uint64_t caller_frame;   /* the dump's outermost frame: the dumping thread's stack above it */
     uint64_t caller_regs[8]; /* that thread's callee-saved registers at the dump's entry */
@@ -79,7 +80,7 @@ typedef struct ptmd_walk {
      * too: dl_iterate_phdr takes the loader's lock, which another thread of the parent may have
      * held at the fork, and then the child would wait for ever */
     const ptmd_buf *given_objects;
-    uint64_t given_tls_below;
+    uint64_t given_tls_below, given_tls_above;
     const ptmd_buf *given_gone; /* and the descriptors of its threads that were not running */
 
     /* a fork snapshot's parent: the PTMD_PAGE_* flags of its anonymous mappings, read just before the
