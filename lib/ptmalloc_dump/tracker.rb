@@ -77,6 +77,7 @@ module PtmallocDump
     def elf_problem(file)
       data = File.open(file, "rb") { |f| f.read(64) }.to_s
       return "#{file} is not an ELF executable" unless data.start_with?("\x7FELF".b)
+
       own = File.open("/proc/self/exe", "rb") { |f| f.read(20) }.unpack1("@18S<")
       unless data.getbyte(4) == 2 && data.unpack1("@18S<") == own
         return "#{file} is not a 64-bit #{ELF_MACHINES.fetch(own, "machine #{own}")} program"
