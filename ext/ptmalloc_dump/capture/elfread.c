@@ -144,13 +144,13 @@ int ptmd_elf_debuglink(const ptmd_elf_file *f, char *name, size_t name_size, uin
     return 0;
 }
 
-int ptmd_elf_lookup(const ptmd_elf_file *f, ptmd_elf_sym *syms, size_t nsyms)
+static int lookup_in(const ptmd_elf_file *f, const char *section, uint32_t type, ptmd_elf_sym *syms, size_t nsyms)
 {
-    const Elf64_Shdr *symsh = ptmd_elf_section(f, ".symtab"), *strsh;
+    const Elf64_Shdr *symsh = ptmd_elf_section(f, section), *strsh;
     const unsigned char *symd, *strd;
     size_t i, j, n;
     int found = 0;
-    if (!symsh || symsh->sh_type != SHT_SYMTAB || symsh->sh_entsize != sizeof(Elf64_Sym)) return -1;
+    if (!symsh || symsh->sh_type != type || symsh->sh_entsize != sizeof(Elf64_Sym)) return -1;
     if (symsh->sh_link >= f->shnum) return -1;
     strsh = &f->shdrs[symsh->sh_link];
     symd = ptmd_elf_section_data(f, symsh);
@@ -180,6 +180,16 @@ int ptmd_elf_lookup(const ptmd_elf_file *f, ptmd_elf_sym *syms, size_t nsyms)
         }
     }
     return found;
+}
+
+int ptmd_elf_lookup(const ptmd_elf_file *f, ptmd_elf_sym *syms, size_t nsyms)
+{
+    return lookup_in(f, ".symtab", SHT_SYMTAB, syms, nsyms);
+}
+
+int ptmd_elf_lookup_dynamic(const ptmd_elf_file *f, ptmd_elf_sym *syms, size_t nsyms)
+{
+    return lookup_in(f, ".dynsym", SHT_DYNSYM, syms, nsyms);
 }
 
 size_t ptmd_elf_loaded_build_id(uintptr_t load_bias, const Elf64_Phdr *phdrs, size_t phnum, unsigned char *out,

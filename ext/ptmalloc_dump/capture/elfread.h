@@ -7,7 +7,7 @@
 
 #define PTMD_BUILD_ID_MAX 64
 
-/* A whole ELF file mapped read-only and checked to be a sane ELF64 x86-64 image. */
+/* A whole ELF file mapped read-only and checked to be a sane ELF64 image of this machine. */
 typedef struct {
     const unsigned char *data;
     size_t size;
@@ -42,11 +42,13 @@ typedef struct {
 
 /* Looks up every name of syms[] in .symtab; returns how many were found, -1 when there is no .symtab. */
 int ptmd_elf_lookup(const ptmd_elf_file *f, ptmd_elf_sym *syms, size_t nsyms);
+/* The same in .dynsym, the exported symbols. */
+int ptmd_elf_lookup_dynamic(const ptmd_elf_file *f, ptmd_elf_sym *syms, size_t nsyms);
 
 /* File offset of a link-time virtual address (through the file's PT_LOAD headers); 0 on success. */
 int ptmd_elf_vaddr_offset(const ptmd_elf_file *f, uint64_t vaddr, uint64_t *off);
 
-/* Calls fn(vaddr, addend, arg) for every R_X86_64_RELATIVE relocation of the file, from DT_RELA and
+/* Calls fn(vaddr, addend, arg) for every relative relocation (R_X86_64_RELATIVE, R_AARCH64_RELATIVE) of the file, from DT_RELA and
  * DT_RELR (whose addend is the initial value stored at the location). Returns the count, -1 if the
  * file has no dynamic section. */
 long ptmd_elf_relative_relocs(const ptmd_elf_file *f, void (*fn)(uint64_t vaddr, uint64_t addend, void *arg),

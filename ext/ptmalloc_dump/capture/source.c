@@ -46,6 +46,8 @@ void ptmd_source_release(ptmd_source *s)
     if (s->core) munmap((void *)s->core, s->core_size);
     s->core = NULL;
     s->nt_file = NULL;
+    s->auxv = NULL;
+    ptmd_buf_release(&s->made_nt_file);
     if (s->tids) munmap(s->tids, PTMD_SOURCE_MAX_TASKS * (sizeof(int) + sizeof(uint64_t)));
     s->tids = NULL;
     s->thread_ptr = NULL;

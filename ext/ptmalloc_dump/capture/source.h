@@ -73,6 +73,9 @@ struct ptmd_source {
     size_t core_size;
     const unsigned char *nt_file;
     size_t nt_file_len;
+    const unsigned char *auxv; /* its NT_AUXV note */
+    size_t auxv_len;
+    ptmd_buf made_nt_file; /* without NT_FILE: the note as the loaded objects' list tells it */
     uint64_t main_sp;
     int ppid;
 

@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include "capture/source_core.h"
 #include "capture/arch.h"
+#include "capture/core_files.h"
 
 #include <elf.h>
 #include <errno.h>
@@ -73,6 +74,9 @@ static int core_notes(ptmd_source *s, const unsigned char *p, size_t len, const 
             memcpy(&ps, p + desc_off, sizeof(ps));
             s->pid = ps.pr_pid;
             s->ppid = ps.pr_ppid;
+        } else if (nh.n_type == NT_AUXV) {
+            s->auxv = p + desc_off;
+            s->auxv_len = nh.n_descsz;
         } else if (nh.n_type == PTMD_NT_FILE && nh.n_descsz >= 16) {
             s->nt_file = p + desc_off;
             s->nt_file_len = nh.n_descsz;
@@ -117,6 +121,18 @@ static int core_file_backed(const ptmd_source *s, uint64_t lo, uint64_t hi)
     for (i = 0; ptmd_source_core_file(s, i, &start, &end, &offset, &path) == 0; i++)
         if (start < hi && end > lo) return 1;
     return 0;
+}
+
+/* Each mapping's kind: file-backed by the NT_FILE note, the main thread's stack, else anonymous. */
+static void classify(const ptmd_source *s, ptmd_maps *maps)
+{
+    size_t i;
+    for (i = 0; i < maps->count; i++) {
+        ptmd_map *m = PTMD_BUF_AT(&maps->maps, ptmd_map, i);
+        m->kind = core_file_backed(s, m->start, m->end)           ? PTMD_MAPKIND_FILE
+                  : s->main_sp >= m->start && s->main_sp < m->end ? PTMD_MAPKIND_STACK
+                                                                  : PTMD_MAPKIND_ANON;
+    }
 }
 
 int ptmd_source_open_core(ptmd_source *s, const char *path, ptmd_maps *maps, ptmd_err *err)
@@ -174,8 +190,6 @@ int ptmd_source_open_core(ptmd_source *s, const char *path, ptmd_maps *maps, ptm
     if (!s->n_tids || !s->pid)
         return ptmd_fail(err, PTMD_E_CORE, "core file %s has no thread or process notes (NT_PRSTATUS, NT_PRPSINFO)",
                          path);
-    if (!s->nt_file)
-        return ptmd_fail(err, PTMD_E_CORE, "core file %s has no NT_FILE note: which files it mapped is unknown", path);
     maps->count = 0;
     maps->maps.len = 0;
     for (i = 0; i < eh->e_phnum; i++) {
@@ -198,9 +212,7 @@ int ptmd_source_open_core(ptmd_source *s, const char *path, ptmd_maps *maps, ptm
         m->start = ph.p_vaddr;
         m->end = ph.p_vaddr + ph.p_memsz;
         m->prot = PTMD_MAP_PRIVATE | (ph.p_flags & PF_W ? PTMD_MAP_W : 0) | (ph.p_flags & PF_X ? PTMD_MAP_X : 0);
-        m->kind = core_file_backed(s, m->start, m->end)           ? PTMD_MAPKIND_FILE
-                  : s->main_sp >= m->start && s->main_sp < m->end ? PTMD_MAPKIND_STACK
-                                                                  : PTMD_MAPKIND_ANON;
+        m->kind = PTMD_MAPKIND_ANON; /* classify () */
         have = ph.p_filesz < ph.p_memsz ? ph.p_filesz & ~(uint64_t)(s->page_size - 1) : ph.p_memsz;
         if (!(ph.p_flags & PF_R) || !have) continue;
         /* what the core left out (read-only file pages past the ELF headers) cannot be read: such a
@@ -225,5 +237,15 @@ int ptmd_source_open_core(ptmd_source *s, const char *path, ptmd_maps *maps, ptm
         if (!(r->pages = ptmd_source_zeroed(np))) return ptmd_fail_sys(err, errno, "core regions", "mmap");
         memset(r->pages, PTMD_PAGE_PRESENT | PTMD_PAGE_SHARING_UNKNOWN, np); /* a core tells no sharing */
     }
+    if (!s->nt_file) {
+        if (ptmd_core_files_from_link_map(s, s->auxv, s->auxv_len, &s->made_nt_file) != 0)
+            return ptmd_fail(err, PTMD_E_CORE,
+                             "core file %s has no NT_FILE note, and the dynamic linker's list of loaded "
+                             "objects could not be read from it: which files it mapped is unknown",
+                             path);
+        s->nt_file = s->made_nt_file.base;
+        s->nt_file_len = s->made_nt_file.len;
+    }
+    classify(s, maps);
     return 0;
 }
