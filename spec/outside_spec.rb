@@ -202,6 +202,29 @@ RSpec.describe "ptmalloc-dump --pid" do
     Open3.capture3(env, "bundle", "exec", "exe/ptmalloc-dump", *args, chdir: SpecHelpers::ROOT)
   end
 
+  # A copy of core at out whose NT_FILE notes are renamed (their type changed): the count changed.
+  def without_nt_file(core, out)
+    data = File.binread(core)
+    phoff, phentsize, phnum = data.unpack("@32Q<@54S<S<")
+    changed = 0
+    phnum.times do |i|
+      type, offset, filesz = data.unpack("@#{phoff + i * phentsize}L<@#{phoff + i * phentsize + 8}Q<@#{phoff + i * phentsize + 32}Q<")
+      next unless type == 4 # PT_NOTE
+
+      at = offset
+      while at + 12 <= offset + filesz
+        namesz, descsz, ntype = data.unpack("@#{at}L<3")
+        if ntype == 0x46494c45 # NT_FILE
+          data[at + 8, 4] = [0x46494c58].pack("L<")
+          changed += 1
+        end
+        at += 12 + ((namesz + 3) & ~3) + ((descsz + 3) & ~3)
+      end
+    end
+    File.binwrite(out, data)
+    changed
+  end
+
   def stopped_threads(pid)
     Dir["/proc/#{pid}/task/*/stat"].filter_map do |stat|
       File.read(stat)[/\) (\S)/, 1]
@@ -392,6 +415,20 @@ RSpec.describe "ptmalloc-dump --pid" do
     c = PtmallocDump.load(by_structure)
     expect(c.header[:symbol_source]).to eq(:heuristic)
     expect(chunks.call(c)).to eq(chunks.call(a))
+    # a core without its NT_FILE note (qemu-user writes such cores): the files it mapped come from the
+    # dynamic linker's list of loaded objects in its memory, and the dump is the same again
+    no_files = File.join(tmpdir, "no-nt-file.core")
+    expect(without_nt_file("#{prefix}.#{pid}", no_files)).to eq(1)
+    from_list = File.join(tmpdir, "core-link-map.dump")
+    PtmallocDump.dump_core(no_files, from_list)
+    d = PtmallocDump.load(from_list)
+    expect(d.header.values_at(:main_arena, :mp)).to eq(b.header.values_at(:main_arena, :mp))
+    # the path as the dynamic linker opened it, where the kernel names the file (/lib is /usr/lib here)
+    expect(File.realpath(d.header[:libc_path])).to eq(File.realpath(b.header[:libc_path]))
+    expect(chunks.call(d)).to eq(chunks.call(a))
+    expect(d.threads.map { |t| [t.tid, t.tcache] }.sort_by(&:first)).to eq(b.threads.map { |t| [t.tid, t.tcache] }.sort_by(&:first))
+    heaps = ->(dump) { dump.heaps.map { |h| [h.start, h.kind] } }
+    expect(heaps.call(d)).to eq(heaps.call(b))
   end
 
   it "finds the tcache of a thread a fork left behind whose struct took a chunk 16 bytes larger than it asked for" do
@@ -443,10 +480,10 @@ RSpec.describe "ptmalloc-dump --pid" do
       .to raise_error(PtmallocDump::CoreFileError, /core file #{Regexp.escape(truncated)} is truncated/)
     arm = File.join(tmpdir, "arm.core")
     head = File.binread(core, 4096)
-    head[18, 2] = [183].pack("S<") # e_machine: EM_AARCH64
+    head[18, 2] = [RbConfig::CONFIG["host_cpu"] == "aarch64" ? 62 : 183].pack("S<") # the other one of EM_X86_64, EM_AARCH64
     File.binwrite(arm, head)
     expect { PtmallocDump.dump_core(arm, out) }
-      .to raise_error(PtmallocDump::CoreFileError, /core of another architecture \(ELF machine 183/)
+      .to raise_error(PtmallocDump::CoreFileError, /core of another architecture \(ELF machine (183|62)/)
     _o, stderr, status = ptmalloc_dump(arm, out)
     expect(status.exitstatus).to eq(1)
     expect(stderr).to match(/another architecture/)
