@@ -79,7 +79,8 @@ RSpec.describe "the dump file", :unit do
     end
   end
 
-  it "says where a dump of another process came from, and refuses a SOURCE section of an unknown kind", unit: false do
+  it "says where a dump of another process came from, and refuses a SOURCE section of an unknown kind",
+     unit: false, ptrace: true do
     expect(PtmallocDump.load(path).header.values_at(:source, :source_info)).to eq([:self, nil])
     target = Process.spawn("sleep", "60")
     begin

@@ -15,7 +15,7 @@ RSpec.describe "finding main_arena", :quiescent do
     expect(dump.header[:mp]).to eq(LibcFacts.mp)
   end
 
-  it "agrees with gdb on &main_arena for the same process" do
+  it "agrees with gdb on &main_arena for the same process", :ptrace do
     path = File.join(tmpdir, "child.dump")
     code = <<~RUBY
       PtmallocDump.dump(#{path.inspect}, debug_dir: #{debug_dir.inspect})

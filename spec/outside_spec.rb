@@ -41,7 +41,7 @@ end
 # The ptrace memory source: every thread of another process stopped, its memory read, and the
 # process let go on every path. Oracles: the bytes the target wrote and printed the address of,
 # its /proc/PID/task list, the counters its spinning threads advance, /proc/PID/status.
-RSpec.describe "reading another process" do
+RSpec.describe "reading another process", :ptrace do
   include_context "with targets of spec/fixtures/outside"
 
   THREADS_IN_TARGET = 4
@@ -167,7 +167,7 @@ end
 # ptmalloc-dump --pid, run as a user runs it. Oracles: the target's own mallinfo2() and malloc_info()
 # and the pointers malloc returned to it, with what it did with each; /proc/PID/stat for its state
 # afterwards.
-RSpec.describe "ptmalloc-dump --pid" do
+RSpec.describe "ptmalloc-dump --pid", :ptrace do
   include_context "with targets of spec/fixtures/outside"
 
   COUNTERS = %i[arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost].freeze
@@ -641,14 +641,14 @@ RSpec.describe "ptmalloc-dump --pid" do
     expect(stopped_threads(thread.pid)).to eq([])
   end
 
-  it "asks for the process and the file" do
+  it "asks for the process and the file", ptrace: false do
     _o, stderr, status = ptmalloc_dump(File.join(tmpdir, "x.dump"))
     expect(status.exitstatus).to eq(2)
     expect(stderr).to match(/missing argument: --pid or CORE/)
     expect(stderr).to match(/Usage: ptmalloc-dump/)
   end
 
-  it "has --version and --help" do
+  it "has --version and --help", ptrace: false do
     out, err, status = ptmalloc_dump("--version")
     expect([out, err, status.exitstatus]).to eq(["ptmalloc-dump #{PtmallocDump::VERSION}\n", "", 0])
     out, _e, status = ptmalloc_dump("--help")
@@ -660,7 +660,7 @@ end
 # An arena whose lock a thread of the target holds is never walked. Oracle: the target's main thread
 # blocked in malloc_stats(), which holds main_arena's mutex while it writes to a full stderr pipe
 # (/proc/PID/wchan says where it sleeps).
-RSpec.describe "ptmalloc-dump --pid and a held arena lock" do
+RSpec.describe "ptmalloc-dump --pid and a held arena lock", :ptrace do
   include_context "with targets of spec/fixtures/outside"
 
   def start_lock_target
@@ -705,7 +705,7 @@ end
 
 # A Ruby process that never required the gem. Oracle: glibc's malloc_stats() it printed itself (each
 # arena's system and in-use bytes, and the total in use with mmapped chunks).
-RSpec.describe "ptmalloc-dump --pid of a Ruby process without the gem" do
+RSpec.describe "ptmalloc-dump --pid of a Ruby process without the gem", :ptrace do
   include_context "with targets of spec/fixtures/outside"
 
   it "reproduces every arena's figures and the mmapped bytes malloc_stats printed" do

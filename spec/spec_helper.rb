@@ -14,6 +14,11 @@ RSpec.configure do |config|
   config.example_status_persistence_file_path = "spec/examples.txt"
   config.include SpecHelpers
   config.before(:example, :quiescent) { settle_threads }
+  # ptrace (dumps of another process, gdb and gcore) under qemu-user, which does not emulate it: pending,
+  # with the reason, so that the results count them
+  config.before(:example, :ptrace) do
+    skip "qemu-user does not emulate ptrace (another process's dump, gdb, gcore)" if SpecHelpers.qemu_user?
+  end
 
   config.before(:suite) do
     # The first dump in a process creates the stream malloc_info() writes to; do it once up front so

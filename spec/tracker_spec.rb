@@ -181,7 +181,7 @@ RSpec.describe "ptmalloc-dump --track" do
     expect(File.read(File.join(tmpdir, "diff", "index.html"))).to include("#{facts[:file]}:#{facts[:line]}")
   end
 
-  it "reads a tracked process from outside: ptmalloc-dump --pid names its sites" do
+  it "reads a tracked process from outside: ptmalloc-dump --pid names its sites", :ptrace do
     file = File.join(tmpdir, "target.rb")
     File.write(file, <<~RUBY)
       def strings; Array.new(5000) { |i| "z" * (3000 + i % 5) }; end

@@ -8,7 +8,8 @@ require "time"
 
 # `rake compat`: the whole suite (`bundle exec rake unit spec`, the README's test command but the
 # linters) inside Debian releases built with debootstrap, each with and without libc's debug symbols,
-# and sid once more with a newer Ruby from experimental (PTMALLOC_DUMP_COMPAT_RUBY). `rake compat:smoke`: the same rows, each with the specs of what a
+# sid once more with a newer Ruby from experimental (PTMALLOC_DUMP_COMPAT_RUBY), and bookworm for arm64
+# run through qemu-user (PTMALLOC_DUMP_COMPAT_ARCH=arm64). `rake compat:smoke`: the same rows, each with the specs of what a
 # capture change can break (SMOKE_SPECS, 20 heap shapes). The chroots are kept in a directory of your
 # choice and reused; the results go to tmp/compat/results.md (smoke.md), one log per run to
 # tmp/compat/logs/.
@@ -20,6 +21,11 @@ module Compat
   # sid chroot with ruby3.4 as its `ruby` (bin/setup installs it there when the variable is set).
   EXTRA_RUBIES = %w[3.4].freeze
   EXTRA_RUBY_RELEASE = "sid"
+  # Other architectures, run through qemu-user-static and binfmt_misc (which the task registers):
+  # PTMALLOC_DUMP_COMPAT_ARCH=arm64 adds a bookworm chroot for arm64. What qemu-user cannot do (ptrace,
+  # so gdb and dumps of another process) its specs mark pending, with the reason.
+  EXTRA_ARCHES = { "arm64" => "aarch64" }.freeze # Debian's name => qemu's
+  EXTRA_ARCH_RELEASE = "bookworm"
   MIRROR = ENV.fetch("PTMALLOC_DUMP_COMPAT_MIRROR", "http://deb.debian.org/debian")
   # What `rake compat:smoke` runs: the capture (the walk against glibc's counters, in process, forked
   # and from outside, and 20 heap shapes against gdb), the Ruby pass and its allocations, owners, RSS,
@@ -47,6 +53,7 @@ module Compat
     check_host!
     chroots = releases.map { |name| Chroot.new(dir, name) }
     chroots += rubies.map { |ruby| Chroot.new(dir, EXTRA_RUBY_RELEASE, ruby: ruby) }
+    chroots += arches.map { |arch| Chroot.new(dir, EXTRA_ARCH_RELEASE, arch: arch) }
     report(chroots.flat_map { |chroot| run_release(chroot, smoke) }, smoke)
   end
 
@@ -68,6 +75,25 @@ module Compat
   def check_host!
     raise Error, "debootstrap is missing: apt-get install debootstrap" unless debootstrap?
     raise Error, "it must run as root (debootstrap, chroot and mounts need it)" unless Process.uid.zero?
+
+    arches.each { |arch| register_binfmt!(EXTRA_ARCHES.fetch(arch)) }
+  end
+
+  # qemu-user for `cpu` registered with binfmt_misc, so that the chroot's programs run here; the
+  # interpreter is opened when registered (flag F), so it need not be inside the chroot.
+  def register_binfmt!(cpu)
+    unless File.executable?("/usr/bin/qemu-#{cpu}-static") && File.executable?("/usr/sbin/update-binfmts")
+      raise Error, "qemu-user for #{cpu} is missing: apt-get install qemu-user-static binfmt-support"
+    end
+
+    misc = "/proc/sys/fs/binfmt_misc"
+    unless File.exist?(File.join(misc, "status")) || system("mount", "-t", "binfmt_misc", "binfmt_misc", misc)
+      raise Error, "cannot mount binfmt_misc on #{misc}"
+    end
+    return if File.exist?(File.join(misc, "qemu-#{cpu}"))
+    return if system("update-binfmts", "--enable", "qemu-#{cpu}") && File.exist?(File.join(misc, "qemu-#{cpu}"))
+
+    raise Error, "update-binfmts --enable qemu-#{cpu} failed: #{cpu} programs cannot run here"
   end
 
   def debootstrap?
@@ -99,6 +125,11 @@ module Compat
 
   def variants
     list("PTMALLOC_DUMP_COMPAT_LIBC6_DBG", VARIANTS)
+  end
+
+  # Extra architectures asked for; none unless PTMALLOC_DUMP_COMPAT_ARCH names them.
+  def arches
+    ENV["PTMALLOC_DUMP_COMPAT_ARCH"].to_s.empty? ? [] : list("PTMALLOC_DUMP_COMPAT_ARCH", EXTRA_ARCHES.keys)
   end
 
   def list(name, known)
@@ -157,19 +188,23 @@ module Compat
     seconds >= 60 ? format("%<m>dm %<s>02ds", m: seconds / 60, s: seconds % 60) : "#{seconds}s"
   end
 
-  # One Debian release's chroot: `dir`/`name`, or `dir`/`name`-ruby`ruby` with experimental's Ruby.
+  # One Debian release's chroot: `dir`/`name`, `dir`/`name`-ruby`ruby` with experimental's Ruby, or
+  # `dir`/`name`-`arch` for another architecture.
   class Chroot
-    attr_reader :name, :root, :ruby, :tree
+    attr_reader :name, :root, :ruby, :arch, :tree
 
-    def initialize(dir, name, ruby: nil)
+    def initialize(dir, name, ruby: nil, arch: nil)
       @name = name
       @ruby = ruby
+      @arch = arch
       @root = File.expand_path(id, dir)
     end
 
-    # The release and the extra Ruby, if any: names the chroot, its logs and its runs.
+    # The release and the extra Ruby or architecture, if any: names the chroot, its logs and its runs.
     def id
-      ruby ? "#{name}-ruby#{ruby}" : name
+      return "#{name}-ruby#{ruby}" if ruby
+
+      arch ? "#{name}-#{arch}" : name
     end
 
     def exist?
@@ -186,6 +221,7 @@ module Compat
       remove(partial)
       puts "rake compat: #{id}: debootstrap into #{root} (log: #{setup_log})"
       debootstrap = %w[debootstrap --variant=minbase --components=main --include=ca-certificates]
+      debootstrap << "--arch=#{arch}" if arch
       fail_with("debootstrap failed") unless Compat.logged(setup_log, *debootstrap, name, partial, MIRROR)
       File.rename(partial, root)
     end
@@ -366,7 +402,8 @@ module Compat
     private
 
     def record(ok:, seconds:, log:, facts:, summary:)
-      result = { "release" => @chroot.name, "extra_ruby" => @chroot.ruby, "libc6_dbg" => @variant, "ok" => ok, "seconds" => seconds.round,
+      result = { "release" => @chroot.name, "extra_ruby" => @chroot.ruby, "arch" => @chroot.arch, "libc6_dbg" => @variant,
+                 "ok" => ok, "seconds" => seconds.round,
                  "at" => Time.now.utc.iso8601, "tree" => @chroot.tree || Compat.tree_version, "log" => log,
                  "facts" => facts, "summary" => summary }
       path = File.join(OUT, Table.runs_dir(@smoke), "#{id}.json")
@@ -406,7 +443,9 @@ module Compat
 
     def records(smoke)
       runs = Dir[File.join(OUT, runs_dir(smoke), "*.json")].map { |f| JSON.parse(File.read(f)) }
-      runs.sort_by { |r| [RELEASES.index(r["release"]).to_i, r["extra_ruby"].to_s, VARIANTS.index(r["libc6_dbg"]).to_i] }
+      runs.sort_by do |r|
+        [r["arch"].to_s, RELEASES.index(r["release"]).to_i, r["extra_ruby"].to_s, VARIANTS.index(r["libc6_dbg"]).to_i]
+      end
     end
 
     def row(run)
@@ -414,6 +453,7 @@ module Compat
       counts = (run["summary"] || {}).values_at(*COUNTS).map { |n| n || "?" }
       glibc = facts["glibc"] ? "#{facts['glibc']} (#{facts['libc6']})" : "?"
       release = run["extra_ruby"] ? "#{run['release']} + experimental's ruby#{run['extra_ruby']}" : run["release"]
+      release += " on #{run['arch']} (qemu-user)" if run["arch"]
       [release, glibc, facts["ruby"] || "?", run["libc6_dbg"], *counts, Compat.duration(run["seconds"]),
        run["ok"] ? "passed" : "**FAILED**", run["at"].sub("T", " ").delete_suffix("Z"), run["tree"]]
     end
@@ -423,7 +463,8 @@ end
 desc "Run the suite in Debian bullseye, bookworm, trixie and sid chroots (debootstrap; as root), with and " \
      "without libc6-dbg: rake compat[DIR] keeps the chroots in DIR (or $PTMALLOC_DUMP_COMPAT_DIR, default " \
      "tmp/compat/roots); $PTMALLOC_DUMP_COMPAT_RELEASES and $PTMALLOC_DUMP_COMPAT_LIBC6_DBG (with, without) pick; " \
-     "$PTMALLOC_DUMP_COMPAT_RUBY=3.4 adds sid with experimental's Ruby 3.4"
+     "$PTMALLOC_DUMP_COMPAT_RUBY=3.4 adds sid with experimental's Ruby 3.4; $PTMALLOC_DUMP_COMPAT_ARCH=arm64 adds " \
+     "bookworm for arm64 through qemu-user"
 task :compat, [:dir] do |_t, args|
   Compat.run(args[:dir] || Compat.default_dir)
 rescue Compat::Error => e

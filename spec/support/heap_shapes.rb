@@ -65,12 +65,12 @@ module HeapShapes
 
   # Builds, dumps and cores every shape, and walks the cores with gdb (one gdb for several cores,
   # while the server builds the next ones); yields each shape with its files and gdb's walk, then
-  # deletes them.
+  # deletes them. gdb: false (under qemu-user, where gdb cannot attach): no core and no walk.
   #
   # @yieldparam shape [Shape]
   # @yieldparam files [Hash] :dump, :records, :error, :cored, :gcore_s
   # @yieldparam walk [GdbOracle::Walk, nil]
-  def self.each_result(shapes, &block)
+  def self.each_result(shapes, gdb: true, &block)
     library = build_fixture("heap_shapes", extra_flags: ["-lpthread"])
     # cores are written and read once: in memory where there is a tmpfs for it
     shm = "/dev/shm"
@@ -81,12 +81,12 @@ module HeapShapes
         list = File.join(dir, "shapes-#{hugetlb}.json")
         File.write(list, JSON.generate(group.map { |s| [s.seed, s.to_params] }))
         by_seed = group.to_h { |s| [s.seed, s] }
-        run_group(env, dir, list, by_seed, &block)
+        run_group(env, dir, list, by_seed, gdb, &block)
       end
     end
   end
 
-  def self.run_group(env, dir, list, by_seed, &block)
+  def self.run_group(env, dir, list, by_seed, gdb, &block)
     walking = nil
     batch = []
     finish = lambda do
@@ -95,7 +95,7 @@ module HeapShapes
       walking.wait.each { |(files, walk)| finish_one(by_seed, files, walk, &block) }
       walking = nil
     end
-    cmd = [RbConfig.ruby, "-I", SpecHelpers::LIB, "-rptmalloc_dump", SERVER, dir, list]
+    cmd = [RbConfig.ruby, "-I", SpecHelpers::LIB, "-rptmalloc_dump", SERVER, dir, list, gdb ? "cores" : "nocore"]
     # without address randomisation a seed lays its mappings out the same way each time it is run
     # first: what depends on where the kernel puts them (merged mappings, mremap in place) repeats
     cmd = ["setarch", RbConfig::CONFIG["host_cpu"], "-R", *cmd] if SETARCH
@@ -104,6 +104,8 @@ module HeapShapes
       errors = Thread.new { err.read }
       out.each_line do |line|
         files = JSON.parse(line, symbolize_names: true)
+        next finish_one(by_seed, files, nil, &block) unless gdb
+
         batch << files
         next if batch.size < BATCH
 

@@ -7,6 +7,14 @@ require "rbconfig"
 # What every spec shares: the tree's paths, Ruby children, temporary directories, fixtures and the
 # structural checks of a dump.
 module SpecHelpers
+  # An arm64 (or other foreign) system run here through qemu-user: its /proc/cpuinfo is this x86-64
+  # machine's, whose entries name a vendor_id, which no arm64 kernel writes.
+  def self.qemu_user?
+    return @qemu_user unless @qemu_user.nil?
+
+    @qemu_user = RbConfig::CONFIG["host_cpu"] != "x86_64" && File.read("/proc/cpuinfo").match?(/^vendor_id\s*:/)
+  end
+
   ROOT = File.expand_path("../..", __dir__)
   LIB = File.join(ROOT, "lib")
   VISUALIZE = File.join(ROOT, "exe", "ptmalloc-visualize")
