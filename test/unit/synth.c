@@ -6,7 +6,6 @@
 
 #include <string.h>
 
-#define PS 4096ull
 #define MAIN_START 0x555555560000ull
 #define HEAP_START 0x7f0000000000ull
 #define MMAP_START 0x7f1000000000ull
@@ -52,7 +51,7 @@ static void add_heap(synth *s, uint64_t *r, const synth_opts *o, uint64_t start,
         uint64_t size = random_size(r);
         int st = below(r, 2) ? PTMD_ST_IN_USE : free_states[below(r, 5)];
         if (kind == PTMD_HEAP_MMAPPED_CHUNK) {
-            size = PS * (1 + below(r, 3));
+            size = s->ps * (1 + below(r, 3));
             st = PTMD_ST_MMAPPED;
         } else if (i == 0 && kind == PTMD_HEAP_MMAP_HEAP) {
             st = PTMD_ST_META;
@@ -66,9 +65,9 @@ static void add_heap(synth *s, uint64_t *r, const synth_opts *o, uint64_t start,
     }
     h->n_chunks = v->n_chunks - h->first_chunk;
     h->end = at;
-    h->reserved_end = kind == PTMD_HEAP_MMAP_HEAP ? start + (64ull << 20) : (at + PS - 1) & ~(PS - 1);
-    h->page_base = start & ~(PS - 1);
-    h->n_pages = (h->end - h->page_base - 1) / PS + 1;
+    h->reserved_end = kind == PTMD_HEAP_MMAP_HEAP ? start + (64ull << 20) : (at + s->ps - 1) & ~(s->ps - 1);
+    h->page_base = start & ~(s->ps - 1);
+    h->n_pages = (h->end - h->page_base - 1) / s->ps + 1;
     h->first_page = v->n_pages;
     for (i = 0; i < h->n_pages && v->n_pages < SYNTH_MAX_PAGES; i++) {
         uint64_t k = below(r, 8);
@@ -168,7 +167,7 @@ static void add_ruby(synth *s, uint64_t *r)
     s->ruby_meta.heap_live_slots = n;
     s->ruby_meta.heap_free_slots = 100 - n;
     s->ruby_meta.flags = PTMD_RF_REFERENCES;
-    s->ruby_page_rss[0] = PS;
+    s->ruby_page_rss[0] = s->ps;
     memset(&s->gc, 0, sizeof(s->gc));
     s->gc.count = 3;
     s->gc.heap_live_slots = n;
@@ -286,8 +285,8 @@ static void add_mappings(synth *s)
     s->mappings[0].prot = PTMD_MP_READ | PTMD_MP_WRITE;
     s->mappings[0].kind = PTMD_MK_BRK;
     s->mappings[1].start = FILE_MAP;
-    s->mappings[1].end = FILE_MAP + 4 * PS;
-    s->mappings[1].rss = s->mappings[1].shared_bytes = 2 * PS;
+    s->mappings[1].end = FILE_MAP + 4 * s->ps;
+    s->mappings[1].rss = s->mappings[1].shared_bytes = 2 * s->ps;
     s->mappings[1].path_off = 6;
     s->mappings[1].path_len = 9;
     s->mappings[1].prot = PTMD_MP_READ | PTMD_MP_EXEC;
@@ -308,6 +307,7 @@ void synth_build(synth *s, uint64_t seed, const synth_opts *o)
     int k;
     memset(v, 0, sizeof(*v));
     memset(&s->meta, 0, sizeof(s->meta));
+    s->ps = o->page_size ? o->page_size : 4096;
     memset(&s->mallinfo2, 0, sizeof(s->mallinfo2));
     v->sections =
         PTMD_SECTION_BIT(PTMD_SEC_META) | PTMD_SECTION_BIT(PTMD_SEC_STRINGS) | PTMD_SECTION_BIT(PTMD_SEC_MALLINFO2) |
@@ -323,7 +323,7 @@ void synth_build(synth *s, uint64_t seed, const synth_opts *o)
     for (k = 0; k < o->mmapped && v->n_heaps < SYNTH_MAX_HEAPS; k++)
         add_heap(s, &r, o, MMAP_START + 0x100000ull * (uint64_t)k, PTMD_NO_ARENA, PTMD_HEAP_MMAPPED_CHUNK);
     s->meta.pid = 4242;
-    s->meta.page_size = PS;
+    s->meta.page_size = s->ps;
     s->meta.main_arena = s->arenas[0].address;
     s->meta.sbrk_base = s->heaps[0].start;
     s->meta.heap_max_size = 64ull << 20;

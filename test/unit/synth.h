@@ -19,9 +19,11 @@ typedef struct {
     int arenas;  /* 1 or 2 */
     int mmapped; /* mmapped chunks */
     int max_chunks_per_heap;
+    uint64_t page_size; /* 0: 4096; 16 KiB and 64 KiB as arm64 kernels use */
 } synth_opts;
 
 typedef struct {
+    uint64_t ps; /* page size */
     ptmd_meta meta;
     ptmd_mallinfo2_rec mallinfo2;
     ptmd_arena_rec arenas[2];

@@ -423,7 +423,9 @@ void test_analysis(void)
     uint64_t seed;
     unit_case = "analysis";
     for (seed = 1; seed <= 60; seed++) {
-        synth_opts o = { (int)(seed & 1), 0, 1 + (int)(seed % 3 != 0), (int)(seed % 3), 24 };
+        /* every fifth dump with the 16 KiB or 64 KiB pages of arm64 kernels */
+        synth_opts o = { (int)(seed & 1), 0,  1 + (int)(seed % 3 != 0),
+                         (int)(seed % 3), 24, seed % 5 ? 0 : (seed % 10 ? 16384 : 65536) };
         synth_build(&S, seed, &o);
         summary(&S.view, seed);
         pages(&S.view);

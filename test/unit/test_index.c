@@ -57,7 +57,7 @@ static void lookups(void)
     uint64_t seed;
     unit_case = "chunk lookup";
     for (seed = 1; seed <= 40; seed++) {
-        synth_opts o = { 0, 0, 1 + (int)(seed & 1), (int)(seed % 4), 30 };
+        synth_opts o = { 0, 0, 1 + (int)(seed & 1), (int)(seed % 4), 30, seed % 4 == 3 ? 65536 : 0 };
         const ptmd_view *v = &S.view;
         uint64_t r = seed, probes[4096];
         size_t n = 0, i, h;

@@ -24,9 +24,16 @@ typedef struct {
     uint64_t start, end;
 } range;
 
-/* Offsets inside a page where a memalign'd mmapped chunk header can sit (alignment 32 .. page). */
-static const uint64_t aligned_offsets[] = { 48, 112, 240, 496, 1008, 2032, 4080 };
-#define N_ALIGNED (sizeof(aligned_offsets) / sizeof(aligned_offsets[0]))
+/* Offsets inside a page where a memalign'd mmapped chunk header can sit: alignment - CHUNK_HDR_SZ for
+ * each alignment from 64 to the page (4 KiB; 16 KiB or 64 KiB on arm64 kernels), at most 11 of them. */
+#define N_ALIGNED 11
+static size_t aligned_offsets(uint64_t page_size, uintptr_t base, uintptr_t *out)
+{
+    uint64_t a;
+    size_t n = 0;
+    for (a = 64; a <= page_size && n < N_ALIGNED; a <<= 1) out[n++] = base + a - PTMD_CHUNK_HDR_SZ;
+    return n;
+}
 
 /* Ranges are sorted and merged before the scan (ranges_sort), so lookups are a binary search. */
 static int excluded(const ptmd_buf *ex, uint64_t lo, uint64_t hi)
@@ -273,9 +280,9 @@ static int scan_mapping(ptmd_walk *w, uint64_t vs, uint64_t ve, const ptmd_buf *
                 uintptr_t sub[N_ALIGNED];
                 uint64_t sh[N_ALIGNED][2];
                 unsigned char sok[N_ALIGNED];
-                for (k = 0; k < N_ALIGNED; k++) sub[k] = addrs[i] + aligned_offsets[k];
-                ptmd_guarded_copy_many(w, sub, N_ALIGNED, 16, sh, sok);
-                for (k = 0; k < N_ALIGNED; k++) {
+                size_t na = aligned_offsets(w->page_size, addrs[i], sub);
+                ptmd_guarded_copy_many(w, sub, na, 16, sh, sok);
+                for (k = 0; k < na; k++) {
                     if (sok[k] && base_offset(w, sh[k][0]) && (total = valid_header(w, sub[k], sh[k], vs, ve))) {
                         uint64_t block = sub[k] - base_offset(w, sh[k][0]);
                         if (in_ruby_page(w, block)) break;

@@ -65,10 +65,18 @@ module PtmallocDump
         row("free, released", human_bytes(s[:free_released_bytes])),
         row("largest free", human_bytes(s[:largest_free])),
         row("resident", "#{human_bytes(s[:resident_bytes])} (#{sharing_text(s)}), " \
-                        "swapped #{human_bytes(s[:swapped_bytes])}, not resident #{human_bytes(s[:absent_bytes])}"),
+                        "swapped #{human_bytes(s[:swapped_bytes])}, not resident #{human_bytes(s[:absent_bytes])}" \
+                        "#{page_size_text}"),
         row("ruby owners", ruby_text),
         ""
       ]
+    end
+
+    # Residency is counted in whole pages: said where they are not the usual 4 KiB (arm64 kernels with
+    # 16 KiB or 64 KiB pages).
+    def page_size_text
+      ps = @dump.header[:page_size]
+      ps == 4096 ? "" : ", in #{human_bytes(ps)} pages"
     end
 
     def sharing_text(sum)
