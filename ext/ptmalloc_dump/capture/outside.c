@@ -17,7 +17,7 @@
 #define PTMD_RING_MAX 65536
 #define PTMD_DTV_MAX 4096
 #define PTMD_STATIC_TLS_MAX (1ull << 20)
-#define PTMD_PRE_TCB_MAX 0x2000 /* struct pthread, aarch64: 0x6e0 bytes in 2.36 */
+#define PTMD_PRE_TCB_MAX 0x2000 /* struct pthread, aarch64: 0x740 bytes in 2.36 */
 
 /* Read from the stopped process in place (before anything is copied: its threads are stopped, so
  * nothing changes until they are let go), or from a core. */
