@@ -29,12 +29,12 @@ module Compat
   MIRROR = ENV.fetch("PTMALLOC_DUMP_COMPAT_MIRROR", "http://deb.debian.org/debian")
   # What `rake compat:smoke` runs: the capture (the walk against glibc's counters, in process, forked
   # and from outside, and 20 heap shapes against gdb), the Ruby pass and its allocations, owners, RSS,
-  # the object graph, allocation sites and the allocation tracker, and the API; minutes where the whole
+  # the object graph, allocation sites and the allocation tracker, the API, and a core written at a crash; minutes where the whole
   # suite takes half an hour.
   SMOKE_SPECS = %w[spec/zero_alloc_spec.rb spec/api_spec.rb spec/rss_spec.rb spec/owners_spec.rb spec/ruby_heap_spec.rb
                    spec/ruby_layer_spec.rb spec/code_owners_spec.rb spec/snapshot_spec.rb spec/outside_spec.rb
                    spec/dump_engine_spec.rb spec/locate_spec.rb spec/heap_shapes_spec.rb spec/retainers_spec.rb
-                   spec/allocation_sites_spec.rb spec/tracker_spec.rb].freeze
+                   spec/allocation_sites_spec.rb spec/tracker_spec.rb spec/crash_core_spec.rb].freeze
   SMOKE_SHAPES = 20
   ROOT = File.expand_path("..", __dir__)
   OUT = File.join(ROOT, "tmp", "compat")
