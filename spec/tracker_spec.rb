@@ -245,14 +245,15 @@ RSpec.describe "ptmalloc-dump --track" do
     _o, e, s = Open3.capture3("cc", "-static", "-o", static, src)
     expect(s).to be_success, e
     track = ->(*cmd, env: {}) { run_command(env, RbConfig.ruby, "-I", SpecHelpers::LIB, dump_exe, "--track", "--", *cmd) }
+    multiarch = "/usr/lib/#{RbConfig::CONFIG['arch']}" # Debian's: x86_64-linux-gnu, aarch64-linux-gnu
     _out, err, status = track.call(static, marker)
     expect(status.exitstatus).to eq(1)
     expect(err).to eq("ptmalloc-dump: cannot track #{static}: #{static} is statically linked: LD_PRELOAD cannot " \
                       "reach its malloc\n")
     _out, err, status = track.call("ruby", "-e", "File.write(#{marker.inspect}, 1)",
-                                   env: { "LD_PRELOAD" => "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2" })
+                                   env: { "LD_PRELOAD" => "#{multiarch}/libjemalloc.so.2" })
     expect(status.exitstatus).to eq(1)
-    expect(err).to include("LD_PRELOAD holds /usr/lib/x86_64-linux-gnu/libjemalloc.so.2: the command's malloc " \
+    expect(err).to include("LD_PRELOAD holds #{multiarch}/libjemalloc.so.2: the command's malloc " \
                            "would be that, not glibc's")
     _out, err, status = track.call("no-such-command-here")
     expect([status.exitstatus, err]).to eq([1, "ptmalloc-dump: cannot track no-such-command-here: " \
@@ -260,7 +261,7 @@ RSpec.describe "ptmalloc-dump --track" do
     expect(File.exist?(marker)).to be(false)
     # where the check cannot see it (a library the program loads itself), the tracker stops the
     # program before its main: jemalloc ahead of it in LD_PRELOAD
-    jemalloc = Dir["/usr/lib/x86_64-linux-gnu/libjemalloc.so.*"].first
+    jemalloc = Dir["#{multiarch}/libjemalloc.so.*"].first
     expect(jemalloc).not_to be_nil, "libjemalloc2 is installed by bin/setup"
     _out, err, status = run_command({ "LD_PRELOAD" => "#{jemalloc}:#{PtmallocDump::Tracker.path}",
                                       "PTMALLOC_DUMP_TRACK_STRICT" => "1" },
