@@ -26,11 +26,15 @@
 #include <string.h>
 #include <unistd.h>
 
-#define PTMD_ROOTS_BLOCK 8192             /* words per read */
-#define PTMD_ROOTS_MAX 65536              /* ranges */
-#define PTMD_TLS_BELOW_MAX (1u << 20)     /* static TLS from struct pthread, at most */
+#define PTMD_ROOTS_BLOCK 8192         /* words per read */
+#define PTMD_ROOTS_MAX 65536          /* ranges */
+#define PTMD_TLS_BELOW_MAX (1u << 20) /* static TLS from struct pthread, at most */
+#if PTMD_TLS_VARIANT == 2
 #define PTMD_TLS_BELOW_DEFAULT (4u << 10) /* when no module's TLS block says */
-#define PTMD_TLS_ABOVE (4u << 10)         /* struct pthread (2,304 bytes in 2.36 on x86-64) and its TCB */
+#else
+#define PTMD_TLS_BELOW_DEFAULT 0 /* aarch64: nothing of the TLS lies below struct pthread, the stack does */
+#endif
+#define PTMD_TLS_ABOVE (4u << 10) /* struct pthread (2,304 bytes in 2.36 on x86-64) and its TCB */
 
 typedef struct {
     ptmd_buf *out;

@@ -13,8 +13,9 @@
  *
  * Where the tables are is not in Ruby's public headers and moved between versions (a class's constant
  * table: in the rb_classext_t its slot points to until 3.2, in the slot itself after): it is found at
- * load by reading candidates where a read may fail safely (process_vm_readv on this process), and
- * accepted only where known constants and globals come out with their known values. */
+ * load by reading candidates where a read may fail safely (the fault-free reader: process_vm_readv on
+ * this process, or /proc/self/mem where that call is refused, as seccomp profiles and qemu-user do),
+ * and accepted only where known constants and globals come out with their known values. */
 #define _GNU_SOURCE
 #include "capture/ruby_graph_tables.h"
 #include "capture/procfs.h"
@@ -22,7 +23,6 @@
 #include <dlfcn.h>
 #include <link.h>
 #include <string.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #define ID_SHIFT 4
@@ -61,12 +61,15 @@ static int pointer_like(uint64_t p)
     return p >= 0x10000 && p < 0x800000000000ull && !(p & 7);
 }
 
+/* The search's reader, open while ptmd_graph_tables_init runs. */
+static ptmd_memreader probe;
+static int probe_open;
+
 /* Reads len bytes at addr of this process, failing (not faulting) where nothing is mapped. */
 static int safe_read(uint64_t addr, void *buf, size_t len)
 {
-    struct iovec local = { buf, len }, remote = { (void *)(uintptr_t)addr, len };
-    if (!pointer_like(addr & ~7ull)) return -1;
-    return process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == (ssize_t)len ? 0 : -1;
+    if (!probe_open || !pointer_like(addr & ~7ull)) return -1;
+    return ptmd_safe_read(&probe, (uintptr_t)addr, buf, len);
 }
 
 static int sane_table(const id_table *t, unsigned max_capa)
@@ -308,9 +311,15 @@ static void find_thread_locals(void)
 
 void ptmd_graph_tables_init(void)
 {
+    ptmd_err ignored;
+    memset(&ignored, 0, sizeof(ignored));
+    probe_open = ptmd_memreader_open(&probe, &ignored) == 0;
+    if (!probe_open) return; /* nothing can be read safely: the tables stay unknown, the graph unnamed */
     find_constants();
     find_globals();
     find_thread_locals();
+    ptmd_memreader_close(&probe);
+    probe_open = 0;
 }
 
 int ptmd_graph_constants_known(void)
