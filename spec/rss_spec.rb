@@ -215,7 +215,9 @@ RSpec.describe "the whole RSS, accounted" do
     head = FieldSweep::HEADS[18][1]
     flags_at = payload + head.take_while { |f, _| f != "flags" }.sum { |_, d| FieldSweep::SIZES[d] }
     flags = bytes.byteslice(flags_at, 4).unpack1("L<")
-    expect(flags & 2).to eq(0)
+    # exact here; under qemu-user /proc's RSS figures are the emulator's, which the guest's mappings do
+    # not add up to, and the dump says so already
+    expect(flags & 2).to eq(0) unless SpecHelpers.qemu_user?
     bytes[flags_at, 8] = [flags | 2, 7_000].pack("L<L<") # approximate, 7,000 KiB
     bytes[bytes.bytesize - 8, 4] = [Zlib.crc32(bytes.byteslice(0, bytes.bytesize - 56))].pack("L<")
     approx = File.join(tmpdir, "approx.dump")
