@@ -205,13 +205,8 @@ static uint64_t aligned_header(ptmd_walk *w, uint64_t block, uint64_t *total, ui
     uint8_t f[64];
     size_t n = aligned_candidates(w, block, *total, cand, 64), i, k = 0;
     uint64_t q, m, last;
-    for (i = 0; i < n; i++) {
-        uint8_t pf = 0;
-        uint64_t page = cand[i] & ~(uint64_t)(w->page_size - 1);
-        if (page == block ||
-            (ptmd_source_pages(&w->src, page, 1, &pf) == 0 && (pf & (PTMD_PAGE_PRESENT | PTMD_PAGE_SWAPPED))))
-            cand[k++] = cand[i];
-    }
+    for (i = 0; i < n; i++)
+        if ((cand[i] & ~(uint64_t)(w->page_size - 1)) == block || touched(w, cand[i])) cand[k++] = cand[i];
     if ((q = own_header(w, block, cand, k, total, vs, ve)) != 0) return q;
     /* mremap_chunk may move the mapping (glibc 2.36 malloc.c, MREMAP_MAYMOVE) and keeps the chunk's
      * offset, which _int_memalign chose for the old block: above a page of alignment the header is
