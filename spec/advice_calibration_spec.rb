@@ -92,7 +92,9 @@ end
 # again, shared arenas or not, so the gain is the line's own (small) estimate, not the in-turn one.
 RSpec.describe "advice that holds: MALLOC_ARENA_MAX, threads allocating at once" do
   # T threads, each in an arena of its own, released together; each allocates its blocks and frees all
-  # but one in KEEP, yielding to the others every 64 blocks, so their allocations interleave.
+  # but one in KEEP, in rounds of 64 blocks that all threads finish before any starts the next, so their
+  # allocations interleave the same way however busy the machine is (threads that merely yield to each
+  # other interleave as the scheduler has it, and a busy machine lets each run longer alone).
   CONCURRENT_WORKLOAD = <<~RUBY
     require "fiddle"
     require "json"
@@ -101,6 +103,23 @@ RSpec.describe "advice that holds: MALLOC_ARENA_MAX, threads allocating at once"
     start = Queue.new
     ready = Queue.new
     done = Queue.new
+    lock = Mutex.new
+    turned = ConditionVariable.new
+    arrived = 0
+    round = 0
+    barrier = lambda do
+      lock.synchronize do
+        mine = round
+        arrived += 1
+        if arrived == threads_n
+          arrived = 0
+          round += 1
+          turned.broadcast
+        else
+          turned.wait(lock) while mine == round
+        end
+      end
+    end
     threads = Array.new(threads_n) do
       Thread.new do
         Fiddle.free(Fiddle.malloc(64)) # this thread's arena, now
@@ -109,11 +128,12 @@ RSpec.describe "advice that holds: MALLOC_ARENA_MAX, threads allocating at once"
         blocks = []
         (24_000_000 / size).times do |j|
           blocks << Fiddle.malloc(size).tap { |b| Fiddle::Pointer.new(b)[0, 8] = "x" * 8 }
-          Thread.pass if (j % 64).zero?
+          barrier.call if (j % 64) == 63
         end
+        barrier.call
         blocks.each_with_index do |b, j|
           (j % keep_every).zero? ? keep << b : Fiddle.free(b)
-          Thread.pass if (j % 64).zero?
+          barrier.call if (j % 64) == 63
         end
         done << true
         sleep 0.5
@@ -152,9 +172,9 @@ RSpec.describe "advice that holds: MALLOC_ARENA_MAX, threads allocating at once"
                   rss_gain / 1_048_576.0, rss_gain.fdiv(arena.gain))
       expect(heap_gain).to be_between(arena.low, arena.high)
       expect(rss_gain).to be_between(arena.low, arena.high)
-      # from nothing (threads whose allocations interleave closely) to half as much again as the estimate
+      # from nothing (threads whose allocations interleave closely) to twice the estimate
       expect(arena.low).to eq(0)
-      expect(arena.high).to be <= 1.5 * arena.gain + 1
+      expect(arena.high).to be <= 2 * arena.gain + 1
     end
   end
 end

@@ -273,7 +273,8 @@ module PtmallocDump
     # kernel's VmRSS read with the mappings), :files ([{ path:, bytes: }], file-backed bytes by path,
     # largest first) and :error: nil when smaps and VmRSS agreed, or bytes (the figures are then
     # approximate by that much: the process's memory moved while its smaps was read, three times, see
-    # {#mappings_info}).
+    # {#mappings_info}; or pages the heaps' residency counted were gone from smaps' Rss when it was read,
+    # as when a fork snapshot's parent gives heap pages back between the fork and the read).
     #
     # @return [Hash{Symbol=>Object}, nil] nil for a dump without mappings (written before they were
     #   recorded)
@@ -282,7 +283,8 @@ module PtmallocDump
 
       @rss = _rss&.then do |r|
         error = mappings_info&.dig(:approximate) ? mappings_info[:error] : nil
-        r.merge(files: r[:files].sort_by { |f| [-f[:bytes], f[:path]] }.map(&:freeze).freeze, error: error).freeze
+        error = (error || 0) + r[:overshoot] if r[:overshoot].positive?
+        r.reject { |k, _| k == :overshoot }.merge(files: r[:files].sort_by { |f| [-f[:bytes], f[:path]] }.map(&:freeze).freeze, error: error).freeze
       end
     end
 

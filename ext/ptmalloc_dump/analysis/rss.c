@@ -127,6 +127,7 @@ int ptmd_rss_account(const ptmd_view *v, ptmd_rss *out, uint64_t *file_bytes)
     for (i = 0; i < v->n_mappings; i++) {
         const ptmd_mapping_rec *m = &v->mappings[i];
         uint64_t rest = m->rss > known[i] ? m->rss - known[i] : 0;
+        if (known[i] > m->rss) out->overshoot += known[i] - m->rss;
         switch (m->kind) {
         case PTMD_MK_FILE:
             out->part[PTMD_RSS_FILE] += rest;

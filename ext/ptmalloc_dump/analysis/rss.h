@@ -23,6 +23,10 @@ typedef struct {
     uint64_t part[PTMD_RSS_COUNT];
     uint64_t total;  /* the parts' sum */
     uint64_t vm_rss; /* the kernel's VmRSS at the capture */
+    /* bytes counted from page residency beyond smaps' Rss for their mapping: the two were read at
+     * different moments (a fork snapshot's pagemap at the fork, its parent's smaps after it, while the
+     * parent runs on and may give pages back), so total exceeds smaps' sum by this much */
+    uint64_t overshoot;
 } ptmd_rss;
 
 /* Fills out and file_bytes[0 .. v->n_mappings) (the bytes each file-backed mapping adds to

@@ -383,6 +383,7 @@ VALUE ptmd_rb_rss(const ptmd_view *v)
     by_path = rb_hash_new();
     PTMD_SET(h, "total", PTMD_U64(r.total));
     PTMD_SET(h, "vm_rss", PTMD_U64(r.vm_rss));
+    PTMD_SET(h, "overshoot", PTMD_U64(r.overshoot));
     for (i = 0; i < PTMD_RSS_COUNT; i++) PTMD_SET(h, ptmd_rss_part_names[i], PTMD_U64(r.part[i]));
     for (i = 0; i < v->n_mappings; i++) {
         const ptmd_mapping_rec *m = &v->mappings[i];

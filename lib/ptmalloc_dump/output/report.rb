@@ -281,7 +281,7 @@ module PtmallocDump
     def approximate_note(rss)
       return "" unless rss[:error]
 
-      "<p class=\"sub\">Approximate: the process's memory moved while its smaps was read (three reads), by up to " \
+      "<p class=\"sub\">Approximate: the process's memory moved while the dump read its smaps and page residency, by up to " \
         "#{h(human_bytes(rss[:error]))}.</p>\n"
     end
 

@@ -138,7 +138,7 @@ module PtmallocDump
       vm = rss[:vm_rss] ? ", VmRSS #{human_bytes(rss[:vm_rss])} (#{rss[:vm_rss]} B)" : ""
       lines = [row("rss", "#{human_bytes(rss[:total])}#{plus_minus(rss)} (#{rss[:total]} B)#{vm}")]
       if rss[:error]
-        lines << "  approximate: the process's memory moved while its smaps was read (three reads), by up to " \
+        lines << "  approximate: the process's memory moved while the dump read its smaps and page residency, by up to " \
                  "#{human_bytes(rss[:error])}"
       end
       RSS_LABELS.each do |k, label|
