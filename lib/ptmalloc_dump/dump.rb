@@ -284,7 +284,8 @@ module PtmallocDump
       @rss = _rss&.then do |r|
         error = mappings_info&.dig(:approximate) ? mappings_info[:error] : nil
         error = (error || 0) + r[:overshoot] if r[:overshoot].positive?
-        r.reject { |k, _| k == :overshoot }.merge(files: r[:files].sort_by { |f| [-f[:bytes], f[:path]] }.map(&:freeze).freeze, error: error).freeze
+        files = r[:files].sort_by { |f| [-f[:bytes], f[:path]] }.map(&:freeze).freeze
+        r.reject { |k, _| k == :overshoot }.merge(files: files, error: error).freeze
       end
     end
 

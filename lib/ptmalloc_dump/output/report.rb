@@ -281,8 +281,8 @@ module PtmallocDump
     def approximate_note(rss)
       return "" unless rss[:error]
 
-      "<p class=\"sub\">Approximate: the process's memory moved while the dump read its smaps and page residency, by up to " \
-        "#{h(human_bytes(rss[:error]))}.</p>\n"
+      "<p class=\"sub\">Approximate: the process's memory moved while the dump read its smaps and page " \
+        "residency, by up to #{h(human_bytes(rss[:error]))}.</p>\n"
     end
 
     def malloc_parts

@@ -138,8 +138,8 @@ module PtmallocDump
       vm = rss[:vm_rss] ? ", VmRSS #{human_bytes(rss[:vm_rss])} (#{rss[:vm_rss]} B)" : ""
       lines = [row("rss", "#{human_bytes(rss[:total])}#{plus_minus(rss)} (#{rss[:total]} B)#{vm}")]
       if rss[:error]
-        lines << "  approximate: the process's memory moved while the dump read its smaps and page residency, by up to " \
-                 "#{human_bytes(rss[:error])}"
+        lines << "  approximate: the process's memory moved while the dump read its smaps and page residency, " \
+                 "by up to #{human_bytes(rss[:error])}"
       end
       RSS_LABELS.each do |k, label|
         next if k == :allocation_tracking && !@dump.malloc_sites?
