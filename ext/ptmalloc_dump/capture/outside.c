@@ -7,6 +7,7 @@
 #include "capture/outside.h"
 #include "capture/arch.h"
 #include "capture/source_copy.h"
+#include "capture/threads.h"
 #include "capture/source_ptrace.h"
 
 #include <string.h>
@@ -115,11 +116,8 @@ static uint64_t tp_from_pthread(ptmd_walk *w, uint64_t tp, int tid)
     return 0;
 #else
     uint64_t k, list = w->L->pthread_list;
-    for (k = list + 64; k <= PTMD_PRE_TCB_MAX && k < tp; k += 16) {
-        uint64_t base = tp - k, fo = ptmd_mapped_word(w, base + list + PTMD_PTHREAD_FUTEX_OFFSET_FROM_LIST);
-        int32_t t = (int32_t)ptmd_mapped_word(w, base + list + 16);
-        if (fo == PTMD_PTHREAD_FUTEX_OFFSET && t == tid) return k;
-    }
+    for (k = list + 64; k <= PTMD_PRE_TCB_MAX && k < tp; k += 16)
+        if (ptmd_is_pthread(w, tp - k) && ptmd_pthread_tid(w, tp - k, list) == tid) return k;
     return UINT64_MAX;
 #endif
 }

@@ -200,5 +200,8 @@ int ptmd_ruby_pages_find(const ptmd_ruby_shape *s, ptmd_buf *pages, ptmd_err *er
     if (rc == 0 && f.n) rc = flush(&f, err);
     ptmd_maps_release(&maps);
     ptmd_memreader_close(&f.mem);
+    /* its addresses would stay in this library's data, where the roots' scan (this dump's or a later
+     * one's) would take them for pointers into the blocks that hold the candidates */
+    memset(&f, 0, sizeof(f));
     return rc;
 }

@@ -26,6 +26,7 @@ void ptmd_scratch_forget(const void *base)
     for (i = 0; i < n_live; i++)
         if (live[i].start == (uint64_t)(uintptr_t)base) {
             live[i] = live[--n_live];
+            memset(&live[n_live], 0, sizeof(live[n_live])); /* no stale address for the roots' scan */
             return;
         }
 }

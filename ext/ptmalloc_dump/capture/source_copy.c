@@ -289,5 +289,6 @@ int ptmd_source_copy(ptmd_source *s, ptmd_maps *maps, uint64_t lib_lo, uint64_t 
 out:
     if (entries) munmap(entries, batch * sizeof(uint64_t));
     if (fd >= 0) close(fd);
+    memset(&b, 0, sizeof(b)); /* no address of the target stays in this library's data */
     return rc;
 }

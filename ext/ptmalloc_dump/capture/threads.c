@@ -52,7 +52,7 @@ static int rd(ptmd_walk *w, uint64_t addr, uint64_t *out)
     return ptmd_guarded_copy(w, addr, out, sizeof(*out));
 }
 
-static int is_thread(ptmd_walk *w, uint64_t base)
+int ptmd_is_pthread(ptmd_walk *w, uint64_t base)
 {
 #if PTMD_TLS_VARIANT == 2
     uint64_t tcb, self;
@@ -64,7 +64,7 @@ static int is_thread(ptmd_walk *w, uint64_t base)
 #endif
 }
 
-static int32_t tid_of(ptmd_walk *w, uint64_t base, size_t list_off)
+int32_t ptmd_pthread_tid(ptmd_walk *w, uint64_t base, size_t list_off)
 {
     int32_t tid;
     if (ptmd_guarded_copy(w, base + list_off + 16, &tid, sizeof(tid)) != 0) return 0;
@@ -80,7 +80,7 @@ static size_t find_list_off(ptmd_walk *w, uint64_t self)
     for (pass = 0; pass < 2; pass++) {
         for (off = pass ? 24 : cand[0]; pass ? off < 0x1000 : off == cand[0]; off += 8) {
             uint64_t next, prev, back;
-            if (tid_of(w, self, off) != want) continue;
+            if (ptmd_pthread_tid(w, self, off) != want) continue;
             if (rd(w, self + off, &next) || rd(w, self + off + 8, &prev)) continue;
             if (rd(w, next + 8, &back) || back != self + off) continue;
             if (rd(w, prev, &back) || back != self + off) continue;
@@ -97,7 +97,7 @@ static int is_list_head(ptmd_walk *w, uint64_t head, size_t list_off)
     if (!head || rd(w, head, &next) || rd(w, head + 8, &prev)) return 0;
     if (next == head && prev == head) return 1;
     if (rd(w, next + 8, &back) || back != head || rd(w, prev, &back) || back != head) return 0;
-    return is_thread(w, next - list_off);
+    return ptmd_is_pthread(w, next - list_off);
 }
 
 static int push_thread(ptmd_walk *w, uint64_t base, int32_t tid, uint32_t flags)
@@ -125,8 +125,8 @@ static uint64_t walk_list(ptmd_walk *w, uint64_t start, size_t list_off, uint64_
     do {
         uint64_t base = node - list_off, next, back, *g;
         if (++steps > PTMD_MAX_THREADS || rd(w, node, &next) || rd(w, next + 8, &back) || back != node) goto bad;
-        if (is_thread(w, base)) {
-            int32_t tid = tid_of(w, base, list_off);
+        if (ptmd_is_pthread(w, base)) {
+            int32_t tid = ptmd_pthread_tid(w, base, list_off);
             if (tid > 0) {
                 if (push_thread(w, base, tid, base == self ? PTMD_TF_CURRENT : 0) != 0) goto bad;
             } else {
@@ -219,7 +219,7 @@ static int collect_target(ptmd_walk *w, int n_tids, const int *tids, const uint6
     int i, found = 0;
     for (i = 0; i < n_tids; i++) {
         uint64_t base = tp[i] - w->lc->tp_from_pthread;
-        if (!tp[i] || !is_thread(w, base)) continue;
+        if (!tp[i] || !ptmd_is_pthread(w, base)) continue;
         if (push_thread(w, base, tids[i], 0) != 0) return -1;
         found++;
     }
@@ -247,7 +247,7 @@ static int collect(ptmd_walk *w)
     w->thread_count = ntids > 0 ? (uint32_t)ntids : 0;
     w->threads_complete = 0;
 
-    list_off = is_thread(w, self) ? find_list_off(w, self) : 0;
+    list_off = ptmd_is_pthread(w, self) ? find_list_off(w, self) : 0;
     head = list_off ? walk_list(w, self + list_off, list_off, self) : 0;
     if (!head) {
         /* not even our own list is readable: record ourselves alone */
