@@ -21,7 +21,8 @@ Gem::Specification.new do |spec|
   spec.bindir = "exe"
   spec.executables = %w[ptmalloc-dump ptmalloc-visualize]
   spec.require_paths = ["lib"]
-  spec.extensions = ["ext/ptmalloc_dump/extconf.rb", "ext/ptmalloc_dump_track/extconf.rb"]
+  spec.extensions = ["ext/ptmalloc_dump/extconf.rb", "ext/ptmalloc_dump_reader/extconf.rb",
+                     "ext/ptmalloc_dump_track/extconf.rb"]
   spec.homepage = "https://rubygems.org/gems/ptmalloc_dump"
   spec.metadata["documentation_uri"] = "https://rubydoc.info/gems/ptmalloc_dump"
   spec.metadata["rubygems_mfa_required"] = "true"

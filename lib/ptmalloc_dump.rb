@@ -7,9 +7,6 @@ require "ptmalloc_dump/ptmalloc_dump"
 require_relative "ptmalloc_dump/autoloads"
 require_relative "ptmalloc_dump/ruby_layer"
 require_relative "ptmalloc_dump/tracing"
-require_relative "ptmalloc_dump/signal_handler"
-# the Ruby side of the readings the extension takes (the classes that read dumps load on first use)
-require_relative "ptmalloc_dump/stats"
 
 # Looks inside glibc's malloc (ptmalloc2) heap of the running Ruby process: every arena, heap and
 # chunk, classified and reconciled with glibc's own counters, written to one file.
@@ -343,17 +340,68 @@ module PtmallocDump
     end
   end
 
+  class << self
+    # Installs a Signal.trap handler that dumps this process into `dir` as
+    # `ptmalloc-<pid>-<timestamp>.dump` and logs one line to `log`: the file, the pause the worker
+    # saw (from the signal's arrival, stamped by a sigaction handler in front of Ruby's, to the
+    # handler's return) and, in process, the walk time and the main figures; with `fork: true` a
+    # second line when the snapshot process is done, with the time it took to walk and write. The
+    # handler that was installed for the signal before is called afterwards (when it is a Proc or
+    # Method; "DEFAULT", "IGNORE" and friends are not called). Installing again for the same signal
+    # returns the handler already in place. The directory is checked here, not when the signal comes.
+    #
+    # @param signal [String, Symbol, Integer] URG by default: ignored where no handler is installed;
+    #   free under Unicorn, Pitchfork, Sidekiq and Puma without `fork_worker`, but Puma's master traps
+    #   it for `fork_worker` (refork) and its workers inherit that trap: Puma's recipe uses WINCH
+    #   (README's "Which signal" has the table). When the signal already has a handler, one line on
+    #   `log` says so at install and names it: a Ruby one (Proc or Method, with its source location)
+    #   runs after each dump; a native one (by its symbol and file) is replaced by Signal.trap
+    # @param dir [String, nil] where dumps go: a writable directory, not a symbolic link; made (mode
+    #   0700, with its parents) when it does not exist; nil (default): +Dir.tmpdir+
+    # @param fork [Boolean] fork snapshot mode (the default): the worker pauses for the fork only (as
+    #   long as a bare fork of it in a Rails worker under load: README has the figures); the snapshot
+    #   process records Ruby's heap, walks and writes; false dumps in the worker, which then waits for
+    #   the Ruby pass, the whole walk and the write
+    # @param log [IO, nil] where the report lines go
+    # @param dump_options every other option of {dump} by name (ruby:, references:, symbols:,
+    #   debug_dir:, ...), checked here
+    # @return [Proc] the handler
+    # @raise [DumpDirectoryError] when `dir` cannot take dumps
+    # @raise [ArgumentError] for an unknown signal or dump option
+    def install_signal_handler(signal = "URG", dir: nil, fork: true, log: $stderr, **dump_options)
+      if dir.nil?
+        require "tmpdir"
+        dir = Dir.tmpdir
+      end
+      SignalHandler.install(signal, dir: dir, fork: fork, log: log, dump_options: dump_options)
+    end
+  end
+
+  class << self
+    # A cheap reading of this process's memory: glibc's counters (mallinfo2), each arena's system
+    # memory (main_arena's ring, followed as a dump follows it), the kernel's RSS figures and GC.stat's
+    # heap figures. No chunk is walked and no file written. glibc's counters are read last, after the
+    # Hash is built (and without the GVL: mallinfo2 visits every free chunk in the bins, 0.2 ms on an
+    # application-shaped heap, about 100 ms on the bench heap of a million chunks; README has the
+    # figures), so a
+    # {dump} called right after sees the same malloc state.
+    #
+    # @param smaps [Boolean] also read /proc/self/smaps_rollup (Pss, private and shared pages): the
+    #   kernel walks the page tables for it, 31 ms for 375 MiB resident
+    # @return [Hash{Symbol=>Object}] :time (Float, Unix seconds), :pid, :malloc (mallinfo2's fields,
+    #   bytes: :arena heap, :uordblks in use, :fordblks free, :hblkhd mmapped, ...), :arenas
+    #   (`[{ address:, system_mem:, max_system_mem: }]`, main_arena first), :ring_ok (false when the
+    #   ring does not lead back to main_arena: :malloc is then all zeros, mallinfo2 is not called),
+    #   :rss (bytes: :vm_rss, :vm_hwm, :anonymous, :file_backed, :shmem, :swap and with smaps :pss,
+    #   :private_dirty, :shared_clean, :shared_dirty, :rollup_rss) and :gc (GC.stat's heap figures
+    #   and :ruby_pages_bytes)
+    def stats(smaps: false)
+      Stats.read(smaps: smaps)
+    end
+  end
+
   @dump_strings = [nil, nil, nil]
   warm_up
-end
-
-# The first call of each method from a call site fills Ruby's call caches, which mallocs: a reading is
-# taken once when the gem loads, so that later ones allocate nothing after glibc's counters are read.
-begin
-  PtmallocDump::Stats.read(smaps: true)
-  PtmallocDump::Stats.read(smaps: false)
-rescue PtmallocDump::Error, SystemCallError
-  nil # where malloc is not glibc's, stats raises when called
 end
 
 PtmallocDump.ruby_layer.warning&.then { |message| warn(message) }

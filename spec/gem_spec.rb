@@ -24,7 +24,7 @@ RSpec.describe "the gem" do
     leftovers = Dir[File.join(installed, "ext", "**", "*")].grep(/\.(o|so)\z|mkmf\.log\z/)
     expect(leftovers).to eq([])
     expect(Dir[File.join(installed, "lib", "ptmalloc_dump", "*.so")].map { |f| File.basename(f) })
-      .to contain_exactly("ptmalloc_dump.so", "ptmalloc_dump_track.so")
+      .to contain_exactly("ptmalloc_dump.so", "ptmalloc_dump_reader.so", "ptmalloc_dump_track.so")
     out, err, status = Open3.capture3(env, File.join(gem_home, "bin", "ptmalloc-dump"), "--version", chdir: "/")
     expect(status).to be_success, err
     expect(out).to include(PtmallocDump::VERSION)

@@ -5,11 +5,12 @@ require "spec_helper"
 
 RSpec.describe PtmallocDump::RubyLayer do
   it "links against nothing of libruby but what Ruby's public headers declare" do
-    so = File.join(SpecHelpers::LIB, "ptmalloc_dump", "ptmalloc_dump.so")
-    out, err, status = Open3.capture3("nm", "-D", "--undefined-only", so)
-    raise "nm failed: #{err}" unless status.success?
+    ruby_symbols = %w[ptmalloc_dump.so ptmalloc_dump_reader.so].flat_map do |name|
+      out, err, status = Open3.capture3("nm", "-D", "--undefined-only", File.join(SpecHelpers::LIB, "ptmalloc_dump", name))
+      raise "nm failed: #{err}" unless status.success?
 
-    ruby_symbols = out.lines.map { |l| l.split.last.sub(/@.*/, "") }.grep(/\A_?(rb|ruby)_/)
+      out.lines.map { |l| l.split.last.sub(/@.*/, "") }.grep(/\A_?(rb|ruby)_/)
+    end
     expect(ruby_symbols).to include("rb_define_module")
     headers = Dir[File.join(RbConfig::CONFIG["rubyhdrdir"], "**", "*.h")] +
               Dir[File.join(RbConfig::CONFIG["rubyarchhdrdir"], "**", "*.h")]

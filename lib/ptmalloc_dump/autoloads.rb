@@ -19,6 +19,9 @@ module PtmallocDump
   autoload :MallocSites, "ptmalloc_dump/malloc_sites"
   autoload :Tracker, "ptmalloc_dump/tracker"
   autoload :FormatHelpers, "ptmalloc_dump/format_helpers"
+  # the signal handler and the cheap readings: loaded when installed or first read
+  autoload :SignalHandler, "ptmalloc_dump/signal_handler"
+  autoload :Stats, "ptmalloc_dump/stats"
   autoload :Advice, "ptmalloc_dump/advice"
   autoload :Fleet, "ptmalloc_dump/fleet"
   # readings over time: a sampler, Prometheus text, the timeline

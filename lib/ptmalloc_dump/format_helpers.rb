@@ -1,7 +1,5 @@
 # frozen_string_literal: true
 
-require "cgi/util"
-
 module PtmallocDump
   # Formatting shared by the text summary, the HTML report and the JSON summary.
   module FormatHelpers

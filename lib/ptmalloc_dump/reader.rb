@@ -1,10 +1,9 @@
 # frozen_string_literal: true
 
-# What reads dumps: the extension's classes (Format, Dump, Diff, RubyHeap, Render), defined here on
-# their first use, and their Ruby side. A worker that only dumps never loads this file.
-module PtmallocDump
-  _define_reader
-end
+# What reads dumps: the classes of the library ptmalloc_dump_reader.so (Format, Dump, Diff, RubyHeap,
+# Render), loaded here on their first use, and their Ruby side. A worker that only dumps never loads
+# this file.
+require "ptmalloc_dump/ptmalloc_dump_reader"
 
 require_relative "dump"
 require_relative "ruby_heap"

@@ -195,41 +195,4 @@ module PtmallocDump
       end
     end
   end
-
-  class << self
-    # Installs a Signal.trap handler that dumps this process into `dir` as
-    # `ptmalloc-<pid>-<timestamp>.dump` and logs one line to `log`: the file, the pause the worker
-    # saw (from the signal's arrival, stamped by a sigaction handler in front of Ruby's, to the
-    # handler's return) and, in process, the walk time and the main figures; with `fork: true` a
-    # second line when the snapshot process is done, with the time it took to walk and write. The
-    # handler that was installed for the signal before is called afterwards (when it is a Proc or
-    # Method; "DEFAULT", "IGNORE" and friends are not called). Installing again for the same signal
-    # returns the handler already in place. The directory is checked here, not when the signal comes.
-    #
-    # @param signal [String, Symbol, Integer] URG by default: ignored where no handler is installed;
-    #   free under Unicorn, Pitchfork, Sidekiq and Puma without `fork_worker`, but Puma's master traps
-    #   it for `fork_worker` (refork) and its workers inherit that trap: Puma's recipe uses WINCH
-    #   (README's "Which signal" has the table). When the signal already has a handler, one line on
-    #   `log` says so at install and names it: a Ruby one (Proc or Method, with its source location)
-    #   runs after each dump; a native one (by its symbol and file) is replaced by Signal.trap
-    # @param dir [String, nil] where dumps go: a writable directory, not a symbolic link; made (mode
-    #   0700, with its parents) when it does not exist; nil (default): +Dir.tmpdir+
-    # @param fork [Boolean] fork snapshot mode (the default): the worker pauses for the fork only (as
-    #   long as a bare fork of it in a Rails worker under load: README has the figures); the snapshot
-    #   process records Ruby's heap, walks and writes; false dumps in the worker, which then waits for
-    #   the Ruby pass, the whole walk and the write
-    # @param log [IO, nil] where the report lines go
-    # @param dump_options every other option of {dump} by name (ruby:, references:, symbols:,
-    #   debug_dir:, ...), checked here
-    # @return [Proc] the handler
-    # @raise [DumpDirectoryError] when `dir` cannot take dumps
-    # @raise [ArgumentError] for an unknown signal or dump option
-    def install_signal_handler(signal = "URG", dir: nil, fork: true, log: $stderr, **dump_options)
-      if dir.nil?
-        require "tmpdir"
-        dir = Dir.tmpdir
-      end
-      SignalHandler.install(signal, dir: dir, fork: fork, log: log, dump_options: dump_options)
-    end
-  end
 end

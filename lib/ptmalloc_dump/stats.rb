@@ -77,27 +77,14 @@ module PtmallocDump
       end
     end
   end
+end
 
-  class << self
-    # A cheap reading of this process's memory: glibc's counters (mallinfo2), each arena's system
-    # memory (main_arena's ring, followed as a dump follows it), the kernel's RSS figures and GC.stat's
-    # heap figures. No chunk is walked and no file written. glibc's counters are read last, after the
-    # Hash is built (and without the GVL: mallinfo2 visits every free chunk in the bins, 0.2 ms on an
-    # application-shaped heap, about 100 ms on the bench heap of a million chunks; README has the
-    # figures), so a
-    # {dump} called right after sees the same malloc state.
-    #
-    # @param smaps [Boolean] also read /proc/self/smaps_rollup (Pss, private and shared pages): the
-    #   kernel walks the page tables for it, 31 ms for 375 MiB resident
-    # @return [Hash{Symbol=>Object}] :time (Float, Unix seconds), :pid, :malloc (mallinfo2's fields,
-    #   bytes: :arena heap, :uordblks in use, :fordblks free, :hblkhd mmapped, ...), :arenas
-    #   (`[{ address:, system_mem:, max_system_mem: }]`, main_arena first), :ring_ok (false when the
-    #   ring does not lead back to main_arena: :malloc is then all zeros, mallinfo2 is not called),
-    #   :rss (bytes: :vm_rss, :vm_hwm, :anonymous, :file_backed, :shmem, :swap and with smaps :pss,
-    #   :private_dirty, :shared_clean, :shared_dirty, :rollup_rss) and :gc (GC.stat's heap figures
-    #   and :ruby_pages_bytes)
-    def stats(smaps: false)
-      Stats.read(smaps: smaps)
-    end
-  end
+# The first call of each method from a call site fills Ruby's call caches, which mallocs: a reading is
+# taken once when this file loads (on the first use of Stats), so that later ones allocate nothing
+# after glibc's counters are read.
+begin
+  PtmallocDump::Stats.read(smaps: true)
+  PtmallocDump::Stats.read(smaps: false)
+rescue PtmallocDump::Error, SystemCallError
+  nil # where malloc is not glibc's, stats raises when called
 end

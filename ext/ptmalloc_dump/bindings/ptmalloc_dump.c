@@ -1,5 +1,7 @@
-/* PtmallocDump: the module's own native methods, and Init_ptmalloc_dump, which calls each binding's
- * init. A dump runs with the GVL held (the walk must not race Ruby threads' mallocs). */
+/* PtmallocDump: the module's own native methods, and Init_ptmalloc_dump, which calls the init of each
+ * binding this library holds: what a worker that dumps needs. The classes that read dumps are another
+ * library, bindings/reader_init.c's. A dump runs with the GVL held (the walk must not race Ruby
+ * threads' mallocs). */
 #include "bindings/bindings.h"
 #include "capture/dump.h"
 #include "capture/dump_fork.h"
@@ -7,6 +9,7 @@
 #include "capture/dump_write.h"
 #include "capture/locate.h"
 #include "capture/native_track.h"
+#include "capture/ruby_code.h"
 #include "capture/ruby_heap.h"
 #include "capture/source_ptrace.h"
 #include "format/format.h"
@@ -397,25 +400,12 @@ static VALUE rb_ptmd_process_maps(VALUE self, VALUE pid)
 
 VALUE ptmd_mPtmallocDump;
 
-/* _define_reader: the classes that read dumps (Format, Dump and its parts, RubyHeap, Render, Diff),
- * defined when lib/ptmalloc_dump/reader.rb is first loaded (autoloaded on their first use), not when
- * the gem loads: a worker that only dumps never needs them. */
-static VALUE rb_ptmd_define_reader(VALUE self)
+/* PtmallocDump._ruby_code_problem: why dumps here record no code owners, nil when they do. */
+static VALUE rb_ptmd_ruby_code_problem(VALUE self)
 {
-    static int defined;
-    (void)self;
-    if (defined) return Qfalse;
-    defined = 1;
-    ptmd_format_module_init();
-    ptmd_dump_class_init();
-    ptmd_owners_class_init();
-    ptmd_retention_class_init();
-    ptmd_sites_class_init();
-    ptmd_native_sites_class_init();
-    ptmd_ruby_heap_class_init();
-    ptmd_render_module_init();
-    ptmd_diff_class_init();
-    return Qtrue;
+    const char *p = ptmd_ruby_code_problem();
+    PTMD_UNUSED(self);
+    return p ? rb_str_new_cstr(p) : Qnil;
 }
 
 RUBY_FUNC_EXPORTED void Init_ptmalloc_dump(void)
@@ -426,7 +416,6 @@ RUBY_FUNC_EXPORTED void Init_ptmalloc_dump(void)
     ptmd_errors_init();
     ptmd_stats_module_init();
     ptmd_tracing_module_init();
-    ptmd_ruby_code_module_init();
     ptmd_signal_arrival_init();
     ptmd_ruby_heap_init();
     ptmd_dump_setup();
@@ -436,7 +425,8 @@ RUBY_FUNC_EXPORTED void Init_ptmalloc_dump(void)
     rb_define_singleton_method(ptmd_mPtmallocDump, "_dump_fork", rb_ptmd_dump_fork, 9);
     rb_define_singleton_method(ptmd_mPtmallocDump, "_raise_child_error", rb_ptmd_raise_child_error, 1);
     rb_define_singleton_method(ptmd_mPtmallocDump, "_warm_up", rb_ptmd_warm_up, 1);
-    rb_define_singleton_method(ptmd_mPtmallocDump, "_define_reader", rb_ptmd_define_reader, 0);
+    rb_define_private_method(rb_singleton_class(ptmd_mPtmallocDump), "_ruby_code_problem", rb_ptmd_ruby_code_problem,
+                             0);
     rb_define_singleton_method(ptmd_mPtmallocDump, "_libc_info", rb_ptmd_libc_info, 2);
     rb_define_singleton_method(ptmd_mPtmallocDump, "_ruby_functions_missing", rb_ptmd_ruby_functions_missing, 0);
     rb_define_singleton_method(ptmd_mPtmallocDump, "_read_process", rb_ptmd_read_process, 3);

@@ -2,7 +2,6 @@
  * the owner summary, from the RUBY_* sections and the attribution (analysis/attribution.c). */
 #include "bindings/bindings.h"
 #include "analysis/code_owners.h"
-#include "capture/ruby_code.h"
 #include "format/reader.h"
 
 #include <string.h>
@@ -382,14 +381,6 @@ static VALUE heap_code_names(VALUE self)
     return code_names(ruby_view(self), NULL);
 }
 
-/* PtmallocDump._ruby_code_problem: why dumps here record no code owners, nil when they do. */
-static VALUE code_problem(VALUE self)
-{
-    const char *p = ptmd_ruby_code_problem();
-    PTMD_UNUSED(self);
-    return p ? rb_str_new_cstr(p) : Qnil;
-}
-
 void ptmd_ruby_heap_class_init(void)
 {
     VALUE cRubyHeap = rb_define_class_under(ptmd_mPtmallocDump, "RubyHeap", rb_cObject);
@@ -408,9 +399,4 @@ void ptmd_ruby_heap_class_init(void)
     rb_define_private_method(cRubyHeap, "_code_names", heap_code_names, 0);
     rb_define_private_method(cRubyHeap, "_code_charges", heap_code_charges, 0);
     rb_define_private_method(cRubyHeap, "_code_charge", heap_code_charge, 2);
-}
-
-void ptmd_ruby_code_module_init(void)
-{
-    rb_define_private_method(rb_singleton_class(ptmd_mPtmallocDump), "_ruby_code_problem", code_problem, 0);
 }
