@@ -225,16 +225,19 @@ RSpec.describe "the whole RSS, accounted" do
 
     d = PtmallocDump.load(approx)
     expect(d.mappings_info).to include(approximate: true, error: 7_000 * 1024)
-    expect(d.rss[:error]).to eq(7_000 * 1024)
-    expect(PtmallocDump.load(path).rss[:error]).to be_nil
+    # the exact dump's own error, if any, is the heap pages residency saw present and smaps did not count
+    # (the zero page, mapped where untouched memory was read, is one: pagemap has it, smaps' Rss not)
+    exact = PtmallocDump.load(path).rss
+    expect(exact[:error].to_i).to be <= exact[:vm_rss] / 100
+    expect(d.rss[:error]).to eq(7_000 * 1024 + exact[:error].to_i)
+    shown = Regexp.escape(PtmallocDump::FormatHelpers.human_bytes(d.rss[:error]))
     out = StringIO.new
     expect(PtmallocDump::VisualizeCLI.new(["--summary", approx], out: out, err: StringIO.new).run).to eq(0)
-    expect(out.string).to match(/^rss +\S+ \S+ ± 6\.8 MiB \(\d+ B\), VmRSS /)
-    expect(out.string).to include("approximate: the process's memory moved while the dump read its smaps and page " \
-                                  "residency, by up to 6.8 MiB")
+    expect(out.string).to match(/^rss +\S+ \S+ ± #{shown} \(\d+ B\), VmRSS /)
+    expect(out.string).to match(/approximate: the process's memory moved while the dump read its smaps and page residency, by up to #{shown}$/)
     outdir = File.join(tmpdir, "report")
     expect(PtmallocDump::VisualizeCLI.new([approx, outdir], out: StringIO.new, err: StringIO.new).run).to eq(0)
     html = File.read(File.join(outdir, "index.html"))
-    expect(html).to match(%r{RSS <b>\S+ \S+ ± 6\.8 MiB</b>})
+    expect(html).to match(%r{RSS <b>\S+ \S+ ± #{shown}</b>})
   end
 end
