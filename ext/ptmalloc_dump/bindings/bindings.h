@@ -59,10 +59,10 @@ VALUE ptmd_rb_code_charges(VALUE dump);
 void ptmd_errors_init(void);
 void ptmd_format_module_init(void);
 void ptmd_dump_class_init(void);
-void ptmd_owners_class_init(void);     /* Dump's owner methods: after ptmd_dump_class_init */
-void ptmd_retention_class_init(void);  /* Dump's retainer methods: after ptmd_dump_class_init */
-void ptmd_sites_class_init(void);      /* Dump's allocation sites: after ptmd_dump_class_init */
-void ptmd_tracing_module_init(void);   /* PtmallocDump.trace_allocations and its like, when the gem loads */
+void ptmd_owners_class_init(void);    /* Dump's owner methods: after ptmd_dump_class_init */
+void ptmd_retention_class_init(void); /* Dump's retainer methods: after ptmd_dump_class_init */
+void ptmd_sites_class_init(void);     /* Dump's allocation sites: after ptmd_dump_class_init */
+void ptmd_tracing_module_init(void);  /* PtmallocDump.trace_allocations and its like, when the gem loads */
 /* The RUBY_NAMES entries naming class `name`: a flag per entry (xmalloc'd), NULL for nil. */
 uint8_t *ptmd_rb_class_flags(const ptmd_view *v, VALUE name);
 void ptmd_native_sites_class_init(void); /* the allocation tracker's samples: after ptmd_dump_class_init */
