@@ -26,7 +26,7 @@ Gem::Specification.new do |spec|
   spec.homepage = "https://rubygems.org/gems/ptmalloc_dump"
   spec.metadata["documentation_uri"] = "https://rubydoc.info/gems/ptmalloc_dump"
   spec.metadata["rubygems_mfa_required"] = "true"
-  # what the extension links at run time, besides Ruby and glibc
+  # what the libraries link at run time, besides Ruby and glibc (libpng: the one that reads dumps)
   spec.requirements << "libpng (libpng16-16 on Debian and Ubuntu, libpng on Fedora and RHEL)"
   spec.requirements << "zlib (zlib1g on Debian and Ubuntu), through libpng"
 end
