@@ -146,13 +146,16 @@ RSpec.describe "Ruby allocation sites" do
     forked = PtmallocDump.load(File.join(tmpdir, "child.dump"))
     sites = forked.allocation_sites.to_h { |e| [e[:site], e] }
     # the parent's objects, traced before the fork, and the child's own, after a compaction moved some
-    expect(sites.fetch(facts[:parents])[:count]).to be_between(501, 503) # and a temporary a stack word holds
+    # 500 Strings and their Array; the VM's caches the line made (a constant cache, and call caches: Ruby
+    # keeps one per class and method, made by the first call, here Array.new's and String#*'s unless
+    # earlier code called them); and up to two temporaries stack words hold
+    expect(sites.fetch(facts[:parents])[:count]).to be_between(501, 507)
     expect(sites.fetch(facts[:childs])[:count]).to be_between(401, 403)
     expect(sites.fetch(facts[:childs])[:bytes]).to be >= 400 * 700
     # every traced object the dump lists is a live object there: none was left at an old address
     expect(forked.traced_objects.map { |a, _| forked.ruby.object_at(a) }).to all(be_truthy)
     snapshot = PtmallocDump.load(File.join(tmpdir, "snapshot.dump"))
-    expect(snapshot.allocation_sites.find { |e| e[:site] == facts[:parents] }[:count]).to be_between(501, 503)
+    expect(snapshot.allocation_sites.find { |e| e[:site] == facts[:parents] }[:count]).to be_between(501, 507)
   end
 
   it "says why where it cannot trace or a dump has no sites" do
