@@ -355,6 +355,16 @@ RSpec.describe "owners: Ruby-owned, anchored or leaked" do
       # a stale copy of an address (or of one into a buffer) on a stack, in a library's data or in a live
       # block can hold a few; none is leaked
       expect(kinds.keys - %i[unknown anchored interior]).to eq([])
+      with = PtmallocDump.load(on)
+      page = with.chunk_containing(Fiddle.dlwrap(strings.first))
+      if page
+        # Ruby 2.7 and 3.0 take their object pages from malloc: each buffer is held by the chunk its
+        # String's slot is in, which the roots reach through its middle (any VALUE a library keeps)
+        expect(dump.referrers(buffers.first)[:chunks]).to include(page.address)
+        expect(%i[interior anchored]).to include(dump.owner_kind_of(page.address))
+        expect(kinds.fetch(:interior, 0) + kinds.fetch(:anchored, 0)).to be >= 19_000
+        next
+      end
       expect(kinds.fetch(:unknown, 0)).to be >= 19_000
       expect(o[:unknown][:bytes]).to be >= buffers.sum { |c| dump.chunk_at(c).size } * 95 / 100
 
@@ -372,7 +382,6 @@ RSpec.describe "owners: Ruby-owned, anchored or leaked" do
         .to match(/holder +not known: no root reaches it/)
 
       # the same Strings in the dump with the Ruby pass are Ruby's
-      with = PtmallocDump.load(on)
       expect(buffers.map { |c| with.owner_kind_of(c) }.tally).to eq(ruby: 20_000)
       expect(with.summary[:owners][:unknown]).to eq(bytes: 0, count: 0)
     end
@@ -411,7 +420,10 @@ RSpec.describe "owners: Ruby-owned, anchored or leaked" do
           refs = dump.referrers(chunk_of(a))
           # the holder's word into its middle, which this test planted, or a root's
           expect(refs[:interior].include?(holder_chunk) || refs[:interior_roots].any?).to be(true), refs.inspect
-          expect(refs[:chunks] + refs[:integers] + refs[:objects]).to eq([])
+          # no Ruby object holds its start (it would be Ruby's), and a chunk that does is owned by no one
+          # (a stale copy in a block nothing reaches), or the block would be that chunk's
+          expect(refs[:integers] + refs[:objects]).to eq([])
+          expect(refs[:chunks].map { |c| dump.owner_kind_of(c) } - %i[leaked unknown]).to eq([])
         end
         sample = held.find { |a| dump.referrers(chunk_of(a))[:interior] == [holder_chunk] }
         text = PtmallocDump::Explanation.new(dump, sample).to_s
