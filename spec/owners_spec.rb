@@ -421,9 +421,14 @@ RSpec.describe "owners: Ruby-owned, anchored or leaked" do
           # the holder's word into its middle, which this test planted, or a root's
           expect(refs[:interior].include?(holder_chunk) || refs[:interior_roots].any?).to be(true), refs.inspect
           # no Ruby object holds its start (it would be Ruby's), and a chunk that does is owned by no one
-          # (a stale copy in a block nothing reaches), or the block would be that chunk's
+          # (a stale copy in a block nothing reaches) or is one of Ruby 2.7's and 3.0's object pages (a
+          # stale word in a free slot), or the block would be that chunk's
           expect(refs[:integers] + refs[:objects]).to eq([])
-          expect(refs[:chunks].map { |c| dump.owner_kind_of(c) } - %i[leaked unknown]).to eq([])
+          stale = refs[:chunks].reject do |c|
+            %i[leaked unknown].include?(dump.owner_kind_of(c)) ||
+              dump.ruby.pages.any? { |pg| (c...(c + dump.chunk_at(c).size)).cover?(pg.start) }
+          end
+          expect(stale).to eq([])
         end
         sample = held.find { |a| dump.referrers(chunk_of(a))[:interior] == [holder_chunk] }
         text = PtmallocDump::Explanation.new(dump, sample).to_s
