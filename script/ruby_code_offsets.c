@@ -6,6 +6,13 @@
  *   gcc -w -I$SRC -I/usr/include/ruby-X.Y.0 -I/usr/include/x86_64-linux-gnu/ruby-X.Y.0 \
  *       script/ruby_code_offsets.c -o offsets && ./offsets
  *
+ * rb_vm_t holds native locks, which are larger on aarch64: build it once more with the cross compiler
+ * (Debian's gcc-aarch64-linux-gnu) and run it through qemu-user for the aarch64 column of the VM's
+ * fields. The same x86-64 config.h serves; for Ruby 3.1 the output is the same with arm64's own.
+ *
+ *   aarch64-linux-gnu-gcc -static -w -I$SRC -I/usr/include/ruby-X.Y.0 \
+ *       -I/usr/include/x86_64-linux-gnu/ruby-X.Y.0 script/ruby_code_offsets.c -o offsets-arm64 && ./offsets-arm64
+ *
  * The bits of rb_method_definition_t's type are checked by setting the bitfield and reading the
  * first word, which is how ruby_code.c reads it. */
 #include "ruby/version.h"

@@ -11,7 +11,6 @@
 #include "format/ptmd.h"
 
 #include <ruby/version.h>
-#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -423,15 +422,6 @@ static int charge_iseqs(ptmd_code_pass *cp, ptmd_ruby_data *rd, const ptmd_buf *
 /* The VM's own tables: each field's pointer, with the field's place in the list + 1 as its name key.
  * Two fields never share a table; a NULL one (a table not made yet) is left out. The VM is the one
  * whose first word is the RubyVM object that wraps it. */
-/* rb_vm_t holds native locks, whose size differs between platforms (pthread_mutex_t: 40 bytes on x86-64,
- * 48 on aarch64). The VM fields' offsets were measured on x86-64; elsewhere only those before its first
- * lock (the main ractor and thread) hold, and the tables past it are not named. */
-#if defined(__x86_64__)
-#define PTMD_VM_FIELDS_MEASURED_BELOW UINT_MAX
-#else
-#define PTMD_VM_FIELDS_MEASURED_BELOW 48u
-#endif
-
 static int add_vm_tables(ptmd_code_pass *cp, ptmd_ruby_data *rd, ptmd_buf *refs)
 {
     uint64_t vm = cp->vm, self;
@@ -441,7 +431,7 @@ static int add_vm_tables(ptmd_code_pass *cp, ptmd_ruby_data *rd, ptmd_buf *refs)
         RTYPEDDATA_DATA((VALUE)self) != (void *)(uintptr_t)vm)
         return 0;
     for (i = 0; i < L->n_vm_fields; i++) {
-        uint64_t p = L->vm_fields[i].offset < PTMD_VM_FIELDS_MEASURED_BELOW ? word_at(vm, L->vm_fields[i].offset) : 0;
+        uint64_t p = word_at(vm, L->vm_fields[i].offset);
         size_t k;
         for (k = 0; k < i && p; k++)
             if (word_at(vm, L->vm_fields[k].offset) == p) p = 0;

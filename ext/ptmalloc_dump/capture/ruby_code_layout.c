@@ -5,54 +5,64 @@
 #include <ruby/version.h>
 #include <stdlib.h>
 
+/* rb_vm_t's offsets differ by platform past its first native lock: pthread_mutex_t is 40 bytes on
+ * x86-64 and 48 on aarch64 (pthread_cond_t is 48 on both). Each field gives both, measured with
+ * script/ruby_code_offsets.c built by gcc and by aarch64-linux-gnu-gcc; the build accepts no other
+ * CPU (build.rb). */
+#if defined(__aarch64__)
+#define PTMD_VM_AT(x86_64, aarch64) (aarch64)
+#else
+#define PTMD_VM_AT(x86_64, aarch64) (x86_64)
+#endif
+
 /* Ruby 2.7's vm_core.h: no ractors yet, the VM holds its main thread itself (vm.c Init_BareVM
  * allocates it); no method entry caches in the VM. */
 static const ptmd_vm_field vm_fields_2_7[] = {
-    { "GC object space (page headers, mark bitmaps, finalizer and id tables)", 1152 },
-    { "frozen string table", 1176 },
-    { "loaded features index", 456 },
-    { "loading table", 464 },
-    { "defined module hash", 1144 },
-    { "ensure rollback table", 1016 },
-    { "postponed job buffer", 1024 },
-    { "at_exit list", 1160 },
-    { "main thread", 192 },
+    { "GC object space (page headers, mark bitmaps, finalizer and id tables)", PTMD_VM_AT(1152, 1176) },
+    { "frozen string table", PTMD_VM_AT(1176, 1200) },
+    { "loaded features index", PTMD_VM_AT(456, 472) },
+    { "loading table", PTMD_VM_AT(464, 480) },
+    { "defined module hash", PTMD_VM_AT(1144, 1168) },
+    { "ensure rollback table", PTMD_VM_AT(1016, 1032) },
+    { "postponed job buffer", PTMD_VM_AT(1024, 1040) },
+    { "at_exit list", PTMD_VM_AT(1160, 1184) },
+    { "main thread", PTMD_VM_AT(192, 200) },
 };
 
 /* Ruby 3.1.2's vm_core.h (rb_vm_t; vm.c Init_BareVM allocates the main thread and ractor, gc.c
  * rb_objspace_alloc the object space) */
 static const ptmd_vm_field vm_fields_3_1[] = {
-    { "GC object space (page headers, mark bitmaps, finalizer and id tables)", 1104 },
-    { "frozen string table", 1120 },
-    { "loaded features index", 440 },
-    { "loading table", 448 },
-    { "defined module hash", 1096 },
-    { "negative method cache", 1144 },
-    { "overloaded method entries", 1152 },
-    { "ensure rollback table", 976 },
-    { "postponed job buffer", 984 },
-    { "at_exit list", 1112 },
-    { "main ractor (GVL, thread list)", 32 },
-    { "main thread", 40 },
+    { "GC object space (page headers, mark bitmaps, finalizer and id tables)", PTMD_VM_AT(1104, 1128) },
+    { "frozen string table", PTMD_VM_AT(1120, 1144) },
+    { "loaded features index", PTMD_VM_AT(440, 456) },
+    { "loading table", PTMD_VM_AT(448, 464) },
+    { "defined module hash", PTMD_VM_AT(1096, 1120) },
+    { "negative method cache", PTMD_VM_AT(1144, 1168) },
+    { "overloaded method entries", PTMD_VM_AT(1152, 1176) },
+    { "ensure rollback table", PTMD_VM_AT(976, 992) },
+    { "postponed job buffer", PTMD_VM_AT(984, 1000) },
+    { "at_exit list", PTMD_VM_AT(1112, 1136) },
+    { "main ractor (GVL, thread list)", PTMD_VM_AT(32, 32) },
+    { "main thread", PTMD_VM_AT(40, 40) },
 };
 
 /* Ruby 3.3's vm_core.h: the postponed jobs became a queue (vm_trace.c); the VM also holds the call
  * info table and the constant cache (ID to inline caches). */
 static const ptmd_vm_field vm_fields_3_3[] = {
-    { "GC object space (page headers, mark bitmaps, finalizer and id tables)", 1304 },
-    { "frozen string table", 1320 },
-    { "loaded features index", 632 },
-    { "loading table", 640 },
-    { "defined module hash", 1296 },
-    { "call info table", 1344 },
-    { "constant cache table", 1368 },
-    { "negative method cache", 1352 },
-    { "overloaded method entries", 1360 },
-    { "ensure rollback table", 1176 },
-    { "postponed job queue", 1184 },
-    { "at_exit list", 1312 },
-    { "main ractor (GVL, thread list)", 32 },
-    { "main thread", 40 },
+    { "GC object space (page headers, mark bitmaps, finalizer and id tables)", PTMD_VM_AT(1304, 1328) },
+    { "frozen string table", PTMD_VM_AT(1320, 1344) },
+    { "loaded features index", PTMD_VM_AT(632, 648) },
+    { "loading table", PTMD_VM_AT(640, 656) },
+    { "defined module hash", PTMD_VM_AT(1296, 1320) },
+    { "call info table", PTMD_VM_AT(1344, 1368) },
+    { "constant cache table", PTMD_VM_AT(1368, 1392) },
+    { "negative method cache", PTMD_VM_AT(1352, 1376) },
+    { "overloaded method entries", PTMD_VM_AT(1360, 1384) },
+    { "ensure rollback table", PTMD_VM_AT(1176, 1192) },
+    { "postponed job queue", PTMD_VM_AT(1184, 1200) },
+    { "at_exit list", PTMD_VM_AT(1312, 1336) },
+    { "main ractor (GVL, thread list)", PTMD_VM_AT(32, 32) },
+    { "main thread", PTMD_VM_AT(40, 40) },
 };
 
 /* Ruby 3.4's vm_core.h: with the modular GC (gc.c over gc/default.c) the VM keeps its object space
@@ -60,19 +70,19 @@ static const ptmd_vm_field vm_fields_3_3[] = {
  * hash nor ensure rollback table; the new global_object_list (rb_gc_register_address) is a linked
  * list, one chunk a node, not a table, and is left unnamed. */
 static const ptmd_vm_field vm_fields_3_4[] = {
-    { "GC object space (page headers, mark bitmaps, finalizer and id tables)", 1296 },
-    { "frozen string table", 1320 },
-    { "loaded features index", 640 },
-    { "loading table", 648 },
-    { "call info table", 1336 },
-    { "constant cache table", 1368 },
-    { "negative method cache", 1344 },
-    { "overloaded method entries", 1352 },
-    { "unused block warning table", 1360 },
-    { "postponed job queue", 1184 },
-    { "at_exit list", 1312 },
-    { "main ractor (GVL, thread list)", 32 },
-    { "main thread", 40 },
+    { "GC object space (page headers, mark bitmaps, finalizer and id tables)", PTMD_VM_AT(1296, 1320) },
+    { "frozen string table", PTMD_VM_AT(1320, 1344) },
+    { "loaded features index", PTMD_VM_AT(640, 656) },
+    { "loading table", PTMD_VM_AT(648, 664) },
+    { "call info table", PTMD_VM_AT(1336, 1360) },
+    { "constant cache table", PTMD_VM_AT(1368, 1392) },
+    { "negative method cache", PTMD_VM_AT(1344, 1368) },
+    { "overloaded method entries", PTMD_VM_AT(1352, 1376) },
+    { "unused block warning table", PTMD_VM_AT(1360, 1384) },
+    { "postponed job queue", PTMD_VM_AT(1184, 1200) },
+    { "at_exit list", PTMD_VM_AT(1312, 1336) },
+    { "main ractor (GVL, thread list)", PTMD_VM_AT(32, 32) },
+    { "main thread", PTMD_VM_AT(40, 40) },
 };
 
 static const ptmd_code_layout layouts[] = {
