@@ -5,8 +5,10 @@ require "spec_helper"
 
 # A core written when a process dies of a signal: by the kernel (core_pattern "core": in the process's
 # directory), or by qemu-user for a guest (qemu_PROGRAM_DATE-PID.core there, with no NT_FILE note:
-# the files come from the dynamic linker's list). The oracle is glibc's own malloc_info(), which the
-# process printed just before the signal, no allocation in between.
+# the files come from the dynamic linker's list). The oracles are glibc's own malloc_info(), which the
+# process printed just before the signal, no allocation in between, and glibc's lists as gdb walks
+# them in the same core (spec/support/gdb/heap_walk.py; a qemu-user core holds none of the files'
+# read-only pages, so it finds libc there through the dynamic linker's records).
 RSpec.describe "a core of a process that died of a signal" do
   CRASH = <<~RUBY
     require "fiddle"
@@ -35,7 +37,10 @@ RSpec.describe "a core of a process that died of a signal" do
     [keep, worker]
   RUBY
 
-  it "is read, and agrees with the malloc_info the process printed before it died" do
+  it "is read, and agrees with the malloc_info the process printed before it died and with gdb's walk" do
+    missing = GdbOracle.missing
+    raise "the gdb oracle needs #{missing}" if missing
+
     pattern = File.read("/proc/sys/kernel/core_pattern").strip
     if !SpecHelpers.qemu_user? && (pattern.start_with?("|") || pattern.include?("/"))
       skip "the kernel hands cores to #{pattern}, not to the process's directory"
@@ -57,5 +62,15 @@ RSpec.describe "a core of a process that died of a signal" do
     expect(verification.compared).to eq(["malloc_info"])
     expect(verification.differences).to eq([])
     expect(verification).to be_ok
+
+    # glibc's arenas, bins and the two threads' tcaches, chunk for chunk
+    (_, walk), = GdbOracle.start(tmpdir, [{ core: core, cored: true, seed: "crash" }]).wait
+    expect(walk).not_to be_nil, "gdb did not walk the core"
+    # a qemu-user core has no thread pointers (no NT_ARM_TLS): the dump finds the tcaches by structure
+    comparison = GdbOracle.compare(dump, walk, by_thread: !SpecHelpers.qemu_user?)
+    expect(comparison[:differences]).to eq([])
+    expect(comparison[:compared]).to be > 4000 # the 3,000 and 1,000 Strings' buffers at least
+    expect(walk.threads.values.count(&:positive?)).to eq(2)
+    puts "    the core: #{comparison[:compared]} chunks as gdb walks them, #{walk.threads.size} threads"
   end
 end

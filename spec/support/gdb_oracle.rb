@@ -91,8 +91,12 @@ module GdbOracle
   # chunks are counted apart (as `orphaned`), and only if they are exactly as many as those structs
   # hold.
   #
+  # A core with no thread pointers (qemu-user writes no NT_ARM_TLS) leaves the dump no way to tell
+  # which thread a tcache is; it finds them by their structure alone. With `by_thread: false` the
+  # tcaches are compared as a set.
+  #
   # @return [Hash] :compared (chunks), :orphaned, :differences (empty when they agree)
-  def self.compare(dump, walk, threads_gone: false)
+  def self.compare(dump, walk, threads_gone: false, by_thread: true)
     diffs = walk.errors.map { |e| "gdb: #{e}" }
     gdb = walk.chunks.dup
     compared = 0
@@ -116,12 +120,18 @@ module GdbOracle
       diffs << "0x#{c.address.to_s(16)}: dump #{c.size} #{c.state}, gdb #{g[0]} #{g[1]}"
     end
     gdb.sort.each { |a, (size, state)| diffs << "0x#{a.to_s(16)}: gdb #{size} #{state}, not in the dump" }
-    dump_tcaches = dump.threads.select(&:tid).to_h { |t| [t.tid, t.tcache || 0] }
-    (dump_tcaches.keys - walk.threads.keys).each { |tid| diffs << "thread #{tid} is in the dump, not in the core" }
-    walk.threads.each do |tid, tcache|
-      next if dump_tcaches[tid] == tcache
+    if by_thread
+      dump_tcaches = dump.threads.select(&:tid).to_h { |t| [t.tid, t.tcache || 0] }
+      (dump_tcaches.keys - walk.threads.keys).each { |tid| diffs << "thread #{tid} is in the dump, not in the core" }
+      walk.threads.each do |tid, tcache|
+        next if dump_tcaches[tid] == tcache
 
-      diffs << "thread #{tid}: gdb's tcache 0x#{tcache.to_s(16)}, the dump's #{dump_tcaches[tid]&.to_s(16).inspect}"
+        diffs << "thread #{tid}: gdb's tcache 0x#{tcache.to_s(16)}, the dump's #{dump_tcaches[tid]&.to_s(16).inspect}"
+      end
+    else
+      found = dump.threads.map(&:tcache).compact.sort
+      wanted = walk.threads.values.reject(&:zero?).sort
+      diffs << "tcaches: gdb's #{wanted.map { |a| a.to_s(16) }}, the dump's #{found.map { |a| a.to_s(16) }}" unless found == wanted
     end
     scanned = dump.threads.select { |t| t.tid.nil? && t.found_by == :scan && !walk.threads.value?(t.tcache) }
     held = scanned.sum(&:tcache_count)

@@ -93,7 +93,7 @@ class Layout:
             hp = int(mp["hp_pagesize"])
         self.heap_max = hp * 4 if hp else 2 * 4 * 1024 * 1024 * gdb.lookup_type("long").sizeof
         self.tcache_count = int(mp["tcache_count"]) if self.tc_slots else 0
-        version = gdb.parse_and_eval("(const char *)__libc_version").string()
+        version = gdb.parse_and_eval("(const char *)__libc_version").string() or file_string("__libc_version")
         self.version = version
         major, minor = (int(x) for x in version.split(".")[:2])
         self.safe_linking = (major, minor) >= (2, 32)
@@ -196,7 +196,12 @@ class Core:
         """The word at libc's static TLS variable `name` for the selected thread, or None."""
         try:
             info = gdb.execute("info address %s" % name, to_string=True)
-            off = int(info.split(" at offset ")[1].split()[0], 0)
+            if " at offset " in info:
+                off = int(info.split(" at offset ")[1].split()[0], 0)
+            else:
+                # libc's symbols added by load_libc_symbols, where gdb calls the variable optimized out:
+                # its offset in the module's block is its value in the symbol table of libc's debug file
+                off = libc_tls_offset(name)
             gdb.execute("sharedlibrary ld-linux", to_string=True)  # main() loads libc's symbols alone
             lm = gdb.parse_and_eval("_rtld_global._dl_ns[0]._ns_loaded")
             module = None
@@ -209,10 +214,39 @@ class Core:
                 n += 1
             if module is None:
                 return None
+            # x86-64 keeps a module's block l_tls_offset bytes below the thread pointer, aarch64 above it
+            if self.aarch64():
+                return self.word(self.thread_pointer() + module + off)
             return self.word(int(gdb.parse_and_eval("$fs_base")) - module + off)
         except (gdb.error, IndexError, ValueError) as e:
             self.errors.append("static TLS of %s: %s" % (name, e))
             return None
+
+    @staticmethod
+    def aarch64():
+        return gdb.selected_frame().architecture().name().startswith("aarch64")
+
+    def thread_pointer(self):
+        """aarch64: the selected thread's tpidr_el0 from the core's NT_ARM_TLS note; a core without it
+        (qemu-user's) is searched, as glibc keeps them, through the dynamic linker's lists of the
+        threads' descriptors for the one with this thread's id, which lies just below it."""
+        try:
+            return int(gdb.parse_and_eval("$tpidr"))
+        except gdb.error:
+            pass
+        pthread = gdb.lookup_type("struct pthread")
+        list_off, tid_off = offset_of(pthread, "list"), offset_of(pthread, "tid")
+        tid = gdb.selected_thread().ptid[1]
+        rtld = gdb.parse_and_eval("_rtld_global")
+        for name in ("_dl_stack_user", "_dl_stack_used"):
+            head = int(rtld[name].address)
+            p, n = self.word(head), 0
+            while p != head and p and n < 4096:
+                pd = p - list_off
+                if struct.unpack("<i", self.mem(pd + tid_off, 4))[0] == tid:
+                    return pd + pthread.sizeof
+                p, n = self.word(p), n + 1
+        raise gdb.error("thread %d is in neither of the dynamic linker's lists of threads" % tid)
 
     def walk(self, arena, main, start, end, top):
         """The chunks of [start, end), by their sizes; returns where the walk stopped."""
@@ -411,6 +445,97 @@ class Core:
         return p
 
 
+def elf_file(path):
+    """A file's PT_LOAD (vaddr, offset, filesz) and its PT_INTERP path, from its ELF headers."""
+    with open(path, "rb") as f:
+        head = f.read(64)
+        phoff, = struct.unpack_from("<Q", head, 32)
+        phentsize, phnum = struct.unpack_from("<HH", head, 54)
+        f.seek(phoff)
+        table = f.read(phentsize * phnum)
+        loads, interp = [], None
+        for i in range(phnum):
+            kind, _, offset, vaddr, _, filesz = struct.unpack_from("<IIQQQQ", table, i * phentsize)
+            if kind == 1:
+                loads.append((vaddr, offset, filesz))
+            elif kind == 3:
+                f.seek(offset)
+                interp = f.read(filesz).rstrip(b"\0").decode()
+        return loads, interp
+
+
+LIBC = {}  # libc's path and load address when load_libc_symbols found them itself
+
+
+def load_libc_symbols():
+    """libc's symbols for the core just opened. gdb lists a core's libraries from the dynamic linker's
+    records, reached through the program's own headers in the core; a core without the files'
+    read-only pages (qemu-user's, which has no NT_FILE note either) has none of them, so gdb lists
+    nothing. The records are then reached here from the dynamic linker's load address (AT_BASE in
+    the core's auxiliary vector) and its _r_debug, and each file's symbols added at its address."""
+    LIBC.clear()
+    gdb.execute("sharedlibrary libc\\.so", to_string=True)
+    if gdb.lookup_static_symbol("main_arena") or gdb.lookup_global_symbol("main_arena"):
+        return
+    base = None
+    for line in gdb.execute("info auxv", to_string=True).splitlines():
+        f = line.split()
+        if len(f) > 2 and f[1] == "AT_BASE":
+            base = int(f[-1], 16)
+    _, interp = elf_file(gdb.current_progspace().filename)
+    if base is None or interp is None:
+        raise gdb.GdbError("no AT_BASE or no PT_INTERP: the dynamic linker cannot be found")
+    gdb.execute("add-symbol-file %s -o 0x%x" % (interp, base), to_string=True)
+    lm = gdb.parse_and_eval("((struct r_debug *)&_r_debug)->r_map")
+    n = 0
+    while int(lm) and n < 4096:
+        path = lm["l_name"].string()
+        if os.path.basename(path).startswith("libc.so"):
+            gdb.execute("add-symbol-file %s -o 0x%x" % (path, int(lm["l_addr"])), to_string=True)
+            LIBC.update(path=path, base=int(lm["l_addr"]))
+            return
+        lm = lm["l_next"]
+        n += 1
+    raise gdb.GdbError("libc is not among the dynamic linker's loaded objects")
+
+
+def libc_tls_offset(name):
+    """A TLS variable's offset in libc's block: its value in the symbol table of libc's debug file."""
+    files = [o.filename for o in gdb.objfiles() if o.owner and os.path.basename(o.owner.filename).startswith("libc.so")]
+    for path in files:
+        with open(path, "rb") as f:
+            data = f.read()
+        shoff, = struct.unpack_from("<Q", data, 40)
+        shentsize, shnum = struct.unpack_from("<HH", data, 58)
+        sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
+        for sec in sections:
+            if sec[1] != 2:  # SHT_SYMTAB
+                continue
+            strtab = sections[sec[6]]
+            for at in range(sec[4], sec[4] + sec[5], 24):
+                st_name, st_info, _, _, st_value, _ = struct.unpack_from("<IBBHQQ", data, at)
+                if st_info & 15 != 6:  # STT_TLS
+                    continue
+                start = strtab[4] + st_name
+                if data[start:data.index(b"\0", start)].decode() == name:
+                    return st_value
+    raise gdb.GdbError("%s is in no symbol table of libc's debug files %s" % (name, files))
+
+
+def file_string(name):
+    """A string in libc's read-only data, read from the file where the core holds none of it."""
+    if not LIBC:
+        return ""
+    at = int(gdb.parse_and_eval("(long)&%s" % name)) - LIBC["base"]
+    loads, _ = elf_file(LIBC["path"])
+    with open(LIBC["path"], "rb") as f:
+        for vaddr, offset, filesz in loads:
+            if vaddr <= at < vaddr + filesz:
+                f.seek(offset + at - vaddr)
+                return f.read(64).split(b"\0")[0].decode()
+    return ""
+
+
 def main():
     gdb.execute("set auto-solib-add off")
     gdb.execute("set pagination off")
@@ -420,7 +545,7 @@ def main():
         out = []
         try:
             gdb.execute("core-file %s" % core, to_string=True)
-            gdb.execute("sharedlibrary libc\\.so", to_string=True)
+            load_libc_symbols()
             if layout is None:
                 layout = Layout()
             Core(layout, out).run()
