@@ -7,9 +7,13 @@
 #   objects built through method calls, most dropped at once): its CPU time;
 # - a real Rack app under Puma (single mode, 127.0.0.1), a page built per request (an ERB template,
 #   JSON, a few hundred objects): the server's CPU time for a bounded loop of keep-alive requests.
-# Then the tracker's own memory: resident bytes of its tables per sampled block still allocated, and
-# its caps. The gems come from RubyGems into vendor/server_gems, as the recipe specs' do; where they
-# cannot be installed the bench says so and measures the loop alone.
+# Then, where valgrind is installed, the same two workloads once each under callgrind with the tracker:
+# the share of all instructions executed that the tracker's own code and the calls it makes (the stack
+# walks, the tables) account for, glibc's malloc it calls on behalf of the program excluded. That
+# count does not move with the machine's load, where the times above do. Last, the tracker's own
+# memory: resident bytes of its tables per sampled block still allocated, and its caps. The gems come
+# from RubyGems into vendor/server_gems, as the recipe specs' do; where they cannot be installed the
+# bench says so and measures the loop alone.
 require "etc"
 require "json"
 require "net/http"
@@ -69,6 +73,61 @@ module TrackBench
     }
   RUBY
 
+  # The instructions a callgrind profile charges to the tracker: the self cost of every function in
+  # its library, and the inclusive cost of each call it makes into other code except those it makes
+  # for the program: glibc's allocator, and the function it stands in for (its ruby_init calls Ruby's)
+  # (callgrind's format: valgrind's docs/cl-format.html).
+  class Profile
+    # glibc's allocator, as the tracker calls it (__libc_malloc and the rest are aliases of these)
+    ALLOCATOR = %w[malloc free calloc realloc memalign valloc pvalloc __libc_malloc __libc_free __libc_calloc
+                   __libc_realloc __libc_memalign __libc_valloc __libc_pvalloc _mid_memalign].freeze
+
+    attr_reader :total, :tracker
+
+    def initialize(path, library)
+      @names = Hash.new { |h, k| h[k] = {} }
+      @total = 0
+      @tracker = 0
+      ob = cob = fn = cfn = nil
+      inclusive_next = false
+      File.foreach(path) do |line|
+        case line
+        when /\Aob=(.*)/ then ob = name(:ob, Regexp.last_match(1))
+        when /\Acob=(.*)/ then cob = name(:ob, Regexp.last_match(1))
+        when /\Afn=(.*)/ then fn = name(:fn, Regexp.last_match(1))
+                              cob = ob
+        when /\Acfn=(.*)/ then cfn = name(:fn, Regexp.last_match(1))
+        when /\Acalls=/ then inclusive_next = true
+        when /\Atotals: (\d+)/, /\Asummary: (\d+)/ then @total = Integer(Regexp.last_match(1))
+        when /\A[-+*0-9]/
+          cost = line.split[1].to_i
+          ours = ob == library
+          if inclusive_next
+            @tracker += cost if ours && cob != library && cfn != fn && !ALLOCATOR.include?(cfn)
+            inclusive_next = false
+            cob = ob
+          elsif ours
+            @tracker += cost
+          end
+        end
+      end
+    end
+
+    def share
+      @tracker.to_f / @total
+    end
+
+    private
+
+    # "(id) name" defines a compressed name, "(id)" refers to it
+    def name(kind, text)
+      id, rest = text.match(/\A\((\d+)\)\s*(.*)\z/)&.captures
+      return text.strip unless id
+
+      rest.empty? ? @names[kind][id] : (@names[kind][id] = rest.strip)
+    end
+  end
+
   module_function
 
   def tracker_env
@@ -98,13 +157,13 @@ module TrackBench
     end
   end
 
-  def wait_listening(port, app)
-    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 60
+  def wait_listening(port, app, seconds = 60)
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + seconds
     begin
       TCPSocket.open("127.0.0.1", port).close
     rescue SystemCallError
       if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
-        raise "Puma did not start in 60 s; its log:\n#{app.log}"
+        raise "Puma did not start in #{seconds} s; its log:\n#{app.log}"
       end
 
       sleep 0.1
@@ -150,6 +209,69 @@ module TrackBench
                 with * unit[0], (with / base - 1) * 100)
   end
 
+  def valgrind?
+    system("valgrind", "--version", out: File::NULL, err: File::NULL) &&
+      system("callgrind_control", "-h", out: File::NULL, err: File::NULL)
+  end
+
+  def callgrind(out)
+    ["valgrind", "--tool=callgrind", "--trace-children=yes", "--callgrind-out-file=#{out}.%p"]
+  end
+
+  # The profile callgrind wrote for the process (one file: the children it traced exec'd in place).
+  def profile(out)
+    files = Dir["#{out}.*"]
+    raise "callgrind wrote #{files.size} profiles: #{files.join(', ')}" unless files.size == 1
+
+    Profile.new(files.first, PtmallocDump::Tracker.path)
+  end
+
+  # The loop, tracked, under callgrind: the whole run, Ruby's start included.
+  def loop_instructions(dir)
+    out = File.join(dir, "loop")
+    _o, err, status = Open3.capture3(tracker_env, *callgrind(out), RbConfig.ruby, "-e", LOOP)
+    raise "the loop under callgrind failed: #{err[-2000..] || err}" unless status.success?
+
+    profile(out)
+  end
+
+  # Puma, tracked, under callgrind: instructions counted only while the requests are served (after the
+  # same warm-up), switched on and off with callgrind_control.
+  def rack_instructions(app, dir, count)
+    out = File.join(dir, "puma")
+    port = ServerApp.free_port
+    pid = app.start(*callgrind(out), "--instr-atstart=no", "puma", "-t", "2:2", "-b", "tcp://127.0.0.1:#{port}",
+                    "config.ru", extra_env: tracker_env)
+    wait_listening(port, app, 600)
+    requests(port, 200)
+    toggle = ->(on) { system("callgrind_control", "-i", on, pid.to_s, out: File::NULL, err: File::NULL) }
+    raise "callgrind_control could not reach the server" unless toggle.call("on")
+
+    requests(port, count)
+    toggle.call("off")
+    app.stop_process(pid)
+    pid = nil
+    profile(out)
+  ensure
+    app.stop_process(pid) if pid
+  end
+
+  def instructions(app)
+    unless valgrind?
+      puts "  instructions: not counted (valgrind is not installed: apt-get install valgrind)"
+      return
+    end
+    Dir.mktmpdir do |dir|
+      report = lambda do |label, profile|
+        puts format("  %-44s %5.2f%% of %d instructions are the tracker's (%d)", label, profile.share * 100,
+                    profile.total, profile.tracker)
+      end
+      report.call("allocation-heavy Ruby loop, under callgrind", loop_instructions(dir))
+      count = REQUESTS / 10
+      report.call("Puma, #{count} requests, under callgrind", rack_instructions(app, dir, count)) if app
+    end
+  end
+
   def memory
     Dir.mktmpdir do |dir|
       path = File.join(dir, "tracked.dump")
@@ -172,14 +294,15 @@ module TrackBench
     puts format("allocation tracker (ptmalloc-dump --track, default rate), median of %d runs each, interleaved", RUNS)
     compare("allocation-heavy Ruby loop, CPU", [1000, "ms"]) { |tracked| loop_seconds(tracked ? tracker_env : {}) }
     app = rack_app
-    if app
-      begin
+    begin
+      if app
         compare("Rack app under Puma, #{REQUESTS} requests, server CPU", [1000, "ms"]) do |tracked|
           rack_seconds(app, tracked)
         end
-      ensure
-        app.stop
       end
+      instructions(app)
+    ensure
+      app&.stop
     end
     memory
   end
