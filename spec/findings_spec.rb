@@ -56,11 +56,13 @@ RSpec.describe "findings ranked by what to do" do
 
     findings = PtmallocDump::Findings.new(dump)
     first = findings.top.first
-    pages = findings.all.find { |f| f.topic == :ruby_pages }
-    puts "    leak #{human.call(first.bytes)} (#{leaked} planted blocks leaked); Ruby pages #{human.call(pages.bytes)}"
+    # Ruby 2.7's and 3.0's object pages are malloc chunks: no RSS part of their own, so no such finding
+    pages = findings.all.find { |f| f.topic == :ruby_pages }&.bytes || dump.ruby.summary[:ruby_pages_in_malloc_bytes]
+    expect(first).not_to be_nil, findings.all.inspect
+    puts "    leak #{human.call(first.bytes)} (#{leaked} planted blocks leaked); Ruby pages #{human.call(pages)}"
     expect(first.topic).to eq(:leaked)
     expect(first.bytes).to be >= leaked * 1040
-    expect(pages.bytes).to be > first.bytes # larger, and still not ranked above it
+    expect(pages).to be > first.bytes # larger, and still not ranked above it
     expect(findings.top.map(&:topic)).not_to include(:ruby_pages)
     expect(first.step).to include("ptmalloc-dump --track")
     # the heap it names holds the planted blocks

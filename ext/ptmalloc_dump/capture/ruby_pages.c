@@ -47,12 +47,13 @@ void ptmd_ruby_pages_learn(ptmd_ruby_shape *s, uint64_t start, uint64_t end, uin
         if (ptmd_memreader_open(&s->mem, &err) != 0) s->bad = 1;
         memset(&maps, 0, sizeof(maps));
         if (ptmd_maps_load(&maps, &err) != 0) s->bad = 1;
+        /* the break's range: one mapping or several side by side (a forked worker's break grown after
+         * the fork is a mapping of its own beside the one it inherited) */
         for (k = 0; k < maps.count; k++) {
             const ptmd_map *m = PTMD_BUF_AT(&maps.maps, ptmd_map, k);
-            if (m->kind == PTMD_MAPKIND_BRK) {
-                s->brk_lo = m->start;
-                s->brk_hi = m->end;
-            }
+            if (m->kind != PTMD_MAPKIND_BRK) continue;
+            if (!s->brk_hi || m->start < s->brk_lo) s->brk_lo = m->start;
+            if (m->end > s->brk_hi) s->brk_hi = m->end;
         }
         ptmd_maps_release(&maps);
     }

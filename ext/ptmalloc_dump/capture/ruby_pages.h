@@ -25,7 +25,7 @@ typedef struct {
     uint32_t node_mask;               /* while learning: words whose next node points back at them */
     uint32_t pages_seen;
     ptmd_memreader mem;      /* while learning: a word that is no pointer is read without a fault */
-    uint64_t brk_lo, brk_hi; /* while learning: the break's mapping ([heap]) */
+    uint64_t brk_lo, brk_hi; /* while learning: the break's mappings ([heap]), first to last */
     int in_brk;              /* a page lies in the break's mapping (posix_memalign'd, Ruby 2.7): else
                               * the scan leaves malloc's main heap out */
     int bad;                 /* while learning: a page did not fit */
