@@ -164,7 +164,10 @@ RSpec.describe "ptmalloc-visualize" do
     # One definition of each headline figure (Dump#figures), checked against glibc's own counters, and
     # every output fed from it: given other figures, each output prints those.
     it "prints in use, the malloc heap, mmapped chunks and free but resident as Dump#figures has them, everywhere" do
-      big = Fiddle.malloc(40 << 20) # above the largest mmap threshold glibc adjusts to (32 MiB): an mmapped chunk
+      # above the largest mmap threshold glibc adjusts to (32 MiB): an mmapped chunk, once the top chunk
+      # is trimmed (malloc serves a request from a top chunk large enough before it thinks of mmap)
+      Fiddle::Function.new(Fiddle::Handle::DEFAULT["malloc_trim"], [Fiddle::TYPE_SIZE_T], Fiddle::TYPE_INT).call(0)
+      big = Fiddle.malloc(40 << 20)
       path = File.join(tmpdir, "figures.dump")
       PtmallocDump.dump(path)
       dump = PtmallocDump.load(path)

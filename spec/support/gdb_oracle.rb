@@ -131,7 +131,8 @@ module GdbOracle
     else
       found = dump.threads.map(&:tcache).compact.sort
       wanted = walk.threads.values.reject(&:zero?).sort
-      diffs << "tcaches: gdb's #{wanted.map { |a| a.to_s(16) }}, the dump's #{found.map { |a| a.to_s(16) }}" unless found == wanted
+      hex = ->(list) { list.map { |a| a.to_s(16) } }
+      diffs << "tcaches: gdb's #{hex.call(wanted)}, the dump's #{hex.call(found)}" unless found == wanted
     end
     scanned = dump.threads.select { |t| t.tid.nil? && t.found_by == :scan && !walk.threads.value?(t.tcache) }
     held = scanned.sum(&:tcache_count)
