@@ -318,7 +318,8 @@ module PtmallocDump
     # +ruby: false+, or a Ruby pass that was skipped; there a Ruby object may own it, so nothing says
     # it is leaked, and :leaked is empty), each { bytes:, count: }; :anchored_by, anchored bytes per
     # root name (largest first); :leaked_by_size, the 20 sizes with the most leaked bytes, each
-    # { size:, count:, bytes:, samples: } (up to 5 chunk addresses).
+    # { size:, count:, bytes:, samples:, heap: } (up to 5 chunk addresses; heap, the {Heap#index} of
+    # the heap holding most of that size's leaked bytes).
     #
     # @return [Hash{Symbol=>Object}, nil] nil when the dump has no roots (`references: false`)
     def owners

@@ -47,11 +47,46 @@ static int by_bytes_desc(const void *x, const void *y)
     return a->bytes > b->bytes ? -1 : a->bytes < b->bytes ? 1 : by_size(x, y);
 }
 
+/* For each of the n sizes listed, the index of the heap holding the most of its leaked bytes (the first
+ * such on a tie): where a report shows them, the main arena's memory being in several heaps at times
+ * (qemu-user gives it mmapped regions, and so may a process whose break cannot grow). */
+static void heaviest_heaps(const ptmd_view *v, const ptmd_owners *o, const leak_size *s, size_t n, uint64_t *heap_of)
+{
+    uint64_t here[PTMD_LEAK_SIZES], best[PTMD_LEAK_SIZES];
+    size_t h, i, k;
+    for (k = 0; k < n; k++) {
+        best[k] = 0;
+        heap_of[k] = UINT64_MAX;
+    }
+    for (h = 0; h < v->n_heaps; h++) {
+        const ptmd_heap_rec *hr = &v->heaps[h];
+        size_t end =
+            hr->first_chunk + hr->n_chunks < v->n_chunks ? (size_t)(hr->first_chunk + hr->n_chunks) : v->n_chunks;
+        memset(here, 0, sizeof(here));
+        for (i = (size_t)hr->first_chunk; i < end; i++) {
+            uint64_t size;
+            if (o->kind[i] != PTMD_OK_LEAKED) continue;
+            size = ptmd_rec_size(&v->chunks[i]);
+            for (k = 0; k < n; k++)
+                if (s[k].size == size) {
+                    here[k] += size;
+                    break;
+                }
+        }
+        for (k = 0; k < n; k++)
+            if (here[k] > best[k]) {
+                best[k] = here[k];
+                heap_of[k] = h;
+            }
+    }
+}
+
 /* Leaked chunks by size: one entry per size (sorted by size, then counted), most bytes first. */
 static VALUE leaked_by_size(const ptmd_view *v, const ptmd_owners *o)
 {
     size_t i, n = 0, m = 0;
     leak_size *s;
+    uint64_t heap_of[PTMD_LEAK_SIZES];
     VALUE out = rb_ary_new();
     for (i = 0; i < v->n_chunks; i++) n += o->kind[i] == PTMD_OK_LEAKED;
     if (!n) return out;
@@ -78,7 +113,9 @@ static VALUE leaked_by_size(const ptmd_view *v, const ptmd_owners *o)
         s[n - 1].bytes += s[n - 1].size;
     }
     qsort(s, n, sizeof(*s), by_bytes_desc);
-    for (i = 0; i < n && i < PTMD_LEAK_SIZES; i++) {
+    if (n > PTMD_LEAK_SIZES) n = PTMD_LEAK_SIZES;
+    heaviest_heaps(v, o, s, n, heap_of);
+    for (i = 0; i < n; i++) {
         VALUE h = rb_hash_new(), samples = rb_ary_new();
         size_t k;
         for (k = 0; k < PTMD_LEAK_SAMPLES && k < s[i].count; k++) rb_ary_push(samples, PTMD_U64(s[i].samples[k]));
@@ -86,6 +123,7 @@ static VALUE leaked_by_size(const ptmd_view *v, const ptmd_owners *o)
         PTMD_SET(h, "count", PTMD_U64(s[i].count));
         PTMD_SET(h, "bytes", PTMD_U64(s[i].bytes));
         PTMD_SET(h, "samples", samples);
+        PTMD_SET(h, "heap", heap_of[i] == UINT64_MAX ? Qnil : PTMD_U64(heap_of[i]));
         rb_ary_push(out, h);
     }
     xfree(s);

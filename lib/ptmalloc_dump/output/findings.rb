@@ -63,11 +63,6 @@ module PtmallocDump
       advice.lines.find { |l| l.topic == topic }
     end
 
-    # The heap that holds an address, by its index.
-    def heap_of(address)
-      address && @dump.heaps.find { |h| h.start <= address && address < h.end }&.index
-    end
-
     # The heap of one of the given arenas with the most free but resident pages.
     def freest_heap(arena_indexes)
       classes = @dump.analysis[:heap_page_classes]
@@ -134,7 +129,7 @@ module PtmallocDump
       bytes = o[:leaked][:bytes]
       big = Array(o[:leaked_by_size]).max_by { |e| e[:bytes] }
       how = big ? ", most in #{big[:count]} block(s) of #{human_bytes(big[:size])}" : ""
-      heap = heap_of(Array(big && big[:samples]).first)
+      heap = big && big[:heap]
 
       text = "#{human_bytes(bytes)} in #{o[:leaked][:count]} block(s) is leaked: " \
              "nothing points at it#{how}." # where it was allocated is its next step (the advice's)
