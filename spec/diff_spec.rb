@@ -167,14 +167,23 @@ RSpec.describe "comparing dumps and advice" do
       GC.start
       PtmallocDump.dump(#{a.dump})
       kept = Queue.new
-      # each thread its own arena: 8,000 blocks of 2,000 bytes each, nine in ten freed
-      Array.new(6) do
+      done = Queue.new
+      finish = Queue.new
+      # each thread its own arena: 8,000 blocks of 2,000 bytes each, nine in ten freed; the threads
+      # live on through the dump, as a server's do (an exited thread's arena goes to the next thread
+      # made, which would fill what the first one freed)
+      threads = Array.new(6) do
         Thread.new do
           blocks = Array.new(8_000) { Fiddle.malloc(2_000) }
           blocks.each_with_index { |blk, i| (i % 10).zero? ? kept << blk : Fiddle.free(blk) }
+          done << 1
+          finish.pop
         end
-      end.each(&:join)
+      end
+      6.times { done.pop }
       PtmallocDump.dump(#{b.dump})
+      6.times { finish << 1 }
+      threads.each(&:join)
     RUBY
     expect(status).to be_success, err
     diff = PtmallocDump.diff(a, b)

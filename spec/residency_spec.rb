@@ -75,7 +75,16 @@ RSpec.describe "pages the process never touched", :quiescent do
       PS = Etc.sysconf(Etc::SC_PAGESIZE)
       # Ruby 2.7 does not say; its gc.c aligns its pages to 1 << HEAP_PAGE_ALIGN_LOG, 16 KiB
       RPS = GC::INTERNAL_CONSTANTS[:HEAP_PAGE_SIZE] || 16 * 1024
-      blocks = Array.new(8) { Fiddle.malloc(297 * 1024) }
+      # mmapped chunks, fresh from the kernel: with a fixed threshold (glibc raises its own past a
+      # freed mmapped chunk's size), once the free chunks large enough that Ruby's start left behind,
+      # whose pages it touched, are used up (malloc serves those before it thinks of mmap)
+      mallopt = Fiddle::Function.new(Fiddle::Handle::DEFAULT["mallopt"], [Fiddle::TYPE_INT, Fiddle::TYPE_INT],
+                                     Fiddle::TYPE_INT)
+      raise "mallopt failed" unless mallopt.call(-3, 128 * 1024) == 1 # M_MMAP_THRESHOLD
+      mmapped = ->(a) { Fiddle::Pointer.new(a - 8)[0, 8].unpack1("Q")[1] == 1 } # IS_MMAPPED
+      taken = Array.new(200) { Fiddle.malloc(297 * 1024) }.partition(&mmapped)
+      blocks = taken[0].first(8)
+      raise "8 mmapped chunks were not had in 200 blocks" unless blocks.size == 8
       blocks.each { |a| Fiddle::Pointer.new(a)[0, 64] = "t" * 64 }
       untouched = blocks.flat_map { |a| (((a + 64) / PS + 1)...((a + 297 * 1024) / PS)).map { |p| p * PS } }
       present = lambda do
