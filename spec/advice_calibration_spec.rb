@@ -296,7 +296,11 @@ RSpec.describe "advice that holds: MALLOC_TRIM_THRESHOLD_" do
   # block freed, the threshold stays 128 KiB), the line must be absent, and rightly: even the lowest
   # threshold it would advise, from the start or set in the process, changes heap and RSS by less
   # than a MiB. (Where Ruby's own start freed an mmapped block and raised the threshold, the shape
-  # without BIG holds its top after all: the line is then checked against glibc's own trim.)
+  # without BIG holds its top after all: the line, if given, is then checked against glibc's own trim,
+  # and if not, that trim must give back under a MiB. The variable from the start is no measure
+  # there: it also fixes the mmap threshold Ruby raised, so Ruby's own blocks between 128 KiB and the
+  # raised threshold are mmapped rather than carved from the heap, which Ruby 3.3 on glibc 2.43 showed
+  # as 1.4 MiB less heap with a top of 0.7 MiB held.)
   [{ "BIG" => (30 << 20).to_s, "TOTAL" => (40 << 20).to_s, "SIZE" => "2000", "SENTINEL" => "1" },
    { "BIG" => "0", "TOTAL" => (40 << 20).to_s, "SIZE" => "2000" }].each do |shape|
     it "is not advised where it would not help (#{shape_name(shape)})" do
@@ -305,22 +309,26 @@ RSpec.describe "advice that holds: MALLOC_TRIM_THRESHOLD_" do
       dump = PtmallocDump.load(path)
       lines = PtmallocDump::Advice.new(dump).lines
       raised = shape["BIG"] == "0" && dump.header[:trim_threshold] > PtmallocDump::Advice::DEFAULT_TRIM_THRESHOLD
-      if raised && (line = lines.find { |l| l.topic == :trim_threshold })
+      trimmed = without[:dumped][:rss] - without[:trimmed][:rss]
+      line = lines.find { |l| l.topic == :trim_threshold }
+      if raised
         # Ruby itself freed an mmapped block at its start (Ruby 3.3 does) and raised the threshold: the
         # top is held after all, and the advice's figure is what glibc's own trim in the process releases
-        trimmed = without[:dumped][:rss] - without[:trimmed][:rss]
-        puts format("MALLOC_TRIM_THRESHOLD_ advised, the threshold raised by Ruby's start to %.1f MiB: top resident " \
-                    "%.2f MiB, glibc's trim in the process %.2f " \
-                    "MiB", mib(dump.header[:trim_threshold]), mib(line.figure), mib(trimmed))
-        expect(trimmed).to be_within(524_288).of(line.figure)
+        puts format("MALLOC_TRIM_THRESHOLD_ %s, the threshold raised by Ruby's start to %.1f MiB: glibc's trim in the " \
+                    "process %.2f MiB", line ? "advised for a top of #{mib(line.figure).round(2)} MiB resident" : "not advised",
+                    mib(dump.header[:trim_threshold]), mib(trimmed))
+        if line
+          expect(trimmed).to be_within(524_288).of(line.figure)
+        else
+          expect(trimmed.abs).to be < 1_048_576
+        end
         next
       end
-      expect(lines.map(&:topic)).not_to include(:trim_threshold)
+      expect(line).to be_nil
       expect(lines.map(&:topic)).to include(:malloc_trim) if shape["SENTINEL"] # the free memory is in bins
       with = top_workload(shape.merge("MALLOC_TRIM_THRESHOLD_" => PtmallocDump::Advice::DEFAULT_TRIM_THRESHOLD.to_s))
       heap_gain = without[:after][:heap] - with[:after][:heap]
       rss_gain = without[:after][:rss] - with[:after][:rss]
-      trimmed = without[:dumped][:rss] - without[:trimmed][:rss]
       puts format("MALLOC_TRIM_THRESHOLD_ not advised (%s): with %d, measured heap %.2f MiB, RSS %.2f MiB; glibc's trim in the " \
                   "process %.2f MiB", lines.map(&:topic).join(", "), PtmallocDump::Advice::DEFAULT_TRIM_THRESHOLD, mib(heap_gain),
                   mib(rss_gain), mib(trimmed))
