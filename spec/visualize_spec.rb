@@ -176,11 +176,20 @@ RSpec.describe "ptmalloc-visualize" do
       mi = dump.header[:mallinfo2]
       expect(dump.header[:oracles_captured]).to be(true)
       expect(dump.chunk_at(big - 16).state).to eq(:mmapped)
-      expect(f[:malloc_heap]).to eq(mi[:arena] + mi[:hblkhd])
-      expect([f[:mmapped_chunks], f[:mmapped_chunk_count]]).to eq([mi[:hblkhd], mi[:hblks]])
+      # glibc 2.43's mremap_chunk counts 16 bytes too many in hblkhd per remap, for good (glibc_rules_spec):
+      # after this process's earlier remaps, hblkhd exceeds the mappings by that, and the verification says so
+      over = mi[:hblkhd] - f[:mmapped_chunks]
+      if dump.header[:mremap_overcounts] && over.positive?
+        expect(over % 16).to eq(0)
+        expect(dump.verify.notes.join).to include("mremap_chunk counted #{over / 16} remap(s)")
+      else
+        expect(over).to eq(0)
+      end
+      expect(f[:malloc_heap]).to eq(mi[:arena] + mi[:hblkhd] - over)
+      expect(f[:mmapped_chunk_count]).to eq(mi[:hblks])
       # glibc's uordblks counts the chunks in the threads' tcaches and the allocator's own chunks as
       # allocated: the program holds neither
-      expect(f[:in_use]).to eq(mi[:uordblks] - s[:tcache_bytes] - s[:meta_bytes] + mi[:hblkhd])
+      expect(f[:in_use]).to eq(mi[:uordblks] - s[:tcache_bytes] - s[:meta_bytes] + mi[:hblkhd] - over)
       expect(f[:in_use_share]).to eq(f[:in_use].fdiv(f[:malloc_heap]))
       r = s[:ruby]
       expect(r[:owned_bytes] + r[:ruby_pages_in_malloc_bytes].to_i + r[:unattributed_bytes]).to eq(f[:in_use])
