@@ -2,6 +2,7 @@
 
 require "json"
 require "spec_helper"
+require_relative "../script/glibc_layouts"
 
 # glibc's allocator called directly, on the calling thread.
 module GlibcCalls
@@ -203,5 +204,25 @@ RSpec.describe "the walk under this glibc's own rules", :quiescent do
       expect(result[:state]).to be_nil
     end
     expect(result[:problems]).to eq([])
+  end
+end
+
+# The layout table (capture/layout.c, capture/arch.h) against the running libc's own debug info: every
+# offset and size the walker reads for this glibc on this CPU, as gdb reads them from the DWARF
+# (script/glibc_layouts.rb does the same for any libc6-dbg package, of any architecture).
+RSpec.describe "the layout table for this glibc" do
+  it "has every offset and size of malloc's structures and struct pthread as this libc's DWARF says" do
+    missing = GdbOracle.missing
+    raise "the gdb oracle needs #{missing}" if missing
+
+    dir = GdbOracle.debug_dir || "/usr/lib/debug"
+    file = File.join(dir, ".build-id", LibcFacts.build_id[0, 2], "#{LibcFacts.build_id[2..]}.debug")
+    expect(File).to exist(file)
+    arch = GlibcLayouts.machine(file)
+    expect(arch).to eq(RbConfig::CONFIG["host_cpu"] == "aarch64" ? "aarch64" : "x86-64")
+    want = GlibcLayouts::LayoutTable.load.for(LibcFacts.glibc_version.segments[1], arch)
+    got = GlibcLayouts.measure(file, want.keys, gdb: "gdb")
+    expect(got.compact.size).to be > 30 # gdb read the structs, not only the members a version lacks
+    expect(got).to eq(want)
   end
 end
