@@ -170,9 +170,11 @@ RSpec.describe "advice that holds: MALLOC_ARENA_MAX, threads allocating at once"
                   arena.gain / 1_048_576.0, arena.low / 1_048_576.0, arena.high / 1_048_576.0,
                   arena.in_turn[:gain] / 1_048_576.0, heap_gain / 1_048_576.0, heap_gain.fdiv(arena.gain),
                   rss_gain / 1_048_576.0, rss_gain.fdiv(arena.gain))
-      expect(heap_gain).to be_between(arena.low, arena.high)
-      expect(rss_gain).to be_between(arena.low, arena.high)
-      # from nothing (threads whose allocations interleave closely) to twice the estimate
+      # from nothing (threads whose allocations interleave closely) to twice the estimate; "nothing" within
+      # a MiB: two arenas shared by threads that allocate at once can cost a little (0.4 and 0.5 MiB more
+      # heap in two runs under qemu-user, whose threads interleave every few instructions)
+      expect(heap_gain).to be_between(arena.low - 1_048_576, arena.high)
+      expect(rss_gain).to be_between(arena.low - 1_048_576, arena.high)
       expect(arena.low).to eq(0)
       expect(arena.high).to be <= 2 * arena.gain + 1
     end
@@ -270,6 +272,10 @@ RSpec.describe "advice that holds: MALLOC_TRIM_THRESHOLD_" do
       path = File.join(tmpdir, "top.dump")
       without = top_workload(shape.merge("DUMP" => path))
       dump = PtmallocDump.load(path)
+      if !shape["THREADS"] && dump.arenas.find(&:main?).heaps.none? { |h| h.kind == :sbrk }
+        skip "the main arena has no break here (qemu-user's brk does not grow, so glibc went on in mmapped " \
+             "regions): free() has no top to give back by moving the break"
+      end
       expect(dump.header[:trim_threshold]).to eq(2 * dump.header[:mmap_threshold]) # grown by the free of BIG
       line = PtmallocDump::Advice.new(dump).lines.find { |l| l.topic == :trim_threshold }
       expect(line).not_to be_nil, "no MALLOC_TRIM_THRESHOLD_ advice for a #{mib(dump.arenas.map(&:top_size).max).round(1)} MiB top"

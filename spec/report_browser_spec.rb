@@ -8,7 +8,7 @@ require "ptmalloc_dump/visualize_cli"
 
 # The report as a person uses it: the demo's dump rendered by ptmalloc-visualize, opened in headless
 # Chromium through WebDriver, read at 1400x900, explored with a real pointer and keyboard.
-RSpec.describe "the report in a browser" do
+RSpec.describe "the report in a browser", :browser do
   root = File.expand_path("..", __dir__)
   artifacts = File.join(root, "tmp", "spec-artifacts")
   define_method(:artifacts) { artifacts }
@@ -381,7 +381,7 @@ end
 # methods defined by module_eval on one module and blocks of spec/fixtures/ext/owners_fixture.c
 # malloc'd and forgotten, checked against the Ruby API (RubyHeap#code_charge_of, #module_of,
 # Dump#owner_kind_of, #anchor_of) and the addresses the fixture malloc'd.
-RSpec.describe "the report's explorer: holders and code owners in a browser" do
+RSpec.describe "the report's explorer: holders and code owners in a browser", :browser do
   before(:context) do
     raise "chromium and chromedriver are missing: bin/setup installs them" unless Browser.available?
 
@@ -511,7 +511,7 @@ end
 # and nothing runs on it after the frees, so a freed block found in a tcache is in the tcache of the
 # thread that freed it: the oracle is that thread's tid. The bins' oracle is glibc 2.36's malloc.c,
 # written out below.
-RSpec.describe "the report's explorer: bins and tcache threads in a browser" do
+RSpec.describe "the report's explorer: bins and tcache threads in a browser", :browser do
   before(:context) do
     raise "chromium and chromedriver are missing: bin/setup installs them" unless Browser.available?
 

@@ -19,6 +19,11 @@ RSpec.configure do |config|
   config.before(:example, :ptrace) do
     skip "qemu-user does not emulate ptrace (another process's dump, gdb, gcore)" if SpecHelpers.qemu_user?
   end
+  # Chromium under qemu-user: it aborts at start (its GPU process does not launch; --single-process ends
+  # in a trap), so the report's pages are looked at in a browser on the host's own architecture only
+  config.define_derived_metadata(:browser) do |meta|
+    meta[:skip] = "Chromium does not run under qemu-user: it aborts at start" if SpecHelpers.qemu_user?
+  end
 
   config.before(:suite) do
     # The first dump in a process creates the stream malloc_info() writes to; do it once up front so

@@ -349,7 +349,12 @@ RSpec.describe "ptmalloc-visualize" do
       _o, err, status = visualize(dump_path, File.join(tmpdir, "with-ruby"))
       expect(status).to be_success, err
       banner = File.read(File.join(tmpdir, "with-ruby", "index.html"))[%r{<div class="banner">(.*?)</div>}, 1]
-      if LibcFacts.mallinfo_name == "mallinfo"
+      if SpecHelpers.qemu_user?
+        # qemu-user's own thread is in /proc/self/task, with no struct pthread of the guest: the dump
+        # cannot account for every task, and says so
+        expect(PtmallocDump.load(dump_path).header[:threads_complete]).to be(false)
+        expect(banner).to eq("Not every thread was found: tcache memory of the others counts as in use.")
+      elsif LibcFacts.mallinfo_name == "mallinfo"
         # the one thing to say of a dump with Ruby data before glibc 2.33: the counters it was checked against
         expect(banner).to eq("glibc #{LibcFacts.glibc_version} has only mallinfo(), whose counters keep 32 bits: the check against it is partial.")
       else
@@ -432,7 +437,7 @@ RSpec.describe "ptmalloc-visualize" do
       expect(File.exist?(File.join(out_dir, "explorer-data.js"))).to be(true)
     end
 
-    it "loads in headless Chromium: every image, no console error, the totals on the page" do
+    it "loads in headless Chromium: every image, no console error, the totals on the page", :browser do
       expect(Browser).to be_available, "chromium and chromedriver are missing: bin/setup installs them"
 
       Browser.open(File.join(tmpdir, "chrome-profile")) do |b|
