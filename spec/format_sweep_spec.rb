@@ -21,8 +21,8 @@ RSpec.describe "a dump file whose checksum is valid but one field is not" do
     expect(status).to be_success, err
     expect(PtmallocDump.load(path)).to have_attributes(malloc_sites?: true, object_sites?: true, graph?: true)
     # about 1,200 damaged files, each through every reader path: 4 to 8 minutes here, 16 beside two
-    # other test runs, and past 30 with more work beside it
-    out, err, status = run_ruby(<<~RUBY, timeout: 3600)
+    # other test runs, and past 30 with more work beside it; under qemu-user past 60 beside two others
+    out, err, status = run_ruby(<<~RUBY, timeout: SpecHelpers.qemu_user? ? 4 * 3600 : 3600)
       require #{sweep.dump}
       puts JSON.generate(FieldSweep.run(#{path.dump}, #{progress.dump}))
     RUBY
