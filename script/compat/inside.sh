@@ -47,12 +47,12 @@ prepare_tests() {
   fi
 }
 
-# The README's test command without `rake lint`: style is checked with the clang-format bin/setup
-# installs on the development machine, and each release's own clang-format formats differently.
 # The default limits, eight times longer for another CPU run through qemu-user (the whole suite took
 # about three hours of spec time there for arm64, where it takes half an hour here).
 slowdown() { if [[ $(uname -m) == x86_64 ]]; then echo 1; else echo 8; fi; }
 
+# The README's test command without `rake lint`: style is checked with the clang-format bin/setup
+# installs on the development machine, and each release's own clang-format formats differently.
 run_tests() {
   prepare_tests
   timeout --kill-after=60 "${PTMALLOC_DUMP_COMPAT_TIMEOUT:-$((3600 * $(slowdown)))}" bundle exec rake unit spec
