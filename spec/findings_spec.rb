@@ -70,7 +70,7 @@ RSpec.describe "findings ranked by what to do" do
     heap = dump.heaps.find { |h| h.index == first.heap }
     held = dump.heaps.to_h { |h| [h.index, planted.count { |a| a >= h.start && a < h.end }] }
     expect(held[heap.index]).to eq(held.values.max)
-    expect(held[heap.index]).to be >= leaked if dump.heaps.one? { |h| h.arena&.main }
+    expect(held[heap.index]).to be >= leaked if dump.heaps.one? { |h| h.arena&.main? }
     expect(explorer_view(dump, first.heap)[:heaps]).to include(heap)
 
     advice = PtmallocDump::Advice.new(dump).lines
