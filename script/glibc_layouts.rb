@@ -108,8 +108,6 @@ module GlibcLayouts
 
   # The values layout.c and arch.h give one glibc version on one architecture.
   class LayoutTable
-    NONE = nil
-
     def self.load
       new(File.read(File.join(ROOT, "ext/ptmalloc_dump/capture/layout.c")),
           File.read(File.join(ROOT, "ext/ptmalloc_dump/capture/arch.h")))
@@ -132,7 +130,7 @@ module GlibcLayouts
       values = names.map { |n| @macros.fetch(n) { {} } }.reduce({}, :merge)
       want = values.slice(*FIELDS.keys).transform_values do |v|
         case v
-        when "PTMD_NONE" then NONE
+        when "PTMD_NONE" then nil # a member this version lacks: gdb must not find it either
         when "PTMD_PTHREAD_LIST" then @pthread_list.fetch(arch)
         else Integer(v)
         end
