@@ -22,10 +22,11 @@ module Compat
   EXTRA_RUBIES = %w[3.4].freeze
   EXTRA_RUBY_RELEASE = "sid"
   # Other architectures, run through qemu-user-static and binfmt_misc (which the task registers):
-  # PTMALLOC_DUMP_COMPAT_ARCH=arm64 adds a bookworm chroot for arm64. What qemu-user cannot do (ptrace,
-  # so gdb and dumps of another process) its specs mark pending, with the reason.
+  # PTMALLOC_DUMP_COMPAT_ARCH=arm64 adds a bookworm chroot for arm64 (PTMALLOC_DUMP_COMPAT_ARCH_RELEASES
+  # names others: trixie for glibc 2.41). What qemu-user cannot do (ptrace, so gdb and dumps of another
+  # process) its specs mark pending, with the reason.
   EXTRA_ARCHES = { "arm64" => "aarch64" }.freeze # Debian's name => qemu's
-  EXTRA_ARCH_RELEASE = "bookworm"
+  EXTRA_ARCH_RELEASES = %w[bookworm].freeze
   MIRROR = ENV.fetch("PTMALLOC_DUMP_COMPAT_MIRROR", "http://deb.debian.org/debian")
   # What `rake compat:smoke` runs: the capture (the walk against glibc's counters, in process, forked
   # and from outside, and 20 heap shapes against gdb), the Ruby pass and its allocations, owners, RSS,
@@ -53,7 +54,7 @@ module Compat
     check_host!
     chroots = releases.map { |name| Chroot.new(dir, name) }
     chroots += rubies.map { |ruby| Chroot.new(dir, EXTRA_RUBY_RELEASE, ruby: ruby) }
-    chroots += arches.map { |arch| Chroot.new(dir, EXTRA_ARCH_RELEASE, arch: arch) }
+    chroots += arches.product(arch_releases).map { |arch, release| Chroot.new(dir, release, arch: arch) }
     report(chroots.flat_map { |chroot| run_release(chroot, smoke) }, smoke)
   end
 
@@ -132,8 +133,13 @@ module Compat
     ENV["PTMALLOC_DUMP_COMPAT_ARCH"].to_s.empty? ? [] : list("PTMALLOC_DUMP_COMPAT_ARCH", EXTRA_ARCHES.keys)
   end
 
-  def list(name, known)
-    chosen = ENV.fetch(name, known.join(" ")).split(/[\s,]+/)
+  # The releases those architectures run; bookworm unless PTMALLOC_DUMP_COMPAT_ARCH_RELEASES names others.
+  def arch_releases
+    list("PTMALLOC_DUMP_COMPAT_ARCH_RELEASES", RELEASES, default: EXTRA_ARCH_RELEASES)
+  end
+
+  def list(name, known, default: known)
+    chosen = ENV.fetch(name, default.join(" ")).split(/[\s,]+/)
     unknown = chosen - known
     raise Error, "#{name}: unknown #{unknown.join(', ')} (known: #{known.join(', ')})" unless unknown.empty?
 
@@ -464,7 +470,7 @@ desc "Run the suite in Debian bullseye, bookworm, trixie and sid chroots (deboot
      "without libc6-dbg: rake compat[DIR] keeps the chroots in DIR (or $PTMALLOC_DUMP_COMPAT_DIR, default " \
      "tmp/compat/roots); $PTMALLOC_DUMP_COMPAT_RELEASES and $PTMALLOC_DUMP_COMPAT_LIBC6_DBG (with, without) pick; " \
      "$PTMALLOC_DUMP_COMPAT_RUBY=3.4 adds sid with experimental's Ruby 3.4; $PTMALLOC_DUMP_COMPAT_ARCH=arm64 adds " \
-     "bookworm for arm64 through qemu-user"
+     "bookworm for arm64 through qemu-user ($PTMALLOC_DUMP_COMPAT_ARCH_RELEASES for other releases)"
 task :compat, [:dir] do |_t, args|
   Compat.run(args[:dir] || Compat.default_dir)
 rescue Compat::Error => e
