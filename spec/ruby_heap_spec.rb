@@ -16,10 +16,15 @@ RSpec.describe "correlating the malloc heap with Ruby's ObjectSpace" do
     dump_and_load(**opts)
   end
 
-  # chunks owned by obj, through the dump's attribution
+  # chunks owned by obj, through the dump's attribution (one pass over the dump's chunks, kept for the
+  # next object asked of the same dump)
   def owned_chunks(dump, obj)
-    addr = address_of(obj)
-    dump.each_chunk.select { |c| %i[in_use mmapped].include?(c.state) && dump.ruby.owner_of(c)&.address == addr }
+    @owned_by ||= {}.compare_by_identity
+    owned = @owned_by[dump] ||= dump.each_chunk.with_object({}) do |c, by_owner|
+      owner = %i[in_use mmapped].include?(c.state) && dump.ruby.owner_of(c)
+      (by_owner[owner.address] ||= []) << c if owner
+    end
+    owned.fetch(address_of(obj), [])
   end
 
   it "records every ObjectSpace page and live object, as GC.stat counts them in the same window" do
